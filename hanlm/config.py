@@ -1,0 +1,226 @@
+"""Typed configuration of every stage: TOML in, `--set section.key=value` overrides, resolved TOML out.
+
+Unknown keys and bad values are `UserError`s that name the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hanlm.errors import UserError
+from hanlm.io import atomic_write_text
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+RECIPES_DIR = Path(__file__).parent / "configs"
+DEFAULT_RECIPE = "demo"
+CONFIG_FILE = "config.toml"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunSection(Section):
+    """Settings shared by every stage."""
+
+    seed: int = Field(0, description="seed of every random choice in the run")
+
+
+class DemoSection(Section):
+    """The built-in synthetic Korean world used when a corpus input is `demo`."""
+
+    seed: int = Field(0, description="seed of the generator; the same seed gives the same world")
+    size_mb: float = Field(4.0, gt=0, le=512, description="approximate UTF-8 size of the corpus")
+
+
+class CorpusSection(Section):
+    """`hanlm corpus`: read, normalise (NFC), clean and deduplicate raw text."""
+
+    inputs: list[str] = Field(
+        default_factory=lambda: ["demo"],
+        description="globs of .txt/.jsonl/.parquet files (optionally .gz/.zst), "
+        "hf:NAME[:CONFIG]:SPLIT dataset ids, or `demo` for the built-in world",
+    )
+    text_field: str = Field("text", min_length=1, description="JSONL/parquet field with the text")
+    doc_per_line: bool = Field(False, description=".txt: one document per line, not per block")
+    min_chars: int = Field(20, ge=0, description="documents shorter than this are dropped")
+    near_dedup: bool = Field(False, description="also remove near-duplicates (MinHash LSH)")
+    near_dedup_threshold: float = Field(0.85, gt=0, le=1, description="estimated Jaccard")
+    near_dedup_num_perm: int = Field(128, ge=16, le=1024)
+    near_dedup_ngram: int = Field(5, ge=1, le=32, description="character shingle length")
+    strict: bool = Field(False, description="fail on the first corrupt line instead of skipping")
+    part_chars: int = Field(
+        64_000_000, ge=1000, description="characters per output part (the unit of shard work)"
+    )
+
+
+class TokenizerSection(Section):
+    """`hanlm tokenizer`: byte-level BPE with reserved special tokens."""
+
+    vocab_size: int = Field(65536, ge=512, le=1 << 20, description="padded to a multiple of 64")
+    sample_chars: int = Field(200_000_000, ge=1000, description="training sample size")
+    min_frequency: int = Field(2, ge=1)
+    reserved_tokens: int = Field(32, ge=0, le=4096, description="spare special tokens")
+    heldout_docs: int = Field(200, ge=1, description="documents kept out to measure compression")
+
+
+class ShardsSection(Section):
+    """`hanlm shards`: tokenise the corpus into memmap token files."""
+
+    workers: int = Field(0, ge=0, le=256, description="worker processes; 0 = one per CPU core")
+    val_fraction: float = Field(0.005, ge=0, lt=0.5, description="share of documents for val")
+    batch_docs: int = Field(256, ge=1, description="documents per encode call in a worker")
+
+
+class Config(Section):
+    run: RunSection = Field(default_factory=RunSection)
+    demo: DemoSection = Field(default_factory=DemoSection)
+    corpus: CorpusSection = Field(default_factory=CorpusSection)
+    tokenizer: TokenizerSection = Field(default_factory=TokenizerSection)
+    shards: ShardsSection = Field(default_factory=ShardsSection)
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise UserError(
+            f"config file {path} does not exist",
+            fix=f"give a path to a TOML file or one of the built-in recipes: {', '.join(recipe_names())}",
+        ) from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path} is not valid TOML: {e}", fix="correct the TOML syntax") from None
+
+
+def resolve_source(source: str | Path | None, run_dir: Path | None) -> Path:
+    """Which TOML a stage starts from: the given file or recipe, else the run's, else the demo."""
+    if source is None:
+        if run_dir is not None and (Path(run_dir) / CONFIG_FILE).is_file():
+            return Path(run_dir) / CONFIG_FILE
+        return RECIPES_DIR / f"{DEFAULT_RECIPE}.toml"
+    text = str(source)
+    if "/" not in text and not text.endswith(".toml"):
+        recipe = RECIPES_DIR / f"{text}.toml"
+        if not recipe.is_file():
+            raise UserError(
+                f"unknown recipe {text!r}",
+                fix=f"use one of {', '.join(recipe_names())} or a path to a .toml file",
+            )
+        return recipe
+    return Path(text)
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw  # a bare string such as `--set corpus.text_field=body`
+
+
+def _check_path(model: type[BaseModel], keys: list[str], full_key: str) -> None:
+    for i, key in enumerate(keys):
+        fields = model.model_fields
+        if key not in fields:
+            where = ".".join(keys[:i]) or "the top level"
+            raise UserError(
+                f"unknown config key {full_key!r}",
+                where=f"{where}",
+                fix=f"valid keys there are: {', '.join(sorted(fields))}",
+            )
+        annotation = fields[key].annotation
+        if i < len(keys) - 1:
+            if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+                raise UserError(
+                    f"config key {'.'.join(keys[: i + 1])!r} is a value, not a section",
+                    fix=f"set it directly, e.g. --set {'.'.join(keys[: i + 1])}=VALUE",
+                )
+            model = annotation
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
+    """Apply `section.key=value` strings (or a {dotted key: value} dict) to raw config data."""
+    items = overrides.items() if isinstance(overrides, dict) else []
+    if not isinstance(overrides, dict):
+        parsed = []
+        for text in overrides:
+            if "=" not in text:
+                raise UserError(
+                    f"override {text!r} has no '='", fix="write it as --set section.key=value"
+                )
+            key, raw = text.split("=", 1)
+            parsed.append((key.strip(), _parse_value(raw.strip())))
+        items = parsed
+    for key, value in items:
+        keys = key.split(".")
+        _check_path(Config, keys, key)
+        node = data
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise UserError(f"config key {key!r} is not inside a section")
+        node[keys[-1]] = value
+    return data
+
+
+def _format_validation_error(err: ValidationError, source: str) -> UserError:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            parent_keys = [str(p) for p in e["loc"][:-1]]
+            model: type[BaseModel] = Config
+            for k in parent_keys:
+                ann = model.model_fields[k].annotation
+                if isinstance(ann, type) and issubclass(ann, BaseModel):
+                    model = ann
+            valid = ", ".join(sorted(model.model_fields))
+            lines.append(f"unknown key {loc!r} (valid keys: {valid})")
+        else:
+            lines.append(f"{loc}: {e['msg']} (got {e.get('input')!r})")
+    return UserError(
+        "invalid configuration: " + "; ".join(lines),
+        where=source,
+        fix="correct the key or value in the TOML file or the --set override",
+    )
+
+
+def load_config(
+    source: str | Path | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+    run_dir: Path | None = None,
+    values: dict[str, Any] | None = None,
+) -> Config:
+    """The configuration a stage runs with: file or recipe, then `values` (from CLI flags), then
+    `overrides` (`--set`), validated."""
+    path = resolve_source(source, run_dir)
+    data = _read_toml(path)
+    apply_overrides(data, values or {})
+    apply_overrides(data, overrides or [])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise _format_validation_error(err, str(path)) from None
+
+
+def config_to_toml(cfg: Config) -> str:
+    return tomli_w.dumps(cfg.model_dump(mode="json", exclude_none=True))
+
+
+def save_config(cfg: Config, run_dir: Path) -> Path:
+    path = Path(run_dir) / CONFIG_FILE
+    atomic_write_text(path, config_to_toml(cfg))
+    return path

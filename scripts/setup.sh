@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up hanlm in ./.venv: torch (a CPU build where there is no NVIDIA GPU), then hanlm itself.
+#   bash scripts/setup.sh          # for running hanlm
+#   bash scripts/setup.sh --dev    # also the test and lint tools
+# HANLM_TORCH overrides the torch requirement (default: torch==2.13.0).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3}
+extras="hf"
+[ "${1:-}" = "--dev" ] && extras="hf,dev"
+
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+
+torch_req=${HANLM_TORCH:-torch==2.13.0}
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "setup: NVIDIA GPU found, installing $torch_req (CUDA build)"
+    "${pip[@]}" install "$torch_req"
+  else
+    # Without a GPU the multi-GB CUDA wheel is dead weight: take the CPU build.
+    echo "setup: no NVIDIA GPU, installing $torch_req (CPU build)"
+    "${pip[@]}" install "$torch_req" --extra-index-url https://download.pytorch.org/whl/cpu
+  fi
+fi
+"${pip[@]}" install -e ".[$extras]"
+echo "setup: done; run .venv/bin/hanlm --help"
