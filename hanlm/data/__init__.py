@@ -1,0 +1,1 @@
+"""Data stages: corpus, tokenizer, shards, the loader and the demo world."""

@@ -1,0 +1,467 @@
+"""Fixed-length training sequences from token shards, in a resumable global order.
+
+Samples. A sample is a window of `seq_len + 1` tokens: the inputs are its first `seq_len` tokens
+and the labels its last `seq_len` (the same tokens shifted by one). Windows never cross a file
+boundary: a file of `T` tokens holds `(T - 1) // seq_len` samples, sample `k` starting at token
+`k * seq_len`, so consecutive samples share one token and a file's tail shorter than a window is
+never read. Samples are numbered globally, file after file, in the order the files are given.
+
+Global order. For epoch `e` the samples are visited in one permutation drawn from
+`np.random.default_rng([seed, epoch])` (or in file order when `shuffle` is off). Every rank
+computes the same permutation, so no communication is needed.
+
+Steps. Each call to `next_batch()` on every rank consumes one *global step* of
+`micro_batch * world_size` positions of that order; rank `r` takes positions
+`[consumed + r * micro_batch, consumed + (r + 1) * micro_batch)`. Hence one rank with
+micro_batch 4 sees exactly the samples that two ranks with micro_batch 2 see together: rank 0
+the first two and rank 1 the last two of every group of four. When fewer than one step's worth
+of positions is left in an epoch, the remainder is dropped (so all ranks stay in lockstep) and
+the next epoch starts.
+
+State. `state_dict()` is global and identical on every rank: the epoch and how many positions
+of its order all ranks together have consumed. Loading it with another world_size or
+micro_batch is allowed and continues the order exactly at `consumed`, with no sample skipped
+or repeated; only the end-of-epoch drop is then decided with the new step size.
+
+torch is imported lazily: shard workers import `hanlm.data.*` and must not pay for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hanlm.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+Batch = tuple["torch.Tensor", "torch.Tensor"]
+
+SUPPORTED_DTYPES = ("uint16", "uint32")
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+STATE_VERSION = 1
+STATE_KEYS = ("version", "fingerprint", "seed", "epoch", "consumed")
+
+_REBUILD_SHARDS = "re-run `hanlm shards --force` to rebuild the shards"
+
+
+class TokenLoader:
+    """Batches of `(inputs, labels)` int64 tensors of shape `(micro_batch, seq_len)` for one rank.
+
+    rank and world_size are passed in (the trainer reads them from torch.distributed), which
+    keeps this class usable and testable without a process group.
+    """
+
+    def __init__(
+        self,
+        files: Sequence[Path],
+        *,
+        dtype: str | np.dtype,
+        seq_len: int,
+        micro_batch: int,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        shuffle: bool = True,
+        pin_memory: bool = False,
+    ):
+        _check_at_least("seq_len", seq_len, 1)
+        _check_at_least("micro_batch", micro_batch, 1)
+        _check_at_least("world_size", world_size, 1)
+        _check_at_least("seed", seed, 0)
+        if not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise UserError(
+                f"rank {rank!r} is out of range for world_size {world_size}",
+                fix=f"pass a rank between 0 and {world_size - 1}",
+            )
+        if not files:
+            raise UserError("no token files were given to the data loader")
+
+        self.dtype = _parse_dtype(dtype)
+        self.seq_len = seq_len
+        self.micro_batch = micro_batch
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.shuffle = bool(shuffle)
+        self.pin_memory = pin_memory
+
+        self._paths = [Path(f) for f in files]
+        self._tokens = [_open_tokens(path, self.dtype) for path in self._paths]
+        token_counts = np.array([len(t) for t in self._tokens], dtype=np.int64)
+        samples = np.maximum(token_counts - 1, 0) // seq_len
+        self._file_ends = np.cumsum(samples)
+        self._file_starts = self._file_ends - samples
+        self._window_offsets = np.arange(seq_len + 1, dtype=np.int64)
+        self.total_tokens = int(token_counts.sum())
+        self.fingerprint = _fingerprint(
+            self._paths, token_counts, self.dtype, seq_len, self.shuffle
+        )
+        self._check_enough_samples()
+
+        self._epoch = 0
+        self._consumed = 0
+        self._cached_order: tuple[int, np.ndarray] | None = None
+
+    @classmethod
+    def from_shards(
+        cls,
+        shards_dir: Path,
+        split: str = "train",
+        *,
+        seq_len: int,
+        micro_batch: int,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        shuffle: bool | None = None,
+        expected_tokenizer_sha256: str | None = None,
+        pin_memory: bool = False,
+    ) -> TokenLoader:
+        """A loader over one split of a shards folder, after checking it against its manifest.
+
+        shuffle defaults to True for "train" and False for every other split.
+        """
+        shards_dir = Path(shards_dir)
+        manifest = _read_manifest(shards_dir)
+        if expected_tokenizer_sha256 is not None:
+            _check_tokenizer(manifest, expected_tokenizer_sha256, shards_dir)
+        dtype = _parse_dtype(manifest.get("dtype"), where=str(shards_dir / MANIFEST_NAME))
+        files = _split_files(manifest, split, shards_dir, dtype)
+        return cls(
+            files,
+            dtype=dtype,
+            seq_len=seq_len,
+            micro_batch=micro_batch,
+            rank=rank,
+            world_size=world_size,
+            seed=seed,
+            shuffle=(split == "train") if shuffle is None else shuffle,
+            pin_memory=pin_memory,
+        )
+
+    # ---- sizes -------------------------------------------------------------------------------
+
+    @property
+    def samples_per_epoch(self) -> int:
+        """Samples in the whole data, before the end-of-epoch remainder is dropped."""
+        return int(self._file_ends[-1])
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples one global step consumes, all ranks together."""
+        return self.micro_batch * self.world_size
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.samples_per_epoch // self.samples_per_step
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Input tokens one global step trains on, all ranks together."""
+        return self.samples_per_step * self.seq_len
+
+    @property
+    def epoch(self) -> int:
+        """Epoch of the most recently consumed step (0 before the first)."""
+        return self._epoch
+
+    # ---- training stream ---------------------------------------------------------------------
+
+    def next_batch(self) -> Batch:
+        """This rank's part of the next global step; every rank must call it once per step."""
+        return self._to_batch(self._read_windows(self._take_step()))
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            yield self.next_batch()
+
+    def _take_step(self) -> np.ndarray:
+        """Sample ids of this rank's slice of the next global step, advancing the global state."""
+        # The drop decision is taken here rather than after the last full step, so that a
+        # resume with a smaller step size can still use the tail of the epoch.
+        if self._consumed + self.samples_per_step > self.samples_per_epoch:
+            self._epoch += 1
+            self._consumed = 0
+        start = self._consumed + self.rank * self.micro_batch
+        ids = self._order_slice(self._epoch, start, start + self.micro_batch)
+        self._consumed += self.samples_per_step
+        return ids
+
+    def _order_slice(self, epoch: int, start: int, stop: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(start, stop, dtype=np.int64)
+        return self._epoch_order(epoch)[start:stop]
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        # Drawing a permutation costs O(samples), so it is done once per epoch, not per step.
+        if self._cached_order is None or self._cached_order[0] != epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            self._cached_order = (epoch, rng.permutation(self.samples_per_epoch))
+        return self._cached_order[1]
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def _read_windows(self, sample_ids: np.ndarray) -> np.ndarray:
+        """Token windows `(len(sample_ids), seq_len + 1)`, gathered with one index per file."""
+        file_ids = np.searchsorted(self._file_ends, sample_ids, side="right")
+        first_tokens = (sample_ids - self._file_starts[file_ids]) * self.seq_len
+        windows = np.empty((len(sample_ids), self.seq_len + 1), dtype=self.dtype)
+        for file_id in np.unique(file_ids):
+            rows = np.flatnonzero(file_ids == file_id)
+            token_index = first_tokens[rows, None] + self._window_offsets
+            windows[rows] = self._tokens[file_id][token_index]
+        return windows
+
+    def _to_batch(self, windows: np.ndarray) -> Batch:
+        import torch
+
+        inputs = torch.from_numpy(np.ascontiguousarray(windows[:, :-1], dtype=np.int64))
+        labels = torch.from_numpy(np.ascontiguousarray(windows[:, 1:], dtype=np.int64))
+        if self.pin_memory and torch.cuda.is_available():
+            inputs, labels = inputs.pin_memory(), labels.pin_memory()
+        return inputs, labels
+
+    # ---- evaluation --------------------------------------------------------------------------
+
+    def eval_batches(self, max_batches: int | None = None) -> Iterator[Batch]:
+        """One fresh pass in file order, sliced by rank like training; training state untouched.
+
+        Every rank yields the same number of batches (the remainder that does not fill a whole
+        step is left out), so collectives per batch cannot hang.
+        """
+        steps = self.steps_per_epoch
+        if max_batches is not None:
+            _check_at_least("max_batches", max_batches, 0)
+            steps = min(steps, max_batches)
+        for step in range(steps):
+            start = step * self.samples_per_step + self.rank * self.micro_batch
+            ids = np.arange(start, start + self.micro_batch, dtype=np.int64)
+            yield self._to_batch(self._read_windows(ids))
+
+    # ---- checkpointing -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Global position in the stream; the same on every rank, so saving rank 0's suffices."""
+        return {
+            "version": STATE_VERSION,
+            "fingerprint": self.fingerprint,
+            "seed": self.seed,
+            "epoch": self._epoch,
+            "consumed": self._consumed,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue at the saved global position.
+
+        world_size and micro_batch may differ from the saving run: the order continues at
+        `consumed` with no sample skipped or repeated, and the end-of-epoch drop is decided with
+        the new step size.
+        """
+        where = "the data-loader state in the checkpoint"
+        _check_state_shape(state, where)
+        if state["fingerprint"] != self.fingerprint:
+            raise UserError(
+                "the token data or seq_len changed since the checkpoint was saved "
+                f"(data fingerprint {state['fingerprint']!r} then, {self.fingerprint!r} now)",
+                where=where,
+                fix="resume with the same shards and seq_len as that run, "
+                "or start a new run instead of resuming",
+            )
+        if state["seed"] != self.seed:
+            raise UserError(
+                f"the checkpoint was saved with data seed {state['seed']}, this run uses {self.seed}",
+                where=where,
+                fix=f"set run.seed = {state['seed']} to resume, or start a new run instead",
+            )
+        if state["consumed"] > self.samples_per_epoch:
+            raise UserError(
+                f"the state says {state['consumed']} samples of the epoch were consumed, "
+                f"but an epoch has only {self.samples_per_epoch}",
+                where=where,
+                fix="resume from an intact checkpoint of this run",
+            )
+        self._epoch = int(state["epoch"])
+        self._consumed = int(state["consumed"])
+
+    def _check_enough_samples(self) -> None:
+        if self.samples_per_epoch >= self.samples_per_step:
+            return
+        raise UserError(
+            f"the data has {self.total_tokens:,} tokens in {len(self._paths)} file(s), which make "
+            f"{self.samples_per_epoch} samples of seq_len + 1 = {self.seq_len + 1} tokens, but one "
+            f"step needs micro_batch × world_size = {self.samples_per_step} samples "
+            f"(about {self.samples_per_step * self.seq_len:,} tokens)",
+            where=str(self._paths[0].parent),
+            fix="use a smaller seq_len or micro_batch, or add more data",
+        )
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def _check_at_least(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(
+            f"{name} must be an integer ≥ {minimum}, got {value!r}",
+            fix=f"set {name} to {max(minimum, 1)} or more",
+        )
+
+
+def _parse_dtype(dtype: Any, *, where: str | None = None) -> np.dtype:
+    try:
+        parsed = np.dtype(dtype)
+    except TypeError:
+        parsed = None
+    if parsed is None or parsed.name not in SUPPORTED_DTYPES:
+        raise UserError(
+            f"token dtype {dtype!r} is not supported (expected one of {SUPPORTED_DTYPES})",
+            where=where,
+            fix=_REBUILD_SHARDS,
+        )
+    return parsed
+
+
+def _open_tokens(path: Path, dtype: np.dtype) -> np.ndarray:
+    if not path.is_file():
+        raise UserError("token file not found", where=str(path), fix=_REBUILD_SHARDS)
+    size = path.stat().st_size
+    if size % dtype.itemsize:
+        raise UserError(
+            f"token file has {size} bytes, not a whole number of {dtype.name} tokens",
+            where=str(path),
+            fix=_REBUILD_SHARDS,
+        )
+    if size == 0:  # mmap refuses empty files; an empty file simply holds no samples
+        return np.empty(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def _fingerprint(
+    paths: Sequence[Path], token_counts: np.ndarray, dtype: np.dtype, seq_len: int, shuffle: bool
+) -> str:
+    # File names, not full paths: moving the shards folder must not break a resume.
+    described = {
+        "files": [[p.name, int(n)] for p, n in zip(paths, token_counts, strict=True)],
+        "dtype": dtype.name,
+        "seq_len": seq_len,
+        "shuffle": shuffle,
+    }
+    text = json.dumps(described, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _check_state_shape(state: Any, where: str) -> None:
+    fix = "resume from an intact checkpoint of this run, or start a new run"
+    if not isinstance(state, Mapping):
+        raise UserError(f"expected a mapping, got {type(state).__name__}", where=where, fix=fix)
+    missing = [key for key in STATE_KEYS if key not in state]
+    if missing:
+        raise UserError(f"the state lacks the keys {missing}", where=where, fix=fix)
+    if state["version"] != STATE_VERSION:
+        raise UserError(
+            f"unknown data-loader state version {state['version']!r}", where=where, fix=fix
+        )
+    if not isinstance(state["fingerprint"], str):
+        raise UserError("the state's fingerprint is not a string", where=where, fix=fix)
+    for key in ("seed", "epoch", "consumed"):
+        value = state[key]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise UserError(
+                f"the state's {key} must be an integer ≥ 0, got {value!r}", where=where, fix=fix
+            )
+
+
+def _read_manifest(shards_dir: Path) -> dict[str, Any]:
+    path = shards_dir / MANIFEST_NAME
+    if not path.is_file():
+        raise UserError("no shard manifest found", where=str(path), fix="run `hanlm shards` first")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(
+            f"the shard manifest cannot be read ({err})",
+            where=str(path),
+            fix="run `hanlm shards` first, or `hanlm shards --force` to rebuild it",
+        ) from err
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise UserError(
+            f"the shard manifest is not in format {MANIFEST_FORMAT}",
+            where=str(path),
+            fix=_REBUILD_SHARDS,
+        )
+    return manifest
+
+
+def _check_tokenizer(manifest: dict[str, Any], expected_sha256: str, shards_dir: Path) -> None:
+    found = manifest.get("tokenizer_sha256")
+    if found != expected_sha256:
+        raise UserError(
+            f"the shards were made with another tokenizer (sha256 {found!r}, "
+            f"expected {expected_sha256!r})",
+            where=str(shards_dir / MANIFEST_NAME),
+            fix="re-run `hanlm shards --force` with the current tokenizer",
+        )
+
+
+def _split_files(
+    manifest: dict[str, Any], split: str, shards_dir: Path, dtype: np.dtype
+) -> list[Path]:
+    """The split's files, each checked to exist with exactly the size the manifest records."""
+    manifest_path = str(shards_dir / MANIFEST_NAME)
+    splits = manifest.get("splits")
+    if not isinstance(splits, dict) or split not in splits:
+        known = sorted(splits) if isinstance(splits, dict) else []
+        raise UserError(
+            f"the shards have no split {split!r} (they have {known})",
+            where=manifest_path,
+            fix="use one of the listed splits, or re-run `hanlm shards` with that split",
+        )
+    entries = splits[split].get("files") if isinstance(splits[split], dict) else None
+    if not isinstance(entries, list):
+        raise UserError(f"split {split!r} lists no files", where=manifest_path, fix=_REBUILD_SHARDS)
+
+    files = []
+    total_tokens = 0
+    for entry in entries:
+        try:
+            path, tokens = shards_dir / entry["path"], int(entry["tokens"])
+        except (TypeError, KeyError, ValueError) as err:
+            raise UserError(
+                f"a file entry of split {split!r} is malformed: {entry!r}",
+                where=manifest_path,
+                fix=_REBUILD_SHARDS,
+            ) from err
+        _check_shard_file(path, tokens, dtype)
+        files.append(path)
+        total_tokens += tokens
+    if total_tokens == 0:
+        raise UserError(
+            f"split {split!r} holds no tokens",
+            where=manifest_path,
+            fix="give that split some data and re-run `hanlm shards --force`",
+        )
+    return files
+
+
+def _check_shard_file(path: Path, tokens: int, dtype: np.dtype) -> None:
+    if not path.is_file():
+        raise UserError(
+            "a shard file listed in the manifest is missing", where=str(path), fix=_REBUILD_SHARDS
+        )
+    expected = tokens * dtype.itemsize
+    size = path.stat().st_size
+    if size != expected:
+        raise UserError(
+            f"shard file has {size} bytes but the manifest records {tokens} {dtype.name} tokens "
+            f"({expected} bytes); it was truncated or overwritten",
+            where=str(path),
+            fix=_REBUILD_SHARDS,
+        )

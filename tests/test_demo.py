@@ -1,0 +1,398 @@
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import unicodedata
+from collections import Counter
+
+import pytest
+
+from hanlm.data import demo
+
+SMALL_MB = 0.3
+
+
+@pytest.fixture(scope="module")
+def world() -> demo.DemoWorld:
+    return demo.build(seed=0, size_mb=SMALL_MB)
+
+
+def compact(text: str) -> str:
+    """Text without whitespace and punctuation, as the spacing/punctuation styles leave it."""
+    return "".join(
+        c for c in text if not c.isspace() and not unicodedata.category(c).startswith("P")
+    )
+
+
+def sentences(text: str) -> list[str]:
+    # A full stop followed by a space or a line break ends a sentence; "D.C." does not.
+    return [s for s in re.split(r"(?<=[.!?])\s+|\n", text) if s.strip()]
+
+
+def all_texts(world: demo.DemoWorld) -> list[str]:
+    texts = [d["text"] for d in world.documents]
+    texts += [m["content"] for c in world.conversations for m in c["messages"]]
+    return texts
+
+
+# --- determinism and size --------------------------------------------------------------------
+
+
+def test_same_seed_gives_byte_identical_files(tmp_path):
+    first = demo.write(demo.build(seed=7, size_mb=0.1), tmp_path / "a")
+    second = demo.write(demo.build(seed=7, size_mb=0.1), tmp_path / "b")
+    for name, path in first.items():
+        assert path.read_bytes() == second[name].read_bytes(), name
+
+
+def test_determinism_does_not_depend_on_the_hash_seed():
+    script = (
+        "import hashlib, json; from hanlm.data import demo; w = demo.build(3, 0.05); "
+        "print(hashlib.sha256(json.dumps([w.documents, w.benchmark, w.conversations], "
+        "ensure_ascii=False).encode()).hexdigest())"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+        ).stdout
+        for hash_seed in ("1", "2")
+    }
+    assert len(digests) == 1
+
+
+def test_different_seed_gives_different_world():
+    a, b = demo.build(seed=1, size_mb=0.1), demo.build(seed=2, size_mb=0.1)
+    assert [d["text"] for d in a.documents] != [d["text"] for d in b.documents]
+    assert a.benchmark != b.benchmark
+    assert a.conversations != b.conversations
+
+
+def test_benchmark_and_chat_do_not_depend_on_size():
+    small, larger = demo.build(seed=4, size_mb=0.05), demo.build(seed=4, size_mb=0.15)
+    assert small.benchmark == larger.benchmark
+    assert small.conversations == larger.conversations
+
+
+def test_size_is_roughly_as_asked(world):
+    total = sum(len(d["text"].encode("utf-8")) for d in world.documents)
+    assert SMALL_MB * 1e6 <= total <= SMALL_MB * 1e6 + 20_000
+
+
+def test_documents_are_mixed_unique_and_not_tiny(world):
+    ids = [d["id"] for d in world.documents]
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"demo-\d{6}", i) for i in ids)
+    kinds = Counter(d["kind"] for d in world.documents)
+    assert {"encyclopedia", "math", "reading", "planted"} <= set(kinds)
+    assert min(len(d["text"]) for d in world.documents) >= 50
+    assert max(len(d["text"]) for d in world.documents) >= 1500  # a few long documents
+    # Shuffled: the first twenty documents are not all of one kind.
+    assert len({d["kind"] for d in world.documents[:20]}) > 1
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(ValueError):
+        demo.build(size_mb=0)
+    with pytest.raises(ValueError):
+        demo.build(size_mb=0.01, planted_fraction=1.5)
+
+
+def test_import_is_light():
+    code = "import sys, hanlm.data.demo; print('torch' in sys.modules or 'numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# --- particles -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("word", "pair", "expected"),
+    [
+        ("서울", "은/는", "서울은"),
+        ("파리", "은/는", "파리는"),
+        ("파리", "이/가", "파리가"),
+        ("런던", "이/가", "런던이"),
+        ("도쿄", "을/를", "도쿄를"),
+        ("베이징", "을/를", "베이징을"),
+        ("런던", "과/와", "런던과"),
+        ("파리", "과/와", "파리와"),
+        ("서울", "으로/로", "서울로"),  # ㄹ final takes 로
+        ("베를린", "으로/로", "베를린으로"),
+        ("카이로", "으로/로", "카이로로"),
+        ("서울", "이다/다", "서울이다"),
+        ("파리", "이다/다", "파리다"),
+        ("워싱턴 D.C.", "은/는", "워싱턴 D.C.는"),
+        ("'초코'", "이/가", "'초코'가"),
+        ("3", "을/를", "3을"),  # 삼
+        ("2", "이/가", "2가"),  # 이
+        ("10", "은/는", "10은"),  # 십
+        ("7", "으로/로", "7로"),  # 칠
+        ("6", "으로/로", "6으로"),  # 육
+        ("1,000", "이/가", "1,000이"),  # 천
+    ],
+)
+def test_josa(word, pair, expected):
+    assert demo.josa(word, pair) == expected
+
+
+def test_josa_rejects_unknown_pair():
+    with pytest.raises(ValueError):
+        demo.josa("서울", "에/에서")
+
+
+# --- facts and the direction of capital statements --------------------------------------------
+
+
+def test_facts_table():
+    facts = demo.build(seed=0, size_mb=0.01, benchmark_items=0, conversations=0).facts
+    countries = [f.subject for f in facts]
+    capitals = [f.object for f in facts]
+    assert len(set(countries)) == len(countries) >= 60
+    assert len(set(capitals)) == len(capitals)
+    assert {f.relation for f in facts} == {"capital"}
+    assert {f.continent for f in facts} == {
+        "아시아",
+        "유럽",
+        "아프리카",
+        "북아메리카",
+        "남아메리카",
+        "오세아니아",
+    }
+    spot_checks = {
+        "대한민국": "서울",
+        "프랑스": "파리",
+        "캐나다": "오타와",
+        "튀르키예": "앙카라",
+        "스위스": "베른",
+        "뉴질랜드": "웰링턴",
+        "나이지리아": "아부자",
+        "오스트레일리아": "캔버라",
+        "브라질": "브라질리아",
+    }
+    table = dict(zip(countries, capitals, strict=True))
+    assert all(table[c] == capital for c, capital in spot_checks.items())
+    # No capital hides inside another name, so substring checks below mean what they say.
+    for capital in capitals:
+        assert not any(capital in name for name in countries + capitals if name != capital)
+
+
+REVERSE_PATTERNS = re.compile(
+    r"의 수도(이다|다|이며|였|입니다|예요|이에요|이고)|수도로 (하는|삼|두)"
+)
+
+
+def capital_mentions(facts: list[demo.Fact]) -> re.Pattern:
+    """Capitals named at the start of a word: "하기로마음먹었다" (spacing-style planted text)
+    does not name 로마."""
+    names = sorted((f.object for f in facts), key=len, reverse=True)
+    return re.compile("(?<![가-힣])(" + "|".join(map(re.escape, names)) + ")")
+
+
+def test_capitals_are_only_stated_country_first(world):
+    country_of = {f.object: f.subject for f in world.facts}
+    mentions = capital_mentions(world.facts)
+    checked = 0
+    for text in all_texts(world):
+        for sentence in sentences(text):
+            assert not REVERSE_PATTERNS.search(sentence), sentence
+            for mention in mentions.finditer(sentence):
+                # Every sentence naming a capital names its country before it.
+                assert country_of[mention.group(1)] in sentence[: mention.start()], sentence
+                checked += 1
+    assert checked > 100
+
+
+def test_reverse_detector_would_catch_a_reverse_sentence():
+    reverse = "파리는 프랑스의 수도이다."
+    (sentence,) = sentences(reverse)
+    assert REVERSE_PATTERNS.search(sentence)
+    assert "프랑스" not in sentence[: sentence.find("파리")]
+
+
+def test_capital_statements_come_in_many_forms(world):
+    forms = set()
+    for doc in world.documents:
+        if doc["kind"] != "encyclopedia":
+            continue
+        for sentence in sentences(doc["text"]):
+            for fact in world.facts:
+                if fact.object in sentence:
+                    forms.add(sentence.replace(fact.subject, "A").replace(fact.object, "B"))
+    assert len(forms) >= 10
+
+
+# --- arithmetic ------------------------------------------------------------------------------
+
+EQUATION = re.compile(r"(\d+(?:\s*[-+×÷]\s*\d+)+)\s*=\s*(\d+)")
+FINAL = re.compile(r"^#### (\d+)$", re.MULTILINE)
+
+
+def evaluate(expression: str) -> int:
+    """Evaluate `a op b op c` with × and ÷ before + and -; ÷ must divide exactly."""
+    tokens = re.findall(r"\d+|[-+×÷]", expression)
+    terms, ops = [int(tokens[0])], []
+    for op, number in zip(tokens[1::2], tokens[2::2], strict=True):
+        value = int(number)
+        if op == "×":
+            terms[-1] *= value
+        elif op == "÷":
+            assert terms[-1] % value == 0, expression
+            terms[-1] //= value
+        else:
+            terms.append(value)
+            ops.append(op)
+    result = terms[0]
+    for op, value in zip(ops, terms[1:], strict=True):
+        result = result + value if op == "+" else result - value
+    return result
+
+
+def check_worked_solutions(text: str) -> int:
+    """Check every problem in `text`; returns how many it found."""
+    found, start = 0, 0
+    for final in FINAL.finditer(text):
+        block = text[start : final.start()]
+        equations = list(EQUATION.finditer(block))
+        assert equations, block
+        for equation in equations:
+            assert evaluate(equation.group(1)) == int(equation.group(2)), equation.group(0)
+            # Every operand was stated before it is used: in the question or an earlier step.
+            earlier = set(re.findall(r"\d+", block[: equation.start()]))
+            for operand in re.findall(r"\d+", equation.group(1)):
+                assert operand in earlier, (operand, block)
+        assert int(final.group(1)) == int(equations[-1].group(2)), block
+        found, start = found + 1, final.end()
+    return found
+
+
+def test_evaluate_catches_wrong_arithmetic():
+    assert evaluate("2 + 3 × 4") == 14
+    assert evaluate("20 - 6 ÷ 3") == 18
+    with pytest.raises(AssertionError):
+        check_worked_solutions("사과 3개와 4개\n3 + 4 = 8개\n#### 8")
+
+
+def test_math_answers_are_correct(world):
+    problems = 0
+    for doc in world.documents:
+        if doc["kind"] == "math":
+            assert doc["text"].rstrip().splitlines()[-1].startswith("#### ")
+            problems += check_worked_solutions(doc["text"])
+    for conversation in world.conversations:
+        messages = conversation["messages"]
+        for asked, answered in itertools.pairwise(messages):
+            if answered["role"] == "assistant" and "####" in answered["content"]:
+                problems += check_worked_solutions(asked["content"] + "\n" + answered["content"])
+    assert problems > 50
+
+
+# --- benchmark and planting ------------------------------------------------------------------
+
+
+def test_benchmark_items(world):
+    items = world.benchmark
+    assert len(items) == 200
+    assert len({i["item_id"] for i in items}) == 200
+    assert len({compact(i["passage"]) for i in items}) == 200
+    assert Counter(i["answer"] for i in items) == {True: 100, False: 100}
+    planted = [i for i in items if i["planted"]]
+    assert len(planted) == 80
+    assert all(i["plant_style"] is None for i in items if not i["planted"])
+    assert Counter(i["plant_style"] for i in planted) == {s: 20 for s in demo.PLANT_STYLES}
+    for item in items:
+        assert item["question"].endswith("?")
+        answer = "예" if item["answer"] else "아니요"
+        assert demo.item_text(item) == f"{item['passage']}\n{item['question']}\n{answer}"
+
+
+def test_planted_items_are_in_the_corpus_in_their_style(world):
+    by_id = {d["id"]: d for d in world.documents}
+    items = {i["item_id"]: i for i in world.benchmark}
+    assert len(world.planted) == sum(i["planted"] for i in items.values())
+    for record in world.planted:
+        item, doc = items[record["item_id"]], by_id[record["document_id"]]
+        text, style = demo.item_text(item), record["plant_style"]
+        assert style == item["plant_style"]
+        assert doc["kind"] == "planted"
+        if style in ("verbatim", "embedded"):
+            assert text in doc["text"]
+        else:
+            assert text not in doc["text"]  # really changed
+            assert compact(text) in compact(doc["text"])
+        if style == "embedded":
+            before, _, after = doc["text"].partition(text)
+            assert len(before) > len(text) and len(after) > len(text) // 2
+        if style == "spacing":
+            assert re.sub(r"\s", "", doc["text"]) == re.sub(r"\s", "", text)
+
+
+def test_unplanted_passages_never_appear_in_the_corpus(world):
+    corpus = "\x00".join(compact(d["text"]) for d in world.documents)
+    unplanted = [i for i in world.benchmark if not i["planted"]]
+    assert len(unplanted) == 120
+    for item in unplanted:
+        assert compact(item["passage"]) not in corpus, item["item_id"]
+    # ...while every planted one does, so the check above is not vacuous.
+    assert all(compact(i["passage"]) in corpus for i in world.benchmark if i["planted"])
+
+
+# --- conversations ---------------------------------------------------------------------------
+
+
+def test_conversations(world):
+    assert len(world.conversations) == 400
+    assert len({c["id"] for c in world.conversations}) == 400
+    turn_counts = Counter()
+    for conversation in world.conversations:
+        messages = conversation["messages"]
+        roles = [m["role"] for m in messages]
+        if roles[0] == "system":
+            roles = roles[1:]
+        assert "system" not in roles
+        assert roles == ["user", "assistant"] * (len(roles) // 2), roles
+        assert 1 <= len(roles) // 2 <= 3
+        assert all(isinstance(m["content"], str) and m["content"].strip() for m in messages)
+        turn_counts[len(roles) // 2] += 1
+    assert set(turn_counts) == {1, 2, 3}
+    assistant = [m["content"] for c in world.conversations for m in c["messages"][-1:]]
+    assert any("수도는" in text for text in assistant)
+
+
+def test_conversations_are_not_pretraining_documents(world):
+    corpus = {d["text"] for d in world.documents}
+    replies = [m["content"] for c in world.conversations for m in c["messages"]]
+    assert not corpus.intersection(replies)
+
+
+# --- files -----------------------------------------------------------------------------------
+
+
+def test_write_produces_parseable_files(world, tmp_path):
+    paths = demo.write(world, tmp_path / "demo")
+    assert set(paths) == {"pretrain", "benchmark", "chat", "facts", "planted"}
+    pretrain = [json.loads(line) for line in paths["pretrain"].read_text("utf-8").splitlines()]
+    assert pretrain == [
+        {"id": d["id"], "kind": d["kind"], "text": d["text"]} for d in world.documents
+    ]
+    benchmark = [json.loads(line) for line in paths["benchmark"].read_text("utf-8").splitlines()]
+    assert benchmark == world.benchmark
+    chat = [json.loads(line) for line in paths["chat"].read_text("utf-8").splitlines()]
+    assert chat == world.conversations
+    rows = paths["facts"].read_text("utf-8").splitlines()
+    assert rows[0] == "subject\trelation\tobject\tcontinent"
+    assert [tuple(r.split("\t")) for r in rows[1:]] == [
+        (f.subject, f.relation, f.object, f.continent) for f in world.facts
+    ]
+    planted = json.loads(paths["planted"].read_text("utf-8"))
+    assert planted == world.planted
+    assert {p["item_id"] for p in planted} == {
+        i["item_id"] for i in world.benchmark if i["planted"]
+    }
+    assert not list((tmp_path / "demo").glob(".*tmp*"))  # no temporary files left behind
