@@ -1,0 +1,1 @@
+"""Chat: the template, special-token audit and initialisation, the model doctor."""

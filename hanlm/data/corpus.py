@@ -1,0 +1,478 @@
+"""`hanlm corpus`: raw text in, normalised and deduplicated documents out.
+
+Reads .txt / .jsonl / .parquet files (optionally .gz or .zst), Hugging Face dataset ids and the
+built-in demo world; normalises to Unicode NFC (NFKC and NFD break Hangul syllables or
+compatibility jamo such as ㅋㅋ), removes control characters, drops short documents and exact (and
+optionally near-) duplicates, and writes zstd-compressed JSONL parts plus `stats.json`.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import json
+import os
+import re
+import time
+import unicodedata
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hanlm.config import Config
+from hanlm.console import info, progress, warn
+from hanlm.errors import UserError
+from hanlm.io import (
+    atomic_output_dir,
+    atomic_write_json,
+    fingerprint,
+    open_text_stream,
+    read_json,
+    stage_fingerprint,
+    strip_compression_suffix,
+    write_stage_marker,
+)
+
+STAGE = "corpus"
+PART_GLOB = "part-*.jsonl.zst"
+SUPPORTED = ".txt, .jsonl, .parquet (each optionally .gz or .zst), hf:NAME[:CONFIG]:SPLIT, demo"
+
+# C0/C1 controls except tab and newline, plus the byte-order mark and Unicode non-characters.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff\ufffe\uffff]")
+
+
+def normalise(text: str) -> str:
+    """NFC, unified newlines, no control characters, no surrounding whitespace."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = unicodedata.normalize("NFC", text)
+    return _CONTROL.sub("", text).strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+@dataclass
+class Skips:
+    """Input records (a JSONL line, a .txt document, a parquet row) skipped, by reason."""
+
+    strict: bool
+    counts: Counter = field(default_factory=Counter)
+
+    def skip(self, reason: str, where: str, detail: str = "") -> None:
+        if self.strict:
+            raise UserError(
+                f"{reason.replace('_', ' ')}{': ' + detail if detail else ''}",
+                where=where,
+                fix="repair or remove the record, or run without --strict to skip and count it",
+            )
+        self.counts[reason] += 1
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+
+
+def _decode(raw: bytes, skips: Skips, where: str) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        skips.skip("invalid_utf8", where, str(e))
+        return None
+
+
+def _read_jsonl(path: Path, text_field: str, skips: Skips) -> Iterator[Document]:
+    with open_text_stream(path) as stream:
+        for line_no, raw in enumerate(stream, start=1):
+            where = f"{path}:{line_no}"
+            line = _decode(raw, skips, where)
+            if line is None or not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                skips.skip("corrupt_json", where, str(e))
+                continue
+            text = record.get(text_field) if isinstance(record, dict) else None
+            if not isinstance(text, str):
+                skips.skip("missing_field", where, f"no string field {text_field!r}")
+                continue
+            doc_id = record.get("id")
+            yield Document(str(doc_id) if doc_id is not None else f"{path.name}:{line_no}", text)
+
+
+def _read_txt(path: Path, doc_per_line: bool, skips: Skips) -> Iterator[Document]:
+    with open_text_stream(path) as stream:
+        block: list[bytes] = []
+        start = 1
+        for line_no, raw in enumerate(stream, start=1):
+            if doc_per_line:
+                line = _decode(raw, skips, f"{path}:{line_no}")
+                if line is not None and line.strip():
+                    yield Document(f"{path.name}:{line_no}", line)
+                continue
+            if raw.strip():
+                if not block:
+                    start = line_no
+                block.append(raw)
+                continue
+            if block:
+                text = _decode(b"".join(block), skips, f"{path}:{start}")
+                if text is not None:
+                    yield Document(f"{path.name}:{start}", text)
+                block = []
+        if block:
+            text = _decode(b"".join(block), skips, f"{path}:{start}")
+            if text is not None:
+                yield Document(f"{path.name}:{start}", text)
+
+
+def _read_parquet(path: Path, text_field: str, skips: Skips) -> Iterator[Document]:
+    import pyarrow.parquet as pq
+
+    if strip_compression_suffix(path.name) != path.name:
+        with open_text_stream(path) as stream:
+            source = io.BytesIO(stream.read())  # parquet needs random access
+    else:
+        source = path
+    try:
+        pf = pq.ParquetFile(source)
+    except Exception as e:  # pyarrow raises ArrowInvalid/OSError for a damaged file
+        raise UserError(f"cannot read parquet file: {e}", where=str(path)) from None
+    names = pf.schema_arrow.names
+    if text_field not in names:
+        raise UserError(
+            f"parquet file has no column {text_field!r}",
+            where=str(path),
+            fix=f"choose one of its columns with --text-field: {', '.join(names)}",
+        )
+    row = 0
+    for batch in pf.iter_batches(columns=[text_field], batch_size=4096):
+        for value in batch.column(0).to_pylist():
+            row += 1
+            where = f"{path}:row {row}"
+            if isinstance(value, bytes):
+                value = _decode(value, skips, where)
+                if value is None:
+                    continue
+            if not isinstance(value, str):
+                skips.skip("missing_field", where, f"{text_field!r} is empty or not text")
+                continue
+            yield Document(f"{path.name}:{row}", value)
+
+
+def _read_hf(spec: str, text_field: str, skips: Skips) -> Iterator[Document]:
+    parts = spec[len("hf:") :].split(":")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise UserError(
+            f"bad Hugging Face dataset id {spec!r}",
+            fix="write it as hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT",
+        )
+    name, config, split = (parts[0], None, parts[1]) if len(parts) == 2 else parts
+    try:
+        import datasets
+    except ImportError:
+        raise UserError(
+            f"reading {spec} needs the `datasets` package", fix="pip install 'hanlm[hf]'"
+        ) from None
+    offline_fix = (
+        f"on a machine that is online, save it with datasets (load_dataset({name!r}"
+        f"{', ' + repr(config) if config else ''}, split={split!r}).to_parquet('data.parquet')) "
+        "and pass the file with --input"
+    )
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
+        raise UserError(f"{spec} cannot be streamed: Hugging Face is set offline", fix=offline_fix)
+    try:
+        dataset = datasets.load_dataset(name, config, split=split, streaming=True)
+        for row, record in enumerate(dataset, start=1):
+            text = record.get(text_field)
+            if not isinstance(text, str):
+                skips.skip("missing_field", f"{spec}:row {row}", f"no string field {text_field!r}")
+                continue
+            yield Document(f"{name}:{split}:{row}", text)
+    except UserError:
+        raise
+    except Exception as e:  # network, authentication or a missing dataset: all need the user
+        raise UserError(
+            f"could not stream {spec}: {type(e).__name__}: {e}", fix=offline_fix
+        ) from None
+
+
+def expand_inputs(inputs: list[str]) -> list[str | Path]:
+    """Globs become sorted file lists; `hf:` ids and `demo` pass through. No match is an error."""
+    if not inputs:
+        raise UserError("no corpus inputs given", fix=f"pass --input with one of: {SUPPORTED}")
+    expanded: list[str | Path] = []
+    for spec in inputs:
+        if spec == "demo" or spec.startswith("hf:"):
+            expanded.append(spec)
+            continue
+        matches = sorted(glob.glob(os.path.expanduser(spec), recursive=True))
+        files = [Path(m) for m in matches if Path(m).is_file()]
+        if not files:
+            raise UserError(
+                f"corpus input {spec!r} matches no file",
+                fix="check the path or glob pattern (quote it so the shell does not expand it)",
+            )
+        for path in files:
+            kind = Path(strip_compression_suffix(path.name)).suffix.lower()
+            if kind not in (".txt", ".jsonl", ".parquet"):
+                raise UserError(
+                    f"unsupported corpus file type {path.name!r}",
+                    where=str(path),
+                    fix=f"supported inputs are {SUPPORTED}",
+                )
+        expanded.extend(files)
+    return expanded
+
+
+def ensure_demo_world(cfg: Config, run_dir: Path) -> Path:
+    """Write the demo world into `run_dir/demo/` once; later stages (SFT, eval) read it there."""
+    from hanlm.data import demo
+
+    demo_dir = Path(run_dir) / "demo"
+    fp = fingerprint(cfg.demo.model_dump())
+    if stage_fingerprint(demo_dir) != fp:
+        world = demo.build(seed=cfg.demo.seed, size_mb=cfg.demo.size_mb)
+        with atomic_output_dir(demo_dir) as tmp:
+            demo.write(world, tmp)
+            write_stage_marker(tmp, "demo", fp)
+    return demo_dir
+
+
+def read_source(source: str | Path, cfg: Config, run_dir: Path, skips: Skips) -> Iterator[Document]:
+    c = cfg.corpus
+    if source == "demo":
+        yield from _read_jsonl(ensure_demo_world(cfg, run_dir) / "pretrain.jsonl", "text", skips)
+        return
+    if isinstance(source, str):
+        yield from _read_hf(source, c.text_field, skips)
+        return
+    kind = Path(strip_compression_suffix(source.name)).suffix.lower()
+    try:
+        if kind == ".txt":
+            yield from _read_txt(source, c.doc_per_line, skips)
+        elif kind == ".jsonl":
+            yield from _read_jsonl(source, c.text_field, skips)
+        else:
+            yield from _read_parquet(source, c.text_field, skips)
+    except (EOFError, OSError, zlib.error) as e:
+        # A truncated or damaged compressed file: what was read so far is kept.
+        skips.skip("corrupt_file", str(source), f"{type(e).__name__}: {e}")
+    except Exception as e:
+        if type(e).__name__ != "ZstdError":
+            raise
+        skips.skip("corrupt_file", str(source), str(e))
+
+
+# ---------------------------------------------------------------------------------------------
+# Deduplication
+
+
+class NearDuplicateFilter:
+    """MinHash LSH over character shingles of the whitespace-free text (Korean spacing varies)."""
+
+    def __init__(self, threshold: float, num_perm: int, ngram: int, seed: int):
+        from datasketch import MinHash, MinHashLSH
+
+        self._minhash = MinHash
+        self._lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+        self._num_perm, self._ngram, self._seed = num_perm, ngram, seed
+        self._count = 0
+
+    def is_duplicate(self, text: str) -> bool:
+        compact = "".join(text.split())
+        n = self._ngram
+        shingles = {compact[i : i + n] for i in range(max(1, len(compact) - n + 1))}
+        m = self._minhash(num_perm=self._num_perm, seed=self._seed)
+        m.update_batch([s.encode("utf-8") for s in shingles])
+        if self._lsh.query(m):
+            return True
+        self._lsh.insert(str(self._count), m)
+        self._count += 1
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+class PartWriter:
+    """Compressed JSONL parts of about `part_chars` characters each."""
+
+    def __init__(self, out_dir: Path, part_chars: int):
+        import zstandard
+
+        self._compressor = zstandard.ZstdCompressor(level=3)
+        self.out_dir, self.part_chars = out_dir, part_chars
+        self.parts: list[dict] = []
+        self._file = self._writer = None
+        self._docs = self._chars = 0
+
+    def _open(self) -> None:
+        path = self.out_dir / f"part-{len(self.parts):05d}.jsonl.zst"
+        self._file = open(path, "wb")  # noqa: SIM115 - closed in _close
+        self._writer = self._compressor.stream_writer(self._file)
+        self.parts.append({"path": path.name, "documents": 0, "characters": 0})
+        self._docs = self._chars = 0
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.flush(1)  # zstd FLUSH_FRAME: end the frame before closing
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._writer.close()
+            self.parts[-1].update(documents=self._docs, characters=self._chars)
+            self._file = self._writer = None
+
+    def write(self, doc: Document) -> None:
+        if self._writer is None:
+            self._open()
+        line = json.dumps({"id": doc.id, "text": doc.text}, ensure_ascii=False) + "\n"
+        self._writer.write(line.encode("utf-8"))
+        self._docs += 1
+        self._chars += len(doc.text)
+        if self._chars >= self.part_chars:
+            self._close()
+
+    def close(self) -> list[dict]:
+        self._close()
+        return self.parts
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+
+
+def _input_fingerprint(sources: list[str | Path]) -> list:
+    out: list = []
+    for s in sources:
+        if isinstance(s, Path):
+            st = s.stat()
+            out.append([str(s.resolve()), st.st_size, st.st_mtime_ns])
+        else:
+            out.append(s)
+    return out
+
+
+def stage_fp(cfg: Config) -> str:
+    sources = expand_inputs(cfg.corpus.inputs)
+    demo_cfg = cfg.demo.model_dump() if "demo" in cfg.corpus.inputs else None
+    return fingerprint(
+        STAGE, cfg.corpus.model_dump(), demo_cfg, cfg.run.seed, _input_fingerprint(sources)
+    )
+
+
+def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
+    run_dir = Path(run_dir)
+    out = run_dir / STAGE
+    fp = stage_fp(cfg)
+    if not force and stage_fingerprint(out) == fp:
+        info(f"corpus: up to date in {out}, skipped")
+        return read_json(out / "stats.json")
+
+    c = cfg.corpus
+    sources = expand_inputs(c.inputs)
+    skips = Skips(strict=c.strict)
+    seen: set[bytes] = set()
+    near = (
+        NearDuplicateFilter(
+            c.near_dedup_threshold, c.near_dedup_num_perm, c.near_dedup_ngram, cfg.run.seed
+        )
+        if c.near_dedup
+        else None
+    )
+    stats = Counter()
+    started = time.perf_counter()
+    with atomic_output_dir(out) as tmp, progress() as bar:
+        task = bar.add_task("corpus", total=None)
+        writer = PartWriter(tmp, c.part_chars)
+        for source in sources:
+            for doc in read_source(source, cfg, run_dir, skips):
+                stats["documents_in"] += 1
+                stats["characters_in"] += len(doc.text)
+                bar.advance(task)
+                text = normalise(doc.text)
+                if len(text) < c.min_chars:
+                    stats["too_short"] += 1
+                    continue
+                key = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+                if key in seen:
+                    stats["exact_duplicates"] += 1
+                    continue
+                seen.add(key)
+                if near is not None and near.is_duplicate(text):
+                    stats["near_duplicates"] += 1
+                    continue
+                writer.write(Document(doc.id, text))
+                stats["documents_out"] += 1
+                stats["characters_out"] += len(text)
+        parts = writer.close()
+        if stats["documents_out"] == 0:
+            raise UserError(
+                f"the corpus is empty after cleaning ({stats['documents_in']} documents read, "
+                f"{stats['too_short']} too short, {sum(skips.counts.values())} records skipped)",
+                where=", ".join(c.inputs),
+                fix="check --input, --text-field and corpus.min_chars",
+            )
+        result = {
+            "inputs": [str(s) for s in sources],
+            **{
+                k: stats[k]
+                for k in ("documents_in", "characters_in", "documents_out", "characters_out")
+            },
+            "too_short": stats["too_short"],
+            "exact_duplicates": stats["exact_duplicates"],
+            "near_duplicates": stats["near_duplicates"] if near else None,
+            "skipped": dict(sorted(skips.counts.items())),
+            "parts": parts,
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        atomic_write_json(tmp / "stats.json", result)
+        write_stage_marker(tmp, STAGE, fp)
+    if skips.counts:
+        warn(f"corpus: skipped records {dict(skips.counts)} (use --strict to fail instead)")
+    info(
+        f"corpus: {result['documents_out']:,} documents, {result['characters_out']:,} characters "
+        f"({result['exact_duplicates']:,} exact and {result['near_duplicates'] or 0:,} near duplicates "
+        f"removed) -> {out}"
+    )
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the stage's output (tokenizer, shards and decontam use these)
+
+
+def training_corpus_dir(run_dir: Path) -> Path:
+    """The corpus later stages train on: the decontaminated one when that stage has run."""
+    run_dir = Path(run_dir)
+    cleaned = run_dir / "decontam" / "corpus"
+    if stage_fingerprint(run_dir / "decontam") is not None and cleaned.is_dir():
+        return cleaned
+    corpus_dir = run_dir / STAGE
+    if stage_fingerprint(corpus_dir) is None:
+        raise UserError(
+            f"no finished corpus in {corpus_dir}", fix=f"run `hanlm corpus --run {run_dir}` first"
+        )
+    return corpus_dir
+
+
+def corpus_parts(corpus_dir: Path) -> list[Path]:
+    return sorted(Path(corpus_dir).glob(PART_GLOB))
+
+
+def iter_part(path: Path) -> Iterator[dict]:
+    with open_text_stream(path) as stream:
+        for line in stream:
+            yield json.loads(line)
+
+
+def iter_corpus(corpus_dir: Path) -> Iterator[dict]:
+    for part in corpus_parts(corpus_dir):
+        yield from iter_part(part)

@@ -1,0 +1,297 @@
+"""`hanlm shards`: the corpus tokenised into NumPy memmap files, in parallel worker processes.
+
+One corpus part is one unit of work and gives `train-NNNNN.bin`, `val-NNNNN.bin` and a sidecar
+`part-NNNNN.json` written last, so a killed run resumes by skipping parts whose sidecar exists.
+Work happens in `shards.incomplete/`; the finished folder is renamed to `shards/` with its
+`manifest.json`. Documents are separated by the end-of-document token; the train/val split is
+decided per document by a seeded hash of its id, so it does not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from hanlm.config import Config
+from hanlm.console import info, progress
+from hanlm.data import corpus as corpus_stage
+from hanlm.data import tokenizer as tokenizer_stage
+from hanlm.errors import UserError
+from hanlm.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    file_sha256,
+    fingerprint,
+    read_json,
+    replace_dir,
+    stage_fingerprint,
+    write_stage_marker,
+)
+
+STAGE = "shards"
+FORMAT_VERSION = 1
+SPLITS = ("train", "val")
+WORK_MARKER = "work.json"
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+def is_val(doc_id: str, seed: int, val_fraction: float) -> bool:
+    """A seeded, order-free coin per document: the split never depends on who encodes it."""
+    digest = hashlib.blake2b(f"{seed}\x00{doc_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2**64 < val_fraction
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker side: imports only numpy and tokenizers, never torch.
+
+_worker_tokenizer = None
+
+
+def _init_worker(tokenizer_path: str) -> None:
+    # One thread per worker: N workers use N cores, and rayon must not start after a fork.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    global _worker_tokenizer
+    from tokenizers import Tokenizer
+
+    _worker_tokenizer = Tokenizer.from_file(tokenizer_path)
+
+
+def _batches(part: Path, size: int) -> Iterator[list[dict]]:
+    batch: list[dict] = []
+    for doc in corpus_stage.iter_part(part):
+        batch.append(doc)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def encode_part(job: dict) -> dict:
+    """Tokenise one corpus part into its train and val files; returns the sidecar it wrote."""
+    tok = _worker_tokenizer
+    eod, dtype = job["eod_id"], np.dtype(job["dtype"])
+    pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+    counts = {s: {"tokens": 0, "documents": 0, "bytes": 0} for s in SPLITS}
+    first = job["index"] == 0
+    for batch in _batches(Path(job["part"]), job["batch_docs"]):
+        encodings = tok.encode_batch_fast([d["text"] for d in batch])
+        for doc, enc in zip(batch, encodings, strict=True):
+            val = job["val_fraction"] > 0 and (
+                first or is_val(doc["id"], job["seed"], job["val_fraction"])
+            )
+            first = False  # the first document of part 0 always goes to val: val is never empty
+            split = "val" if val else "train"
+            ids = enc.ids
+            ids.append(eod)
+            pieces[split].append(np.array(ids, dtype=dtype))
+            c = counts[split]
+            c["tokens"] += len(ids)
+            c["documents"] += 1
+            c["bytes"] += len(doc["text"].encode("utf-8"))
+    out_dir = Path(job["out_dir"])
+    special_ids = np.asarray(job["special_ids"], dtype=np.int64)
+    sidecar: dict = {"part": Path(job["part"]).name, "tokenizer_sha256": job["tokenizer_sha256"]}
+    for split in SPLITS:
+        tokens = np.concatenate(pieces[split]) if pieces[split] else np.zeros(0, dtype=dtype)
+        name = f"{split}-{job['index']:05d}.bin"
+        atomic_write_bytes(out_dir / name, tokens.tobytes())
+        sidecar[split] = {"path": name, **counts[split]}
+        if split == "train":
+            hist = np.bincount(tokens, minlength=int(special_ids.max()) + 1)
+            sidecar["special_token_counts"] = hist[special_ids].tolist()
+    atomic_write_json(out_dir / f"part-{job['index']:05d}.json", sidecar)
+    return sidecar
+
+
+# ---------------------------------------------------------------------------------------------
+# Coordinator side
+
+
+def _special_tokens(tokenizer_dir: Path) -> dict[str, int]:
+    spec = read_json(tokenizer_dir / "special_tokens.json")
+    names = {v["token"]: v["id"] for k, v in spec.items() if isinstance(v, dict) and "id" in v}
+    names.update({r["token"]: r["id"] for r in spec["reserved"]})
+    return dict(sorted(names.items(), key=lambda kv: kv[1]))
+
+
+def _sidecar_ok(work: Path, index: int, sha: str) -> dict | None:
+    path = work / f"part-{index:05d}.json"
+    if not path.is_file():
+        return None
+    try:
+        sidecar = read_json(path)
+    except (OSError, ValueError):
+        return None
+    if sidecar.get("tokenizer_sha256") != sha:
+        return None
+    for split in SPLITS:
+        f = work / sidecar[split]["path"]
+        if not f.is_file():
+            return None
+    return sidecar
+
+
+def _check_existing(out: Path, sha: str, run_dir: Path) -> None:
+    manifest = out / "manifest.json"
+    if manifest.is_file():
+        made_with = read_json(manifest).get("tokenizer_sha256")
+        if made_with != sha:
+            raise UserError(
+                f"the shards in {out} were made with another tokenizer (sha256 {str(made_with)[:12]}…) "
+                f"than the run's ({sha[:12]}…)",
+                fix=f"rebuild them with `hanlm shards --run {run_dir} --force` "
+                "(or `hanlm run --from tokenizer`)",
+            )
+
+
+def stage_fp(cfg: Config, run_dir: Path) -> str:
+    tokenizer_dir = Path(run_dir) / tokenizer_stage.STAGE
+    corpus_dir = corpus_stage.training_corpus_dir(run_dir)
+    upstream = stage_fingerprint(corpus_dir) or stage_fingerprint(corpus_dir.parent)
+    output_settings = cfg.shards.model_dump(exclude={"workers", "batch_docs"})
+    sha = file_sha256(tokenizer_dir / "tokenizer.json")
+    return fingerprint(STAGE, output_settings, cfg.run.seed, sha, upstream)
+
+
+def _prepare_workdir(work: Path, fp: str) -> None:
+    marker = work / WORK_MARKER
+    if work.is_dir() and (not marker.is_file() or read_json(marker).get("fingerprint") != fp):
+        shutil.rmtree(work)  # leftovers of a different configuration
+    work.mkdir(parents=True, exist_ok=True)
+    if not marker.is_file():
+        atomic_write_json(marker, {"fingerprint": fp})
+
+
+def _manifest(
+    sidecars: list[dict], vocab_size: int, dtype: np.dtype, sha: str, special: dict
+) -> dict:
+    splits = {}
+    for split in SPLITS:
+        files = [s[split] for s in sidecars if s[split]["tokens"] > 0]
+        splits[split] = {
+            "files": files,
+            **{k: sum(f[k] for f in files) for k in ("tokens", "documents", "bytes")},
+        }
+    totals = np.sum([s["special_token_counts"] for s in sidecars], axis=0)
+    return {
+        "format": FORMAT_VERSION,
+        "dtype": dtype.name,
+        "vocab_size": vocab_size,
+        "tokenizer_sha256": sha,
+        "eod_id": special[tokenizer_stage.END_OF_DOCUMENT],
+        "splits": splits,
+        "special_token_counts": {t: int(n) for t, n in zip(special, totals, strict=True)},
+    }
+
+
+def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
+    run_dir = Path(run_dir)
+    out = run_dir / STAGE
+    tokenizer_json = tokenizer_stage.finished_path(run_dir)
+    tokenizer_dir = tokenizer_json.parent
+    sha = file_sha256(tokenizer_json)
+    fp = stage_fp(cfg, run_dir)
+    if not force:
+        if stage_fingerprint(out) == fp:
+            info(f"shards: up to date in {out}, skipped")
+            return read_json(out / "manifest.json")
+        _check_existing(out, sha, run_dir)
+
+    corpus_dir = corpus_stage.training_corpus_dir(run_dir)
+    parts = corpus_stage.corpus_parts(corpus_dir)
+    special = _special_tokens(tokenizer_dir)
+    vocab_size = read_json(tokenizer_dir / "special_tokens.json")["vocab_size"]
+    dtype = token_dtype(vocab_size)
+    work = out.with_name(f"{STAGE}.incomplete")
+    _prepare_workdir(work, fp)
+
+    s = cfg.shards
+    jobs = [
+        {
+            "part": str(p),
+            "index": i,
+            "out_dir": str(work),
+            "eod_id": special[tokenizer_stage.END_OF_DOCUMENT],
+            "dtype": dtype.name,
+            "val_fraction": s.val_fraction,
+            "seed": cfg.run.seed,
+            "batch_docs": s.batch_docs,
+            "special_ids": list(special.values()),
+            "tokenizer_sha256": sha,
+        }
+        for i, p in enumerate(parts)
+    ]
+    done = {i: sc for i in range(len(jobs)) if (sc := _sidecar_ok(work, i, sha)) is not None}
+    todo = [j for j in jobs if j["index"] not in done]
+    workers = max(1, min(s.workers or os.cpu_count() or 1, len(todo) or 1))
+    started = time.perf_counter()
+    if done:
+        info(f"shards: resuming, {len(done)} of {len(jobs)} parts already encoded")
+    with progress() as bar:
+        task = bar.add_task(f"shards ({workers} workers)", total=len(jobs), completed=len(done))
+        for sidecar in _encode(todo, workers, tokenizer_json):
+            done[int(sidecar["train"]["path"].split("-")[1].split(".")[0])] = sidecar
+            bar.advance(task)
+    sidecars = [done[i] for i in range(len(jobs))]
+    manifest = _manifest(sidecars, vocab_size, dtype, sha, special)
+    if manifest["splits"]["train"]["tokens"] == 0:
+        raise UserError(f"no training tokens from {corpus_dir}", fix="give the corpus more text")
+    manifest["seconds"] = round(time.perf_counter() - started, 3)
+    manifest["workers"] = workers
+    atomic_write_json(work / "manifest.json", manifest)
+    write_stage_marker(work, STAGE, fp)
+    replace_dir(out, work)
+    tr = manifest["splits"]["train"]
+    info(
+        f"shards: {tr['tokens']:,} train tokens in {tr['documents']:,} documents, "
+        f"{manifest['splits']['val']['tokens']:,} val tokens ({dtype.name}) -> {out}"
+    )
+    return manifest
+
+
+def _encode(jobs: list[dict], workers: int, tokenizer_path: Path) -> Iterator[dict]:
+    if not jobs:
+        return
+    if workers == 1:
+        saved = {k: os.environ.get(k) for k in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
+        _init_worker(str(tokenizer_path))
+        try:
+            for job in jobs:
+                yield encode_part(job)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        return
+    # spawn, not fork: the parent may hold rayon threads from an earlier tokenizers call.
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(str(tokenizer_path),)) as pool:
+        yield from pool.imap_unordered(encode_part, jobs)
+
+
+def load_manifest(run_dir: Path) -> dict:
+    """The run's shard manifest, checked against the run's tokenizer."""
+    run_dir = Path(run_dir)
+    path = run_dir / STAGE / "manifest.json"
+    if stage_fingerprint(path.parent) is None or not path.is_file():
+        raise UserError(
+            f"no finished shards in {path.parent}", fix=f"run `hanlm shards --run {run_dir}`"
+        )
+    manifest = read_json(path)
+    sha = file_sha256(run_dir / tokenizer_stage.STAGE / "tokenizer.json")
+    _check_existing(path.parent, sha, run_dir)
+    return manifest

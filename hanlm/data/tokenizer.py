@@ -1,0 +1,242 @@
+"""`hanlm tokenizer`: a byte-level BPE tokenizer trained on the corpus with Hugging Face `tokenizers`.
+
+NFC normaliser, digits split one by one, and every special token the later stages need (document
+boundaries, padding, chat roles, end of turn, a spare block) reserved at the lowest ids from the
+first training, so the chat tokens exist even if pretraining never shows them.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+from hanlm.chat.template import ASSISTANT, CHAT_TEMPLATE, END_OF_TURN, SYSTEM, USER
+from hanlm.config import Config
+from hanlm.console import info
+from hanlm.data import corpus as corpus_stage
+from hanlm.errors import UserError
+from hanlm.io import (
+    atomic_output_dir,
+    atomic_write_json,
+    file_sha256,
+    fingerprint,
+    read_json,
+    stage_fingerprint,
+    write_stage_marker,
+)
+
+STAGE = "tokenizer"
+BOS = "<|bos|>"
+END_OF_DOCUMENT = "<|endoftext|>"
+PAD = "<|pad|>"
+VOCAB_MULTIPLE = 64  # tensor-core friendly embedding and head shapes
+MODEL_MAX_LENGTH = 1 << 20  # the tokenizer has no length limit of its own; the model sets one
+
+
+def core_special_tokens() -> dict[str, str]:
+    return {
+        "bos": BOS,
+        "eod": END_OF_DOCUMENT,
+        "pad": PAD,
+        "system": SYSTEM,
+        "user": USER,
+        "assistant": ASSISTANT,
+        "eot": END_OF_TURN,
+    }
+
+
+def reserved_token(i: int) -> str:
+    return f"<|reserved_{i}|>"
+
+
+def round_up(n: int, multiple: int = VOCAB_MULTIPLE) -> int:
+    return -(-n // multiple) * multiple
+
+
+def build_untrained():
+    """The tokenizer pipeline: NFC, digits one by one, GPT-2 style byte-level split."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _sample(corpus_dir: Path, cfg: Config) -> tuple[list[str], list[str], int]:
+    """Seeded sample of documents: held-out ones (for compression figures) and training text."""
+    t = cfg.tokenizer
+    stats_path = corpus_dir / "stats.json"
+    stats = read_json(stats_path) if stats_path.is_file() else {}
+    total_chars = max(1, int(stats.get("characters_out", 0)) or 1)
+    total_docs = max(1, int(stats.get("documents_out", 0)) or 1)
+    keep = 1.0 if not stats else min(1.0, t.sample_chars / total_chars)
+    heldout_rate = min(0.5, 2.0 * t.heldout_docs / total_docs) if stats else 0.02
+    rng = random.Random(f"tokenizer-sample-{cfg.run.seed}")
+    heldout: list[str] = []
+    train: list[str] = []
+    train_chars = 0
+    for doc in corpus_stage.iter_corpus(corpus_dir):
+        u = rng.random()
+        if u < heldout_rate and len(heldout) < t.heldout_docs:
+            heldout.append(doc["text"])
+        elif (u < keep or not stats) and train_chars < t.sample_chars:
+            train.append(doc["text"])
+            train_chars += len(doc["text"])
+        if train_chars >= t.sample_chars and len(heldout) >= t.heldout_docs:
+            break
+    if not heldout and len(train) > 1:
+        heldout.append(train.pop())  # a tiny corpus still gets a compression figure
+    if not train:
+        raise UserError(
+            f"no training text for the tokenizer in {corpus_dir}",
+            fix="give the corpus stage more documents, or lower tokenizer.heldout_docs",
+        )
+    return train, heldout, train_chars
+
+
+def train(texts: list[str], vocab_size: int, min_frequency: int, reserved: int):
+    """Train and pad the vocabulary to a multiple of 64 with extra reserved tokens."""
+    from tokenizers import pre_tokenizers, trainers
+
+    specials = [*core_special_tokens().values()] + [reserved_token(i) for i in range(reserved)]
+    target = round_up(vocab_size)
+    if target < len(specials) + 256 + VOCAB_MULTIPLE:
+        raise UserError(
+            f"tokenizer.vocab_size {vocab_size} leaves no room for merges after the 256 byte "
+            f"tokens and {len(specials)} special tokens",
+            fix=f"use at least {round_up(len(specials) + 256 + VOCAB_MULTIPLE)}",
+        )
+    tok = build_untrained()
+    trainer = trainers.BpeTrainer(
+        vocab_size=target,
+        min_frequency=min_frequency,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    size = tok.get_vocab_size(with_added_tokens=True)
+    padding = [reserved_token(reserved + i) for i in range(round_up(size) - size)]
+    if padding:
+        tok.add_special_tokens(padding)
+    return tok
+
+
+def save(tok, out_dir: Path) -> dict:
+    """Write a folder that `transformers.AutoTokenizer.from_pretrained` loads, plus special_tokens.json."""
+    from transformers import PreTrainedTokenizerFast
+
+    core = core_special_tokens()
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=core["bos"],
+        eos_token=core["eod"],
+        pad_token=core["pad"],
+        additional_special_tokens=[core[k] for k in ("system", "user", "assistant", "eot")],
+        clean_up_tokenization_spaces=False,
+        model_max_length=MODEL_MAX_LENGTH,
+    )
+    hf.chat_template = CHAT_TEMPLATE
+    # The template stays inside tokenizer_config.json, where every consumer looks for it.
+    hf.save_pretrained(out_dir, save_jinja_files=False)
+    _portable_config(out_dir / "tokenizer_config.json")
+    vocab = tok.get_vocab(with_added_tokens=True)
+    specials = {name: {"token": t, "id": vocab[t]} for name, t in core.items()}
+    reserved = sorted(
+        (vocab[t], t) for t in vocab if t.startswith("<|reserved_") and t.endswith("|>")
+    )
+    special_tokens = {
+        **specials,
+        "reserved": [{"token": t, "id": i} for i, t in reserved],
+        "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+    }
+    atomic_write_json(out_dir / "special_tokens.json", special_tokens)
+    return special_tokens
+
+
+def _portable_config(path: Path) -> None:
+    """Name the tokenizer class and extra tokens the way transformers 4 and 5 (and vLLM,
+    lm-evaluation-harness) all read them, not transformers 5's own new spelling."""
+    config = read_json(path)
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    extra = config.pop("extra_special_tokens", None)
+    if isinstance(extra, list):
+        config["additional_special_tokens"] = extra
+    atomic_write_json(path, config)
+
+
+def compression(tok, texts: list[str]) -> dict:
+    encodings = tok.encode_batch_fast(texts)
+    tokens = sum(len(e.ids) for e in encodings)
+    chars = sum(len(t) for t in texts)
+    nbytes = sum(len(t.encode("utf-8")) for t in texts)
+    return {
+        "documents": len(texts),
+        "tokens": tokens,
+        "chars_per_token": round(chars / max(tokens, 1), 4),
+        "bytes_per_token": round(nbytes / max(tokens, 1), 4),
+    }
+
+
+def stage_fp(cfg: Config, run_dir: Path) -> str:
+    corpus_dir = corpus_stage.training_corpus_dir(run_dir)
+    upstream = stage_fingerprint(corpus_dir) or stage_fingerprint(corpus_dir.parent)
+    return fingerprint(STAGE, cfg.tokenizer.model_dump(), cfg.run.seed, upstream)
+
+
+def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
+    run_dir = Path(run_dir)
+    out = run_dir / STAGE
+    fp = stage_fp(cfg, run_dir)
+    if not force and stage_fingerprint(out) == fp:
+        info(f"tokenizer: up to date in {out}, skipped")
+        return read_json(out / "stats.json")
+    corpus_dir = corpus_stage.training_corpus_dir(run_dir)
+    started = time.perf_counter()
+    texts, heldout, sample_chars = _sample(corpus_dir, cfg)
+    t = cfg.tokenizer
+    tok = train(texts, t.vocab_size, t.min_frequency, t.reserved_tokens)
+    with atomic_output_dir(out) as tmp:
+        special = save(tok, tmp)
+        stats = {
+            "vocab_size": special["vocab_size"],
+            "sample_documents": len(texts),
+            "sample_characters": sample_chars,
+            "heldout": compression(tok, heldout),
+            "tokenizer_sha256": file_sha256(tmp / "tokenizer.json"),
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        atomic_write_json(tmp / "stats.json", stats)
+        write_stage_marker(tmp, STAGE, fp)
+    h = stats["heldout"]
+    info(
+        f"tokenizer: {stats['vocab_size']:,} tokens; held-out {h['chars_per_token']} chars/token, "
+        f"{h['bytes_per_token']} bytes/token -> {out}"
+    )
+    return stats
+
+
+def finished_path(run_dir: Path) -> Path:
+    """The run's tokenizer.json; a UserError when the tokenizer stage has not finished."""
+    path = Path(run_dir) / STAGE / "tokenizer.json"
+    if stage_fingerprint(path.parent) is None or not path.is_file():
+        raise UserError(
+            f"no finished tokenizer in {path.parent}",
+            fix=f"run `hanlm tokenizer --run {run_dir}` first",
+        )
+    return path
+
+
+def load(run_dir: Path):
+    """The run's trained tokenizer as a `tokenizers.Tokenizer` (fast, no transformers import)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(finished_path(run_dir)))

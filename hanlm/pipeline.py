@@ -1,0 +1,42 @@
+"""The stages in order, and running them with skip-if-complete and `--from STAGE`."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from hanlm.config import Config, save_config
+from hanlm.console import info
+from hanlm.errors import UserError
+
+# name -> module with `run(cfg, run_dir, *, force) -> dict`
+STAGES: dict[str, str] = {
+    "corpus": "hanlm.data.corpus",
+    "tokenizer": "hanlm.data.tokenizer",
+    "shards": "hanlm.data.shards",
+}
+
+
+def stage_module(name: str):
+    if name not in STAGES:
+        raise UserError(f"unknown stage {name!r}", fix=f"choose one of {', '.join(STAGES)}")
+    return importlib.import_module(STAGES[name])
+
+
+def run_stage(name: str, cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
+    result = stage_module(name).run(cfg, Path(run_dir), force=force)
+    save_config(cfg, run_dir)
+    return result
+
+
+def run_pipeline(cfg: Config, run_dir: Path, *, from_stage: str | None = None) -> dict[str, dict]:
+    """Every stage in order; complete stages are skipped unless at or after `from_stage`."""
+    names = list(STAGES)
+    if from_stage is not None:
+        stage_module(from_stage)  # an unknown name is a UserError listing the stages
+    start = names.index(from_stage) if from_stage else len(names)
+    results = {}
+    for i, name in enumerate(names):
+        info(f"[bold]== {name}[/bold]")
+        results[name] = run_stage(name, cfg, run_dir, force=i >= start)
+    return results

@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hanlm.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+# Tests never reach the network: a `hf:` input must fail fast with its offline message.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real Korean data not present at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+def korquad_contexts(shared: Path) -> list[str]:
+    data = json.loads((shared / "korquad" / "KorQuAD_v1.0_dev.json").read_text(encoding="utf-8"))
+    return [p["context"] for article in data["data"] for p in article["paragraphs"]]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str):
+        self.code, self.out, self.err = code, out, err
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run `hanlm ARGS` in-process; returns exit code and captured output."""
+
+    def run(*args: str) -> CliResult:
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def run_subprocess(*args: str, cwd: Path | None = None, timeout: int = 300):
+    """Run `python -m hanlm ARGS` as a user would: a real process, real exit code and stderr."""
+    return subprocess.run(
+        [sys.executable, "-m", "hanlm", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def assert_user_error(result, *needles: str) -> None:
+    """Exit status 2, a one-paragraph message, no traceback."""
+    code = result.returncode if hasattr(result, "returncode") else result.code
+    err = result.stderr if hasattr(result, "stderr") else result.err
+    assert code == 2, f"exit {code}, stderr: {err}"
+    assert "Traceback" not in err
+    assert "error:" in err
+    for needle in needles:
+        assert needle in err, f"{needle!r} not in {err!r}"
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> Path:
+    """A small finished corpus -> tokenizer -> shards run on the demo world, shared read-only."""
+    from hanlm.config import load_config
+    from hanlm.pipeline import run_pipeline
+
+    run_dir = tmp_path_factory.mktemp("demo_run")
+    cfg = load_config(
+        values={
+            "demo.size_mb": 0.4,
+            "corpus.part_chars": 40_000,
+            "tokenizer.vocab_size": 1024,
+            "shards.workers": 2,
+            "shards.val_fraction": 0.02,
+        }
+    )
+    run_pipeline(cfg, run_dir)
+    return run_dir
