@@ -21,9 +21,15 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     echo "setup: NVIDIA GPU found, installing $torch_req (CUDA build)"
     "${pip[@]}" install "$torch_req"
   else
-    # Without a GPU the multi-GB CUDA wheel is dead weight: take the CPU build.
+    # Without a GPU the multi-GB CUDA wheel is dead weight: take the CPU build from PyTorch's
+    # CPU index when it is reachable (else pip's own configuration decides, e.g. a local mirror).
     echo "setup: no NVIDIA GPU, installing $torch_req (CPU build)"
-    "${pip[@]}" install "$torch_req" --extra-index-url https://download.pytorch.org/whl/cpu
+    cpu_index=https://download.pytorch.org/whl/cpu
+    if .venv/bin/python -c "import urllib.request as u; u.urlopen('$cpu_index/', timeout=5)" 2>/dev/null; then
+      "${pip[@]}" install "$torch_req" --extra-index-url "$cpu_index"
+    else
+      "${pip[@]}" install "$torch_req"
+    fi
   fi
 fi
 "${pip[@]}" install -e ".[$extras]"
