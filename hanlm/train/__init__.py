@@ -1,0 +1,1 @@
+"""Training: the loop, parallelism, precision, checkpoints, distillation and export."""

@@ -1,0 +1,283 @@
+"""Training precision: fp32, bf16, FP8 through torchao.float8 (or its CPU emulation); FP4 refused.
+
+`resolve` turns the configured name into a `PrecisionPlan` and refuses, before anything is built,
+what the device cannot run. Master weights and optimizer states stay float32 in every plan.
+`apply_fp8` swaps the model's large `nn.Linear` layers for torchao's `Float8Linear`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from hanlm.errors import UserError
+
+PRECISIONS = ("fp32", "bf16", "fp8", "fp8-emulate", "fp4")
+FP8_RECIPES = ("tensorwise", "rowwise")
+
+# torch._scaled_mm runs FP8 GEMMs from Ada (8.9) on.
+FP8_MIN_CAPABILITY = (8, 9)
+# Rowwise scaling needs a rowwise-scaled FP8 GEMM in torch._scaled_mm: PyTorch's CUTLASS kernel
+# was Hopper-only (9.0) before 2.7, which added 8.9; cuBLAS has none for 11.x (Thor) and
+# 12.x (consumer Blackwell, e.g. RTX 5090), where it answers CUBLAS_STATUS_NOT_SUPPORTED.
+ROWWISE_UNSUPPORTED_MAJORS = (11, 12)
+ROWWISE_ON_ADA_SINCE_TORCH = "2.7"
+# FP8 GEMMs need both matrix dimensions to be multiples of 16.
+FP8_DIM_MULTIPLE = 16
+
+PRECISION_KEY = "pretrain.precision"
+RECIPE_KEY = "pretrain.fp8_recipe"
+ALL_GATHER_KEY = "pretrain.fsdp_float8_all_gather"
+NOISY_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
+
+FP8_NEEDS = "FP8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)"
+FP4_REASON = (
+    "FP4 training is refused: a team training a 1.35B Korean model on RTX 5090s found FP4 "
+    "matmuls faster in isolation, but the per-layer quantisation overhead left the GPU waiting "
+    "on the CPU and memory efficiency was worse than FP8, so each end-to-end training step was "
+    "slower than with FP8. FP8 is the realistic baseline"
+)
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """How one run computes: what the trainer reads instead of the precision's name."""
+
+    name: str  # one of PRECISIONS, never fp4
+    param_dtype: torch.dtype  # master weights and optimizer states
+    compute_dtype: torch.dtype  # activations and non-FP8 matmuls
+    autocast: bool  # whether forward runs under torch.autocast(device, compute_dtype)
+    fp8: bool  # whether apply_fp8 converts the model's linear layers
+    recipe: str | None  # FP8 scaling recipe, None when not fp8
+
+    def autocast_context(self, device: torch.device | str) -> contextlib.AbstractContextManager:
+        if not self.autocast:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=torch.device(device).type, dtype=self.compute_dtype)
+
+
+def resolve(
+    precision: str, device: torch.device | str, *, recipe: str = "tensorwise"
+) -> PrecisionPlan:
+    """The plan for `precision` on `device`, or a UserError saying why the device can't."""
+    device = torch.device(device)
+    check_names(precision, recipe)
+    if precision == "fp4":
+        raise UserError(
+            FP4_REASON,
+            where=PRECISION_KEY,
+            fix="use --precision fp8 (GPUs of compute capability 8.9+), or --precision bf16",
+        )
+    if precision == "fp32":
+        return PrecisionPlan("fp32", torch.float32, torch.float32, False, False, None)
+    if precision == "bf16":
+        check_bf16(device)
+        return PrecisionPlan("bf16", torch.float32, torch.bfloat16, True, False, None)
+    if precision == "fp8-emulate":
+        # No autocast: Float8Linear follows only CUDA autocast, so the emulation runs in float32.
+        return PrecisionPlan("fp8-emulate", torch.float32, torch.float32, False, True, recipe)
+    check_fp8(device, recipe)
+    return PrecisionPlan("fp8", torch.float32, torch.bfloat16, True, True, recipe)
+
+
+def check_names(precision: str, recipe: str) -> None:
+    if precision not in PRECISIONS:
+        usable = [p for p in PRECISIONS if p != "fp4"]
+        raise UserError(
+            f"unknown precision {precision!r}",
+            where=PRECISION_KEY,
+            fix=f"use one of {', '.join(usable)} (fp4 is refused)",
+        )
+    if recipe not in FP8_RECIPES:
+        raise UserError(
+            f"unknown FP8 recipe {recipe!r}",
+            where=RECIPE_KEY,
+            fix=f"use one of {', '.join(FP8_RECIPES)}",
+        )
+
+
+def check_bf16(device: torch.device) -> None:
+    # CPU autocast runs bf16; a CUDA GPU needs it natively (emulated bf16 is slower than fp32).
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        raise UserError(
+            f"{gpu_label(device)} has no native bfloat16 support",
+            where=PRECISION_KEY,
+            fix="use --precision fp32",
+        )
+
+
+def check_fp8(device: torch.device, recipe: str) -> None:
+    if device.type != "cuda":
+        this = "this is a CPU" if device.type == "cpu" else f"this is a {device.type} device"
+        raise UserError(
+            f"{FP8_NEEDS}; {this}",
+            where=PRECISION_KEY,
+            fix="use fp8-emulate to test the FP8 path on CPU, or bf16/fp32",
+        )
+    capability = tuple(torch.cuda.get_device_capability(device))
+    if capability < FP8_MIN_CAPABILITY:
+        fallback = "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
+        raise UserError(
+            f"{FP8_NEEDS}; this is {gpu_label(device)}",
+            where=PRECISION_KEY,
+            fix=f"use --precision {fallback}",
+        )
+    if recipe == "rowwise":
+        check_rowwise(device, capability)
+
+
+def check_rowwise(device: torch.device, capability: tuple[int, int]) -> None:
+    if capability[0] in ROWWISE_UNSUPPORTED_MAJORS:
+        raise UserError(
+            f"rowwise FP8 scaling is not supported on {gpu_label(device)}: PyTorch has no "
+            "rowwise-scaled FP8 matmul for compute capability 11.x/12.x (consumer Blackwell such "
+            "as the RTX 5090); rowwise runs on 8.9 (with PyTorch 2.7+), 9.0 (Hopper) and 10.x "
+            "(datacenter Blackwell)",
+            where=RECIPE_KEY,
+            fix='use fp8_recipe = "tensorwise"',
+        )
+    too_old = torch.torch_version.TorchVersion(torch.__version__) < ROWWISE_ON_ADA_SINCE_TORCH
+    if capability < (9, 0) and too_old:
+        raise UserError(
+            f"rowwise FP8 scaling on {gpu_label(device)} needs PyTorch "
+            f"{ROWWISE_ON_ADA_SINCE_TORCH} or newer (this is {torch.__version__}); older "
+            "versions run it only on compute capability 9.0 or newer",
+            where=RECIPE_KEY,
+            fix=f'use fp8_recipe = "tensorwise", or upgrade PyTorch to {ROWWISE_ON_ADA_SINCE_TORCH}+',
+        )
+
+
+def gpu_label(device: torch.device) -> str:
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+
+
+def apply_fp8(
+    model: nn.Module,
+    plan: PrecisionPlan,
+    *,
+    min_features: int = 64,
+    fsdp_float8_all_gather: bool = False,
+) -> list[str]:
+    """Swap large linear layers for torchao Float8Linear in place; returns their names.
+
+    The output head and layers too small to gain stay in high precision. Convert before
+    `fully_shard` and before building the optimizer: the swapped modules keep the same
+    parameter objects, but FSDP float8 all-gather wraps the weights in a new tensor subclass.
+    """
+    if not plan.fp8:
+        return []
+    if fsdp_float8_all_gather and plan.recipe != "tensorwise":
+        raise UserError(
+            f"FSDP float8 all-gather works only with tensorwise scaling, not {plan.recipe}: "
+            "torchao all-gathers each weight in FP8 with one scale per tensor",
+            where=ALL_GATHER_KEY,
+            fix=f'set {RECIPE_KEY} = "tensorwise", or {ALL_GATHER_KEY} = false',
+        )
+    float8 = import_torchao_float8()
+    config = dataclasses.replace(
+        float8.Float8LinearConfig.from_recipe_name(plan.recipe),
+        emulate=plan.name == "fp8-emulate",
+        enable_fsdp_float8_all_gather=fsdp_float8_all_gather,
+    )
+    head = output_head(model)
+    converted: list[str] = []
+
+    def should_convert(module: nn.Module, name: str) -> bool:
+        if module is head or not gains_from_fp8(module, min_features):
+            return False
+        converted.append(name)
+        return True
+
+    float8.convert_to_float8_training(model, module_filter_fn=should_convert, config=config)
+    return converted
+
+
+def output_head(model: nn.Module) -> nn.Module | None:
+    """The layer producing logits: its FP8 rounding would hit the loss directly."""
+    get_output_embeddings = getattr(model, "get_output_embeddings", None)
+    if callable(get_output_embeddings):
+        return get_output_embeddings()
+    return getattr(model, "lm_head", None)
+
+
+def gains_from_fp8(linear: nn.Module, min_features: int) -> bool:
+    # Small GEMMs lose more to the dynamic scaling than FP8 tensor cores win back.
+    dims = (linear.in_features, linear.out_features)
+    return all(d >= min_features and d % FP8_DIM_MULTIPLE == 0 for d in dims)
+
+
+def precompute_fp8_scales_if_needed(
+    model: nn.Module, plan: PrecisionPlan, fsdp_float8_all_gather: bool
+) -> None:
+    """Call after every optimizer step: one all-reduce computes every FP8 weight scale.
+
+    Once computed, torchao reuses a scale at each all-gather until the next call, so skipping
+    a step would all-gather updated weights with stale scales.
+    """
+    if plan.fp8 and fsdp_float8_all_gather:
+        import_torchao_float8().precompute_float8_dynamic_scale_for_fsdp(model)
+
+
+def describe(plan: PrecisionPlan) -> str:
+    """One line for the log."""
+    master = f"{dtype_name(plan.param_dtype)} master weights and optimizer states"
+    if plan.name == "fp8":
+        compute = (
+            f"FP8 {plan.recipe} matmuls in large linear layers (torchao), "
+            f"{dtype_name(plan.compute_dtype)} autocast elsewhere"
+        )
+    elif plan.name == "fp8-emulate":
+        compute = f"FP8 {plan.recipe} matmuls emulated in float32 (testing only, slow)"
+    elif plan.autocast:
+        compute = f"{dtype_name(plan.compute_dtype)} autocast compute"
+    else:
+        compute = f"{dtype_name(plan.compute_dtype)} compute"
+    return f"precision {plan.name}: {master}, {compute}"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def import_torchao_float8() -> ModuleType:
+    """torchao.float8, imported lazily: only FP8 runs pay for it (or need it installed)."""
+    try:
+        with quiet_torchao_import():
+            import torchao.float8 as float8
+    except ImportError as e:
+        raise UserError(
+            f"FP8 training needs torchao, which could not be imported ({e})",
+            where=PRECISION_KEY,
+            fix="pip install torchao, or use --precision bf16",
+        ) from e
+    return float8
+
+
+@contextlib.contextmanager
+def quiet_torchao_import() -> Iterator[None]:
+    """Keep torchao's import-time noise out of the user's terminal; errors still show.
+
+    On a CPU build torchao logs that its CUDA extensions (CUTLASS, MXFP8) failed to load, and
+    torch logs a pytree deprecation for torchao's enums; FP8 training uses neither. Importing
+    transformers imports parts of torchao too, so wrap that import in this as well.
+    """
+    noisy = [logging.getLogger(name) for name in NOISY_IMPORT_LOGGERS]
+    levels = [logger.level for logger in noisy]
+    try:
+        for logger in noisy:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(noisy, levels, strict=True):
+            logger.setLevel(level)

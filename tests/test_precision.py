@@ -1,0 +1,286 @@
+"""Precision plans, device refusals, the FP8 conversion and FP8 (emulated) training on CPU."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from hanlm.errors import UserError
+from hanlm.train import precision
+from hanlm.train.precision import apply_fp8, describe, resolve
+
+CPU = torch.device("cpu")
+VOCAB = 256
+
+
+def tiny_llama() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # k/v projections are 64 -> 32: below the default min_features
+        intermediate_size=128,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,  # a separate lm_head, which must stay high precision
+    )
+    return LlamaForCausalLM(config)
+
+
+def fake_gpu(monkeypatch, name: str, capability: tuple[int, int], bf16: bool = True):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: bf16)
+    return torch.device("cuda")
+
+
+def class_name(model: nn.Module, name: str) -> str:
+    return type(model.get_submodule(name)).__name__
+
+
+# --- resolve ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "compute", "autocast", "fp8", "recipe"),
+    [
+        ("fp32", torch.float32, False, False, None),
+        ("bf16", torch.bfloat16, True, False, None),
+        ("fp8-emulate", torch.float32, False, True, "tensorwise"),
+    ],
+)
+def test_cpu_plans(name, compute, autocast, fp8, recipe):
+    plan = resolve(name, CPU)
+    assert plan.name == name
+    assert plan.param_dtype == torch.float32
+    assert plan.compute_dtype == compute
+    assert plan.autocast is autocast
+    assert plan.fp8 is fp8
+    assert plan.recipe == recipe
+    assert name in describe(plan) and "\n" not in describe(plan)
+
+
+def test_fp8_emulate_keeps_the_recipe():
+    assert resolve("fp8-emulate", "cpu", recipe="rowwise").recipe == "rowwise"
+
+
+def test_fp8_on_cpu_points_to_emulation():
+    with pytest.raises(UserError, match="fp8-emulate") as info:
+        resolve("fp8", CPU)
+    assert "8.9" in str(info.value) and "CPU" in str(info.value)
+
+
+def test_fp4_refused_with_the_field_reason():
+    with pytest.raises(UserError) as info:
+        resolve("fp4", CPU)
+    message = str(info.value)
+    assert "overhead" in message and "waiting on the CPU" in message
+    assert "--precision fp8" in message
+
+
+def test_unknown_names_list_the_choices():
+    with pytest.raises(UserError, match="fp32, bf16, fp8, fp8-emulate"):
+        resolve("fp16", CPU)
+    with pytest.raises(UserError, match="tensorwise, rowwise"):
+        resolve("fp8-emulate", CPU, recipe="blockwise")
+
+
+def test_fp8_refused_below_ada(monkeypatch):
+    gpu = fake_gpu(monkeypatch, "NVIDIA GeForce RTX 3090", (8, 6))
+    with pytest.raises(UserError) as info:
+        resolve("fp8", gpu)
+    message = str(info.value)
+    assert "NVIDIA GeForce RTX 3090" in message and "8.6" in message
+    assert "--precision bf16" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "capability"),
+    [("NVIDIA GeForce RTX 4090", (8, 9)), ("NVIDIA H100 80GB HBM3", (9, 0))],
+)
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_fp8_accepted_from_ada(monkeypatch, name, capability, recipe):
+    plan = resolve("fp8", fake_gpu(monkeypatch, name, capability), recipe=recipe)
+    assert (plan.fp8, plan.recipe, plan.autocast) == (True, recipe, True)
+    assert (plan.param_dtype, plan.compute_dtype) == (torch.float32, torch.bfloat16)
+
+
+def test_rowwise_refused_on_consumer_blackwell(monkeypatch):
+    gpu = fake_gpu(monkeypatch, "NVIDIA GeForce RTX 5090", (12, 0))
+    with pytest.raises(UserError, match="tensorwise") as info:
+        resolve("fp8", gpu, recipe="rowwise")
+    assert "RTX 5090" in str(info.value) and "12.0" in str(info.value)
+    assert resolve("fp8", gpu, recipe="tensorwise").recipe == "tensorwise"
+
+
+def test_rowwise_on_ada_needs_a_recent_pytorch(monkeypatch):
+    gpu = fake_gpu(monkeypatch, "NVIDIA L4", (8, 9))
+    monkeypatch.setattr(torch, "__version__", "2.6.0+cu124")
+    with pytest.raises(UserError, match=r"PyTorch 2\.7 or newer"):
+        resolve("fp8", gpu, recipe="rowwise")
+    assert resolve("fp8", fake_gpu(monkeypatch, "NVIDIA H100", (9, 0)), recipe="rowwise").fp8
+
+
+def test_bf16_refused_without_native_support(monkeypatch):
+    gpu = fake_gpu(monkeypatch, "Tesla V100-SXM2-16GB", (7, 0), bf16=False)
+    with pytest.raises(UserError, match="fp32") as info:
+        resolve("bf16", gpu)
+    assert "Tesla V100" in str(info.value)
+    with pytest.raises(UserError, match="--precision fp32"):
+        resolve("fp8", gpu)
+    assert resolve("fp32", gpu).compute_dtype == torch.float32
+
+
+# --- apply_fp8 -------------------------------------------------------------------------------
+
+
+def test_apply_fp8_converts_projections_but_not_the_head():
+    model = tiny_llama()
+    names = apply_fp8(model, resolve("fp8-emulate", CPU), min_features=16)
+    attention = [f"self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    mlp = [f"mlp.{p}" for p in ("gate_proj", "up_proj", "down_proj")]
+    expected = {f"model.layers.{i}.{p}" for i in range(2) for p in attention + mlp}
+    assert set(names) == expected
+    assert all(class_name(model, n) == "Float8Linear" for n in names)
+    assert type(model.lm_head) is nn.Linear
+
+
+def test_apply_fp8_keeps_small_layers():
+    model = tiny_llama()
+    names = apply_fp8(model, resolve("fp8-emulate", CPU))  # min_features=64
+    kept = {n for n, m in model.named_modules() if type(m) is nn.Linear}
+    assert "model.layers.0.self_attn.k_proj" in kept  # 64 -> 32
+    assert "model.layers.0.self_attn.q_proj" in names  # 64 -> 64
+    assert kept.isdisjoint(names)
+    assert len(names) == 10
+
+
+def test_apply_fp8_keeps_dims_not_multiple_of_16():
+    model = nn.Sequential(nn.Linear(64, 80), nn.Linear(80, 72), nn.Linear(72, 64))
+    assert apply_fp8(model, resolve("fp8-emulate", CPU), min_features=16) == ["0"]
+
+
+def test_apply_fp8_is_a_noop_without_fp8():
+    model = tiny_llama()
+    assert apply_fp8(model, resolve("bf16", CPU)) == []
+    assert all(type(m) is nn.Linear for m in model.modules() if isinstance(m, nn.Linear))
+
+
+def test_fsdp_float8_all_gather_needs_tensorwise():
+    with pytest.raises(UserError, match="tensorwise"):
+        apply_fp8(
+            tiny_llama(),
+            resolve("fp8-emulate", CPU, recipe="rowwise"),
+            fsdp_float8_all_gather=True,
+        )
+
+
+def test_fsdp_float8_all_gather_wraps_weights():
+    model = tiny_llama()
+    plan = resolve("fp8-emulate", CPU)
+    names = apply_fp8(model, plan, min_features=16, fsdp_float8_all_gather=True)
+    weight = model.get_submodule(names[0]).weight
+    assert type(weight.data).__name__ == "WeightWithDynamicFloat8CastTensor"
+    tokens = torch.randint(0, VOCAB, (2, 16))
+    model(input_ids=tokens, labels=tokens).loss.backward()
+    # Without FSDP there are no sharded FP8 weights: a no-op, not an error.
+    precision.precompute_fp8_scales_if_needed(model, plan, fsdp_float8_all_gather=True)
+
+
+def test_torchao_import_noise_is_muted_and_levels_restored(caplog):
+    torchao_logger = logging.getLogger("torchao")
+    torchao_logger.setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with precision.quiet_torchao_import():
+                torchao_logger.warning("Failed to load _C_cutlass_90a.abi3.so")
+                logging.getLogger("torch.utils._pytree").warning("Enum subclass ... deprecated")
+                warnings.warn("import-time deprecation", DeprecationWarning, stacklevel=1)
+        assert torchao_logger.level == logging.INFO
+        torchao_logger.error("a real error still shows")
+    finally:
+        torchao_logger.setLevel(logging.NOTSET)
+    assert caught == []
+    assert [r.getMessage() for r in caplog.records] == ["a real error still shows"]
+
+
+# --- numerics --------------------------------------------------------------------------------
+
+
+def train(model: nn.Module, batches: list[torch.Tensor], steps: int) -> list[float]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        tokens = batches[step % len(batches)]
+        loss = model(input_ids=tokens, labels=tokens).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.fixture
+def one_thread():
+    # A tiny model trains several times faster on one thread than on a busy shared CPU.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_fp8_emulate_trains_like_fp32(one_thread):
+    reference = tiny_llama()
+    fp8 = copy.deepcopy(reference)
+    assert len(apply_fp8(fp8, resolve("fp8-emulate", CPU), min_features=16)) == 14
+    generator = torch.Generator().manual_seed(1)
+    # A few batches seen again and again: random tokens are learnable only by memorising them.
+    batches = [torch.randint(0, VOCAB, (8, 32), generator=generator) for _ in range(4)]
+
+    with torch.no_grad():
+        gap = (reference(input_ids=batches[0]).logits - fp8(input_ids=batches[0]).logits).abs()
+    assert 0 < gap.max() < 0.2  # FP8 rounding happened, and only rounding (measured: 0.033)
+
+    fp32_losses = train(reference, batches, steps=30)
+    fp8_losses = train(fp8, batches, steps=30)
+    assert fp32_losses[-1] < fp32_losses[0] - 0.5  # measured: 5.55 -> 4.55
+    assert fp8_losses[-1] < fp8_losses[0] - 0.5
+    relative = [abs(a - b) / a for a, b in zip(fp32_losses, fp8_losses, strict=True)]
+    assert max(relative) < 0.01  # measured: at most 0.10% on any step, 0.03% on average
+
+
+def test_fp8_emulate_rowwise_runs_close_to_fp32(one_thread):
+    reference = tiny_llama()
+    fp8 = copy.deepcopy(reference)
+    apply_fp8(fp8, resolve("fp8-emulate", CPU, recipe="rowwise"), min_features=16)
+    tokens = torch.randint(0, VOCAB, (4, 32), generator=torch.Generator().manual_seed(1))
+    fp32_loss = reference(input_ids=tokens, labels=tokens).loss
+    fp8_loss = fp8(input_ids=tokens, labels=tokens).loss
+    fp8_loss.backward()
+    assert fp8_loss != fp32_loss
+    assert abs(fp8_loss - fp32_loss) / fp32_loss < 0.01
+    assert fp8.model.layers[0].mlp.down_proj.weight.grad is not None
+
+
+def test_bf16_autocast_on_cpu():
+    model = tiny_llama()
+    plan = resolve("bf16", CPU)
+    tokens = torch.randint(0, VOCAB, (2, 16))
+    with plan.autocast_context(CPU):
+        logits = model(input_ids=tokens).logits
+    assert logits.dtype == torch.bfloat16
+    assert model.lm_head.weight.dtype == torch.float32  # master weights stay fp32
+
+
+def test_no_autocast_for_fp32():
+    plan = resolve("fp32", CPU)
+    with plan.autocast_context(CPU):
+        assert not torch.is_autocast_enabled("cpu")
