@@ -25,10 +25,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run and configuration")
     g.add_argument(
         "--run",
+        "--run-dir",
+        dest="run",
         type=Path,
         default=Path(DEFAULT_RUN),
         metavar="DIR",
-        help=f"run directory (default: {DEFAULT_RUN})",
+        # torchrun's own parser takes a bare `--run` for its `--run-path`: use --run-dir there
+        help=f"run directory (default: {DEFAULT_RUN}); under torchrun write --run-dir",
     )
     g.add_argument(
         "--config",
@@ -76,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--from", dest="from_stage", metavar="STAGE", help="redo this stage and every later one"
     )
+    p.add_argument("--until", metavar="STAGE", help="stop after this stage (e.g. shards)")
     p.set_defaults(func=_cmd_run)
 
     p = _stage_parser(
@@ -158,6 +162,36 @@ def build_parser() -> argparse.ArgumentParser:
         flags={"workers": "shards.workers", "val_fraction": "shards.val_fraction"},
     )
 
+    p = _stage_parser(
+        sub,
+        "pretrain",
+        "pretrain the model on the shards (alone or under torchrun)",
+        "Pretrain a decoder LM from scratch on DIR/shards/: one explicit loop (AdamW, warm-up "
+        "then cosine or WSD, clipping, accumulation to a global batch in tokens), bf16, fp8 or "
+        "fp32, single process, DDP or FSDP2. Several processes:\n\n"
+        "  torchrun --nproc_per_node 8 -m hanlm pretrain --run DIR\n\n"
+        "Writes DIR/pretrain/metrics.jsonl and checkpoints, and continues from the latest "
+        "checkpoint unless --resume never.",
+    )
+    p.add_argument("--preset", help="model preset (tiny, demo, 125m, 350m, 1.3b) or a config.json")
+    p.add_argument("--max-steps", type=int, help="optimizer steps")
+    p.add_argument("--max-tokens", type=int, help="training tokens (rounded up to whole steps)")
+    p.add_argument("--precision", help="fp32, bf16, fp8 or fp8-emulate (fp4 is refused)")
+    p.add_argument("--parallel", help="auto, single, ddp or fsdp")
+    p.add_argument("--resume", help="auto (from the latest checkpoint) or never")
+    p.set_defaults(
+        func=_cmd_stage,
+        stage="pretrain",
+        flags={
+            "preset": "pretrain.preset",
+            "max_steps": "pretrain.max_steps",
+            "max_tokens": "pretrain.max_tokens",
+            "precision": "pretrain.precision",
+            "parallel": "pretrain.parallel",
+            "resume": "pretrain.resume",
+        },
+    )
+
     p = sub.add_parser(
         "demo",
         help="write the built-in synthetic Korean world to a folder",
@@ -195,7 +229,7 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from hanlm.pipeline import run_pipeline
 
-    run_pipeline(_load(args), args.run, from_stage=args.from_stage)
+    run_pipeline(_load(args), args.run, from_stage=args.from_stage, until=args.until)
     return 0
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -81,12 +81,56 @@ class ShardsSection(Section):
     batch_docs: int = Field(256, ge=1, description="documents per encode call in a worker")
 
 
+class PretrainSection(Section):
+    """`hanlm pretrain`: the training loop (SFT reuses it)."""
+
+    preset: str = Field("demo", description="model preset or path to a transformers config.json")
+    seq_len: int = Field(512, ge=8, description="tokens per training sequence")
+    micro_batch: int = Field(8, ge=1, description="sequences per rank per forward/backward")
+    global_batch_tokens: int = Field(
+        65536, ge=8, description="tokens per optimizer step over all ranks (sets accumulation)"
+    )
+    max_steps: int | None = Field(None, ge=1, description="optimizer steps (or use max_tokens)")
+    max_tokens: int | None = Field(None, ge=1, description="training tokens, rounded to steps")
+    lr: float = Field(3e-4, gt=0, description="peak learning rate")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="final lr as a share of the peak")
+    warmup_steps: int = Field(100, ge=0)
+    schedule: Literal["cosine", "wsd"] = Field(
+        "cosine", description="cosine, or warm-up-stable-decay"
+    )
+    decay_fraction: float = Field(0.2, gt=0, le=1, description="wsd: share of steps spent decaying")
+    weight_decay: float = Field(0.1, ge=0, description="AdamW decay (never on norms and biases)")
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    eps: float = Field(1e-8, gt=0)
+    grad_clip: float = Field(1.0, ge=0, description="max gradient norm; 0 = no clipping")
+    precision: Literal["fp32", "bf16", "fp8", "fp8-emulate", "fp4"] = "bf16"
+    fp8_recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
+    fsdp_float8_all_gather: bool = Field(False, description="FSDP all-gathers weights in FP8")
+    parallel: Literal["auto", "single", "ddp", "fsdp"] = Field(
+        "auto", description="auto: single process alone, FSDP2 under torchrun"
+    )
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    activation_checkpointing: bool = False
+    compile: bool = Field(False, description="torch.compile each decoder block")
+    eval_every: int = Field(100, ge=0, description="validation every N steps; 0 = only at the end")
+    eval_batches: int = Field(20, ge=1, description="validation micro-batches per rank")
+    log_every: int = Field(10, ge=1)
+    checkpoint_every: int = Field(
+        500, ge=0, description="steps between checkpoints; 0 = at the end"
+    )
+    resume: Literal["auto", "never"] = Field(
+        "auto", description="continue from the latest checkpoint"
+    )
+
+
 class Config(Section):
     run: RunSection = Field(default_factory=RunSection)
     demo: DemoSection = Field(default_factory=DemoSection)
     corpus: CorpusSection = Field(default_factory=CorpusSection)
     tokenizer: TokenizerSection = Field(default_factory=TokenizerSection)
     shards: ShardsSection = Field(default_factory=ShardsSection)
+    pretrain: PretrainSection = Field(default_factory=PretrainSection)
 
 
 def recipe_names() -> list[str]:

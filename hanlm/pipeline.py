@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 
 from hanlm.config import Config, save_config
@@ -14,6 +15,7 @@ STAGES: dict[str, str] = {
     "corpus": "hanlm.data.corpus",
     "tokenizer": "hanlm.data.tokenizer",
     "shards": "hanlm.data.shards",
+    "pretrain": "hanlm.train.pretrain",
 }
 
 
@@ -25,18 +27,26 @@ def stage_module(name: str):
 
 def run_stage(name: str, cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
     result = stage_module(name).run(cfg, Path(run_dir), force=force)
-    save_config(cfg, run_dir)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one writer
+        save_config(cfg, run_dir)
     return result
 
 
-def run_pipeline(cfg: Config, run_dir: Path, *, from_stage: str | None = None) -> dict[str, dict]:
-    """Every stage in order; complete stages are skipped unless at or after `from_stage`."""
+def run_pipeline(
+    cfg: Config, run_dir: Path, *, from_stage: str | None = None, until: str | None = None
+) -> dict[str, dict]:
+    """Stages in order up to `until` (all by default); complete ones are skipped unless at or
+    after `from_stage`."""
     names = list(STAGES)
-    if from_stage is not None:
-        stage_module(from_stage)  # an unknown name is a UserError listing the stages
+    for name in (from_stage, until):
+        if name is not None:
+            stage_module(name)  # an unknown name is a UserError listing the stages
     start = names.index(from_stage) if from_stage else len(names)
+    stop = names.index(until) + 1 if until else len(names)
+    if stop <= start < len(names):
+        raise UserError(f"--from {from_stage} comes after --until {until}", fix="swap them")
     results = {}
-    for i, name in enumerate(names):
+    for i, name in enumerate(names[:stop]):
         info(f"[bold]== {name}[/bold]")
         results[name] = run_stage(name, cfg, run_dir, force=i >= start)
     return results

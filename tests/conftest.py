@@ -94,5 +94,5 @@ def demo_run(tmp_path_factory) -> Path:
             "shards.val_fraction": 0.02,
         }
     )
-    run_pipeline(cfg, run_dir)
+    run_pipeline(cfg, run_dir, until="shards")
     return run_dir

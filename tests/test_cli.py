@@ -25,7 +25,8 @@ def test_argparse_errors_exit_2(tmp_path):
 
 def test_run_pipeline_resumes_and_redoes_from_a_stage(tmp_path, cli):
     run = tmp_path / "run"
-    args = ["--run", run, "--set", "demo.size_mb=0.15", "--set", "tokenizer.vocab_size=512"]
+    args = ["--run", run, "--until", "shards", "--set", "demo.size_mb=0.15"]
+    args += ["--set", "tokenizer.vocab_size=512"]
     assert cli("run", *args).code == 0
     for stage in ("corpus", "tokenizer", "shards"):
         assert (run / stage / "stage.json").is_file()
@@ -34,16 +35,17 @@ def test_run_pipeline_resumes_and_redoes_from_a_stage(tmp_path, cli):
     markers = {s: (run / s / "stage.json").read_text() for s in ("corpus", "tokenizer", "shards")}
 
     # A second run with the run's own config skips every finished stage.
-    result = cli("run", "--run", run)
+    result = cli("run", "--run", run, "--until", "shards")
     assert result.code == 0
     assert all((run / s / "stage.json").read_text() == markers[s] for s in markers)
 
     # --from redoes that stage and the later ones, not the earlier ones.
-    assert cli("run", "--run", run, "--from", "tokenizer").code == 0
+    assert cli("run", "--run", run, "--from", "tokenizer", "--until", "shards").code == 0
     assert (run / "corpus" / "stage.json").read_text() == markers["corpus"]
     assert (run / "tokenizer" / "stage.json").read_text() != markers["tokenizer"]
     assert (run / "shards" / "stage.json").read_text() != markers["shards"]
     assert_user_error(cli("run", "--run", run, "--from", "nowhere"), "unknown stage")
+    assert_user_error(cli("run", "--run", run, "--from", "shards", "--until", "corpus"), "swap")
 
 
 def test_demo_command_writes_the_world(tmp_path, cli):

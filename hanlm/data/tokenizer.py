@@ -240,3 +240,16 @@ def load(run_dir: Path):
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(finished_path(run_dir)))
+
+
+def token_byte_lengths(tok) -> list[int]:
+    """UTF-8 bytes each token stands for (0 for special tokens): the denominator of bits per byte.
+
+    In byte-level BPE every character of a token's string is exactly one byte of text.
+    """
+    vocab = tok.get_vocab(with_added_tokens=True)
+    special = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
+    lengths = [0] * tok.get_vocab_size(with_added_tokens=True)
+    for token, i in vocab.items():
+        lengths[i] = 0 if token in special else len(token)
+    return lengths

@@ -1,0 +1,95 @@
+"""Training metrics: metrics.jsonl always, TensorBoard when installed, a rich progress bar.
+
+Only rank 0 writes. On resume, records past the resumed step (written after the last checkpoint
+of a crashed run) are dropped so the file reads as one consistent run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import sys
+from pathlib import Path
+
+import torch
+
+from hanlm.console import console, progress
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak allocated GPU memory, or this process's peak resident memory on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return rss / 1e9 if sys.platform == "darwin" else rss * 1024 / 1e9
+
+
+class MetricsLog:
+    def __init__(self, path: Path, *, enabled: bool, total_steps: int, start_step: int):
+        self.path, self.enabled = Path(path), enabled
+        self._writer = None
+        self._bar = None
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._truncate_after(start_step)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.path.parent / "tensorboard"))
+        except ImportError:  # tensorboard is optional
+            self._writer = None
+        self._bar = progress(transient=False)
+        self._bar.start()
+        self._task = self._bar.add_task("train", total=total_steps, completed=start_step)
+
+    def _truncate_after(self, step: int) -> None:
+        if not self.path.is_file():
+            return
+        kept = [
+            line
+            for line in self.path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step
+        ]
+        self.path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+
+    def log(self, record: dict, *, show: bool = True) -> None:
+        if not self.enabled:
+            return
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.flush()
+        step = record["step"]
+        if self._writer is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._writer.add_scalar(key, value, step)
+        self._bar.update(self._task, completed=step)
+        if show:
+            console.print(_format(record))
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        self._bar.stop()
+        self._file.close()
+        if self._writer is not None:
+            self._writer.close()
+
+
+def _format(record: dict) -> str:
+    parts = [f"step {record['step']}"]
+    for key, fmt in (
+        ("loss", ".4f"),
+        ("val_loss", ".4f"),
+        ("val_bpb", ".4f"),
+        ("lr", ".2e"),
+        ("grad_norm", ".3f"),
+        ("tokens_per_s", ",.0f"),
+        ("mfu", ".1%"),
+        ("peak_memory_gb", ".2f"),
+    ):
+        if key in record and record[key] is not None:
+            parts.append(f"{key} {format(record[key], fmt)}")
+    return "  ".join(parts)

@@ -1,0 +1,161 @@
+"""Processes and devices, and wrapping a model for them: single process, DDP or FSDP2.
+
+The model code knows nothing of this: `parallelize` takes a plain transformers model and applies,
+in torchtitan's order, activation checkpointing, per-block torch.compile, then DDP or FSDP2
+(`fully_shard` per decoder layer and at the root). Launch several processes with torchrun
+(one host or several, c10d rendezvous); gloo on CPU, NCCL on GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from hanlm.errors import UserError
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _pick_device(preference: str, local_rank: int) -> torch.device:
+    if preference == "cuda" or (preference == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise UserError(
+                "pretrain.device is cuda but no CUDA GPU is visible",
+                fix="set --set pretrain.device=cpu, or check the driver with nvidia-smi",
+            )
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1), else run alone."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = _pick_device(device, local_rank)
+    if world_size > 1 and not dist.is_initialized():
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        try:
+            dist.init_process_group(
+                backend,
+                timeout=datetime.timedelta(seconds=timeout_s),
+                device_id=dev if dev.type == "cuda" else None,
+            )
+        except Exception as e:  # the rendezvous failed: a peer or the address is wrong
+            address = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+            raise UserError(
+                f"could not join the process group at {address} ({type(e).__name__}: {e})",
+                fix="check that every host runs the same torchrun command with the same "
+                "--rdzv-endpoint and that the port is open (hanlm preflight checks this)",
+            ) from None
+    return Dist(rank, world_size, local_rank, dev)
+
+
+def shutdown(d: Dist) -> None:
+    if d.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def resolve_mode(mode: str, d: Dist) -> str:
+    if mode == "auto":
+        return "fsdp" if d.distributed else "single"
+    if mode in ("ddp", "fsdp") and not d.distributed:
+        return "single"  # one process: there is nothing to shard or synchronise
+    if mode == "single" and d.distributed:
+        raise UserError(
+            f"pretrain.parallel is single but torchrun started {d.world_size} processes",
+            fix="use --parallel ddp or fsdp, or run without torchrun",
+        )
+    return mode
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated transformer blocks of a transformers causal LM."""
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model
+    layers = getattr(base, "layers", None) or getattr(base, "h", None)
+    if layers is None:
+        raise UserError(
+            f"cannot find the decoder layers of {type(model).__name__}",
+            fix="use a Llama-family model or a preset",
+        )
+    return list(layers)
+
+
+def parallelize(
+    model: torch.nn.Module,
+    d: Dist,
+    mode: str,
+    *,
+    compute_dtype: torch.dtype = torch.float32,
+    activation_checkpointing: bool = False,
+    compile_blocks: bool = False,
+) -> torch.nn.Module:
+    """Apply activation checkpointing, per-block compile and DDP/FSDP2, in that order."""
+    if activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if compile_blocks:
+        for layer in decoder_layers(model):
+            layer.compile()
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [d.device.index] if d.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids)
+    if mode == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(d.device.type, (d.world_size,))
+        # Parameters gathered in the compute dtype; gradients reduced in fp32 for stability.
+        mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+        for layer in decoder_layers(model):
+            fully_shard(layer, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+    return model
+
+
+def no_sync(model: torch.nn.Module, mode: str, last_micro_step: bool):
+    """DDP: skip the gradient all-reduce on all but the last micro-step of an accumulation.
+
+    FSDP2 keeps reduce-scattering every micro-step: holding unsharded gradients across the
+    accumulation would give back the memory that sharding saved.
+    """
+    if mode == "ddp" and not last_micro_step:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return getattr(model, "module", model)
+
+
+def all_reduce_sum(values: torch.Tensor, d: Dist) -> torch.Tensor:
+    if d.distributed:
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def barrier(d: Dist) -> None:
+    if d.distributed:
+        dist.barrier()

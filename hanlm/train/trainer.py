@@ -1,0 +1,284 @@
+"""One explicit training loop for pretraining and SFT.
+
+Per optimizer step: fetch the step's micro-batches, count the target tokens over all ranks, run
+forward/backward on each (loss summed over tokens and divided by the global count, so one process
+and N ranks with the same global batch compute the same gradient), clip, step, then log,
+validate and checkpoint when due.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from hanlm.console import info
+from hanlm.errors import UserError
+from hanlm.train import checkpoint, parallel
+from hanlm.train.metrics import MetricsLog, peak_memory_gb
+from hanlm.train.optim import lr_at
+
+IGNORE = -100
+
+
+@dataclass
+class Schedule:
+    total_steps: int
+    peak_lr: float
+    warmup_steps: int
+    min_lr_ratio: float
+    kind: str
+    decay_fraction: float
+
+    def lr(self, step: int) -> float:
+        return lr_at(
+            step,
+            total_steps=self.total_steps,
+            peak=self.peak_lr,
+            warmup_steps=self.warmup_steps,
+            min_ratio=self.min_lr_ratio,
+            schedule=self.kind,
+            decay_fraction=self.decay_fraction,
+        )
+
+
+@dataclass
+class TrainerSettings:
+    accumulation: int
+    grad_clip: float
+    log_every: int
+    eval_every: int
+    eval_batches: int
+    checkpoint_every: int
+    flops_per_token: float
+    peak_flops: float
+    fingerprint: str
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    tokens: int = 0
+    history: list[dict] = field(default_factory=list)
+
+
+def _due(step: int, every: int) -> bool:
+    return every > 0 and step % every == 0
+
+
+class Trainer:
+    def __init__(
+        self,
+        *,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        train_loader,
+        val_loader,
+        schedule: Schedule,
+        settings: TrainerSettings,
+        dist: parallel.Dist,
+        mode: str,
+        plan,
+        out_dir: Path,
+        token_bytes: torch.Tensor | None = None,
+        after_optimizer_step=None,
+    ):
+        self.model, self.optimizer = model, optimizer
+        self.train_loader, self.val_loader = train_loader, val_loader
+        self.schedule, self.s, self.d, self.mode, self.plan = schedule, settings, dist, mode, plan
+        self.out_dir = Path(out_dir)
+        self.ckpt_root = self.out_dir / "checkpoints"
+        self.token_bytes = token_bytes.to(dist.device) if token_bytes is not None else None
+        self.after_optimizer_step = after_optimizer_step
+        self.state = TrainState()
+
+    # -- resume --------------------------------------------------------------------------------
+
+    def resume(self) -> bool:
+        path = checkpoint.latest(self.ckpt_root)
+        if path is None:
+            return False
+        saved = checkpoint.load(path, parallel.unwrap(self.model), self.optimizer)
+        if saved.get("fingerprint") != self.s.fingerprint:
+            raise UserError(
+                f"the checkpoint {path} was made with other model or data settings",
+                fix="start a new run directory, or rerun with --resume never (or --force) to "
+                "train from scratch",
+            )
+        self.state.step, self.state.tokens = saved["step"], saved["tokens"]
+        self.train_loader.load_state_dict(saved["loader"])
+        checkpoint.set_rng_state(saved.get("rng", {}))
+        if self.d.is_main:
+            info(f"resumed from {path} at step {self.state.step}")
+        return True
+
+    def save(self) -> Path:
+        state = {
+            "step": self.state.step,
+            "tokens": self.state.tokens,
+            "loader": self.train_loader.state_dict(),
+            "lr": self.schedule.lr(max(self.state.step - 1, 0)),
+            "fingerprint": self.s.fingerprint,
+            "rng": checkpoint.rng_state(),
+        }
+        return checkpoint.save(
+            self.ckpt_root,
+            self.state.step,
+            parallel.unwrap(self.model),
+            self.optimizer,
+            state,
+            self.d,
+        )
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def _loss_sum(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        with self.plan.autocast_context(self.d.device):
+            logits = self.model(input_ids=inputs).logits
+        return F.cross_entropy(
+            logits.float().view(-1, logits.size(-1)),
+            labels.view(-1),
+            ignore_index=IGNORE,
+            reduction="sum",
+        )
+
+    def train_step(self) -> dict:
+        step = self.state.step
+        lr = self.schedule.lr(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        device = self.d.device
+        micro = [self.train_loader.next_batch() for _ in range(self.s.accumulation)]
+        micro = [
+            (x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in micro
+        ]
+        local_tokens = sum(int((y != IGNORE).sum()) for _, y in micro)
+        counts = torch.tensor([float(local_tokens)], device=device, dtype=torch.float64)
+        global_tokens = int(parallel.all_reduce_sum(counts, self.d).item())
+        # DDP and FSDP average gradients over ranks; scaling by world size turns that into a sum.
+        scale = self.d.world_size / max(global_tokens, 1)
+        loss_sum = torch.zeros((), device=device, dtype=torch.float32)
+        for i, (x, y) in enumerate(micro):
+            last = i == len(micro) - 1
+            with parallel.no_sync(self.model, self.mode, last):
+                loss = self._loss_sum(x, y)
+                (loss * scale).backward()
+            loss_sum += loss.detach()
+        grad_norm = self._clip()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.after_optimizer_step is not None:
+            self.after_optimizer_step()
+        self.state.step += 1
+        self.state.tokens += global_tokens
+        return {"loss_sum": loss_sum, "tokens": global_tokens, "lr": lr, "grad_norm": grad_norm}
+
+    def _clip(self) -> torch.Tensor:
+        max_norm = self.s.grad_clip if self.s.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+    # -- validation ------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        if self.val_loader is None:
+            return {}
+        self.model.eval()
+        device = self.d.device
+        totals = torch.zeros(
+            4, device=device, dtype=torch.float64
+        )  # loss, tokens, byte-loss, bytes
+        for x, y in self.val_loader.eval_batches(self.s.eval_batches):
+            x, y = x.to(device), y.to(device)
+            with self.plan.autocast_context(device):
+                logits = self.model(input_ids=x).logits
+            per_token = F.cross_entropy(
+                logits.float().view(-1, logits.size(-1)),
+                y.view(-1),
+                ignore_index=IGNORE,
+                reduction="none",
+            )
+            valid = y.view(-1) != IGNORE
+            totals[0] += per_token[valid].sum().double()
+            totals[1] += valid.sum()
+            if self.token_bytes is not None:
+                nbytes = self.token_bytes[y.view(-1).clamp(min=0)] * valid
+                totals[2] += (per_token * (nbytes > 0)).sum().double()
+                totals[3] += nbytes.sum()
+        self.model.train()
+        parallel.all_reduce_sum(totals, self.d)
+        if totals[1] == 0:
+            return {}
+        out = {"val_loss": float(totals[0] / totals[1])}
+        if totals[3] > 0:
+            out["val_bpb"] = float(totals[2] / (math.log(2) * totals[3]))
+        return out
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def fit(self, *, stop_after_steps: int | None = None) -> dict:
+        s, total = self.s, self.schedule.total_steps
+        start = self.state.step
+        log = MetricsLog(
+            self.out_dir / "metrics.jsonl",
+            enabled=self.d.is_main,
+            total_steps=total,
+            start_step=start,
+        )
+        self.model.train()
+        window_loss = torch.zeros((), device=self.d.device)
+        window_tokens, window_start = 0, time.perf_counter()
+        last_eval: dict = {}
+        stopped_early = False
+        try:
+            while self.state.step < total:
+                out = self.train_step()
+                window_loss += out["loss_sum"]
+                window_tokens += out["tokens"]
+                step = self.state.step
+                if _due(step, s.log_every) or step == total:
+                    record = self._record(out, window_loss, window_tokens, window_start)
+                    if _due(step, s.eval_every) or step == total:
+                        last_eval = self.evaluate()
+                        record.update(last_eval)
+                    log.log(record)
+                    self.state.history.append(record)
+                    window_loss = torch.zeros((), device=self.d.device)
+                    window_tokens, window_start = 0, time.perf_counter()
+                elif _due(step, s.eval_every):
+                    last_eval = self.evaluate()
+                    log.log({"step": step, **last_eval})
+                if _due(step, s.checkpoint_every) or step == total:
+                    self.save()
+                if stop_after_steps is not None and step - start >= stop_after_steps:
+                    stopped_early = step < total
+                    break
+        finally:
+            log.close()
+        return {
+            "step": self.state.step,
+            "tokens": self.state.tokens,
+            "completed": self.state.step >= total and not stopped_early,
+            **last_eval,
+        }
+
+    def _record(self, out: dict, window_loss, window_tokens: int, window_start: float) -> dict:
+        loss = parallel.all_reduce_sum(window_loss.detach().clone().double(), self.d)
+        elapsed = max(time.perf_counter() - window_start, 1e-9)
+        tokens_per_s = window_tokens / elapsed
+        mfu = tokens_per_s * self.s.flops_per_token / (self.s.peak_flops * self.d.world_size)
+        return {
+            "step": self.state.step,
+            "loss": float(loss) / max(window_tokens, 1),
+            "lr": out["lr"],
+            "grad_norm": float(out["grad_norm"]),
+            "tokens": self.state.tokens,
+            "tokens_per_s": tokens_per_s,
+            "mfu": mfu if math.isfinite(mfu) else None,
+            "peak_memory_gb": peak_memory_gb(self.d.device),
+        }

@@ -1,0 +1,194 @@
+"""The pretraining loop: learning, precision refusals, resume, and 2-process DDP/FSDP2 equivalence."""
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import assert_user_error
+from hanlm.config import load_config
+from hanlm.errors import UserError
+from hanlm.train import pretrain
+
+# A step is 512 tokens: 2 micro-batches of 4 x 64 in one process, 1 per rank with two ranks.
+TINY = {
+    "pretrain.preset": "tiny",
+    "pretrain.seq_len": 64,
+    "pretrain.micro_batch": 4,
+    "pretrain.global_batch_tokens": 512,
+    "pretrain.max_steps": 8,
+    "pretrain.lr": 1e-2,
+    "pretrain.warmup_steps": 2,
+    "pretrain.precision": "fp32",
+    "pretrain.log_every": 1,
+    "pretrain.eval_every": 4,
+    "pretrain.eval_batches": 2,
+    "pretrain.checkpoint_every": 4,
+}
+
+
+def settings_args(values: dict) -> list[str]:
+    return [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+
+
+def metrics(run_dir) -> list[dict]:
+    lines = (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def losses(run_dir) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in metrics(run_dir) if "loss" in r}
+
+
+@pytest.fixture
+def run_dir(demo_run, tmp_path):
+    target = tmp_path / "run"
+    shutil.copytree(demo_run, target, ignore=shutil.ignore_patterns("pretrain"))
+    return target
+
+
+def train(run_dir, **extra):
+    stop = extra.pop("stop_after_steps", None)
+    cfg = load_config(run_dir=run_dir, values={**TINY, **extra})
+    return pretrain.run(cfg, run_dir, stop_after_steps=stop)
+
+
+def test_loss_falls_and_metrics_are_logged(run_dir):
+    summary = train(run_dir, **{"pretrain.max_steps": 30, "pretrain.eval_every": 10})
+    assert summary["completed"] and summary["step"] == 30
+    records = [r for r in metrics(run_dir) if "loss" in r]
+    assert [r["step"] for r in records] == list(range(1, 31))
+    first, last = records[0], records[-1]
+    assert last["loss"] < first["loss"] - 1.0
+    for key in ("lr", "tokens_per_s", "grad_norm", "mfu", "peak_memory_gb", "tokens"):
+        assert key in last
+    assert last["tokens"] == 30 * 512
+    val = [r for r in metrics(run_dir) if "val_loss" in r]
+    assert [r["step"] for r in val] == [10, 20, 30]
+    assert val[-1]["val_loss"] < val[0]["val_loss"]
+    assert 0 < val[-1]["val_bpb"] < 8
+    assert (run_dir / "pretrain" / "checkpoints" / "latest").read_text().strip() == "step-00000030"
+    assert (run_dir / "pretrain" / "stage.json").is_file()
+
+
+def test_schedule_warmup_then_cosine(run_dir):
+    train(
+        run_dir,
+        **{"pretrain.max_steps": 10, "pretrain.warmup_steps": 3, "pretrain.min_lr_ratio": 0.1},
+    )
+    lrs = [r["lr"] for r in metrics(run_dir) if "lr" in r]
+    assert lrs[:3] == pytest.approx([1e-2 / 3, 2e-2 / 3, 1e-2])
+    assert all(a >= b - 1e-12 for a, b in itertools.pairwise(lrs[2:]))
+    assert lrs[-1] > 1e-3  # the floor is reached after the last step, not before
+
+
+def test_stop_and_resume_continue_steps_schedule_and_data(run_dir, tmp_path):
+    whole = tmp_path / "whole"
+    shutil.copytree(run_dir, whole)
+    train(whole)
+    expected = losses(whole)
+
+    first = train(run_dir, stop_after_steps=4)  # stops right after the step-4 checkpoint
+    assert first["step"] == 4 and not first["completed"]
+    assert not (run_dir / "pretrain" / "stage.json").exists()
+    second = train(run_dir)
+    assert second["completed"] and second["step"] == 8
+    resumed = losses(run_dir)
+    assert sorted(resumed) == list(range(1, 9))  # no step logged twice, none missing
+    lrs_whole = [r["lr"] for r in metrics(whole) if "lr" in r]
+    lrs_resumed = [r["lr"] for r in metrics(run_dir) if "lr" in r]
+    assert lrs_resumed == lrs_whole
+    for step in range(5, 9):
+        assert resumed[step] == pytest.approx(expected[step], rel=1e-5)
+
+
+def test_complete_stage_is_skipped(run_dir):
+    train(run_dir, **{"pretrain.max_steps": 2})
+    marker = (run_dir / "pretrain" / "stage.json").read_text()
+    summary = train(run_dir, **{"pretrain.max_steps": 2})
+    assert summary["step"] == 2
+    assert (run_dir / "pretrain" / "stage.json").read_text() == marker
+
+
+def test_fp8_emulate_trains_close_to_fp32(run_dir, tmp_path):
+    fp8 = tmp_path / "fp8"
+    shutil.copytree(run_dir, fp8)
+    common = {
+        "pretrain.max_steps": 10,
+        "pretrain.preset": "demo",
+        "pretrain.micro_batch": 2,
+        "pretrain.global_batch_tokens": 256,
+        "pretrain.lr": 3e-3,
+    }
+    train(run_dir, **common)
+    train(fp8, **common, **{"pretrain.precision": "fp8-emulate"})
+    a, b = losses(run_dir), losses(fp8)
+    assert b[10] < b[1] - 0.5
+    assert all(abs(a[s] - b[s]) / a[s] < 0.02 for s in a)
+    assert any(a[s] != b[s] for s in a)  # FP8 casting really happened
+
+
+def test_precision_refusals(run_dir, cli):
+    tiny = {k: v for k, v in TINY.items() if k != "pretrain.precision"}
+    args = ["pretrain", "--run", run_dir, *settings_args(tiny)]
+    assert_user_error(cli(*args, "--precision", "fp8"), "fp8-emulate", "compute capability 8.9")
+    assert_user_error(cli(*args, "--precision", "fp4"), "FP8")
+    assert_user_error(cli(*args, "--precision", "fp16"), "pretrain.precision")
+    assert not (run_dir / "pretrain" / "checkpoints").exists()
+
+
+def test_bad_batch_and_missing_length(run_dir, cli):
+    args = ["pretrain", "--run", run_dir, *settings_args(TINY)]
+    assert_user_error(cli(*args, "--set", "pretrain.global_batch_tokens=300"), "not a multiple")
+    with pytest.raises(UserError, match="needs a length"):
+        train(run_dir, **{"pretrain.max_steps": None})
+    assert_user_error(cli(*args, "--set", "pretrain.preset=huge"), "unknown", "tiny")
+
+
+def test_no_shards_is_a_user_error(tmp_path, cli):
+    assert_user_error(
+        cli("pretrain", "--run", tmp_path / "empty", "--max-steps", "1"), "no finished shards"
+    )
+
+
+def torchrun(run_dir, parallel: str):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "hanlm",
+        "pretrain",
+        "--run-dir",
+        str(run_dir),
+        "--parallel",
+        parallel,
+        *settings_args(TINY),
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return losses(run_dir)
+
+
+@pytest.mark.slow
+def test_ddp_and_fsdp_match_one_process(run_dir, tmp_path):
+    ddp, fsdp = tmp_path / "ddp", tmp_path / "fsdp"
+    shutil.copytree(run_dir, ddp)
+    shutil.copytree(run_dir, fsdp)
+    train(run_dir)
+    single = losses(run_dir)
+    for other, mode in ((ddp, "ddp"), (fsdp, "fsdp")):
+        got = torchrun(other, mode)
+        assert sorted(got) == sorted(single)
+        for step, loss in single.items():
+            assert abs(got[step] - loss) / loss < 1e-4, (mode, step, got[step], loss)
+        summary = json.loads((other / "pretrain" / "summary.json").read_text())
+        assert summary["world_size"] == 2 and summary["mode"] == mode
