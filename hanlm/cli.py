@@ -253,6 +253,15 @@ def main(argv: list[str] | None = None) -> int:
 
         console.print(f"[bold red]error:[/bold red] {e.message}", soft_wrap=True)
         return 2
+    except Exception as e:
+        from hanlm.train.preemption import Preempted
+
+        if not isinstance(e, Preempted):
+            raise
+        from hanlm.console import console
+
+        console.print(f"[bold yellow]preempted:[/bold yellow] {e}", soft_wrap=True)
+        return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -124,6 +124,24 @@ class PretrainSection(Section):
     )
 
 
+class CheckpointSection(Section):
+    """Checkpoints of pretraining and SFT (how often is pretrain.checkpoint_every)."""
+
+    async_save: bool = Field(
+        True, description="write in the background; the loop blocks only to stage"
+    )
+    keep_last: int = Field(3, ge=1, description="committed checkpoints kept (newest first)")
+    keep_every: int = Field(
+        0, ge=0, description="also keep every checkpoint at a multiple of N steps"
+    )
+    every_minutes: float = Field(0, ge=0, description="also save after this many minutes; 0 = off")
+    retries: int = Field(3, ge=0, description="retries of a failed write, with exponential backoff")
+    backoff_s: float = Field(2.0, ge=0)
+    max_consecutive_failures: int = Field(3, ge=1, description="then stop cleanly")
+    timeout_s: float = Field(1800, gt=0, description="a write slower than this counts as failed")
+    mirror: str | None = Field(None, description="second location: a folder or an fsspec URL")
+
+
 class Config(Section):
     run: RunSection = Field(default_factory=RunSection)
     demo: DemoSection = Field(default_factory=DemoSection)
@@ -131,6 +149,7 @@ class Config(Section):
     tokenizer: TokenizerSection = Field(default_factory=TokenizerSection)
     shards: ShardsSection = Field(default_factory=ShardsSection)
     pretrain: PretrainSection = Field(default_factory=PretrainSection)
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
 
 
 def recipe_names() -> list[str]:

@@ -1,27 +1,179 @@
-"""Save and resume training with torch.distributed.checkpoint (DCP).
+"""Checkpoints that survive crashes, preemption and bad storage.
 
-A checkpoint is a folder `step-NNNNNNNN/` holding the sharded model and optimizer state (each rank
-writes its own shards) and `trainer.json` (step, tokens, loader and schedule state, fingerprint).
-It is written as `step-N.incomplete/` and renamed when complete; `latest` names the newest one.
+A checkpoint is a folder `step-NNNNNNNN/`: the sharded model and optimizer state written by
+torch.distributed.checkpoint (each rank its own shards), `trainer.json` (step, tokens, loader,
+schedule, RNG, fingerprint) and `manifest.json` (size and BLAKE2 checksum of every file). It is
+written as `step-N.incomplete/`, checked, fsynced and renamed; only then does `latest` move, and
+only then are old checkpoints pruned. Loading verifies the manifest and falls back to the previous
+committed checkpoint (or the mirror) when a folder is damaged.
+
+Saves are asynchronous by default (`dcp.async_save` over a gloo group): the state is staged into
+host memory before the call returns, so the next optimizer step cannot change what is written,
+and at most one save is in flight. A failed write (no space, I/O error, permission, timeout) is
+retried with backoff and reported; training goes on and stops cleanly after too many failures
+in a row. Test hooks: HANLM_FAULT_WRITE_DELAY_S slows every file write (a slow disk) and
+HANLM_FAULT_WRITE_ERRORS=errno:count fails the next `count` writes with that errno.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import errno
+import hashlib
+import os
 import shutil
+import threading
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from hanlm.console import info, warn
 from hanlm.errors import UserError
 from hanlm.io import atomic_write_json, atomic_write_text, fsync_dir, read_json
 from hanlm.train.parallel import Dist, barrier
 
 LATEST = "latest"
 TRAINER_STATE = "trainer.json"
+MANIFEST = "manifest.json"
+INCOMPLETE = ".incomplete"
+
+
+class CheckpointError(UserError):
+    """Checkpoints kept failing: training stopped cleanly, the last good checkpoint is intact."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    async_save: bool = True
+    keep_last: int = 3
+    keep_every: int = 0  # also keep every checkpoint whose step is a multiple of this
+    retries: int = 3
+    backoff_s: float = 1.0
+    max_consecutive_failures: int = 3
+    timeout_s: float = 1800.0
+    mirror: str | None = None
+
+
+def _describe(error: BaseException) -> str:
+    """One line: DCP wraps a rank's OSError, with its remote traceback, in CheckpointException."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:08d}"
+
+
+def _step_of(path: Path) -> int:
+    return int(path.name.split("-")[1].split(".")[0])
+
+
+def committed(root: Path) -> list[Path]:
+    """Committed checkpoint folders, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(INCOMPLETE)]
+    return sorted((p for p in found if (p / MANIFEST).is_file()), key=_step_of)
+
+
+def latest(root: Path) -> Path | None:
+    """The newest committed checkpoint named by `latest` (or found on disk when it is missing)."""
+    pointer = Path(root) / LATEST
+    if pointer.is_file():
+        path = Path(root) / pointer.read_text().strip()
+        if (path / MANIFEST).is_file():
+            return path
+    found = committed(root)
+    return found[-1] if found else None
+
+
+# -- verification -----------------------------------------------------------------------------
+
+
+def _checksum(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def write_manifest(folder: Path) -> dict:
+    files = {
+        str(p.relative_to(folder)): {"size": p.stat().st_size, "blake2b": _checksum(p)}
+        for p in _files(folder)
+    }
+    manifest = {"files": files}
+    atomic_write_json(folder / MANIFEST, manifest)
+    return manifest
+
+
+def verify(folder: Path) -> str | None:
+    """None when every file matches the manifest, else what is wrong."""
+    try:
+        manifest = read_json(folder / MANIFEST)
+    except (OSError, ValueError) as e:
+        return f"unreadable manifest: {e}"
+    for rel, meta in manifest.get("files", {}).items():
+        path = folder / rel
+        if not path.is_file():
+            return f"{rel} is missing"
+        if path.stat().st_size != meta["size"]:
+            return f"{rel} has {path.stat().st_size} bytes, expected {meta['size']}"
+        if _checksum(path) != meta["blake2b"]:
+            return f"{rel} fails its checksum"
+    return None
+
+
+# -- fault injection (tests and benchmarks) ----------------------------------------------------
+
+
+class _FaultyWriter(FileSystemWriter):
+    """A FileSystemWriter that can be slowed down or made to fail, through environment variables."""
+
+    _lock = threading.Lock()
+
+    def write_data(self, plan, planner):
+        delay = float(os.environ.get("HANLM_FAULT_WRITE_DELAY_S", "0") or 0)
+        if delay:
+            time.sleep(delay)
+        _maybe_fail()
+        return super().write_data(plan, planner)
+
+
+def _maybe_fail() -> None:
+    spec = os.environ.get("HANLM_FAULT_WRITE_ERRORS", "")
+    if not spec:
+        return
+    with _FaultyWriter._lock:
+        name, count = spec.split(":")
+        if int(count) <= 0:
+            return
+        os.environ["HANLM_FAULT_WRITE_ERRORS"] = f"{name}:{int(count) - 1}"
+    code = getattr(errno, name.upper())
+    raise OSError(code, os.strerror(code))
+
+
+def _writer(path: Path) -> FileSystemWriter:
+    faulty = os.environ.get("HANLM_FAULT_WRITE_DELAY_S") or os.environ.get(
+        "HANLM_FAULT_WRITE_ERRORS"
+    )
+    cls = _FaultyWriter if faulty else FileSystemWriter
+    return cls(str(path), sync_files=True)
 
 
 @contextlib.contextmanager
@@ -32,56 +184,293 @@ def _single_process_ok():
         yield
 
 
-def step_dir(root: Path, step: int) -> Path:
-    return Path(root) / f"step-{step:08d}"
+# -- the manager -------------------------------------------------------------------------------
 
 
-def save(root: Path, step: int, model, optimizer, trainer_state: dict, d: Dist) -> Path:
-    """Write a checkpoint for `step` on every rank; rank 0 commits it and moves `latest`."""
-    root = Path(root)
-    final = step_dir(root, step)
-    tmp = final.with_name(final.name + ".incomplete")
-    if d.is_main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier(d)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    with _single_process_ok():
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
-    barrier(d)
-    if d.is_main:
+@dataclass
+class _InFlight:
+    step: int
+    tmp: Path
+    future: concurrent.futures.Future
+    trainer_state: dict
+    started: float
+
+
+class CheckpointManager:
+    """Saves, commits, prunes, mirrors and loads the checkpoints of one training run."""
+
+    def __init__(self, root: Path, d: Dist, policy: Policy):
+        self.root, self.d, self.policy = Path(root), d, policy
+        self.failures = 0
+        self.retry_due: float | None = None
+        self._in_flight: _InFlight | None = None
+        self._mirror_thread: threading.Thread | None = None
+        self._storage = _writer(self.root)
+        # Async saves coordinate over gloo so NCCL streams stay free for training.
+        self.group = dist.new_group(backend="gloo") if d.distributed else None
+        if d.is_main:
+            self.root.mkdir(parents=True, exist_ok=True)
+            for leftover in self.root.glob(f"step-*{INCOMPLETE}"):
+                shutil.rmtree(leftover, ignore_errors=True)  # an interrupted save
+        barrier(d)
+
+    # -- saving ------------------------------------------------------------------------------
+
+    def save(
+        self, step: int, model, optimizer, trainer_state: dict, *, sync: bool = False
+    ) -> float:
+        """Start (or, when sync, complete) a checkpoint of `step`. Returns seconds blocked."""
+        started = time.perf_counter()
+        self.wait()  # at most one save in flight
+        tmp = step_dir(self.root, step).with_name(step_dir(self.root, step).name + INCOMPLETE)
+        for attempt in range(self.policy.retries + 1):
+            try:
+                self._prepare(tmp)
+                model_sd, optim_sd = get_state_dict(model, optimizer)
+                state = {"model": model_sd, "optim": optim_sd}
+                with _single_process_ok():
+                    if self.policy.async_save and not sync:
+                        future = dcp.async_save(
+                            state,
+                            checkpoint_id=str(tmp),
+                            storage_writer=self._storage,
+                            process_group=self.group,
+                        )
+                        self._in_flight = _InFlight(step, tmp, future, trainer_state, started)
+                        return time.perf_counter() - started
+                    dcp.save(
+                        state,
+                        checkpoint_id=str(tmp),
+                        storage_writer=self._storage,
+                        process_group=self.group,
+                    )
+                self._commit_all_ranks(step, tmp, trainer_state, ok=True)
+                return time.perf_counter() - started
+            except (OSError, CheckpointException) as e:  # DCP wraps a rank's write error
+                self._commit_all_ranks(step, tmp, trainer_state, ok=False, quiet=True)
+                if attempt < self.policy.retries:
+                    delay = self.policy.backoff_s * 2**attempt
+                    warn(f"checkpoint step {step}: {_describe(e)}; retrying in {delay:.1f}s")
+                    time.sleep(delay)
+                else:
+                    self._failed(step, e)
+        return time.perf_counter() - started
+
+    def _prepare(self, tmp: Path) -> None:
+        """A fresh temporary folder, or the same OSError on every rank."""
+        error = None
+        if self.d.is_main:
+            try:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+            except OSError as e:
+                error = e
+        failed = torch.tensor([0.0 if error is None else float(error.errno or errno.EIO)])
+        if self.d.distributed:
+            dist.broadcast(failed, src=0, group=self.group)
+        if failed.item():
+            code = int(failed.item())
+            raise error or OSError(code, os.strerror(code))
+
+    def poll(self) -> None:
+        """Commit a finished async save (collective: every rank calls it every step)."""
+        if self._in_flight is None:
+            return
+        done = torch.tensor([1.0 if self._in_flight.future.done() else 0.0])
+        if self.d.distributed:
+            dist.all_reduce(done, op=dist.ReduceOp.MIN, group=self.group)
+        if done.item() == 1.0:
+            self._finish()
+
+    def wait(self) -> None:
+        """Block until the save in flight (if any) is written and committed."""
+        if self._in_flight is not None:
+            self._finish()
+
+    def _finish(self) -> None:
+        job, self._in_flight = self._in_flight, None
+        error: BaseException | None = None
+        try:
+            job.future.result(timeout=self.policy.timeout_s)
+        except concurrent.futures.TimeoutError:
+            error = OSError(
+                errno.ETIMEDOUT, f"write did not finish in {self.policy.timeout_s:.0f}s"
+            )
+        except (Exception, CheckpointException) as e:  # DCP's exception is a BaseException
+            error = e
+        self._commit_all_ranks(job.step, job.tmp, job.trainer_state, ok=error is None, quiet=True)
+        if error is not None:
+            self._failed(job.step, error)
+            self.retry_due = time.monotonic() + self.policy.backoff_s
+
+    def _commit_all_ranks(
+        self, step: int, tmp: Path, trainer_state: dict, *, ok: bool, quiet=False
+    ):
+        flag = torch.tensor([1.0 if ok else 0.0])
+        if self.d.distributed:
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
+        if flag.item() == 1.0:
+            error = None
+            if self.d.is_main:
+                try:
+                    self._commit(step, tmp, trainer_state)
+                except OSError as e:
+                    error = e
+            failed = torch.tensor([0.0 if error is None else 1.0])
+            if self.d.distributed:
+                dist.broadcast(failed, src=0, group=self.group)
+            if failed.item() == 0.0:
+                self.failures, self.retry_due = 0, None
+                return
+            ok = False
+        if self.d.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if not quiet:
+            self._failed(step, OSError("a rank failed to write its shards"))
+
+    def _commit(self, step: int, tmp: Path, trainer_state: dict) -> None:
         atomic_write_json(tmp / TRAINER_STATE, trainer_state)
+        write_manifest(tmp)
+        problem = verify(tmp)
+        if problem:
+            raise OSError(errno.EIO, f"read-back check failed: {problem}")
+        final = step_dir(self.root, step)
         shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        fsync_dir(root)
-        atomic_write_text(root / LATEST, final.name + "\n")
-    barrier(d)
-    return final
+        os.replace(tmp, final)
+        fsync_dir(self.root)
+        atomic_write_text(self.root / LATEST, final.name + "\n")
+        self._prune()
+        self._mirror(final)
 
-
-def latest(root: Path) -> Path | None:
-    pointer = Path(root) / LATEST
-    if not pointer.is_file():
-        return None
-    path = Path(root) / pointer.read_text().strip()
-    if not (path / TRAINER_STATE).is_file():
-        raise UserError(
-            f"the latest checkpoint {path} is missing or incomplete",
-            fix=f"remove {pointer} to start over, or restore the folder",
+    def _failed(self, step: int, error: BaseException) -> None:
+        self.failures += 1
+        error = _describe(error)
+        warn(
+            f"checkpoint of step {step} failed ({error}); "
+            f"{self.failures} in a row; the last good one is {latest(self.root)}"
         )
-    return path
+        if self.failures >= self.policy.max_consecutive_failures:
+            raise CheckpointError(
+                f"{self.failures} checkpoints in a row could not be written to {self.root} "
+                f"(last: {error})",
+                fix="free space or fix the disk, then rerun the same command: it resumes from "
+                f"{latest(self.root) or 'the start'}",
+            )
+
+    def retry_wanted(self) -> bool:
+        return self.retry_due is not None and time.monotonic() >= self.retry_due
+
+    # -- retention and mirror -----------------------------------------------------------------
+
+    def _prune(self) -> None:
+        found = committed(self.root)
+        keep = set(found[-max(1, self.policy.keep_last) :])
+        if self.policy.keep_every:
+            keep |= {p for p in found if _step_of(p) % self.policy.keep_every == 0}
+        for path in found:
+            if path not in keep:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _mirror(self, folder: Path) -> None:
+        if not self.policy.mirror:
+            return
+        if self._mirror_thread is not None:
+            self._mirror_thread.join()  # one copy at a time, in order
+        self._mirror_thread = threading.Thread(
+            target=_copy_to_mirror, args=(folder, self.policy), daemon=True
+        )
+        self._mirror_thread.start()
+
+    def close(self) -> None:
+        self.wait()
+        if self._mirror_thread is not None:
+            self._mirror_thread.join()
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load_latest(self, model, optimizer) -> dict | None:
+        """Load the newest verified checkpoint (restoring from the mirror when the primary is
+        gone); None when there is none."""
+        if self.d.is_main and not committed(self.root) and self.policy.mirror:
+            _restore_from_mirror(self.policy.mirror, self.root)
+        barrier(self.d)
+        for path in reversed(committed(self.root)):
+            problem = verify(path) if self.d.is_main else None
+            bad = torch.tensor([1.0 if problem else 0.0])
+            if self.d.distributed:
+                dist.broadcast(bad, src=0, group=self.group)
+            if bad.item():
+                warn(f"skipping damaged checkpoint {path}: {problem}")
+                continue
+            state = load(path, model, optimizer, group=self.group)
+            if self.d.is_main:
+                info(f"resumed from {path}")
+            return state
+        return None
 
 
-def load(path: Path, model, optimizer) -> dict:
+def load(path: Path, model, optimizer, group=None) -> dict:
     """Load model and optimizer state in place (any number of ranks: DCP reshards)."""
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
     with _single_process_ok():
-        dcp.load(state, checkpoint_id=str(path))
+        dcp.load(state, checkpoint_id=str(path), process_group=group)
     set_state_dict(
         model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
     )
     return read_json(Path(path) / TRAINER_STATE)
+
+
+# -- mirror --------------------------------------------------------------------------------------
+
+
+def _fs(url: str):
+    if "://" in url:
+        import fsspec
+
+        fs, base = fsspec.core.url_to_fs(url)
+        return fs, base.rstrip("/")
+    return None, str(Path(url))
+
+
+def _copy_to_mirror(folder: Path, policy: Policy) -> None:
+    for attempt in range(policy.retries + 1):
+        try:
+            fs, base = _fs(policy.mirror)
+            target = f"{base}/{folder.name}"
+            if fs is None:
+                tmp = Path(target + INCOMPLETE)
+                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.copytree(folder, tmp)
+                shutil.rmtree(target, ignore_errors=True)
+                os.replace(tmp, target)
+                atomic_write_text(Path(base) / LATEST, folder.name + "\n")
+            else:
+                fs.put(str(folder), target, recursive=True)
+                fs.pipe(f"{base}/{LATEST}", (folder.name + "\n").encode())
+            return
+        except Exception as e:  # a mirror is best effort: report and keep training
+            warn(f"mirror copy of {folder.name} to {policy.mirror} failed ({e})")
+            time.sleep(policy.backoff_s * 2**attempt)
+
+
+def _restore_from_mirror(mirror: str, root: Path) -> None:
+    fs, base = _fs(mirror)
+    try:
+        if fs is None:
+            name = (Path(base) / LATEST).read_text().strip()
+            source = Path(base) / name
+            if not (source / MANIFEST).is_file():
+                return
+            shutil.copytree(source, root / (name + INCOMPLETE), dirs_exist_ok=True)
+        else:
+            name = fs.cat(f"{base}/{LATEST}").decode().strip()
+            fs.get(f"{base}/{name}", str(root / (name + INCOMPLETE)), recursive=True)
+    except (OSError, FileNotFoundError):
+        return
+    os.replace(root / (name + INCOMPLETE), root / name)
+    atomic_write_text(root / LATEST, name + "\n")
+    info(f"restored checkpoint {name} from the mirror {mirror}")
 
 
 def rng_state() -> dict:

@@ -26,7 +26,7 @@ from hanlm.io import (
     stage_fingerprint,
     write_stage_marker,
 )
-from hanlm.train import parallel, precision
+from hanlm.train import checkpoint, parallel, precision
 from hanlm.train.optim import adamw
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
 
@@ -158,6 +158,17 @@ def run(
         def after_step() -> None:
             precision.precompute_fp8_scales_if_needed(model, plan, p.fsdp_float8_all_gather)
 
+        c = cfg.checkpoint
+        policy = checkpoint.Policy(
+            async_save=c.async_save,
+            keep_last=c.keep_last,
+            keep_every=c.keep_every,
+            retries=c.retries,
+            backoff_s=c.backoff_s,
+            max_consecutive_failures=c.max_consecutive_failures,
+            timeout_s=c.timeout_s,
+            mirror=c.mirror,
+        )
         trainer = Trainer(
             model=model,
             optimizer=optimizer,
@@ -171,6 +182,8 @@ def run(
             out_dir=out,
             token_bytes=token_bytes,
             after_optimizer_step=after_step,
+            checkpoints=checkpoint.CheckpointManager(out / "checkpoints", d, policy),
+            every_minutes=c.every_minutes,
         )
         if p.resume == "auto":
             trainer.resume()

@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from hanlm.console import info
 from hanlm.errors import UserError
 from hanlm.train import checkpoint, parallel
 from hanlm.train.metrics import MetricsLog, peak_memory_gb
 from hanlm.train.optim import lr_at
+from hanlm.train.preemption import Preempted, PreemptionWatch
 
 IGNORE = -100
 
@@ -86,12 +86,18 @@ class Trainer:
         out_dir: Path,
         token_bytes: torch.Tensor | None = None,
         after_optimizer_step=None,
+        checkpoints: checkpoint.CheckpointManager | None = None,
+        every_minutes: float = 0,
     ):
         self.model, self.optimizer = model, optimizer
         self.train_loader, self.val_loader = train_loader, val_loader
         self.schedule, self.s, self.d, self.mode, self.plan = schedule, settings, dist, mode, plan
         self.out_dir = Path(out_dir)
-        self.ckpt_root = self.out_dir / "checkpoints"
+        self.checkpoints = checkpoints or checkpoint.CheckpointManager(
+            self.out_dir / "checkpoints", dist, checkpoint.Policy()
+        )
+        self.every_minutes = every_minutes
+        self.preemption = PreemptionWatch()
         self.token_bytes = token_bytes.to(dist.device) if token_bytes is not None else None
         self.after_optimizer_step = after_optimizer_step
         self.state = TrainState()
@@ -99,24 +105,23 @@ class Trainer:
     # -- resume --------------------------------------------------------------------------------
 
     def resume(self) -> bool:
-        path = checkpoint.latest(self.ckpt_root)
-        if path is None:
+        saved = self.checkpoints.load_latest(parallel.unwrap(self.model), self.optimizer)
+        if saved is None:
             return False
-        saved = checkpoint.load(path, parallel.unwrap(self.model), self.optimizer)
         if saved.get("fingerprint") != self.s.fingerprint:
             raise UserError(
-                f"the checkpoint {path} was made with other model or data settings",
+                f"the checkpoints in {self.checkpoints.root} were made with other model or data "
+                "settings",
                 fix="start a new run directory, or rerun with --resume never (or --force) to "
                 "train from scratch",
             )
         self.state.step, self.state.tokens = saved["step"], saved["tokens"]
         self.train_loader.load_state_dict(saved["loader"])
         checkpoint.set_rng_state(saved.get("rng", {}))
-        if self.d.is_main:
-            info(f"resumed from {path} at step {self.state.step}")
         return True
 
-    def save(self) -> Path:
+    def save(self, *, sync: bool = False) -> float:
+        """Checkpoint the current step; returns the seconds the loop was blocked."""
         state = {
             "step": self.state.step,
             "tokens": self.state.tokens,
@@ -125,13 +130,9 @@ class Trainer:
             "fingerprint": self.s.fingerprint,
             "rng": checkpoint.rng_state(),
         }
-        return checkpoint.save(
-            self.ckpt_root,
-            self.state.step,
-            parallel.unwrap(self.model),
-            self.optimizer,
-            state,
-            self.d,
+        self._last_save = time.monotonic()
+        return self.checkpoints.save(
+            self.state.step, parallel.unwrap(self.model), self.optimizer, state, sync=sync
         )
 
     # -- one step --------------------------------------------------------------------------------
@@ -234,7 +235,9 @@ class Trainer:
         window_loss = torch.zeros((), device=self.d.device)
         window_tokens, window_start = 0, time.perf_counter()
         last_eval: dict = {}
-        stopped_early = False
+        stopped_early = preempted = False
+        self._last_save = time.monotonic()
+        self.preemption.install()
         try:
             while self.state.step < total:
                 out = self.train_step()
@@ -253,19 +256,50 @@ class Trainer:
                 elif _due(step, s.eval_every):
                     last_eval = self.evaluate()
                     log.log({"step": step, **last_eval})
-                if _due(step, s.checkpoint_every) or step == total:
+                self.checkpoints.poll()
+                if self.preemption.requested(self.d.distributed, self.checkpoints.group):
+                    self.save(sync=True)
+                    preempted = True
+                    break
+                if step == total:
+                    self.save(sync=True)
+                elif (
+                    _due(step, s.checkpoint_every)
+                    or self.checkpoints.retry_wanted()
+                    or self._minutes_due()
+                ):
                     self.save()
                 if stop_after_steps is not None and step - start >= stop_after_steps:
+                    self.checkpoints.wait()
                     stopped_early = step < total
                     break
         finally:
+            self.preemption.uninstall()
+            self.checkpoints.close()
             log.close()
+        if preempted:
+            raise Preempted(
+                f"stopped by a signal after step {self.state.step}; the checkpoint "
+                f"{checkpoint.latest(self.checkpoints.root)} is committed: run the same command "
+                "to continue"
+            )
         return {
             "step": self.state.step,
             "tokens": self.state.tokens,
             "completed": self.state.step >= total and not stopped_early,
             **last_eval,
         }
+
+    def _minutes_due(self) -> bool:
+        if self.every_minutes <= 0:
+            return False
+        due = time.monotonic() - self._last_save >= 60 * self.every_minutes
+        flag = torch.tensor([1.0 if due else 0.0])
+        if self.d.distributed:  # ranks' clocks differ: agree, so every rank saves together
+            torch.distributed.all_reduce(
+                flag, op=torch.distributed.ReduceOp.MAX, group=self.checkpoints.group
+            )
+        return bool(flag.item())
 
     def _record(self, out: dict, window_loss, window_tokens: int, window_start: float) -> dict:
         loss = parallel.all_reduce_sum(window_loss.detach().clone().double(), self.d)

@@ -1,0 +1,234 @@
+"""Checkpoints under crashes, bad storage and preemption; retention and the mirror."""
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import assert_user_error
+from hanlm.config import load_config
+from hanlm.train import checkpoint, pretrain
+from hanlm.train.checkpoint import committed, latest, verify
+
+TINY = {
+    "pretrain.preset": "tiny",
+    "pretrain.seq_len": 64,
+    "pretrain.micro_batch": 4,
+    "pretrain.global_batch_tokens": 512,
+    "pretrain.max_steps": 10,
+    "pretrain.lr": 1e-2,
+    "pretrain.warmup_steps": 2,
+    "pretrain.precision": "fp32",
+    "pretrain.log_every": 1,
+    "pretrain.eval_every": 0,
+    "pretrain.checkpoint_every": 2,
+    "checkpoint.backoff_s": 0.0,
+}
+
+
+@pytest.fixture
+def run_dir(demo_run, tmp_path):
+    target = tmp_path / "run"
+    shutil.copytree(demo_run, target, ignore=shutil.ignore_patterns("pretrain"))
+    return target
+
+
+def train(run_dir, **extra):
+    cfg = load_config(run_dir=run_dir, values={**TINY, **extra})
+    return pretrain.run(cfg, run_dir)
+
+
+def ckpt_root(run_dir):
+    return run_dir / "pretrain" / "checkpoints"
+
+
+def final_weights(run_dir) -> dict[str, torch.Tensor]:
+    """The model tensors of the newest checkpoint, read back through DCP."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict = {}
+    _load_state_dict(
+        state,
+        storage_reader=FileSystemReader(str(latest(ckpt_root(run_dir)))),
+        planner=_EmptyStateDictLoadPlanner(),
+        no_dist=True,
+    )
+    return {k: v for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
+
+
+def losses(run_dir):
+    lines = (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines) if "loss" in r}
+
+
+def test_commit_writes_a_verified_manifest_and_moves_latest(run_dir):
+    train(run_dir)
+    root = ckpt_root(run_dir)
+    assert (root / "latest").read_text().strip() == "step-00000010"
+    path = latest(root)
+    assert verify(path) is None
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert "trainer.json" in manifest["files"] and any(
+        f.endswith(".distcp") for f in manifest["files"]
+    )
+    assert not list(root.glob("*.incomplete"))
+    # A damaged newest checkpoint is skipped in favour of the previous one.
+    shard = next(path.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-10] + b"0123456789")
+    assert verify(path) and "checksum" in verify(path)
+
+
+def test_retention_keeps_last_k_and_every_mth(run_dir):
+    train(
+        run_dir,
+        **{"pretrain.checkpoint_every": 1, "checkpoint.keep_last": 2, "checkpoint.keep_every": 4},
+    )
+    steps = [int(p.name.split("-")[1]) for p in committed(ckpt_root(run_dir))]
+    assert steps == [4, 8, 9, 10]
+
+
+def test_damaged_latest_falls_back_and_training_reproduces(run_dir, tmp_path):
+    whole = tmp_path / "whole"
+    shutil.copytree(run_dir, whole)
+    train(whole)
+    cfg = load_config(run_dir=run_dir, values=TINY)
+    pretrain.run(cfg, run_dir, stop_after_steps=6)
+    root = ckpt_root(run_dir)
+    six = latest(root)
+    assert six.name == "step-00000006"
+    next(six.glob("*.distcp")).write_bytes(b"torn write")
+    pretrain.run(cfg, run_dir)  # resumes from step 4, the newest good one
+    assert losses(run_dir) == losses(whole)
+    for name, tensor in final_weights(whole).items():
+        assert torch.equal(final_weights(run_dir)[name], tensor), name
+
+
+@pytest.mark.parametrize("error", ["ENOSPC", "EIO", "EROFS"])
+def test_failed_writes_are_retried_and_training_goes_on(run_dir, monkeypatch, error):
+    # Two failures, three retries: the save succeeds on a retry.
+    monkeypatch.setenv("HANLM_FAULT_WRITE_ERRORS", f"{error}:2")
+    summary = train(run_dir, **{"checkpoint.async_save": False})
+    assert summary["completed"]
+    assert latest(ckpt_root(run_dir)).name == "step-00000010"
+    assert os.environ["HANLM_FAULT_WRITE_ERRORS"] == f"{error}:0"
+
+
+def test_persistent_failure_stops_cleanly_and_the_last_good_one_loads(run_dir, monkeypatch, cli):
+    cfg = load_config(run_dir=run_dir, values=TINY)
+    pretrain.run(cfg, run_dir, stop_after_steps=4)
+    good = latest(ckpt_root(run_dir))
+    monkeypatch.setenv("HANLM_FAULT_WRITE_ERRORS", "ENOSPC:1000")
+    args = ["pretrain", "--run", run_dir]
+    for key, value in {
+        **TINY,
+        "checkpoint.retries": 1,
+        "checkpoint.max_consecutive_failures": 2,
+    }.items():
+        args += ["--set", f"{key}={json.dumps(value)}"]
+    result = cli(*args)
+    assert_user_error(result, "could not be written", "resumes")
+    assert latest(ckpt_root(run_dir)) == good and verify(good) is None
+    assert not list(ckpt_root(run_dir).glob("*.incomplete"))
+    monkeypatch.delenv("HANLM_FAULT_WRITE_ERRORS")
+    assert train(run_dir)["completed"]  # the run continues from the good checkpoint
+
+
+def test_async_failure_is_reported_and_retried(run_dir, monkeypatch):
+    monkeypatch.setenv("HANLM_FAULT_WRITE_ERRORS", "EIO:1")
+    summary = train(run_dir, **{"checkpoint.async_save": True, "checkpoint.retries": 0})
+    assert summary["completed"]
+    assert [int(p.name.split("-")[1]) for p in committed(ckpt_root(run_dir))][-1] == 10
+
+
+def test_mirror_copies_and_resume_starts_from_it(run_dir, tmp_path):
+    mirror = tmp_path / "mirror"
+    cfg = load_config(run_dir=run_dir, values={**TINY, "checkpoint.mirror": str(mirror)})
+    pretrain.run(cfg, run_dir, stop_after_steps=4)
+    assert (mirror / "latest").read_text().strip() == "step-00000004"
+    assert verify(mirror / "step-00000004") is None
+    shutil.rmtree(ckpt_root(run_dir))  # the primary disk is gone
+    pretrain.run(cfg, run_dir)
+    assert sorted(losses(run_dir)) == list(range(1, 11))
+    assert (mirror / "latest").read_text().strip() == "step-00000010"
+
+
+def _spawn(run_dir, extra_env=None, **settings):
+    args = [sys.executable, "-m", "hanlm", "pretrain", "--run", str(run_dir)]
+    for key, value in {**TINY, **settings}.items():
+        args += ["--set", f"{key}={json.dumps(value)}"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", **(extra_env or {})}
+    return subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def _wait_for_step(run_dir, step, proc, timeout=120):
+    metrics = run_dir / "pretrain" / "metrics.jsonl"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= step:
+            return
+        time.sleep(0.05)
+
+
+def test_sigterm_saves_and_exits_0(run_dir):
+    proc = _spawn(run_dir, **{"pretrain.max_steps": 400, "pretrain.checkpoint_every": 1000})
+    _wait_for_step(run_dir, 3, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert "preempted" in err
+    stopped = latest(ckpt_root(run_dir))
+    step = int(stopped.name.split("-")[1])
+    assert 3 <= step < 400 and verify(stopped) is None
+    assert json.loads((stopped / "trainer.json").read_text())["step"] == step
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_never_loses_a_committed_checkpoint(run_dir, tmp_path):
+    """Killed 10 times (also while saving), resumed each time: the final weights are the same."""
+    settings = {"pretrain.max_steps": 40, "pretrain.checkpoint_every": 2, "checkpoint.keep_last": 2}
+    whole = tmp_path / "whole"
+    shutil.copytree(run_dir, whole)
+    proc = _spawn(whole, **settings)
+    assert proc.wait(timeout=300) == 0
+    slow_disk = {"HANLM_FAULT_WRITE_DELAY_S": "0.15"}  # saves take long enough to be hit
+    rng = random.Random(0)
+    kills = 0
+    while kills < 10:
+        before = latest(ckpt_root(run_dir))
+        proc = _spawn(run_dir, slow_disk, **settings)
+        _wait_for_step(run_dir, 1, proc)
+        time.sleep(rng.uniform(0.0, 2.5))
+        if proc.poll() is not None:
+            break  # finished before the kill
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        now = latest(ckpt_root(run_dir))
+        if now is not None:
+            assert verify(now) is None, f"kill {kills}: {now} is not a committed checkpoint"
+            assert before is None or int(now.name[5:]) >= int(before.name[5:])
+    assert kills == 10
+    proc = _spawn(run_dir, slow_disk, **settings)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    assert not list(ckpt_root(run_dir).glob("*.incomplete"))
+    expected, got = final_weights(whole), final_weights(run_dir)
+    assert expected.keys() == got.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(got[name], tensor), name
+    assert losses(run_dir)[40] == losses(whole)[40]
+
+
+def test_policy_defaults_match_the_config():
+    assert checkpoint.Policy().async_save is load_config().checkpoint.async_save
