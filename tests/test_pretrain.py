@@ -192,3 +192,18 @@ def test_ddp_and_fsdp_match_one_process(run_dir, tmp_path):
             assert abs(got[step] - loss) / loss < 1e-4, (mode, step, got[step], loss)
         summary = json.loads((other / "pretrain" / "summary.json").read_text())
         assert summary["world_size"] == 2 and summary["mode"] == mode
+
+
+@pytest.mark.slow
+def test_resume_on_another_number_of_ranks(run_dir, tmp_path):
+    """Stopped in one process, resumed under torchrun with 2 FSDP2 ranks: DCP reshards and the
+    data order continues where it stopped."""
+    whole = tmp_path / "whole"
+    shutil.copytree(run_dir, whole)
+    train(whole)
+    train(run_dir, stop_after_steps=4)
+    got = torchrun(run_dir, "fsdp")
+    expected = losses(whole)
+    assert sorted(got) == sorted(expected)
+    for step, loss in expected.items():
+        assert abs(got[step] - loss) / loss < 1e-4, (step, got[step], loss)
