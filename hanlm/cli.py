@@ -192,6 +192,19 @@ def build_parser() -> argparse.ArgumentParser:
         },
     )
 
+    p = _stage_parser(
+        sub,
+        "export",
+        "write a checkpoint as a Hugging Face model folder",
+        "Write a pretraining checkpoint (the latest committed one by default) as a plain Hugging "
+        "Face folder: model.safetensors, config.json, generation_config.json and the tokenizer "
+        "with its chat template. transformers, vLLM, llama.cpp's converter and "
+        "lm-evaluation-harness load it as it is. Default output: DIR/pretrain/hf.",
+    )
+    p.add_argument("--checkpoint", metavar="STEP|PATH", help="a step number or a checkpoint folder")
+    p.add_argument("--out", type=Path, metavar="DIR", help="output folder")
+    p.set_defaults(func=_cmd_export, stage="export", flags={})
+
     p = sub.add_parser(
         "demo",
         help="write the built-in synthetic Korean world to a folder",
@@ -216,13 +229,26 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
 def _load(args: argparse.Namespace):
     from hanlm.config import load_config
 
-    return load_config(args.config, args.overrides, args.run, values=_flag_values(args))
+    values = _flag_values(args)
+    if getattr(args, "max_tokens", None) is not None and getattr(args, "max_steps", None) is None:
+        values["pretrain.max_steps"] = None  # --max-tokens replaces the recipe's max_steps
+    return load_config(args.config, args.overrides, args.run, values=values)
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
     from hanlm.pipeline import run_stage
 
     run_stage(args.stage, _load(args), args.run, force=args.force)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from hanlm.config import save_config
+    from hanlm.train import export
+
+    cfg = _load(args)
+    export.run(cfg, args.run, force=args.force, checkpoint=args.checkpoint, out=args.out)
+    save_config(cfg, args.run)
     return 0
 
 

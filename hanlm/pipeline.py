@@ -16,6 +16,7 @@ STAGES: dict[str, str] = {
     "tokenizer": "hanlm.data.tokenizer",
     "shards": "hanlm.data.shards",
     "pretrain": "hanlm.train.pretrain",
+    "export": "hanlm.train.export",
 }
 
 

@@ -207,6 +207,9 @@ class CheckpointManager:
         self._mirror_thread: threading.Thread | None = None
         self._storage = _writer(self.root)
         # Async saves coordinate over gloo so NCCL streams stay free for training.
+        # DCP's background save thread runs collectives on its own gloo group; the main thread's
+        # per-step flags and commits use another, so the two never interleave on one group.
+        self.save_group = dist.new_group(backend="gloo") if d.distributed else None
         self.group = dist.new_group(backend="gloo") if d.distributed else None
         if d.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -234,7 +237,7 @@ class CheckpointManager:
                             state,
                             checkpoint_id=str(tmp),
                             storage_writer=self._storage,
-                            process_group=self.group,
+                            process_group=self.save_group,
                         )
                         self._in_flight = _InFlight(step, tmp, future, trainer_state, started)
                         return time.perf_counter() - started
@@ -272,14 +275,16 @@ class CheckpointManager:
             code = int(failed.item())
             raise error or OSError(code, os.strerror(code))
 
-    def poll(self) -> None:
-        """Commit a finished async save (collective: every rank calls it every step)."""
-        if self._in_flight is None:
-            return
-        done = torch.tensor([1.0 if self._in_flight.future.done() else 0.0])
-        if self.d.distributed:
-            dist.all_reduce(done, op=dist.ReduceOp.MIN, group=self.group)
-        if done.item() == 1.0:
+    def local_flags(self) -> tuple[float, float]:
+        """(a save is in flight and not yet written here, a retry is due here), for the loop's
+        one per-step all-reduce."""
+        pending = self._in_flight is not None and not self._in_flight.future.done()
+        retry = self.retry_due is not None and time.monotonic() >= self.retry_due
+        return float(pending), float(retry)
+
+    def finish_if_written(self, any_pending: bool) -> None:
+        """Commit the save in flight once every rank has written it (`any_pending` is agreed)."""
+        if self._in_flight is not None and not any_pending:
             self._finish()
 
     def wait(self) -> None:
@@ -357,9 +362,6 @@ class CheckpointManager:
                 f"{latest(self.root) or 'the start'}",
             )
 
-    def retry_wanted(self) -> bool:
-        return self.retry_due is not None and time.monotonic() >= self.retry_due
-
     # -- retention and mirror -----------------------------------------------------------------
 
     def _prune(self) -> None:
@@ -386,6 +388,11 @@ class CheckpointManager:
         if self._mirror_thread is not None:
             self._mirror_thread.join()
 
+    def abandon(self) -> None:
+        """On an error: forget the save in flight without collectives (other ranks may be gone);
+        its .incomplete folder is cleaned up at the next start."""
+        self._in_flight = None
+
     # -- loading -------------------------------------------------------------------------------
 
     def load_latest(self, model, optimizer) -> dict | None:
@@ -407,6 +414,13 @@ class CheckpointManager:
                 info(f"resumed from {path}")
             return state
         return None
+
+
+def read_trainer_state(path: Path) -> dict:
+    try:
+        return read_json(Path(path) / TRAINER_STATE)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {Path(path) / TRAINER_STATE}: {e}") from None
 
 
 def load(path: Path, model, optimizer, group=None) -> dict:

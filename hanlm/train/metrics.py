@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from hanlm.console import console, progress
+from hanlm.io import atomic_write_text
 
 
 def peak_memory_gb(device: torch.device) -> float:
@@ -46,14 +47,18 @@ class MetricsLog:
         self._task = self._bar.add_task("train", total=total_steps, completed=start_step)
 
     def _truncate_after(self, step: int) -> None:
+        """Drop records past `step` and a line torn by a crash mid-write."""
         if not self.path.is_file():
             return
-        kept = [
-            line
-            for line in self.path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= step
-        ]
-        self.path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("step", 0) <= step:
+                kept.append(line)
+        atomic_write_text(self.path, "".join(k + "\n" for k in kept))
 
     def log(self, record: dict, *, show: bool = True) -> None:
         if not self.enabled:

@@ -10,9 +10,6 @@ from __future__ import annotations
 import signal
 import threading
 
-import torch
-import torch.distributed as dist
-
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
@@ -33,12 +30,6 @@ class PreemptionWatch:
 
     def _handle(self, signum, frame) -> None:
         self.received = signum
-
-    def requested(self, distributed: bool, group=None) -> bool:
-        flag = torch.tensor([1.0 if self.received is not None else 0.0])
-        if distributed:
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-        return bool(flag.item())
 
     def uninstall(self) -> None:
         for sig, handler in self._previous.items():

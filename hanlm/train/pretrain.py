@@ -14,7 +14,7 @@ import torch
 
 from hanlm.catalogue import device_peak_flops
 from hanlm.config import Config, PretrainSection
-from hanlm.console import info
+from hanlm.console import info, warn
 from hanlm.data import shards as shards_stage
 from hanlm.data import tokenizer as tokenizer_stage
 from hanlm.data.loader import TokenLoader
@@ -131,10 +131,13 @@ def run(
             shards_dir, "train", seed=cfg.run.seed, expected_tokenizer_sha256=sha, **common
         )
         val_loader = None
-        if manifest["splits"]["val"]["tokens"] > p.seq_len * p.micro_batch * d.world_size:
+        try:
             val_loader = TokenLoader.from_shards(
                 shards_dir, "val", expected_tokenizer_sha256=sha, **common
             )
+        except UserError as e:  # too little validation text is no reason to stop training
+            if d.is_main:
+                warn(f"pretrain: no validation: {e.what}")
         tok = tokenizer_stage.load(run_dir)
         token_bytes = torch.tensor(tokenizer_stage.token_byte_lengths(tok), dtype=torch.float64)
 
@@ -150,6 +153,7 @@ def run(
             flops_per_token=flops,
             peak_flops=peak,
             fingerprint=model_fingerprint(p, stage_fingerprint(shards_dir), cfg.run.seed),
+            settings=fp,
         )
         schedule = Schedule(
             steps, p.lr, p.warmup_steps, p.min_lr_ratio, p.schedule, p.decay_fraction
@@ -185,7 +189,7 @@ def run(
             checkpoints=checkpoint.CheckpointManager(out / "checkpoints", d, policy),
             every_minutes=c.every_minutes,
         )
-        if p.resume == "auto":
+        if p.resume == "auto" and not force:  # forced: never back from the mirror either
             trainer.resume()
         if d.is_main:
             info(

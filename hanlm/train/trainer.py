@@ -56,7 +56,8 @@ class TrainerSettings:
     checkpoint_every: int
     flops_per_token: float
     peak_flops: float
-    fingerprint: str
+    fingerprint: str  # model and data: a checkpoint must match it to be resumed
+    settings: str = ""  # every setting of the stage: a finished run with other ones is not reused
 
 
 @dataclass
@@ -64,6 +65,11 @@ class TrainState:
     step: int = 0
     tokens: int = 0
     history: list[dict] = field(default_factory=list)
+
+
+def _step_of_latest(root) -> int | None:
+    path = checkpoint.latest(root)
+    return int(path.name.split("-")[1]) if path is not None else None
 
 
 def _due(step: int, every: int) -> bool:
@@ -105,20 +111,34 @@ class Trainer:
     # -- resume --------------------------------------------------------------------------------
 
     def resume(self) -> bool:
+        candidate = checkpoint.latest(self.checkpoints.root)
+        if candidate is not None:
+            # Compare before loading: another model's tensors would fail with a shape error.
+            self._check_compatible(candidate, checkpoint.read_trainer_state(candidate))
         saved = self.checkpoints.load_latest(parallel.unwrap(self.model), self.optimizer)
         if saved is None:
             return False
-        if saved.get("fingerprint") != self.s.fingerprint:
-            raise UserError(
-                f"the checkpoints in {self.checkpoints.root} were made with other model or data "
-                "settings",
-                fix="start a new run directory, or rerun with --resume never (or --force) to "
-                "train from scratch",
-            )
+        self._check_compatible(self.checkpoints.root, saved)
         self.state.step, self.state.tokens = saved["step"], saved["tokens"]
         self.train_loader.load_state_dict(saved["loader"])
         checkpoint.set_rng_state(saved.get("rng", {}))
         return True
+
+    def _check_compatible(self, where, saved: dict) -> None:
+        if saved.get("fingerprint") != self.s.fingerprint:
+            raise UserError(
+                f"the checkpoints in {where} were made with another model, data or seed",
+                fix="start a new run directory, or rerun with --resume never (or --force) to "
+                "train from scratch",
+            )
+        total = self.schedule.total_steps
+        if saved["step"] >= total and saved.get("settings") != self.s.settings:
+            raise UserError(
+                f"this run already trained {saved['step']} steps with other settings; "
+                f"nothing is left to train for {total} steps",
+                fix="rerun with --force (or --resume never) to train again with the new settings, "
+                "or raise --max-steps to continue",
+            )
 
     def save(self, *, sync: bool = False) -> float:
         """Checkpoint the current step; returns the seconds the loop was blocked."""
@@ -128,6 +148,7 @@ class Trainer:
             "loader": self.train_loader.state_dict(),
             "lr": self.schedule.lr(max(self.state.step - 1, 0)),
             "fingerprint": self.s.fingerprint,
+            "settings": self.s.settings,
             "rng": checkpoint.rng_state(),
         }
         self._last_save = time.monotonic()
@@ -256,26 +277,34 @@ class Trainer:
                 elif _due(step, s.eval_every):
                     last_eval = self.evaluate()
                     log.log({"step": step, **last_eval})
-                self.checkpoints.poll()
-                if self.preemption.requested(self.d.distributed, self.checkpoints.group):
+                flags = self._step_flags()
+                self.checkpoints.finish_if_written(any_pending=flags["pending"])
+                if flags["preempt"]:
                     self.save(sync=True)
                     preempted = True
                     break
                 if step == total:
                     self.save(sync=True)
-                elif (
-                    _due(step, s.checkpoint_every)
-                    or self.checkpoints.retry_wanted()
-                    or self._minutes_due()
-                ):
+                    if _step_of_latest(self.checkpoints.root) != total:
+                        raise checkpoint.CheckpointError(
+                            f"the final checkpoint (step {total}) could not be written to "
+                            f"{self.checkpoints.root}",
+                            fix="fix the disk and rerun the same command: it resumes from "
+                            f"{checkpoint.latest(self.checkpoints.root) or 'the start'}",
+                        )
+                elif _due(step, s.checkpoint_every) or flags["retry"] or flags["minutes"]:
                     self.save()
                 if stop_after_steps is not None and step - start >= stop_after_steps:
                     self.checkpoints.wait()
                     stopped_early = step < total
                     break
+        except BaseException:
+            self.checkpoints.abandon()  # no collectives on the way out: a peer may be gone
+            raise
+        else:
+            self.checkpoints.close()
         finally:
             self.preemption.uninstall()
-            self.checkpoints.close()
             log.close()
         if preempted:
             raise Preempted(
@@ -290,16 +319,22 @@ class Trainer:
             **last_eval,
         }
 
-    def _minutes_due(self) -> bool:
-        if self.every_minutes <= 0:
-            return False
-        due = time.monotonic() - self._last_save >= 60 * self.every_minutes
-        flag = torch.tensor([1.0 if due else 0.0])
-        if self.d.distributed:  # ranks' clocks differ: agree, so every rank saves together
+    def _step_flags(self) -> dict[str, bool]:
+        """One small all-reduce per step, on the checkpoint control group: ranks agree on
+        preemption, on whether the save in flight is written everywhere, and on the clocks."""
+        pending, retry = self.checkpoints.local_flags()
+        minutes = self.every_minutes > 0 and (
+            time.monotonic() - self._last_save >= 60 * self.every_minutes
+        )
+        flags = torch.tensor(
+            [float(self.preemption.received is not None), pending, retry, float(minutes)]
+        )
+        if self.d.distributed:
             torch.distributed.all_reduce(
-                flag, op=torch.distributed.ReduceOp.MAX, group=self.checkpoints.group
+                flags, op=torch.distributed.ReduceOp.MAX, group=self.checkpoints.group
             )
-        return bool(flag.item())
+        preempt, pending, retry, minutes = (bool(v) for v in flags.tolist())
+        return {"preempt": preempt, "pending": pending, "retry": retry, "minutes": minutes}
 
     def _record(self, out: dict, window_loss, window_tokens: int, window_start: float) -> dict:
         loss = parallel.all_reduce_sum(window_loss.detach().clone().double(), self.d)

@@ -1,0 +1,474 @@
+"""`hanlm export`: a training checkpoint -> a plain Hugging Face folder.
+
+The folder holds what transformers, vLLM, llama.cpp's converter and lm-evaluation-harness read
+and nothing that needs hanlm or pickle to load:
+
+    model.safetensors  config.json  generation_config.json
+    tokenizer.json  tokenizer_config.json (with the chat template)  special_tokens.json
+    hanlm_export.json  (source checkpoint, step, tokens seen, sha256 of model.safetensors)
+
+Only the model weights are read from the checkpoint (not the optimizer state), into a model
+built on the CPU without any process group; DCP reshards, so a checkpoint written by any number
+of ranks (single process, DDP, FSDP2) loads the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+from hanlm.console import info
+from hanlm.errors import UserError
+from hanlm.io import atomic_output_dir, atomic_write_json, file_sha256, fingerprint, read_json
+from hanlm.train import checkpoint as checkpoint_lib
+from hanlm.train.precision import quiet_torchao_import
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
+
+STAGE = "export"
+RECORD = "hanlm_export.json"
+WEIGHTS = "model.safetensors"
+# The checkpoint's state dict is {"model": ..., "optim": ...}; DCP flattens it to "model.<fqn>".
+MODEL_PREFIX = "model."
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens.json")
+# Copied along when a tokenizer folder has them (older transformers write the first).
+OPTIONAL_TOKENIZER_FILES = ("special_tokens_map.json", "chat_template.jinja")
+EXPORT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+# --- loading a checkpoint's weights ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _without_process_group() -> Iterator[None]:
+    # DCP warns that it "assumes" a single process when there is no process group: we mean it.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def checkpoint_tensor_shapes(checkpoint_dir: Path) -> dict[str, tuple[int, ...] | None]:
+    """The model tensors a DCP checkpoint holds, by parameter name: their full (unsharded)
+    shapes, None for an entry that is not a tensor."""
+    metadata = dcp.FileSystemReader(str(checkpoint_dir)).read_metadata()
+    shapes = {}
+    for key, entry in metadata.state_dict_metadata.items():
+        if key.startswith(MODEL_PREFIX):
+            size = tuple(entry.size) if isinstance(entry, TensorStorageMetadata) else None
+            shapes[key.removeprefix(MODEL_PREFIX)] = size
+    return shapes
+
+
+def _tied_partners(state: dict[str, torch.Tensor]) -> dict[str, list[str]]:
+    """For each name, the other names of the same storage (lm_head.weight <-> embed_tokens)."""
+    by_storage: dict[tuple, list[str]] = {}
+    for name, tensor in state.items():
+        by_storage.setdefault((tensor.data_ptr(), tuple(tensor.shape)), []).append(name)
+    return {
+        name: [n for n in names if n != name] for names in by_storage.values() for name in names
+    }
+
+
+def _check_fits(
+    state: dict[str, torch.Tensor], saved: dict[str, tuple[int, ...] | None], checkpoint_dir: Path
+) -> None:
+    """UserError naming the first tensor where the checkpoint and the config's model disagree."""
+    fix = "export with the model preset or config.json the run was trained with (pretrain.preset)"
+    if not saved:
+        raise UserError(
+            "the checkpoint holds no model weights", where=str(checkpoint_dir), fix="export another"
+        )
+    partners = _tied_partners(state)
+    for name, tensor in state.items():
+        if name in saved:
+            if saved[name] != tuple(tensor.shape):
+                raise UserError(
+                    f"the checkpoint's tensor {name} has shape {list(saved[name] or ())}, but the "
+                    f"configured model's has {list(tensor.shape)}",
+                    where=str(checkpoint_dir),
+                    fix=fix,
+                )
+        elif not any(p in saved for p in partners[name]):
+            raise UserError(
+                f"the checkpoint has no tensor {name}, which the configured model needs",
+                where=str(checkpoint_dir),
+                fix=fix,
+            )
+    extra = sorted(set(saved) - set(state))
+    if extra:
+        raise UserError(
+            f"the checkpoint holds tensors the configured model lacks: {', '.join(extra[:3])}"
+            + (f" and {len(extra) - 3} more" if len(extra) > 3 else ""),
+            where=str(checkpoint_dir),
+            fix=fix,
+        )
+
+
+def load_checkpoint_model(checkpoint_dir: Path, config: PretrainedConfig) -> PreTrainedModel:
+    """A CPU model of `config` (eval mode) holding the weights of a committed checkpoint."""
+    from hanlm.model import build_model
+
+    checkpoint_dir = Path(checkpoint_dir)
+    model = build_model(config, device="cpu").eval()
+    # DCP loads in place into these tensors: they share storage with the model's parameters.
+    state = get_model_state_dict(model)
+    saved = checkpoint_tensor_shapes(checkpoint_dir)
+    _check_fits(state, saved, checkpoint_dir)
+    request, aliases = _load_request(state, saved)
+    with _without_process_group():
+        # no_dist: every caller reads the whole model, even inside a distributed program
+        dcp.load({"model": request}, checkpoint_id=str(checkpoint_dir), no_dist=True)
+    _check_ties(request, aliases, checkpoint_dir)
+    return model
+
+
+def _load_request(
+    state: dict[str, torch.Tensor], saved: dict[str, tuple[int, ...] | None]
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """What to read from the checkpoint, and which names are a tied tensor's second name.
+
+    A tied tensor (one storage under two names) is read once into the model; where the
+    checkpoint also holds the second name, that copy goes into a buffer of its own so the
+    tie can be checked rather than silently letting one copy overwrite the other.
+    """
+    partners = _tied_partners(state)
+    request: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    for name, tensor in state.items():
+        primary = next((p for p in partners[name] if p in request), None)
+        if primary is None and name in saved:
+            request[name] = tensor
+        elif primary is not None and name in saved:
+            request[name] = torch.empty_like(tensor)
+            aliases[name] = primary
+    return request, aliases
+
+
+def _check_ties(
+    request: dict[str, torch.Tensor], aliases: dict[str, str], checkpoint_dir: Path
+) -> None:
+    for alias, primary in aliases.items():
+        if not torch.equal(request[alias], request[primary]):
+            raise UserError(
+                f"the checkpoint's {alias} differs from {primary}, but the configured model "
+                "ties them (tie_word_embeddings)",
+                where=str(checkpoint_dir),
+                fix="export with a model config that sets tie_word_embeddings = false",
+            )
+
+
+# --- special tokens and tokenizer files -----------------------------------------------------------
+
+
+def _special_tokens(tokenizer_dir: Path) -> dict:
+    missing = [name for name in TOKENIZER_FILES if not (tokenizer_dir / name).is_file()]
+    if missing:
+        raise UserError(
+            f"the tokenizer folder lacks {', '.join(missing)}",
+            where=str(tokenizer_dir),
+            fix="run `hanlm tokenizer` for this run first (its folder holds all three files)",
+        )
+    return read_json(tokenizer_dir / "special_tokens.json")
+
+
+def token_ids(special: dict, eos_token_ids: list[int] | None, vocab_size: int) -> dict[str, Any]:
+    """bos/eos/pad ids for config.json and generation_config.json.
+
+    eos is the end-of-document token unless the caller names the end tokens (a chat model
+    ends its turns with <|eot|>); pad is <|pad|>, never an end token, so that padding is not
+    mistaken for an answer's end.
+    """
+    eos = list(eos_token_ids) if eos_token_ids else [special["eod"]["id"]]
+    pad = special["pad"]["id"]
+    for token_id in eos:
+        if not isinstance(token_id, int) or not 0 <= token_id < vocab_size:
+            raise UserError(
+                f"end-of-sequence token id {token_id!r} is not in the vocabulary (0..{vocab_size - 1})"
+            )
+    if pad in eos:
+        raise UserError(
+            f"the padding token id {pad} is also given as an end-of-sequence token",
+            fix="leave <|pad|> out of the end tokens",
+        )
+    return {
+        "bos_token_id": special["bos"]["id"],
+        "eos_token_id": eos[0] if len(eos) == 1 else eos,
+        "pad_token_id": pad,
+    }
+
+
+def _copy_tokenizer(tokenizer_dir: Path, out_dir: Path, context_length: int | None) -> None:
+    for name in (*TOKENIZER_FILES, *OPTIONAL_TOKENIZER_FILES):
+        if (tokenizer_dir / name).is_file():
+            shutil.copyfile(tokenizer_dir / name, out_dir / name)
+    if context_length:
+        # The tokenizer stage leaves the length open ("the model sets one"): the export does.
+        config = read_json(out_dir / "tokenizer_config.json")
+        config["model_max_length"] = context_length
+        atomic_write_json(out_dir / "tokenizer_config.json", config)
+
+
+# --- export ---------------------------------------------------------------------------------------
+
+
+def _checked_dtype(dtype: torch.dtype) -> str:
+    if dtype not in EXPORT_DTYPES:
+        raise UserError(
+            f"cannot export weights as {dtype}",
+            fix=f"use one of {', '.join(EXPORT_DTYPES.values())}",
+        )
+    return EXPORT_DTYPES[dtype]
+
+
+def trainer_state(checkpoint_dir: Path) -> dict:
+    path = Path(checkpoint_dir) / checkpoint_lib.TRAINER_STATE
+    if not path.is_file() or not (Path(checkpoint_dir) / ".metadata").is_file():
+        raise UserError(
+            f"{checkpoint_dir} is not a committed checkpoint (no {path.name} or DCP .metadata)",
+            fix="give a step-NNNNNNNN folder from a run's pretrain/checkpoints",
+        )
+    return read_json(path)
+
+
+def export_fingerprint(
+    checkpoint_dir: Path,
+    config: PretrainedConfig,
+    tokenizer_dir: Path,
+    eos_token_ids: list[int] | None,
+    dtype: torch.dtype,
+) -> str:
+    """What an export is made of: the checkpoint's files (name, size, mtime; cheaper than
+    hashing gigabytes, and a retrained step has new files), the model config, the tokenizer
+    and the export settings."""
+    checkpoint_dir = Path(checkpoint_dir)
+    files = sorted(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in checkpoint_dir.iterdir()
+        if p.is_file()
+    )
+    return fingerprint(
+        STAGE,
+        checkpoint_dir.name,
+        files,
+        config.to_dict(),
+        file_sha256(Path(tokenizer_dir) / "tokenizer.json"),
+        eos_token_ids,
+        _checked_dtype(dtype),
+    )
+
+
+def export_checkpoint(
+    checkpoint_dir: Path,
+    out_dir: Path,
+    *,
+    model_config: PretrainedConfig,
+    tokenizer_dir: Path,
+    eos_token_ids: list[int] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
+    """Write the checkpoint's model, `dtype` weights, and the tokenizer to `out_dir` (atomically)."""
+    from transformers import GenerationConfig
+
+    checkpoint_dir, tokenizer_dir = Path(checkpoint_dir), Path(tokenizer_dir)
+    dtype_name = _checked_dtype(dtype)
+    state = trainer_state(checkpoint_dir)
+    special = _special_tokens(tokenizer_dir)
+    vocab_size = model_config.get_text_config().vocab_size
+    if special["vocab_size"] > vocab_size:
+        raise UserError(
+            f"the tokenizer has {special['vocab_size']:,} tokens but the model only {vocab_size:,}",
+            where=str(tokenizer_dir),
+            fix="export with the tokenizer the run was trained with",
+        )
+    ids = token_ids(special, eos_token_ids, vocab_size)
+    fp = export_fingerprint(checkpoint_dir, model_config, tokenizer_dir, eos_token_ids, dtype)
+
+    model = load_checkpoint_model(checkpoint_dir, model_config).to(dtype)
+    for key, value in ids.items():
+        setattr(model.config, key, value)
+    model.generation_config = GenerationConfig(**ids)
+    context_length = getattr(model_config.get_text_config(), "max_position_embeddings", None)
+    with atomic_output_dir(out_dir) as tmp:
+        with _no_progress_bars():
+            model.save_pretrained(tmp, safe_serialization=True)
+        _portable_model_config(tmp / "config.json", dtype_name)
+        _copy_tokenizer(tokenizer_dir, tmp, context_length)
+        record = {
+            "source_checkpoint": str(checkpoint_dir.resolve()),
+            "step": state.get("step"),
+            "tokens": state.get("tokens"),
+            "model_sha256": file_sha256(tmp / WEIGHTS),
+            "dtype": dtype_name,
+            **ids,
+            "fingerprint": fp,
+            "exported_at": time.time(),
+        }
+        atomic_write_json(tmp / RECORD, record)
+    return Path(out_dir)
+
+
+def _portable_model_config(path: Path, dtype_name: str) -> None:
+    """Also spell the RoPE settings and dtype the way transformers 4 reads them.
+
+    transformers 5 writes them only inside `rope_parameters` and as `dtype`; a consumer on
+    transformers 4 (an older vLLM, llama.cpp's converter) would silently fall back to the
+    default rope_theta of 10,000, and the larger presets train with 500,000. transformers 5
+    reads the old spellings too and keeps its own.
+    """
+    config = read_json(path)
+    rope = config.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_theta" in rope:
+        config.setdefault("rope_theta", rope["rope_theta"])
+        if rope.get("rope_type", "default") != "default":
+            config.setdefault("rope_scaling", {k: v for k, v in rope.items() if k != "rope_theta"})
+    config.setdefault("torch_dtype", dtype_name)
+    atomic_write_json(path, config)
+
+
+def load_exported(out_dir: Path) -> PreTrainedModel:
+    """The exported model, loaded as any transformers user would; nothing is unpickled."""
+    from transformers import AutoModelForCausalLM
+
+    out_dir = Path(out_dir)
+    missing = [n for n in ("config.json", WEIGHTS) if not (out_dir / n).is_file()]
+    if missing:
+        raise UserError(
+            f"{out_dir} is not an exported model: no {', '.join(missing)}",
+            fix="run `hanlm export` first",
+        )
+    with quiet_torchao_import(), _no_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(
+            out_dir, trust_remote_code=False, use_safetensors=True
+        )
+    return model.eval()
+
+
+# --- the stage ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _no_progress_bars():
+    """transformers draws a tqdm bar for every save and load; hanlm prints its own summary."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def resolve_checkpoint(run_dir: Path, checkpoint: str | None) -> Path:
+    """The checkpoint to export: the latest committed one, a step number, or a folder's path;
+    its files are checked against its manifest first."""
+    path = _locate_checkpoint(run_dir, checkpoint)
+    if (path / checkpoint_lib.MANIFEST).is_file():
+        problem = checkpoint_lib.verify(path)
+        if problem:
+            raise UserError(
+                f"checkpoint {path} is damaged: {problem}",
+                fix="export an older step with --checkpoint STEP",
+            )
+    return path
+
+
+def _locate_checkpoint(run_dir: Path, checkpoint: str | None) -> Path:
+    root = Path(run_dir) / "pretrain" / "checkpoints"
+    if checkpoint is None:
+        latest = checkpoint_lib.latest(root)
+        if latest is None:
+            raise UserError(
+                f"no checkpoint to export in {root}",
+                fix=f"run `hanlm pretrain --run {run_dir}` first",
+            )
+        return latest
+    text = str(checkpoint).strip()
+    if text.isdigit():
+        path = checkpoint_lib.step_dir(root, int(text))
+        if not (path / checkpoint_lib.TRAINER_STATE).is_file():
+            raise UserError(
+                f"no committed checkpoint for step {int(text)} in {root}",
+                fix=f"choose one of the steps {_committed_steps(root) or 'none yet'}",
+            )
+        return path
+    path = Path(text) if Path(text).exists() else root / text
+    if not path.is_dir():
+        raise UserError(
+            f"checkpoint {text!r} is neither a step number nor a folder",
+            fix=f"give a step ({_committed_steps(root) or 'none yet'}) or a step-NNNNNNNN folder",
+        )
+    trainer_state(path)  # a UserError unless it is a committed checkpoint
+    return path
+
+
+def _committed_steps(root: Path) -> str:
+    if not root.is_dir():
+        return ""
+    steps = sorted(
+        int(p.name.removeprefix("step-"))
+        for p in root.glob("step-*")
+        if p.name.removeprefix("step-").isdigit() and (p / checkpoint_lib.TRAINER_STATE).is_file()
+    )
+    return ", ".join(map(str, steps))
+
+
+def _previous_record(out: Path) -> dict:
+    try:
+        return read_json(out / RECORD) if (out / WEIGHTS).is_file() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def run(
+    cfg,
+    run_dir: Path,
+    *,
+    force: bool = False,
+    checkpoint: str | None = None,
+    out: Path | None = None,
+) -> dict:
+    """Export a run's pretraining checkpoint (the latest by default) to run_dir/pretrain/hf."""
+    from hanlm.data import shards as shards_stage
+    from hanlm.data import tokenizer as tokenizer_stage
+    from hanlm.model import model_config
+
+    run_dir = Path(run_dir)
+    source = resolve_checkpoint(run_dir, checkpoint)
+    out = Path(out) if out is not None else run_dir / "pretrain" / "hf"
+    tokenizer_dir = tokenizer_stage.finished_path(run_dir).parent
+    manifest = shards_stage.load_manifest(run_dir)
+    config = model_config(
+        cfg.pretrain.preset, vocab_size=manifest["vocab_size"], seq_len=cfg.pretrain.seq_len
+    )
+    fp = export_fingerprint(source, config, tokenizer_dir, None, torch.float32)
+    previous = _previous_record(out)
+    if not force and previous.get("fingerprint") == fp:
+        info(f"export: {out} already holds {source.name}, skipped")
+        return {**_summary(previous, out), "skipped": True}
+    started = time.perf_counter()
+    export_checkpoint(source, out, model_config=config, tokenizer_dir=tokenizer_dir)
+    record = read_json(out / RECORD)
+    info(f"export: {source.name} ({record['tokens']:,} tokens seen) -> {out}")
+    return {
+        **_summary(record, out),
+        "skipped": False,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def _summary(record: dict, out: Path) -> dict:
+    keys = ("source_checkpoint", "step", "tokens", "model_sha256", "dtype")
+    return {"out": str(out), **{k: record.get(k) for k in keys}}

@@ -1,0 +1,281 @@
+"""Export: a checkpoint becomes a plain Hugging Face folder that transformers loads as it is."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from hanlm.config import load_config
+from hanlm.data import tokenizer as tokenizer_stage
+from hanlm.errors import UserError
+from hanlm.model import build_model, model_config
+from hanlm.train import export, pretrain
+from hanlm.train.checkpoint import step_dir
+from hanlm.train.optim import adamw
+
+# As in test_pretrain: a step is 512 tokens; checkpoints at steps 4 and 8.
+TINY = {
+    "pretrain.preset": "tiny",
+    "pretrain.seq_len": 64,
+    "pretrain.micro_batch": 4,
+    "pretrain.global_batch_tokens": 512,
+    "pretrain.max_steps": 8,
+    "pretrain.lr": 1e-2,
+    "pretrain.warmup_steps": 2,
+    "pretrain.precision": "fp32",
+    "pretrain.log_every": 4,
+    "pretrain.eval_every": 8,
+    "pretrain.eval_batches": 1,
+    "pretrain.checkpoint_every": 4,
+}
+
+
+def config_for(run_dir, **extra):
+    return load_config(run_dir=run_dir, values={**TINY, **extra})
+
+
+@pytest.fixture(scope="module")
+def trained_run(demo_run, tmp_path_factory):
+    """The demo run trained for 8 tiny steps (checkpoints at 4 and 8); tests copy it."""
+    run_dir = tmp_path_factory.mktemp("export") / "run"
+    shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
+    pretrain.run(config_for(run_dir), run_dir)
+    return run_dir
+
+
+@pytest.fixture
+def run_dir(trained_run, tmp_path):
+    target = tmp_path / "run"
+    shutil.copytree(trained_run, target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run, tmp_path_factory):
+    """The default export of `trained_run` (its latest checkpoint), made once."""
+    out = tmp_path_factory.mktemp("hf") / "hf"
+    summary = export.run(config_for(trained_run), trained_run, out=out)
+    return out, summary
+
+
+def tiny_config(run_dir, preset="tiny"):
+    vocab = json.loads((run_dir / "shards" / "manifest.json").read_text())["vocab_size"]
+    return model_config(preset, vocab_size=vocab, seq_len=TINY["pretrain.seq_len"])
+
+
+def trained_model(run_dir, step: int):
+    """The checkpoint's model read the way training resumes it (model and optimizer state
+    together, in place), independent of export's own loader."""
+    model = build_model(tiny_config(run_dir))
+    optimizer = adamw(model, lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8, device="cpu")
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optim": optim_sd}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCP "assumes" a single process: we mean it
+        dcp.load(state, checkpoint_id=str(step_dir(run_dir / "pretrain" / "checkpoints", step)))
+    set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=state["optim"])
+    return model
+
+
+def batch(run_dir) -> torch.Tensor:
+    tok = tokenizer_stage.load(run_dir)
+    texts = ["서울은 대한민국의 수도이다.", "한국어 모델을 처음부터 학습한다."]
+    rows = [tok.encode(t).ids[:12] for t in texts]
+    width = min(len(r) for r in rows)
+    return torch.tensor([r[:width] for r in rows])
+
+
+@torch.no_grad()
+def logits(model, ids: torch.Tensor) -> torch.Tensor:
+    return model.eval()(input_ids=ids).logits.float()
+
+
+def test_round_trip_logits_match_the_checkpoint(trained_run, exported):
+    out, summary = exported
+    assert summary["step"] == 8 and not summary["skipped"]
+    ids = batch(trained_run)
+    loaded = export.load_exported(out)
+    expected = logits(trained_model(trained_run, 8), ids)
+    torch.testing.assert_close(logits(loaded, ids), expected, atol=1e-5, rtol=0)
+    # the comparison means something: the untrained model and the step-4 weights differ
+    untrained = logits(build_model(tiny_config(trained_run)), ids)
+    assert (untrained - expected).abs().max() > 1e-2
+    assert (logits(trained_model(trained_run, 4), ids) - expected).abs().max() > 1e-3
+    # and the ties survived: one embedding matrix, read back as one
+    assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()
+
+
+def test_folder_has_weights_config_generation_and_tokenizer(trained_run, exported):
+    from transformers import AutoTokenizer
+
+    out, summary = exported
+    names = {p.name for p in out.iterdir()}
+    expected = {"model.safetensors", "config.json", "generation_config.json", export.RECORD}
+    assert expected | set(export.TOKENIZER_FILES) <= names
+    assert not any(n.endswith((".bin", ".pt", ".pth", ".pkl")) for n in names)  # no pickles
+    special = json.loads((trained_run / "tokenizer" / "special_tokens.json").read_text())
+    bos, eod, pad = (special[k]["id"] for k in ("bos", "eod", "pad"))
+    generation = json.loads((out / "generation_config.json").read_text())
+    config = json.loads((out / "config.json").read_text())
+    for ids in (generation, config):
+        assert (ids["bos_token_id"], ids["eos_token_id"], ids["pad_token_id"]) == (bos, eod, pad)
+    assert pad != eod
+    assert config["tie_word_embeddings"] is True
+    tok = AutoTokenizer.from_pretrained(out)
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (bos, eod, pad)
+    assert tok.model_max_length == TINY["pretrain.seq_len"]
+    chat = tok.apply_chat_template([{"role": "user", "content": "안녕"}], tokenize=False)
+    assert chat == "<|user|>\n안녕<|eot|>\n"
+    record = json.loads((out / export.RECORD).read_text())
+    assert record["step"] == 8 and record["tokens"] == 8 * 512
+    assert record["source_checkpoint"].endswith("step-00000008")
+    assert record["model_sha256"] == summary["model_sha256"]
+    assert len(record["model_sha256"]) == 64
+
+
+def test_chosen_step_and_skip_on_rerun(run_dir):
+    cfg = config_for(run_dir)
+    first = export.run(cfg, run_dir, checkpoint="4")
+    out = run_dir / "pretrain" / "hf"
+    assert first["step"] == 4 and not first["skipped"]
+    record = (out / export.RECORD).read_text()
+    again = export.run(cfg, run_dir, checkpoint="4")
+    assert again["skipped"] and again["model_sha256"] == first["model_sha256"]
+    assert (out / export.RECORD).read_text() == record
+    latest = export.run(cfg, run_dir)  # another checkpoint: exported again
+    assert latest["step"] == 8 and not latest["skipped"]
+    assert latest["model_sha256"] != first["model_sha256"]
+    forced = export.run(cfg, run_dir, force=True)
+    assert not forced["skipped"] and forced["model_sha256"] == latest["model_sha256"]
+    by_path = export.run(
+        cfg, run_dir, checkpoint=str(run_dir / "pretrain/checkpoints/step-00000004")
+    )
+    assert by_path["step"] == 4
+
+
+def test_chat_end_tokens_and_bf16(trained_run, tmp_path):
+    special = json.loads((trained_run / "tokenizer" / "special_tokens.json").read_text())
+    eod, eot = special["eod"]["id"], special["eot"]["id"]
+    out = export.export_checkpoint(
+        trained_run / "pretrain" / "checkpoints" / "step-00000008",
+        tmp_path / "hf",
+        model_config=tiny_config(trained_run),
+        tokenizer_dir=trained_run / "tokenizer",
+        eos_token_ids=[eot, eod],
+        dtype=torch.bfloat16,
+    )
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == [eot, eod]
+    assert export.load_exported(out).dtype == torch.bfloat16
+
+
+def save_model_checkpoint(path, state: dict) -> None:
+    """A checkpoint folder in the trainer's layout holding just `state` as its model."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCP "assumes" a single process: we mean it
+        dcp.save({"model": state}, checkpoint_id=str(path))
+    (path / "trainer.json").write_text(json.dumps({"step": 1, "tokens": 0}))
+
+
+def test_tied_and_untied_weights(trained_run, tmp_path):
+    tied = tiny_config(trained_run)
+    untied = tiny_config(trained_run)
+    untied.tie_word_embeddings = False
+    model = build_model(untied, seed=1)
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    save_model_checkpoint(tmp_path / "untied", model.state_dict())
+    common = {"tokenizer_dir": trained_run / "tokenizer"}
+    out = export.export_checkpoint(
+        tmp_path / "untied", tmp_path / "hf", model_config=untied, **common
+    )
+    ids = batch(trained_run)
+    loaded = export.load_exported(out)
+    torch.testing.assert_close(logits(loaded, ids), logits(model, ids), atol=1e-5, rtol=0)
+    assert loaded.lm_head.weight.data_ptr() != loaded.model.embed_tokens.weight.data_ptr()
+    # two different matrices cannot become one tied matrix without a word
+    with pytest.raises(UserError, match=r"differs from model\.embed_tokens\.weight"):
+        export.export_checkpoint(tmp_path / "untied", tmp_path / "x", model_config=tied, **common)
+    # a checkpoint that stores the tied matrix under one name only is complete
+    only_embedding = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_model_checkpoint(tmp_path / "one_name", only_embedding)
+    out = export.export_checkpoint(
+        tmp_path / "one_name", tmp_path / "hf", model_config=tied, **common
+    )
+    loaded = export.load_exported(out)
+    torch.testing.assert_close(loaded.lm_head.weight, model.model.embed_tokens.weight)
+    # but the untied model needs both
+    with pytest.raises(UserError, match=r"has no tensor lm_head\.weight"):
+        export.export_checkpoint(
+            tmp_path / "one_name", tmp_path / "x", model_config=untied, **common
+        )
+    assert not (tmp_path / "x").exists()
+
+
+def test_user_errors(run_dir, tmp_path):
+    cfg = config_for(run_dir)
+    with pytest.raises(UserError, match="no committed checkpoint for step 5") as err:
+        export.run(cfg, run_dir, checkpoint="5")
+    assert "4, 8" in str(err.value)
+    with pytest.raises(UserError, match="neither a step number nor a folder"):
+        export.run(cfg, run_dir, checkpoint="nowhere")
+    with pytest.raises(UserError, match=r"embed_tokens\.weight has shape \[1024, 64\]"):
+        export.run(config_for(run_dir, **{"pretrain.preset": "demo"}), run_dir)
+    special = json.loads((run_dir / "tokenizer" / "special_tokens.json").read_text())
+    with pytest.raises(UserError, match="padding token"):
+        export.export_checkpoint(
+            run_dir / "pretrain" / "checkpoints" / "step-00000004",
+            tmp_path / "pad",
+            model_config=tiny_config(run_dir),
+            tokenizer_dir=run_dir / "tokenizer",
+            eos_token_ids=[special["pad"]["id"]],
+        )
+    assert not (tmp_path / "pad").exists()
+
+    no_tokenizer = tmp_path / "no_tokenizer"
+    shutil.copytree(run_dir, no_tokenizer)
+    shutil.rmtree(no_tokenizer / "tokenizer")
+    with pytest.raises(UserError, match="no finished tokenizer"):
+        export.run(cfg, no_tokenizer)
+    with pytest.raises(UserError, match=r"lacks tokenizer\.json"):
+        export.export_checkpoint(
+            run_dir / "pretrain" / "checkpoints" / "step-00000004",
+            tmp_path / "hf",
+            model_config=tiny_config(run_dir),
+            tokenizer_dir=no_tokenizer / "tokenizer",
+        )
+
+    shutil.rmtree(run_dir / "pretrain")
+    with pytest.raises(UserError, match="run `hanlm pretrain"):
+        export.run(cfg, run_dir)
+    assert not (run_dir / "pretrain" / "hf").exists()
+
+
+@pytest.mark.slow
+def test_export_of_a_two_rank_fsdp_checkpoint(demo_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
+    values = {**TINY, "pretrain.max_steps": 4}
+    settings = [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    command = [
+        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"),
+        *("-m", "hanlm", "pretrain", "--run-dir", str(run_dir), "--parallel", "fsdp", *settings),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    summary = export.run(load_config(run_dir=run_dir, values=values), run_dir)
+    assert summary["step"] == 4
+    ids = batch(run_dir)
+    expected = logits(trained_model(run_dir, 4), ids)
+    torch.testing.assert_close(
+        logits(export.load_exported(run_dir / "pretrain" / "hf"), ids), expected, atol=1e-5, rtol=0
+    )
+    assert (logits(build_model(tiny_config(run_dir)), ids) - expected).abs().max() > 1e-2
