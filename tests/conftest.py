@@ -78,6 +78,41 @@ def assert_user_error(result, *needles: str) -> None:
         assert needle in err, f"{needle!r} not in {err!r}"
 
 
+# Tiny pretraining for tests: a step is 512 tokens (2 micro-batches of 4 x 64 in one process,
+# one per rank with two ranks); checkpoints every 4 steps.
+TINY_PRETRAIN = {
+    "pretrain.preset": "tiny",
+    "pretrain.seq_len": 64,
+    "pretrain.micro_batch": 4,
+    "pretrain.global_batch_tokens": 512,
+    "pretrain.max_steps": 8,
+    "pretrain.lr": 1e-2,
+    "pretrain.warmup_steps": 2,
+    "pretrain.precision": "fp32",
+    "pretrain.log_every": 1,
+    "pretrain.eval_every": 4,
+    "pretrain.eval_batches": 2,
+    "pretrain.checkpoint_every": 4,
+}
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in metrics(run_dir) if "loss" in r}
+
+
+def copy_data_run(source: Path, target: Path) -> Path:
+    """A copy of a finished data run (corpus, tokenizer, shards) without any training."""
+    import shutil
+
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("pretrain"))
+    return target
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory) -> Path:
     """A small finished corpus -> tokenizer -> shards run on the demo world, shared read-only."""

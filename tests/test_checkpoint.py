@@ -12,32 +12,18 @@ import time
 import pytest
 import torch
 
-from conftest import assert_user_error
+from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses
 from hanlm.config import load_config
 from hanlm.train import checkpoint, pretrain
 from hanlm.train.checkpoint import committed, latest, verify
 
-TINY = {
-    "pretrain.preset": "tiny",
-    "pretrain.seq_len": 64,
-    "pretrain.micro_batch": 4,
-    "pretrain.global_batch_tokens": 512,
-    "pretrain.max_steps": 10,
-    "pretrain.lr": 1e-2,
-    "pretrain.warmup_steps": 2,
-    "pretrain.precision": "fp32",
-    "pretrain.log_every": 1,
-    "pretrain.eval_every": 0,
-    "pretrain.checkpoint_every": 2,
-    "checkpoint.backoff_s": 0.0,
-}
+TINY = {**TINY_PRETRAIN, "pretrain.max_steps": 10, "pretrain.eval_every": 0}
+TINY.update({"pretrain.checkpoint_every": 2, "checkpoint.backoff_s": 0.0})
 
 
 @pytest.fixture
 def run_dir(demo_run, tmp_path):
-    target = tmp_path / "run"
-    shutil.copytree(demo_run, target, ignore=shutil.ignore_patterns("pretrain"))
-    return target
+    return copy_data_run(demo_run, tmp_path / "run")
 
 
 def train(run_dir, **extra):
@@ -63,11 +49,6 @@ def final_weights(run_dir) -> dict[str, torch.Tensor]:
         no_dist=True,
     )
     return {k: v for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
-
-
-def losses(run_dir):
-    lines = (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines()
-    return {r["step"]: r["loss"] for r in map(json.loads, lines) if "loss" in r}
 
 
 def test_commit_writes_a_verified_manifest_and_moves_latest(run_dir):

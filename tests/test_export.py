@@ -12,6 +12,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from conftest import TINY_PRETRAIN
 from hanlm.config import load_config
 from hanlm.data import tokenizer as tokenizer_stage
 from hanlm.errors import UserError
@@ -20,20 +21,12 @@ from hanlm.train import export, pretrain
 from hanlm.train.checkpoint import step_dir
 from hanlm.train.optim import adamw
 
-# As in test_pretrain: a step is 512 tokens; checkpoints at steps 4 and 8.
+# Checkpoints at steps 4 and 8; little logging.
 TINY = {
-    "pretrain.preset": "tiny",
-    "pretrain.seq_len": 64,
-    "pretrain.micro_batch": 4,
-    "pretrain.global_batch_tokens": 512,
-    "pretrain.max_steps": 8,
-    "pretrain.lr": 1e-2,
-    "pretrain.warmup_steps": 2,
-    "pretrain.precision": "fp32",
+    **TINY_PRETRAIN,
     "pretrain.log_every": 4,
     "pretrain.eval_every": 8,
     "pretrain.eval_batches": 1,
-    "pretrain.checkpoint_every": 4,
 }
 
 

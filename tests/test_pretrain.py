@@ -9,46 +9,21 @@ import sys
 
 import pytest
 
-from conftest import assert_user_error
+from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses, metrics
 from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.train import pretrain
 
-# A step is 512 tokens: 2 micro-batches of 4 x 64 in one process, 1 per rank with two ranks.
-TINY = {
-    "pretrain.preset": "tiny",
-    "pretrain.seq_len": 64,
-    "pretrain.micro_batch": 4,
-    "pretrain.global_batch_tokens": 512,
-    "pretrain.max_steps": 8,
-    "pretrain.lr": 1e-2,
-    "pretrain.warmup_steps": 2,
-    "pretrain.precision": "fp32",
-    "pretrain.log_every": 1,
-    "pretrain.eval_every": 4,
-    "pretrain.eval_batches": 2,
-    "pretrain.checkpoint_every": 4,
-}
+TINY = TINY_PRETRAIN
 
 
 def settings_args(values: dict) -> list[str]:
     return [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
 
 
-def metrics(run_dir) -> list[dict]:
-    lines = (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
-
-
-def losses(run_dir) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in metrics(run_dir) if "loss" in r}
-
-
 @pytest.fixture
 def run_dir(demo_run, tmp_path):
-    target = tmp_path / "run"
-    shutil.copytree(demo_run, target, ignore=shutil.ignore_patterns("pretrain"))
-    return target
+    return copy_data_run(demo_run, tmp_path / "run")
 
 
 def train(run_dir, **extra):
