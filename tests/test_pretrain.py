@@ -182,3 +182,11 @@ def test_resume_on_another_number_of_ranks(run_dir, tmp_path):
     assert sorted(got) == sorted(expected)
     for step, loss in expected.items():
         assert abs(got[step] - loss) / loss < 1e-4, (step, got[step], loss)
+
+
+def test_activation_checkpointing_gives_the_same_losses(run_dir, tmp_path):
+    other = tmp_path / "ac"
+    shutil.copytree(run_dir, other)
+    train(run_dir, **{"pretrain.max_steps": 3})
+    train(other, **{"pretrain.max_steps": 3, "pretrain.activation_checkpointing": True})
+    assert losses(other) == pytest.approx(losses(run_dir), rel=1e-6)

@@ -344,8 +344,8 @@ class CheckpointManager:
         os.replace(tmp, final)
         fsync_dir(self.root)
         atomic_write_text(self.root / LATEST, final.name + "\n")
+        self._mirror(final)  # joins the previous copy first, so pruning never races it
         self._prune()
-        self._mirror(final)
 
     def _failed(self, step: int, error: BaseException) -> None:
         self.failures += 1
