@@ -163,16 +163,7 @@ def run(
             precision.precompute_fp8_scales_if_needed(model, plan, p.fsdp_float8_all_gather)
 
         c = cfg.checkpoint
-        policy = checkpoint.Policy(
-            async_save=c.async_save,
-            keep_last=c.keep_last,
-            keep_every=c.keep_every,
-            retries=c.retries,
-            backoff_s=c.backoff_s,
-            max_consecutive_failures=c.max_consecutive_failures,
-            timeout_s=c.timeout_s,
-            mirror=c.mirror,
-        )
+        policy = checkpoint.Policy(**c.model_dump(exclude={"every_minutes"}))
         trainer = Trainer(
             model=model,
             optimizer=optimizer,
