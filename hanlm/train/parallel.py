@@ -113,7 +113,12 @@ def parallelize(
 ) -> torch.nn.Module:
     """Apply activation checkpointing, per-block compile and DDP/FSDP2, in that order."""
     if activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5 name
+            model.activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
     if compile_blocks:
         for layer in decoder_layers(model):
             layer.compile()
