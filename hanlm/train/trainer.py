@@ -94,6 +94,7 @@ class Trainer:
         after_optimizer_step=None,
         checkpoints: checkpoint.CheckpointManager | None = None,
         every_minutes: float = 0,
+        loss_fn=None,
     ):
         self.model, self.optimizer = model, optimizer
         self.train_loader, self.val_loader = train_loader, val_loader
@@ -106,6 +107,9 @@ class Trainer:
         self.preemption = PreemptionWatch()
         self.token_bytes = token_bytes.to(dist.device) if token_bytes is not None else None
         self.after_optimizer_step = after_optimizer_step
+        # loss_fn(logits, inputs, labels) -> {"loss": summed loss to minimise, other summed parts
+        # to log per token (e.g. "ce", "kl")}; None: token-summed cross-entropy.
+        self.loss_fn = loss_fn
         self.state = TrainState()
 
     # -- resume --------------------------------------------------------------------------------
@@ -158,21 +162,25 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------------
 
-    def _loss_sum(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def _loss_sums(self, inputs: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         with self.plan.autocast_context(self.d.device):
             logits = self.model(input_ids=inputs).logits
-        return F.cross_entropy(
+        if self.loss_fn is not None:
+            return self.loss_fn(logits, inputs, labels)
+        loss = F.cross_entropy(
             logits.float().view(-1, logits.size(-1)),
             labels.view(-1),
             ignore_index=IGNORE,
             reduction="sum",
         )
+        return {"loss": loss}
 
     def train_step(self) -> dict:
         step = self.state.step
         lr = self.schedule.lr(step)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            # a group may train faster or slower than the schedule (SFT's new token rows)
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         device = self.d.device
         micro = [self.train_loader.next_batch() for _ in range(self.s.accumulation)]
         micro = [
@@ -184,12 +192,16 @@ class Trainer:
         # DDP and FSDP average gradients over ranks; scaling by world size turns that into a sum.
         scale = self.d.world_size / max(global_tokens, 1)
         loss_sum = torch.zeros((), device=device, dtype=torch.float32)
+        parts: dict[str, torch.Tensor] = {}
         for i, (x, y) in enumerate(micro):
             last = i == len(micro) - 1
             with parallel.no_sync(self.model, self.mode, last):
-                loss = self._loss_sum(x, y)
-                (loss * scale).backward()
-            loss_sum += loss.detach()
+                sums = self._loss_sums(x, y)
+                (sums["loss"] * scale).backward()
+            loss_sum += sums["loss"].detach()
+            for name, value in sums.items():
+                if name != "loss":
+                    parts[name] = parts.get(name, 0) + value.detach().float()
         grad_norm = self._clip()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -197,7 +209,13 @@ class Trainer:
             self.after_optimizer_step()
         self.state.step += 1
         self.state.tokens += global_tokens
-        return {"loss_sum": loss_sum, "tokens": global_tokens, "lr": lr, "grad_norm": grad_norm}
+        return {
+            "loss_sum": loss_sum,
+            "parts": parts,
+            "tokens": global_tokens,
+            "lr": lr,
+            "grad_norm": grad_norm,
+        }
 
     def _clip(self) -> torch.Tensor:
         max_norm = self.s.grad_clip if self.s.grad_clip > 0 else float("inf")
@@ -254,6 +272,7 @@ class Trainer:
         )
         self.model.train()
         window_loss = torch.zeros((), device=self.d.device)
+        window_parts: dict[str, torch.Tensor] = {}
         window_tokens, window_start = 0, time.perf_counter()
         last_eval: dict = {}
         stopped_early = preempted = False
@@ -263,16 +282,21 @@ class Trainer:
             while self.state.step < total:
                 out = self.train_step()
                 window_loss += out["loss_sum"]
+                for name, value in out["parts"].items():
+                    window_parts[name] = window_parts.get(name, 0) + value
                 window_tokens += out["tokens"]
                 step = self.state.step
                 if _due(step, s.log_every) or step == total:
-                    record = self._record(out, window_loss, window_tokens, window_start)
+                    record = self._record(
+                        out, window_loss, window_parts, window_tokens, window_start
+                    )
                     if _due(step, s.eval_every) or step == total:
                         last_eval = self.evaluate()
                         record.update(last_eval)
                     log.log(record)
                     self.state.history.append(record)
                     window_loss = torch.zeros((), device=self.d.device)
+                    window_parts = {}
                     window_tokens, window_start = 0, time.perf_counter()
                 elif _due(step, s.eval_every):
                     last_eval = self.evaluate()
@@ -336,14 +360,22 @@ class Trainer:
         preempt, pending, retry, minutes = (bool(v) for v in flags.tolist())
         return {"preempt": preempt, "pending": pending, "retry": retry, "minutes": minutes}
 
-    def _record(self, out: dict, window_loss, window_tokens: int, window_start: float) -> dict:
+    def _record(
+        self, out: dict, window_loss, window_parts: dict, window_tokens: int, window_start: float
+    ) -> dict:
         loss = parallel.all_reduce_sum(window_loss.detach().clone().double(), self.d)
+        parts = {
+            name: float(parallel.all_reduce_sum(value.clone().double(), self.d))
+            / max(window_tokens, 1)
+            for name, value in sorted(window_parts.items())
+        }
         elapsed = max(time.perf_counter() - window_start, 1e-9)
         tokens_per_s = window_tokens / elapsed
         mfu = tokens_per_s * self.s.flops_per_token / (self.s.peak_flops * self.d.world_size)
         return {
             "step": self.state.step,
             "loss": float(loss) / max(window_tokens, 1),
+            **parts,
             "lr": out["lr"],
             "grad_norm": float(out["grad_norm"]),
             "tokens": self.state.tokens,
