@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hanlm.errors import UserError
 from hanlm.io import atomic_write_text
@@ -111,7 +111,19 @@ class PretrainSection(Section):
         "auto", description="auto: single process alone, FSDP2 under torchrun"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    activation_checkpointing: bool = False
+    activation_checkpointing: Literal["none", "selective", "full"] = Field(
+        "none",
+        description="recompute activations in backward: full keeps each layer's input only, "
+        "selective also its matmul and attention outputs (true = full, false = none)",
+    )
+
+    @field_validator("activation_checkpointing", mode="before")
+    @classmethod
+    def _checkpointing_from_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return "full" if value else "none"
+        return value
+
     compile: bool = Field(False, description="torch.compile each decoder block")
     eval_every: int = Field(100, ge=0, description="validation every N steps; 0 = only at the end")
     eval_batches: int = Field(20, ge=1, description="validation micro-batches per rank")
@@ -142,14 +154,233 @@ class CheckpointSection(Section):
     mirror: str | None = Field(None, description="second location: a folder or an fsspec URL")
 
 
+# Punctuation and the commonest Korean particles and endings: repeating them is grammar, not a
+# loop, so the repetition penalty may spare them (generate.exempt_common_words).
+COMMON_KOREAN_WORDS = [
+    ".", ",", "!", "?", "'", '"', "(", ")", ":", ";", "·", "…", "-",
+    "은", "는", "이", "가", "을", "를", "의", "에", "에서", "에게", "로", "으로", "와", "과",
+    "도", "만", "까지", "부터", "보다", "처럼", "이다", "다", "요", "니다", "습니다", "입니다",
+    "고", "며", "면", "서", "지만", "는데", "게", "지", "죠", "야",
+]  # fmt: skip
+
+
+class GenerateSection(Section):
+    """`hanlm generate` / `hanlm chat` and generation in evals: decoding defaults."""
+
+    max_new_tokens: int = Field(128, ge=1, le=1 << 16, description="new tokens per answer at most")
+    greedy: bool = Field(False, description="always take the likeliest token (no sampling)")
+    temperature: float = Field(0.7, gt=0, le=10, description="sampling temperature")
+    top_k: int = Field(50, ge=0, description="sample among the k likeliest tokens; 0 = all")
+    top_p: float = Field(0.95, gt=0, le=1, description="nucleus sampling mass; 1 = off")
+    repetition_penalty: float = Field(
+        1.1, gt=0, le=10, description="CTRL rule on every token already seen; 1 = off"
+    )
+    no_repeat_ngram_size: int = Field(0, ge=0, description="forbid repeating any n-gram; 0 = off")
+    frequency_penalty: float = Field(
+        0.0, ge=-2, le=2, description="subtracted per earlier occurrence in the answer (OpenAI)"
+    )
+    presence_penalty: float = Field(
+        0.0, ge=-2, le=2, description="subtracted once if the token is already in the answer"
+    )
+    exempt_special_tokens: bool = Field(
+        True, description="penalties never touch special tokens (the end-of-turn token stays)"
+    )
+    exempt_common_words: bool = Field(
+        False, description="penalties also spare tokens whose text is in common_words"
+    )
+    common_words: list[str] = Field(
+        default_factory=lambda: list(COMMON_KOREAN_WORDS),
+        description="punctuation, particles and endings spared when exempt_common_words is on",
+    )
+    seed: int = Field(0, description="seed of sampling")
+    batch_size: int = Field(8, ge=1, description="prompts decoded together")
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+
+
+class DistillSection(Section):
+    """Distillation toward a teacher during pretraining or SFT (off by default: measure it first)."""
+
+    enabled: bool = False
+    teacher: str | None = Field(
+        None, description="Hugging Face model folder with the same tokenizer as the student"
+    )
+    alpha: float = Field(0.5, ge=0, le=1, description="share of the KL term: (1-a)*CE + a*T^2*KL")
+    temperature: float = Field(2.0, gt=0, le=100, description="softmax temperature of both sides")
+    teacher_device: str = Field(
+        "same", description="`same` (the student's device), cpu, cuda or cuda:N"
+    )
+
+
+class PreflightSection(Section):
+    """`hanlm preflight`: measured checks of devices, collectives, storage and data loading."""
+
+    timeout_s: float = Field(
+        120, gt=0, description="rendezvous and collective timeout; a missing peer fails within it"
+    )
+    checkpoint_dir: str | None = Field(
+        None, description="folder to test for checkpoints (default: DIR/pretrain/checkpoints)"
+    )
+    matmul_seconds: float = Field(0.5, gt=0, description="time spent on each device's matmul test")
+    collective_mb: float = Field(64, gt=0, description="payload of each collective test, MB")
+    collective_iters: int = Field(5, ge=1, description="timed repetitions of each collective")
+    storage_mb: float = Field(256, gt=0, description="bytes written (with fsync) by the disk test")
+    fsync_probes: int = Field(10, ge=1, description="small write + fsync pairs timed for latency")
+    data_seconds: float = Field(1.0, gt=0, description="time spent reading batches from the shards")
+    mfu: float | None = Field(
+        None, gt=0, le=1, description="MFU for the projected step time (default: the plan's)"
+    )
+    min_matmul_fraction: float = Field(
+        0.3, ge=0, le=1, description="NO-GO when a GPU's matmul reaches less of its catalogue peak"
+    )
+    max_comm_ratio: float = Field(
+        1.0, gt=0, description="NO-GO when communication per step exceeds this times compute"
+    )
+    min_write_mb_s: float = Field(20, ge=0, description="NO-GO below this write throughput")
+    max_fsync_ms: float = Field(2000, gt=0, description="NO-GO above this fsync latency")
+    max_save_fraction: float = Field(
+        0.5, gt=0, description="NO-GO when a save takes more than this share of its interval"
+    )
+    min_data_headroom: float = Field(
+        2.0, gt=0, description="NO-GO when the loader is less than this many times fast enough"
+    )
+    fail_on_no_go: bool = Field(True, description="in the pipeline, stop on NO-GO")
+
+
+class EvalSection(Section):
+    """`hanlm eval`: tasks on the run's model (or given models), scores split by contamination."""
+
+    tasks: list[str] = Field(
+        default_factory=lambda: ["demo_qa", "direction"],
+        description="NAME or NAME=PATH (PATH may be hf:DATASET[:CONFIG][:SPLIT]); names: "
+        "kobest_boolq, kobest_copa, kobest_hellaswag, kobest_sentineg, kobest_wic, gsm8k_ko, "
+        "ifeval_ko, direction, demo_qa",
+    )
+    models: list[str] = Field(
+        default_factory=list,
+        description="model folders; empty = the run's sft/hf export, else pretrain/hf",
+    )
+    contamination: str | None = Field(
+        None, description="decontam items.jsonl; default: RUN/decontam/items.jsonl when present"
+    )
+    limit: int | None = Field(None, ge=1, description="first N items of each task")
+    batch_size: int = Field(32, ge=1, description="sequences per forward pass")
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    num_fewshot: int = Field(0, ge=0, le=32, description="gsm8k_ko: worked examples in the prompt")
+    max_new_tokens: int = Field(256, ge=1, description="generation tasks: token limit")
+    distractors: int = Field(
+        4, ge=1, description="direction: wrong answers ranked with the right one"
+    )
+    chat_template: bool = Field(
+        False, description="generation tasks: wrap the prompt in the tokenizer's chat template"
+    )
+
+
+class DecontamSection(Section):
+    """`hanlm decontam`: find benchmark items in the training data and remove them."""
+
+    enabled: bool = Field(True, description="run the stage between corpus and tokenizer")
+    benchmarks: list[str] = Field(
+        default_factory=list,
+        description="TASK=PATH benchmark files (PATH `demo`: the run's demo world benchmark)",
+    )
+    ngram: int = Field(
+        27, ge=4, le=512, description="characters per n-gram (no spaces, no punctuation)"
+    )
+    dirty_threshold: float = Field(0.8, gt=0, le=1, description="coverage at or above: dirty")
+    clean_threshold: float = Field(0.2, gt=0, le=1, description="coverage below: clean")
+    action: Literal["drop", "cut", "keep"] = Field(
+        "drop",
+        description="documents holding part of a dirty or partial item: drop them, cut the "
+        "matching spans, or keep them (report only)",
+    )
+    cut_margin: int = Field(50, ge=0, description="cut: characters also removed on each side")
+    text_field: str = Field("text", min_length=1, description="JSONL field with the text")
+    max_documents: int = Field(5, ge=0, description="document ids listed per item in items.jsonl")
+    workers: int = Field(0, ge=0, le=256, description="scan processes; 0 = one per CPU core")
+    batch_bytes: int = Field(4_000_000, ge=1000, description="bytes of text per worker batch")
+
+
+class SftSection(Section):
+    """`hanlm sft`: chat fine-tuning with the special-token audit, initialisation and closure check."""
+
+    model: str | None = Field(
+        None, description="HF folder to fine-tune instead of the run's pretraining checkpoint"
+    )
+    data: str | None = Field(
+        None, description="messages JSONL; default: the run's demo world DIR/demo/chat.jsonl"
+    )
+    seq_len: int = Field(256, ge=16, description="tokens per training row; longer chats dropped")
+    micro_batch: int = Field(8, ge=1, description="rows per rank per forward/backward")
+    batch_rows: int = Field(8, ge=1, description="rows per optimizer step over all ranks")
+    packing: bool = Field(True, description="pack whole conversations into rows (else pad)")
+    max_steps: int = Field(200, ge=1, description="optimizer steps")
+    lr: float = Field(1e-3, gt=0, description="peak learning rate")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    warmup_steps: int = Field(10, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, ge=0)
+    heldout: int = Field(50, ge=1, description="conversations held out for the closure check")
+    init: Literal["mean", "mean-cov", "text", "none"] = Field(
+        "mean", description="initialisation of the template tokens the audit finds untrained"
+    )
+    init_text: str = Field(".", min_length=1, description="init = text: mean of its tokens' rows")
+    new_token_lr_scale: float = Field(
+        1.0, gt=0, description="the initialised rows' update size relative to the schedule"
+    )
+    closure_max_tokens: int = Field(64, ge=1, description="greedy tokens per closure prompt")
+    min_closure: float = Field(0.0, ge=0, le=1, description="fail below this rate; 0 = off")
+    compare_inits: list[Literal["mean", "mean-cov", "text", "none"]] = Field(
+        default_factory=list, description="also train with these inits (ablation/<init>/)"
+    )
+    contaminated: Literal["drop", "fail"] = Field(
+        "drop", description="conversations holding benchmark items: drop them or fail"
+    )
+    contamination_coverage: float = Field(
+        0.5, gt=0, le=1, description="share of an item a conversation must hold to count"
+    )
+    log_every: int = Field(10, ge=1)
+    eval_every: int = Field(0, ge=0, description="held-out loss every N steps; 0 = at the end")
+    eval_batches: int = Field(8, ge=1)
+    checkpoint_every: int = Field(100, ge=0, description="0 = at the end")
+    resume: Literal["auto", "never"] = "auto"
+
+
+class PlanSection(Section):
+    """`hanlm plan`: the hardware and budget to plan the recipe's pretraining for."""
+
+    gpu: str | None = Field(
+        None,
+        description="catalogue GPU (rtx4090, rtx5090, l40s, a100-40gb, a100-80gb, h100, "
+        "h200, b200), `cpu`, or unset to compare them all",
+    )
+    gpus: int = Field(1, ge=1, le=4096, description="GPUs per host")
+    hosts: int = Field(1, ge=1, le=1024)
+    tokens: float | None = Field(
+        None, gt=0, description="training tokens (default: the pretrain section's length)"
+    )
+    price_per_gpu_hour: float | None = Field(None, ge=0, description="USD per GPU-hour")
+    mfu: float | None = Field(
+        None, gt=0, le=1, description="model FLOPs utilisation (default: typical per GPU class)"
+    )
+    inter_host_gbps: float = Field(25.0, gt=0, description="network between hosts, Gbit/s")
+
+
 class Config(Section):
     run: RunSection = Field(default_factory=RunSection)
+    plan: PlanSection = Field(default_factory=PlanSection)
     demo: DemoSection = Field(default_factory=DemoSection)
     corpus: CorpusSection = Field(default_factory=CorpusSection)
+    decontam: DecontamSection = Field(default_factory=DecontamSection)
     tokenizer: TokenizerSection = Field(default_factory=TokenizerSection)
     shards: ShardsSection = Field(default_factory=ShardsSection)
     pretrain: PretrainSection = Field(default_factory=PretrainSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+    sft: SftSection = Field(default_factory=SftSection)
+    preflight: PreflightSection = Field(default_factory=PreflightSection)
+    generate: GenerateSection = Field(default_factory=GenerateSection)
+    distill: DistillSection = Field(default_factory=DistillSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
 
 
 def recipe_names() -> list[str]:
@@ -167,6 +398,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         ) from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path} is not valid TOML: {e}", fix="correct the TOML syntax") from None
+
+
+def _run_config_exists(run_dir: Path | None) -> bool:
+    return run_dir is not None and (Path(run_dir) / CONFIG_FILE).is_file()
 
 
 def resolve_source(source: str | Path | None, run_dir: Path | None) -> Path:
@@ -266,11 +501,20 @@ def load_config(
     overrides: list[str] | dict[str, Any] | None = None,
     run_dir: Path | None = None,
     values: dict[str, Any] | None = None,
+    *,
+    recipe_fallback: bool = True,
 ) -> Config:
     """The configuration a stage runs with: file or recipe, then `values` (from CLI flags), then
-    `overrides` (`--set`), validated."""
-    path = resolve_source(source, run_dir)
-    data = _read_toml(path)
+    `overrides` (`--set`), validated.
+
+    With recipe_fallback=False, no source and no run config start from the documented
+    defaults instead of the demo recipe (`hanlm plan` plans real models, not the demo).
+    """
+    if source is None and not recipe_fallback and not _run_config_exists(run_dir):
+        path, data = "the defaults", {}
+    else:
+        path = resolve_source(source, run_dir)
+        data = _read_toml(path)
     apply_overrides(data, values or {})
     apply_overrides(data, overrides or [])
     try:

@@ -12,7 +12,10 @@ from hanlm.errors import UserError
 
 # name -> module with `run(cfg, run_dir, *, force) -> dict`
 STAGES: dict[str, str] = {
+    "plan": "hanlm.plan",
+    "preflight": "hanlm.preflight",
     "corpus": "hanlm.data.corpus",
+    "decontam": "hanlm.data.decontam",
     "tokenizer": "hanlm.data.tokenizer",
     "shards": "hanlm.data.shards",
     "pretrain": "hanlm.train.pretrain",

@@ -1,0 +1,637 @@
+"""The benchmark index: Korean-aware normalisation, 64-bit character n-gram hashes, lookups.
+
+Matching text is normalised the same way on both sides: Unicode NFC, Latin letters lower-cased,
+every punctuation mark (category P*), separator (Z*) and control character (Cc) removed. What
+is left is a string of characters without spaces, so a copy whose spacing, particles' spacing or
+punctuation changed still matches. Its character n-grams are hashed to 64 bits.
+
+Why n = 27 by default: lm-evaluation-harness and the GPT-3 paper call a test item dirty when it
+shares a 13-word n-gram with training data. On the parallel English/Korean GSM8K test questions
+(`../shared/data/gsm8k-ko`), one English word corresponds to a median of 2.07 Korean characters
+once spaces and punctuation are gone, so 13 words are about 27 characters: specific enough that
+unrelated text practically never shares one (a whole Korean clause), short enough that a
+sentence-sized leak still has several. Items whose normalised text is shorter than n are
+matched as a whole.
+
+Speed (no Python loop per character): a batch of documents becomes one array of code points
+(UTF-32, one table lookup folds and removes). Window hashes come from one prefix sum, so their
+cost does not grow with n: with c_j the characters and B an odd constant,
+Q[i] = sum_{j<i} c_j B^-j and hash(i..i+n) = B^(i+n-1) (Q[i+n] - Q[i]), modulo 2^64 (numpy's
+wrapping uint64), then one xor-shift-multiply round. Three more tricks:
+
+* strided windows: long items are looked for only at every STRIDE-th window of a document, and
+  around each window found its neighbours are checked. A copied stretch of n + STRIDE - 1 or
+  more characters always has a window on the grid, so every n-gram of it is found, exactly as
+  by checking every window; items too short for that guarantee are checked at every window;
+* filters: a table over the top hash bits, about 1.5% full, rules out almost every window with
+  one memory read; only the rest are looked up in the sorted hash array;
+* items shorter than n (and the short ones above) are found through an anchor, their first
+  characters: a 32-bit key of up to 4 characters at every position, then the exact hash of the
+  whole item at the few places whose key matches.
+
+Template text does not count (`_not_boilerplate`): an n-gram several benchmark items share only
+counts for items that are the same passage (BoolQ's several questions on one paragraph), so a
+leaked item does not make every item built from the same template partial.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hanlm.errors import UserError
+
+DEFAULT_NGRAM = 27
+ANCHOR = 8  # at most this many first characters of a short item locate candidate places
+SAME_PASSAGE = 0.5  # items sharing this share of their n-grams are one passage, not a template
+MAX_SHARING = 16  # an n-gram in more items than this is boilerplate whatever they are
+KEY_CHARS = 4  # characters in the cheap 32-bit key that finds anchor candidates
+SCAN_CHARS = 256_000  # characters hashed at once: the arrays of a batch stay in the CPU caches
+STRIDE = 8  # long items: windows hashed every STRIDE characters, neighbours of a hit checked
+FORMAT_VERSION = 1
+_BASE = np.uint64(0x9E3779B97F4A7C15)  # odd, so invertible modulo 2^64
+_BASE_INV = np.uint64(pow(0x9E3779B97F4A7C15, -1, 1 << 64))
+_MIX = np.uint64(0xBF58476D1CE4E5B9)
+_SHIFT = np.uint64(29)
+_LATIN = ((0x41, 0x24F), (0x1E00, 0x1EFF), (0xFF21, 0xFF3A))  # Basic, Latin-1, Extended, full-width
+
+
+@functools.cache
+def fold_table() -> np.ndarray:
+    """Code point -> folded code point, 0 for a character matching ignores."""
+    table = np.arange(0x110000, dtype=np.uint32)
+    # Punctuation, separators and controls live in these blocks (CJK ones are listed below).
+    for cp in itertools.chain(range(0x3000), range(0xFE00, 0x10000), range(0x16FE0, 0x17000)):
+        category = unicodedata.category(chr(cp))
+        if category[0] in "PZ" or category == "Cc":
+            table[cp] = 0
+    for cp in (0x3000, 0x3001, 0x3002, 0x3003, *range(0x3008, 0x3012), *range(0x3014, 0x3020)):
+        table[cp] = 0  # CJK spaces, commas, full stops, brackets: used in Korean text too
+    table[0x30FB] = 0  # katakana middle dot, used as a list separator
+    for lo, hi in _LATIN:
+        for cp in range(lo, hi + 1):
+            lower = chr(cp).lower()
+            if len(lower) == 1 and table[cp] != 0:
+                table[cp] = ord(lower)
+    return table
+
+
+def nfc(text: str) -> str:
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
+def normalise(text: str) -> str:
+    """The text matching sees: NFC, Latin lower-cased, no punctuation, spaces or controls."""
+    chars, _ = fold(nfc(text))
+    return chars.tobytes().decode("utf-32-le")
+
+
+def fold(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Folded code points of an NFC text and a keep mask over its original characters."""
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    table = fold_table()
+    # The common case, no character beyond the BMP: a 256 KB table that stays in cache.
+    bmp = len(cps) and cps.max() < 0x10000
+    folded = table[:0x10000][cps] if bmp else table[cps]
+    keep = folded != 0
+    return folded[keep], keep
+
+
+@functools.lru_cache(maxsize=4)
+def _powers(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """B^k and B^-k modulo 2^64 for k < size."""
+    with np.errstate(over="ignore"):
+        forward = np.full(size, _BASE, dtype=np.uint64)
+        forward[0] = 1
+        backward = np.full(size, _BASE_INV, dtype=np.uint64)
+        backward[0] = 1
+        return np.cumprod(forward, dtype=np.uint64), np.cumprod(backward, dtype=np.uint64)
+
+
+def powers(size: int) -> tuple[np.ndarray, np.ndarray]:
+    # Rounded up so that growing batches reuse one cached table.
+    return _powers(max(1 << 20, 1 << (max(size, 1) - 1).bit_length()))
+
+
+def prefix_sums(chars: np.ndarray) -> np.ndarray:
+    """Q with Q[i] = sum_{j<i} c_j B^-j (mod 2^64), length len(chars) + 1."""
+    size = len(chars)
+    _, backward = powers(size + 1)
+    q = np.zeros(size + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        np.multiply(chars.astype(np.uint64), backward[:size], out=q[1:])
+        np.cumsum(q[1:], out=q[1:])
+    return q
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        h ^= h >> _SHIFT
+        h *= _MIX
+    return h
+
+
+def _hashes_at(q: np.ndarray, starts: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """Hashes of windows of different widths."""
+    forward, _ = powers(len(q))
+    with np.errstate(over="ignore"):
+        h = q[starts + widths] - q[starts]
+        h *= forward[starts + widths - 1]
+    return _mix(h)
+
+
+def fold_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Folded characters of several texts end to end, and where each starts (plus the end)."""
+    # Checked text by text: is_normalized is several times slower on one long string.
+    texts = [nfc(t) for t in texts]
+    chars, keep = fold("".join(texts))
+    raw_ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+    # Kept characters before each document end = its raw end minus the removed ones before it.
+    removed = np.flatnonzero(~keep)
+    return chars, np.concatenate([[0], raw_ends - np.searchsorted(removed, raw_ends)])
+
+
+def window_hashes(q: np.ndarray, n: int, starts: np.ndarray | None = None) -> np.ndarray:
+    """Hashes of the length-n windows starting at `starts` (default: every start)."""
+    forward, _ = powers(len(q))
+    with np.errstate(over="ignore"):
+        if starts is None:
+            h = q[n:] - q[:-n]
+            h *= forward[n - 1 : len(q) - 1]
+        else:
+            h = q[starts + n] - q[starts]
+            h *= forward[starts + n - 1]
+    return _mix(h)
+
+
+def text_hashes(text: str, n: int) -> np.ndarray:
+    """Distinct n-gram hashes of one text, or its whole-text hash when shorter than n."""
+    chars, _ = fold(nfc(text))
+    if len(chars) == 0:
+        return np.zeros(0, dtype=np.uint64)
+    q = prefix_sums(chars)
+    width = min(n, len(chars))
+    return np.unique(window_hashes(q, width))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scanning a batch of documents
+
+
+@dataclass
+class BatchHits:
+    """Distinct (document, unit) hits of one batch; `units` index the index's unit table."""
+
+    documents: np.ndarray  # int64, batch-local document index
+    units: np.ndarray  # int64
+    positions: np.ndarray  # int64, start in the document's normalised text (first occurrence)
+
+
+class BenchmarkIndex:
+    """Hashed units of every benchmark item: its n-grams, or its whole text when shorter than n.
+
+    A unit is one distinct (length, hash); `unit_items` (CSR by `unit_ptr`) lists the items
+    having it, `item_units` (CSR by `item_ptr`) the units of each item. Coverage of an item =
+    the share of its units found. Some units carry an anchor, the hash of their first
+    `anchor_length` characters (one length for all), and are looked for at every position:
+    those of items shorter than n (the whole item), and those of items too short for the
+    strided scan to be exact (shorter than n + STRIDE - 1).
+    """
+
+    def __init__(self, *, ngram, benchmarks, item_ids, lengths, unit_hashes, unit_lengths,
+                 unit_ptr, unit_items, item_ptr, item_units, anchor_length,
+                 anchor_units, anchor_hashes, anchor_keys):  # fmt: skip
+        self.ngram = int(ngram)
+        self.benchmarks = list(benchmarks)
+        self.item_ids = list(item_ids)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.unit_hashes = np.asarray(unit_hashes, dtype=np.uint64)  # sorted
+        self.unit_lengths = np.asarray(unit_lengths, dtype=np.int64)  # n, or a short item's length
+        self.unit_ptr = np.asarray(unit_ptr, dtype=np.int64)
+        self.unit_items = np.asarray(unit_items, dtype=np.int64)
+        self.item_ptr = np.asarray(item_ptr, dtype=np.int64)
+        self.item_units = np.asarray(item_units, dtype=np.int64)
+        self.anchor_length = int(anchor_length)
+        self.anchor_units = np.asarray(anchor_units, dtype=np.int64)
+        self.anchor_hashes = np.asarray(anchor_hashes, dtype=np.uint64)  # per anchor unit
+        self.anchor_keys = np.asarray(anchor_keys, dtype=np.int64)  # 32-bit keys of their start
+        self._prepare()
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, items: Sequence, *, ngram: int = DEFAULT_NGRAM) -> BenchmarkIndex:
+        """Hash every item's n-grams (or whole text, when shorter than `ngram`), all at once."""
+        if ngram < 2:
+            raise UserError(f"decontam n-gram length must be at least 2, got {ngram}")
+        chars, doc_starts = fold_texts([item.overlap_text for item in items])
+        lengths = np.diff(doc_starts)
+        q = prefix_sums(chars)
+        long = np.flatnonzero(lengths >= ngram)
+        short = np.flatnonzero((lengths > 0) & (lengths < ngram))
+        anchor_length = int(min(ANCHOR, lengths[short].min())) if len(short) else ANCHOR
+        starts = _grid(doc_starts[long], doc_starts[long + 1], ngram, 1)
+        owners = np.concatenate([np.repeat(long, np.maximum(0, lengths[long] - ngram + 1)), short])
+        widths = np.concatenate([np.full(len(starts), ngram), lengths[short]])
+        starts = np.concatenate([starts, doc_starts[short]])
+        hashes = _hashes_at(q, starts, widths)
+        # Units: distinct (hash, width), numbered in hash order so lookups are one searchsorted.
+        order = np.lexsort((widths, hashes))
+        hashes, widths, owners, starts = hashes[order], widths[order], owners[order], starts[order]
+        new_unit = np.ones(len(hashes), dtype=bool)
+        new_unit[1:] = (hashes[1:] != hashes[:-1]) | (widths[1:] != widths[:-1])
+        unit_of = np.cumsum(new_unit) - 1
+        unit_hashes, unit_lengths = hashes[new_unit], widths[new_unit]
+        first_start = starts[new_unit]
+        # Item -> units and unit -> items, each pair once.
+        pairs = np.unique(owners * max(len(unit_hashes), 1) + unit_of)
+        pair_items, pair_units = np.divmod(pairs, max(len(unit_hashes), 1))
+        keep = _not_boilerplate(pair_items, pair_units, len(items), len(unit_hashes))
+        pair_items, pair_units = pair_items[keep], pair_units[keep]
+        item_ptr = np.concatenate([[0], np.cumsum(np.bincount(pair_items, minlength=len(items)))])
+        by_unit = np.lexsort((pair_items, pair_units))
+        unit_counts = np.bincount(pair_units, minlength=len(unit_hashes))
+        # Units looked for at every position: whole short items, and the n-grams of items the
+        # strided scan could miss when copied alone into the middle of a document.
+        medium = (lengths >= ngram) & (lengths < ngram + STRIDE - 1)
+        anchored = unit_lengths < ngram
+        anchored[pair_units[medium[pair_items]]] = True
+        anchor_units = np.flatnonzero(anchored)
+        anchor_hashes = _hashes_at(
+            q, first_start[anchor_units], np.minimum(anchor_length, unit_lengths[anchor_units])
+        )
+        key_width = min(anchor_length, KEY_CHARS)
+        anchor_keys = _prefix_keys(chars, key_width)[first_start[anchor_units]]
+        return cls(
+            ngram=ngram,
+            benchmarks=[i.benchmark for i in items],
+            item_ids=[i.item_id for i in items],
+            lengths=lengths,
+            unit_hashes=unit_hashes,
+            unit_lengths=unit_lengths,
+            unit_ptr=np.concatenate([[0], np.cumsum(unit_counts)]),
+            unit_items=pair_items[by_unit],
+            item_ptr=item_ptr,
+            item_units=pair_units,
+            anchor_length=anchor_length,
+            anchor_units=anchor_units,
+            anchor_hashes=anchor_hashes,
+            anchor_keys=anchor_keys,
+        )
+
+    def _prepare(self) -> None:
+        """Bit tables over the top hash bits: most windows are ruled out by one memory read."""
+        self.units_per_item = np.diff(self.item_ptr)
+        full = self.unit_lengths == self.ngram
+        self._full_hashes = self.unit_hashes[full]
+        self._full_units = np.flatnonzero(full)
+        self._full_filter = _BitFilter(self._full_hashes)
+        order = np.argsort(self.anchor_hashes, kind="stable")
+        self._anchor_sorted = self.anchor_hashes[order]
+        self._anchor_units = self.anchor_units[order]
+        self._anchor_filter = _BitFilter(self.anchor_hashes)
+        bits = int(min(24, max(10, np.ceil(np.log2(max(len(self.anchor_keys), 1) * 64)))))
+        self._key_shift = np.uint32(32 - bits)
+        self._key_table = np.zeros(1 << bits, dtype=np.uint8)
+        self._key_table[self.anchor_keys.astype(np.uint32) >> self._key_shift] = 1
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    _ARRAYS = ("lengths", "unit_hashes", "unit_lengths", "unit_ptr", "unit_items", "item_ptr",
+               "item_units", "anchor_units", "anchor_hashes", "anchor_keys")  # fmt: skip
+
+    def save(self, path: Path) -> None:
+        """One .npz file (no pickles), written to a temporary name and renamed."""
+        import io as _io
+
+        from hanlm.io import atomic_write_bytes
+
+        buffer = _io.BytesIO()
+        np.savez(
+            buffer,
+            format=np.array([FORMAT_VERSION, self.ngram, self.anchor_length], dtype=np.int64),
+            benchmarks=np.array(self.benchmarks, dtype=str),
+            item_ids=np.array(self.item_ids, dtype=str),
+            **{name: getattr(self, name) for name in self._ARRAYS},
+        )
+        atomic_write_bytes(Path(path), buffer.getvalue())
+
+    @classmethod
+    def load(cls, path: Path) -> BenchmarkIndex:
+        try:
+            with np.load(Path(path), allow_pickle=False) as z:
+                version, ngram, anchor_length = (int(v) for v in z["format"])
+                if version != FORMAT_VERSION:
+                    raise ValueError(f"index format {version}, expected {FORMAT_VERSION}")
+                return cls(
+                    ngram=ngram,
+                    anchor_length=anchor_length,
+                    benchmarks=z["benchmarks"].tolist(),
+                    item_ids=z["item_ids"].tolist(),
+                    **{name: z[name] for name in cls._ARRAYS},
+                )
+        except (OSError, ValueError, KeyError) as e:
+            raise UserError(
+                f"cannot read the decontamination index: {e}",
+                where=str(path),
+                fix="rebuild it (`hanlm decontam --force`)",
+            ) from None
+
+    # -- scanning ------------------------------------------------------------------------------
+
+    def scan_folded(self, chars: np.ndarray, doc_starts: np.ndarray) -> BatchHits:
+        """Hits in a batch of folded documents laid end to end (`doc_starts` ends with the end).
+
+        Long items: windows are hashed only every STRIDE characters of each document; around
+        every window found, its neighbours are checked too. Every copied stretch of at least
+        n + STRIDE - 1 characters has a window on the grid, so all of its n-grams are found,
+        exactly as by a scan of every window, for a STRIDE-th of the hashing.
+        """
+        n = self.ngram
+        q = prefix_sums(chars)
+        found_pos, found_units = [], []
+        starts, ends = doc_starts[:-1], doc_starts[1:]
+        if len(self._full_hashes):
+            grid = _grid(starts, ends, n, STRIDE)
+            pos, units = self._lookup_full(q, grid)
+            if len(pos):
+                doc = np.searchsorted(doc_starts, pos, side="right") - 1
+                near = (pos[:, None] + np.arange(1 - STRIDE, STRIDE)[None, :]).ravel()
+                doc = np.repeat(doc, 2 * STRIDE - 1)
+                inside = (near >= starts[doc]) & (near + n <= ends[doc])
+                near = np.unique(near[inside])
+                pos, units = self._lookup_full(q, near)
+            found_pos.append(pos)
+            found_units.append(units)
+        if len(self.anchor_hashes) and len(chars) >= self.anchor_length:
+            pos, units = self._scan_short(chars, q, len(chars))
+            doc = np.searchsorted(doc_starts, pos, side="right") - 1
+            inside = pos + self.unit_lengths[units] <= ends[doc]
+            found_pos.append(pos[inside])
+            found_units.append(units[inside])
+        if not found_pos:
+            return BatchHits(*(np.zeros(0, dtype=np.int64) for _ in range(3)))
+        positions = np.concatenate(found_pos)
+        units = np.concatenate(found_units)
+        docs = np.searchsorted(doc_starts, positions, side="right") - 1
+        # Distinct (document, unit), keeping the first position.
+        order = np.lexsort((positions, units, docs))
+        docs, units, positions = docs[order], units[order], positions[order]
+        first = np.ones(len(docs), dtype=bool)
+        first[1:] = (docs[1:] != docs[:-1]) | (units[1:] != units[:-1])
+        return BatchHits(docs[first], units[first], positions[first] - doc_starts[docs[first]])
+
+    def _lookup_full(self, q: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Windows among `starts` whose n-gram is an item unit: (positions, units)."""
+        if not len(starts):
+            return starts, starts
+        h = window_hashes(q, self.ngram, starts)
+        candidates = self._full_filter.candidates(h)
+        h, starts = h[candidates], starts[candidates]
+        where = np.searchsorted(self._full_hashes, h)
+        where[where == len(self._full_hashes)] = 0
+        ok = self._full_hashes[where] == h
+        return starts[ok], self._full_units[where[ok]]
+
+    def _scan_short(self, chars, q: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Places where a whole short item occurs: anchor candidates, then exact hashes."""
+        a = self.anchor_length
+        if size < a:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        # First a cheap 32-bit key of the anchors' first characters, then their 64-bit hashes.
+        keys = _prefix_keys(chars, min(a, KEY_CHARS)) >> self._key_shift
+        pos = np.flatnonzero(self._key_table[keys])
+        pos = pos[pos + a <= size]
+        h = window_hashes(q, a, pos)
+        lo = np.searchsorted(self._anchor_sorted, h, side="left")
+        hi = np.searchsorted(self._anchor_sorted, h, side="right")
+        count = hi - lo
+        # Every (place, short unit with this anchor) pair, checked with the unit's full length.
+        pos = np.repeat(pos, count)
+        offsets = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+        units = self._anchor_units[np.repeat(lo, count) + offsets]
+        lengths = self.unit_lengths[units]
+        fits = pos + lengths <= size
+        pos, units, lengths = pos[fits], units[fits], lengths[fits]
+        forward, _ = powers(len(q))
+        with np.errstate(over="ignore"):
+            full = q[pos + lengths] - q[pos]
+            full *= forward[pos + lengths - 1]
+        ok = _mix(full) == self.unit_hashes[units]
+        return pos[ok], units[ok]
+
+    def scan_texts(self, texts: Sequence[str]) -> tuple[BatchHits, np.ndarray]:
+        """Hits in a batch of texts, and the folded length of each text."""
+        chars, doc_starts = fold_texts(texts)
+        return self.scan_folded(chars, doc_starts), np.diff(doc_starts)
+
+    # -- per-item results ------------------------------------------------------------------------
+
+    def doc_item_counts(self, hits: BatchHits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(document, item, distinct units of the item in the document) for every pair with hits."""
+        counts = self.unit_ptr[hits.units + 1] - self.unit_ptr[hits.units]
+        docs = np.repeat(hits.documents, counts)
+        offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        items = self.unit_items[np.repeat(self.unit_ptr[hits.units], counts) + offsets]
+        keys = docs * len(self.item_ids) + items
+        pairs, n = np.unique(keys, return_counts=True)
+        return pairs // len(self.item_ids), pairs % len(self.item_ids), n
+
+    def coverage(self, found: np.ndarray) -> np.ndarray:
+        """Per item: share of its units in `found` (a boolean array over units)."""
+        present = np.zeros(len(self.item_ids), dtype=np.int64)
+        owners = np.repeat(np.arange(len(self.item_ids)), self.units_per_item)
+        np.add.at(present, owners, found[self.item_units].astype(np.int64))
+        return present / np.maximum(self.units_per_item, 1)
+
+    def status(self, coverage: float, *, dirty: float = 0.8, clean: float = 0.2) -> str:
+        return "dirty" if coverage >= dirty else "clean" if coverage < clean else "partial"
+
+    def check(self, texts: Iterable[str], *, dirty: float = 0.8, clean: float = 0.2,
+              batch_chars: int = SCAN_CHARS) -> list[dict]:  # fmt: skip
+        """Per item: coverage over all `texts`, status, and the indices of texts containing it
+        (most of the item first)."""
+        found = np.zeros(len(self.unit_hashes), dtype=bool)
+        per_item: dict[int, list[tuple[float, int]]] = {}
+        for offset, batch in batches(texts, batch_chars):
+            hits, _ = self.scan_texts(batch)
+            found[hits.units] = True
+            for doc, item, count in zip(*self.doc_item_counts(hits), strict=True):
+                share = count / max(self.units_per_item[item], 1)
+                per_item.setdefault(int(item), []).append((-share, offset + int(doc)))
+        cov = self.coverage(found)
+        out = []
+        for i in range(len(self.item_ids)):
+            docs = [d for _, d in sorted(per_item.get(i, []))]
+            out.append(
+                {
+                    "benchmark": self.benchmarks[i],
+                    "item_id": self.item_ids[i],
+                    "coverage": round(float(cov[i]), 4),
+                    "status": self.status(cov[i], dirty=dirty, clean=clean),
+                    "documents": docs,
+                }
+            )
+        return out
+
+    def matches(self, text: str, *, min_coverage: float) -> list[dict]:
+        """Items of which this one text holds at least `min_coverage` of the units."""
+        hits, _ = self.scan_texts([text])
+        out = []
+        for _, item, count in zip(*self.doc_item_counts(hits), strict=True):
+            share = count / max(self.units_per_item[item], 1)
+            if share >= min_coverage and share > 0:
+                out.append(
+                    {
+                        "benchmark": self.benchmarks[item],
+                        "item_id": self.item_ids[item],
+                        "coverage": round(float(share), 4),
+                    }
+                )
+        return sorted(out, key=lambda m: -m["coverage"])
+
+    def spans(self, text: str, items: set[int]) -> list[tuple[int, int]]:
+        """Character spans of `text` (original positions) covered by units of `items`."""
+        text = nfc(text)
+        chars, keep = fold(text)
+        hits = self.scan_folded(chars, np.array([0, len(chars)]))
+        if not len(hits.units):
+            return []
+        counts = self.unit_ptr[hits.units + 1] - self.unit_ptr[hits.units]
+        wanted = np.array(
+            [bool(items & set(self.unit_items[self.unit_ptr[u] : self.unit_ptr[u] + c].tolist()))
+             for u, c in zip(hits.units, counts, strict=True)], dtype=bool)  # fmt: skip
+        original = np.flatnonzero(keep)
+        spans = []
+        for pos, unit in zip(hits.positions[wanted], hits.units[wanted], strict=True):
+            # All occurrences of the unit, not only the first one.
+            spans.extend(_occurrences(chars, int(pos), int(self.unit_lengths[unit])))
+        return [(int(original[s]), int(original[e - 1]) + 1) for s, e in spans]
+
+    def __len__(self) -> int:
+        return len(self.item_ids)
+
+
+def _occurrences(chars: np.ndarray, pos: int, length: int) -> list[tuple[int, int]]:
+    needle = chars[pos : pos + length].tobytes()
+    hay = chars.tobytes()
+    out, start = [], 0
+    while (found := hay.find(needle, start)) != -1:
+        if found % 4 == 0:
+            out.append((found // 4, found // 4 + length))
+        start = found + 4
+    return out
+
+
+def _not_boilerplate(pair_items, pair_units, n_items: int, n_units: int) -> np.ndarray:
+    """Which (item, unit) pairs count toward coverage.
+
+    Benchmarks built from templates (the demo world, instruction sets) repeat sentences across
+    many items; finding such a sentence says nothing about which item leaked, so it must not
+    make every item of the template partial. But several BoolQ questions on one passage share
+    that passage, and a leaked passage leaks all of them. So an n-gram shared by items counts
+    for an item only when one of the others sharing it is the same passage (they share at least
+    SAME_PASSAGE of the smaller one's n-grams), and an item made of nothing else keeps all.
+    """
+    per_unit = np.bincount(pair_units, minlength=n_units)
+    shared = per_unit[pair_units] > 1
+    keep = ~shared
+    if not shared.any():
+        return keep
+    sizes = np.bincount(pair_items, minlength=n_items)
+    order = np.argsort(pair_units, kind="stable")
+    rows = np.flatnonzero(shared[order] & (per_unit[pair_units[order]] <= MAX_SHARING))
+    groups: dict[int, list[int]] = {}
+    for row in order[rows].tolist():
+        groups.setdefault(int(pair_units[row]), []).append(row)
+    overlap: Counter = Counter()
+    for rows_of_unit in groups.values():
+        owners = sorted(int(pair_items[r]) for r in rows_of_unit)
+        overlap.update(itertools.combinations(owners, 2))
+    same = {
+        pair
+        for pair, count in overlap.items()
+        if count >= SAME_PASSAGE * min(sizes[pair[0]], sizes[pair[1]])
+    }
+    for rows_of_unit in groups.values():
+        owners = [int(pair_items[r]) for r in rows_of_unit]
+        for row, item in zip(rows_of_unit, owners, strict=True):
+            keep[row] = any((min(item, o), max(item, o)) in same for o in owners if o != item)
+    specific = np.bincount(pair_items[keep], minlength=n_items) > 0
+    return keep | ~specific[pair_items]
+
+
+class _BitFilter:
+    """A table over the top bits of a set of hashes, about 1.5% full: most lookups say no.
+
+    A byte per entry while the table fits in a CPU cache, else a bit per entry."""
+
+    BYTE_TABLE_LIMIT = 1 << 18
+
+    def __init__(self, hashes: np.ndarray):
+        bits = int(min(30, max(12, np.ceil(np.log2(max(len(hashes), 1) * 64)))))
+        self._shift = np.uint64(64 - bits)
+        top = (hashes >> self._shift).astype(np.int64)
+        self._bytes = None
+        if 1 << bits <= self.BYTE_TABLE_LIMIT:
+            self._bytes = np.zeros(1 << bits, dtype=np.uint8)
+            self._bytes[top] = 1
+            return
+        words = np.zeros(1 << (bits - 6), dtype=np.uint64)
+        np.bitwise_or.at(words, top >> 6, np.left_shift(np.uint64(1), (top & 63).astype(np.uint64)))
+        self._words = words
+
+    def candidates(self, hashes: np.ndarray) -> np.ndarray:
+        """Indices of `hashes` that may be in the set."""
+        top = (hashes >> self._shift).view(np.int64)
+        if self._bytes is not None:
+            return np.flatnonzero(self._bytes[top])
+        word = self._words[top >> 6]
+        word >>= (top & 63).view(np.uint64)
+        word &= np.uint64(1)
+        return np.flatnonzero(word)
+
+
+def _grid(starts: np.ndarray, ends: np.ndarray, n: int, stride: int) -> np.ndarray:
+    """Window starts every `stride` characters from each document's start, windows inside it."""
+    count = np.maximum(0, (ends - starts - n + stride) // stride)
+    total = int(count.sum())
+    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(starts, count) + offsets * stride
+
+
+def _prefix_keys(chars: np.ndarray, width: int) -> np.ndarray:
+    """A 32-bit key of the `width` characters starting at every position (32-bit arithmetic:
+    half the memory traffic of the 64-bit hashes)."""
+    size = len(chars) - width + 1
+    if size <= 0:
+        return np.zeros(0, dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        key = chars[:size] * np.uint32(0x9E3779B1)
+        for j in range(1, width):
+            key += chars[j : j + size]
+            key *= np.uint32(0x85EBCA6B)
+        key ^= key >> np.uint32(15)
+    return key
+
+
+def batches(texts: Iterable[str], batch_chars: int = SCAN_CHARS):
+    """(offset of the first text, texts) in groups of about `batch_chars` characters."""
+    batch: list[str] = []
+    size = offset = 0
+    for text in texts:
+        batch.append(text)
+        size += len(text)
+        if size >= batch_chars:
+            yield offset, batch
+            offset += len(batch)
+            batch, size = [], 0
+    if batch:
+        yield offset, batch

@@ -1,0 +1,1 @@
+"""Evaluation: benchmark readers (shared with decontamination), tasks, harness and the eval stage."""

@@ -1,0 +1,411 @@
+"""Benchmark readers shared by decontamination and the eval stage.
+
+Each reader turns one benchmark file into `Item`s with the same normalised `fields` whatever the
+layout on disk: the public KoBEST TSV release (`SKT-LSL/KoBEST_datarepo`, v1.0) or the Hugging
+Face `skt/kobest_v1` layout saved as .jsonl, .json, .parquet or .csv; GSM8K-ko JSONL; IFEval
+JSONL; the demo world's yes/no benchmark; any JSONL with a named text field.
+
+`item_id` is the file's ID column when it has one, else the 0-based row index (header
+excluded), so the same file always gives the same ids. `overlap_text` is what would appear in
+training text if the item leaked: its passage, question and answer text (labels such as a COPA
+choice number are turned into the text they stand for; bare yes/no labels of BoolQ, SentiNeg and
+WiC are not text and are left out).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hanlm.errors import UserError
+from hanlm.io import open_text_stream, strip_compression_suffix
+
+
+@dataclass(frozen=True)
+class Item:
+    benchmark: str
+    item_id: str
+    fields: dict[str, Any]
+    overlap_text: str
+
+
+BENCHMARKS: tuple[str, ...] = (
+    "kobest_boolq",
+    "kobest_copa",
+    "kobest_hellaswag",
+    "kobest_sentineg",
+    "kobest_wic",
+    "gsm8k_ko",
+    "ifeval_ko",
+    "demo_qa",
+    "jsonl",
+)
+
+_KOBEST_SOURCE = (
+    "the KoBEST TSV release (github.com/SKT-LSL/KoBEST_datarepo, v1.0/) or the Hugging Face "
+    "dataset skt/kobest_v1 saved with datasets' to_json/to_parquet"
+)
+WHERE_TO_GET = {
+    "kobest_boolq": _KOBEST_SOURCE,
+    "kobest_copa": _KOBEST_SOURCE,
+    "kobest_hellaswag": _KOBEST_SOURCE,
+    "kobest_sentineg": _KOBEST_SOURCE,
+    "kobest_wic": _KOBEST_SOURCE,
+    "gsm8k_ko": "a GSM8K Korean translation as JSONL with question/answer or kor_question/"
+    "kor_answer fields (e.g. xfactlab/kt-ai-challenge data/reasoning-data/kor-gsm8k/)",
+    "ifeval_ko": "an IFEval-format JSONL (key, prompt, instruction_id_list, kwargs)",
+    "demo_qa": "the demo world: `hanlm demo --out DIR` writes DIR/benchmark.jsonl "
+    "(a run's corpus stage writes RUN/demo/benchmark.jsonl)",
+    "jsonl": "any JSONL file with one string field per line",
+}
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """`TASK=PATH` -> (task, path); a UserError when malformed or the task is unknown."""
+    task, sep, path = spec.partition("=")
+    task, path = task.strip(), path.strip()
+    if not sep or not task or not path:
+        raise UserError(
+            f"bad benchmark spec {spec!r}",
+            fix=f"write it as TASK=PATH with TASK one of {', '.join(BENCHMARKS)}",
+        )
+    if task not in BENCHMARKS:
+        raise UserError(
+            f"unknown benchmark {task!r} in {spec!r}", fix=f"choose one of {', '.join(BENCHMARKS)}"
+        )
+    return task, path
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows from any layout: (where, row) pairs with `where` = "FILE:LINE" for error messages
+
+
+def _rows_tsv(path: Path) -> Iterator[tuple[str, dict]]:
+    # The KoBEST release is tab-separated without quoting: quotes inside text are literal.
+    with open_text_stream(path) as stream:
+        lines = stream.read().decode("utf-8-sig").splitlines()
+    if not lines:
+        return
+    header = [h.strip() for h in lines[0].split("\t")]
+    for line_no, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        values = line.split("\t")
+        if len(values) != len(header):
+            raise UserError(
+                f"line has {len(values)} tab-separated columns, the header has {len(header)}",
+                where=f"{path}:{line_no}",
+                fix="check the file is the unmodified tab-separated release",
+            )
+        yield f"{path}:{line_no}", dict(zip(header, values, strict=True))
+
+
+def _rows_csv(path: Path) -> Iterator[tuple[str, dict]]:
+    with open_text_stream(path) as stream:
+        text = stream.read().decode("utf-8-sig")
+    reader = csv.DictReader(text.splitlines())
+    for line_no, row in enumerate(reader, start=2):
+        yield f"{path}:{line_no}", dict(row)
+
+
+def _rows_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
+    with open_text_stream(path) as stream:
+        for line_no, raw in enumerate(stream, start=1):
+            where = f"{path}:{line_no}"
+            try:
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise UserError(f"not a JSON line: {e}", where=where) from None
+            if not isinstance(row, dict):
+                raise UserError("a JSON line is not an object", where=where)
+            yield where, row
+
+
+def _rows_json(path: Path) -> Iterator[tuple[str, dict]]:
+    with open_text_stream(path) as stream:
+        raw = stream.read()
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        yield from _rows_jsonl(path)  # datasets' to_json writes JSON lines under a .json name
+        return
+    if isinstance(data, dict):  # {"data": [...]} or a column dict {"col": [...]}
+        lists = [v for v in data.values() if isinstance(v, list)]
+        if "data" in data and isinstance(data["data"], list):
+            data = data["data"]
+        elif lists and all(isinstance(v, list) and len(v) == len(lists[0]) for v in data.values()):
+            data = [
+                dict(zip(data, values, strict=True)) for values in zip(*data.values(), strict=True)
+            ]
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise UserError("JSON file is not a list of records", where=str(path))
+    for i, row in enumerate(data):
+        yield f"{path}:record {i}", row
+
+
+def _rows_parquet(path: Path) -> Iterator[tuple[str, dict]]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # pyarrow raises several types for a damaged file
+        raise UserError(f"cannot read parquet file: {e}", where=str(path)) from None
+    for i, row in enumerate(table.to_pylist()):
+        yield f"{path}:row {i + 1}", row
+
+
+def _rows(path: Path, task: str) -> Iterator[tuple[str, dict]]:
+    if not path.is_file():
+        raise UserError(
+            f"benchmark file for {task} not found: {path}",
+            where=str(path),
+            fix=f"get it from {WHERE_TO_GET[task]}",
+        )
+    kind = Path(strip_compression_suffix(path.name)).suffix.lower()
+    readers: dict[str, Callable[[Path], Iterator[tuple[str, dict]]]] = {
+        ".tsv": _rows_tsv,
+        ".csv": _rows_csv,
+        ".jsonl": _rows_jsonl,
+        ".json": _rows_json,
+        ".parquet": _rows_parquet,
+    }
+    if kind not in readers:
+        raise UserError(
+            f"unsupported benchmark file type {path.name!r}",
+            where=str(path),
+            fix="use .tsv, .csv, .jsonl, .json or .parquet (optionally .gz/.zst)",
+        )
+    yield from readers[kind](path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Field access with errors that name the file, line and column
+
+
+class _Row:
+    def __init__(self, task: str, where: str, row: dict):
+        self.task, self.where, self.row = task, where, row
+        # Column names compared case- and space-insensitively: "Dictionary 1", "label", "Label".
+        self._keys = {re.sub(r"\s+", "", str(k)).lower(): k for k in row}
+
+    def has(self, name: str) -> bool:
+        return re.sub(r"\s+", "", name).lower() in self._keys
+
+    def get(self, *names: str) -> Any:
+        for name in names:
+            key = self._keys.get(re.sub(r"\s+", "", name).lower())
+            if key is not None:
+                return self.row[key]
+        raise UserError(
+            f"{self.task}: missing column {' or '.join(repr(n) for n in names)} "
+            f"(columns: {', '.join(map(str, self.row))})",
+            where=self.where,
+            fix=f"use the layout of {WHERE_TO_GET[self.task]}",
+        )
+
+    def text(self, *names: str) -> str:
+        value = self.get(*names)
+        if not isinstance(value, str):
+            self.bad(names[0], value, "text")
+        return value
+
+    def bad(self, name: str, value: Any, expected: str):
+        raise UserError(
+            f"{self.task}: column {name!r} has {value!r}, expected {expected}",
+            where=self.where,
+            fix=f"check the file against the layout of {WHERE_TO_GET[self.task]}",
+        )
+
+    def integer(self, name: str, *aliases: str, allowed: range) -> int:
+        value = self.get(name, *aliases)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value.strip())
+        if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
+            self.bad(name, value, f"an integer in {allowed.start}..{allowed.stop - 1}")
+        return value
+
+    def boolean(self, *names: str) -> bool:
+        value = self.get(*names)
+        text = str(value).strip().lower()
+        if isinstance(value, bool):
+            return value
+        if text in ("true", "1", "참", "예", "yes"):
+            return True
+        if text in ("false", "0", "거짓", "아니요", "no"):
+            return False
+        return self.bad(names[0], value, "True/False or 1/0")
+
+    def item_id(self, index: int) -> str:
+        for name in ("id", "ID", "key", "item_id"):
+            if self.has(name):
+                value = self.get(name)
+                if value is not None and str(value).strip():
+                    return str(value).strip()
+        return str(index)
+
+
+def _join(*parts: str) -> str:
+    return "\n".join(p for p in parts if p)
+
+
+# ---------------------------------------------------------------------------------------------
+# One function per benchmark: row -> (fields, overlap_text)
+
+
+def _boolq(r: _Row) -> tuple[dict, str]:
+    paragraph, question = r.text("paragraph", "Text"), r.text("question")
+    fields = {
+        "paragraph": paragraph,
+        "question": question,
+        "label": int(r.boolean("label", "Answer")),
+    }
+    return fields, _join(paragraph, question)
+
+
+def _copa(r: _Row) -> tuple[dict, str]:
+    premise, question = r.text("premise", "sentence"), r.text("question").strip()
+    if question not in ("원인", "결과"):
+        r.bad("question", question, "원인 or 결과")
+    alternatives = [r.text("alternative_1", "1"), r.text("alternative_2", "2")]
+    if r.has("label"):
+        label = r.integer("label", allowed=range(2))
+    else:
+        label = r.integer("Answer", allowed=range(1, 3)) - 1  # the TSV numbers choices 1 and 2
+    fields = {
+        "premise": premise,
+        "question": question,
+        "alternative_1": alternatives[0],
+        "alternative_2": alternatives[1],
+        "label": label,
+    }
+    return fields, _join(premise, alternatives[label])
+
+
+def _hellaswag(r: _Row) -> tuple[dict, str]:
+    context = r.text("context")
+    endings = [r.text(f"ending_{i}", f"choice{i}") for i in range(1, 5)]
+    label = r.integer("label", allowed=range(4))
+    return {"context": context, "endings": endings, "label": label}, _join(context, endings[label])
+
+
+def _sentineg(r: _Row) -> tuple[dict, str]:
+    sentence = r.text("sentence", "Text")
+    return {"sentence": sentence, "label": r.integer("label", allowed=range(2))}, sentence
+
+
+_BRACKETED = re.compile(r"\[([^\[\]]*)\]")
+
+
+def _wic(r: _Row) -> tuple[dict, str]:
+    word = r.text("word", "Target")
+    first, second = r.text("context_1", "SENTENCE1"), r.text("context_2", "SENTENCE2")
+    if not r.has("context_1"):  # the TSV marks the target word as [word]; the HF layout does not
+        first, second = _BRACKETED.sub(r"\1", first), _BRACKETED.sub(r"\1", second)
+    fields = {
+        "word": word,
+        "context_1": first,
+        "context_2": second,
+        "label": int(r.boolean("label", "ANSWER")),
+    }
+    return fields, _join(first, second)
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def _gsm8k(r: _Row) -> tuple[dict, str]:
+    korean = r.has("kor_question") and r.has("kor_answer")
+    question = r.text("kor_question") if korean else r.text("question")
+    answer = r.text("kor_answer") if korean else r.text("answer")
+    target = None
+    if r.has("answer_s") and r.get("answer_s") not in (None, ""):
+        target = str(r.get("answer_s")).strip()
+    else:
+        for text in (answer, r.get("answer") if r.has("answer") else ""):
+            if isinstance(text, str) and "####" in text:
+                target = text.rsplit("####", 1)[1].strip()
+                break
+        if target is None:
+            numbers = _NUMBER.findall(answer)
+            if not numbers:
+                r.bad("answer", answer, "a solution with a final number (or an answer_s field)")
+            target = numbers[-1]
+    target = target.replace(",", "")
+    return {"question": question, "answer": answer, "target": target}, _join(question, answer)
+
+
+def _ifeval(r: _Row) -> tuple[dict, str]:
+    prompt = r.text("prompt")
+    ids = r.get("instruction_id_list")
+    kwargs = r.get("kwargs")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        r.bad("instruction_id_list", ids, "a list of instruction ids")
+    if not isinstance(kwargs, list):
+        r.bad("kwargs", kwargs, "a list of argument objects")
+    fields = {"key": r.get("key"), "prompt": prompt, "instruction_id_list": ids, "kwargs": kwargs}
+    return fields, prompt
+
+
+def _demo_qa(r: _Row) -> tuple[dict, str]:
+    from hanlm.data.demo import item_text
+
+    fields = {
+        "passage": r.text("passage"),
+        "question": r.text("question"),
+        "answer": r.boolean("answer"),
+    }
+    return fields, item_text(fields)
+
+
+_READERS: dict[str, Callable[[_Row], tuple[dict, str]]] = {
+    "kobest_boolq": _boolq,
+    "kobest_copa": _copa,
+    "kobest_hellaswag": _hellaswag,
+    "kobest_sentineg": _sentineg,
+    "kobest_wic": _wic,
+    "gsm8k_ko": _gsm8k,
+    "ifeval_ko": _ifeval,
+    "demo_qa": _demo_qa,
+}
+
+
+def read(benchmark: str, path: str | Path, *, text_field: str = "text") -> list[Item]:
+    """Every item of one benchmark file, in file order."""
+    if benchmark not in BENCHMARKS:
+        raise UserError(
+            f"unknown benchmark {benchmark!r}", fix=f"choose one of {', '.join(BENCHMARKS)}"
+        )
+    path = Path(path).expanduser()
+    items: list[Item] = []
+    seen: set[str] = set()
+    for index, (where, raw) in enumerate(_rows(path, benchmark)):
+        row = _Row(benchmark, where, raw)
+        if benchmark == "jsonl":
+            fields = {"text": row.text(text_field)}
+            overlap = fields["text"]
+        else:
+            fields, overlap = _READERS[benchmark](row)
+        item_id = row.item_id(index)
+        if item_id in seen:
+            raise UserError(
+                f"{benchmark}: item id {item_id!r} appears twice",
+                where=where,
+                fix="give every row a distinct ID (or drop the ID column to number rows)",
+            )
+        seen.add(item_id)
+        items.append(Item(benchmark, item_id, fields, overlap))
+    if not items:
+        raise UserError(
+            f"{benchmark}: no items in {path}",
+            where=str(path),
+            fix=f"get the data from {WHERE_TO_GET[benchmark]}",
+        )
+    return items

@@ -1,0 +1,398 @@
+"""Decontamination: planted benchmark items are found in every style, with exact report counts;
+the stage slots between corpus and tokenizer; standalone, shard + merge, bad inputs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import unicodedata
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from conftest import copy_data_run, korquad_contexts, run_subprocess, write_jsonl
+from hanlm.config import load_config
+from hanlm.data import corpus as corpus_stage
+from hanlm.data import decontam, demo
+from hanlm.data import tokenizer as tokenizer_stage
+from hanlm.data.decontam import index as index_module
+from hanlm.data.decontam.index import DEFAULT_NGRAM, STRIDE, normalise
+from hanlm.errors import UserError
+from hanlm.evals import readers
+
+# ---------------------------------------------------------------------------------------------
+# Planting
+
+
+def respace(text: str, rng: random.Random) -> str:
+    """Korean spacing as it varies in the wild: spaces dropped, doubled, words split."""
+    out = []
+    for word in text.split(" "):
+        if len(word) >= 4 and rng.random() < 0.3:
+            cut = rng.randint(1, len(word) - 1)
+            word = f"{word[:cut]} {word[cut:]}"
+        out.append(word)
+    return "".join(w + rng.choice(["", " ", "  "]) for w in out)
+
+
+def strip_punctuation(text: str) -> str:
+    return "".join(c for c in text if not unicodedata.category(c).startswith("P"))
+
+
+def embed(text: str, filler: list[str], rng: random.Random) -> str:
+    """The item in the middle of a long unrelated document."""
+    before = "\n".join(rng.sample(filler, 3))
+    after = "\n".join(rng.sample(filler, 3))
+    return f"{before}\n{text}\n{after}"
+
+
+STYLES = {
+    "verbatim": lambda t, filler, rng: t,
+    "spacing": lambda t, filler, rng: respace(t, rng),
+    "punctuation": lambda t, filler, rng: strip_punctuation(t),
+    "embedded": lambda t, filler, rng: embed(t, filler, rng),
+}
+
+
+def plant(items: list, filler: list[str], seed: int = 0) -> tuple[list[dict], dict]:
+    """Documents: unrelated filler plus items in every style, halves, and the expected status."""
+    rng = random.Random(seed)
+    docs = [{"id": f"filler-{i}", "text": t} for i, t in enumerate(filler)]
+    expected = {}
+    for i, item in enumerate(items[:24]):
+        style = list(STYLES)[i % 4]
+        docs.append(
+            {"id": f"plant-{style}-{i}", "text": STYLES[style](item.overlap_text, filler, rng)}
+        )
+        expected[item.item_id] = "dirty"
+    for item in items[24:30]:  # the first half of the item, inside a filler document
+        text = item.overlap_text
+        half = text[: len(text) // 2]
+        docs.append({"id": f"half-{item.item_id}", "text": embed(half, filler, rng)})
+        expected[item.item_id] = "partial"
+    rng.shuffle(docs)
+    return docs, expected
+
+
+def status_of(items_jsonl: Path) -> dict[str, dict]:
+    rows = [json.loads(line) for line in items_jsonl.read_text().splitlines()]
+    return {r["item_id"]: r for r in rows}
+
+
+def check_planted(out: Path, items: list, expected: dict) -> None:
+    rows = status_of(out / "decontam" / "items.jsonl")
+    assert len(rows) == len(items)
+    for item_id, status in expected.items():
+        assert rows[item_id]["status"] == status, (item_id, rows[item_id])
+    for item_id, row in rows.items():
+        if item_id not in expected:
+            assert row["status"] == "clean", row
+    report = json.loads((out / "decontam" / "report.json").read_text())
+    (bench,) = {i.benchmark for i in items}
+    dirty = sum(s == "dirty" for s in expected.values())
+    partial = sum(s == "partial" for s in expected.values())
+    assert report["benchmarks"][bench] == {
+        "items": len(items),
+        "dirty": dirty,
+        "partial": partial,
+        "clean": len(items) - dirty - partial,
+    }
+    md = (out / "decontam" / "report.md").read_text()
+    assert f"{bench}: {dirty:,} / {len(items):,} dirty ({partial:,} partial" in md
+
+
+@pytest.fixture(scope="module")
+def demo_world(tmp_path_factory):
+    out = tmp_path_factory.mktemp("world")
+    world = demo.build(size_mb=0.2, benchmark_items=60, planted_fraction=0.0, conversations=5)
+    return world, demo.write(world, out)
+
+
+def test_planted_kobest_items_found_in_every_style(shared_data, tmp_path, cli):
+    items = readers.read("kobest_boolq", shared_data / "kobest/BoolQ/dev.tsv")[:60]
+    filler = [c for c in korquad_contexts(shared_data)[:200]]
+    docs, expected = plant(items, filler)
+    path = write_jsonl(tmp_path / "train.jsonl", docs)
+    bench = f"kobest_boolq={shared_data / 'kobest/BoolQ/dev.tsv'}"
+    # The index holds all 700 dev items; only the planted ones may be found.
+    all_items = readers.read("kobest_boolq", shared_data / "kobest/BoolQ/dev.tsv")
+    result = cli("decontam", "--corpus", path, "--out", tmp_path / "o", "--benchmark", bench)
+    assert result.code == 0, result.err
+    check_planted(tmp_path / "o", all_items, expected)
+    rows = status_of(tmp_path / "o" / "decontam" / "items.jsonl")
+    assert rows[items[3].item_id]["documents"] == ["plant-embedded-3"]
+
+
+def test_planted_demo_items_found_in_every_style(demo_world, tmp_path):
+    world, paths = demo_world
+    items = readers.read("demo_qa", paths["benchmark"])
+    filler = [d["text"] for d in world.documents]
+    docs, expected = plant(items, filler)
+    path = write_jsonl(tmp_path / "train.jsonl", docs)
+    cfg = load_config(values={"decontam.benchmarks": [f"demo_qa={paths['benchmark']}"]})
+    decontam.standalone(cfg, [str(path)], tmp_path / "o")
+    check_planted(tmp_path / "o", items, expected)
+
+
+def test_same_topic_written_differently_is_clean(shared_data):
+    items = readers.read("kobest_boolq", shared_data / "kobest/BoolQ/dev.tsv")
+    serbian = next(i for i in items if i.item_id == "2")
+    assert "세르비아" in serbian.fields["paragraph"]
+    index = decontam.BenchmarkIndex.build([serbian])
+    rewritten = (
+        "세르비아 사람들에게 빵은 끼니마다 빠지지 않는 음식이다. 빵은 이 나라 음식 문화의 "
+        "중심에 있고, 종교 행사에서도 빵을 올린다. 빵을 함부로 버리거나 던지면 큰 실례로 "
+        "여긴다고 한다. 세르비아 요리에서 빵은 가장 기본이 되는 음식일까?"
+    )
+    (row,) = index.check([rewritten, serbian.overlap_text])
+    assert row["status"] == "dirty" and row["documents"] == [1]
+    (row,) = index.check([rewritten])
+    assert row["status"] == "clean" and row["coverage"] < 0.2
+
+
+def test_short_items_matched_whole_and_chat_messages_count(shared_data, tmp_path, cli):
+    senti = readers.read("kobest_sentineg", shared_data / "kobest/SentiNeg/dev.tsv")
+    short = [i for i in senti if len(normalise(i.overlap_text)) < DEFAULT_NGRAM][:3]
+    copa = readers.read("kobest_copa", shared_data / "kobest/COPA/dev.tsv")[:2]
+    filler = korquad_contexts(shared_data)[:30]
+    chats = [
+        {"messages": [{"role": "user", "content": "리뷰를 써 줘"},
+                      {"role": "assistant", "content": f"네. {short[0].overlap_text}!!"}]},
+        {"messages": [{"role": "user", "content": copa[0].fields["premise"]},
+                      {"role": "assistant", "content": copa[0].fields["alternative_2"]}]},
+    ]  # fmt: skip
+    write_jsonl(tmp_path / "chat.jsonl", chats)
+    text = "\n\n".join([filler[0], f"후기: {short[1].overlap_text.replace(' ', '')}", filler[1]])
+    (tmp_path / "plain.txt").write_text(text, encoding="utf-8")
+    with gzip.open(tmp_path / "more.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write(json.dumps({"text": filler[2]}, ensure_ascii=False) + "\n")
+    out = tmp_path / "o"
+    args = ["decontam", "--corpus", tmp_path / "*.*", "--out", out, "--workers", "1"]
+    for task, folder in (("kobest_sentineg", "SentiNeg"), ("kobest_copa", "COPA")):
+        args += ["--benchmark", f"{task}={shared_data / 'kobest' / folder / 'dev.tsv'}"]
+    assert cli(*args).code == 0
+    lines = (out / "decontam/items.jsonl").read_text().splitlines()
+    rows = {(r["benchmark"], r["item_id"]): r for r in map(json.loads, lines)}
+    assert rows["kobest_sentineg", short[0].item_id]["status"] == "dirty"
+    assert rows["kobest_sentineg", short[1].item_id]["documents"] == ["plain.txt:3"]
+    assert rows["kobest_sentineg", short[2].item_id]["status"] == "clean"
+    assert rows["kobest_copa", copa[0].item_id]["status"] == "dirty"  # premise + answer, chat
+    assert rows["kobest_copa", copa[1].item_id]["status"] == "clean"
+
+
+# ---------------------------------------------------------------------------------------------
+# The index
+
+
+def test_stride_scan_equals_every_window_scan(demo_world, monkeypatch):
+    world, paths = demo_world
+    items = readers.read("demo_qa", paths["benchmark"])[:20]
+    index = decontam.BenchmarkIndex.build(items)
+    rng = random.Random(1)
+    filler = [d["text"] for d in world.documents[:40]]
+    texts = list(filler)
+    for item in items[:15]:  # stretches of every length from n + STRIDE - 1 up
+        norm = normalise(item.overlap_text)
+        length = rng.randint(DEFAULT_NGRAM + STRIDE - 1, len(norm))
+        start = rng.randint(0, len(norm) - length)
+        texts.insert(rng.randint(0, len(texts)), rng.choice(filler) + norm[start : start + length])
+    strided = index.check(texts)
+    monkeypatch.setattr(index_module, "STRIDE", 1)  # hash every window
+    assert index.check(texts) == strided
+    assert sum(r["status"] != "clean" for r in strided) >= 10
+    # And against plain Python sets, for an item none of whose n-grams another item shares.
+    item = items[0]
+    grams = lambda s: {s[i : i + DEFAULT_NGRAM] for i in range(len(s) - DEFAULT_NGRAM + 1)}  # noqa: E731
+    mine = grams(normalise(item.overlap_text))
+    seen = set().union(*(grams(normalise(t)) for t in texts))
+    others = set().union(*(grams(normalise(i.overlap_text)) for i in items[1:]))
+    if not mine & others:
+        assert strided[0]["coverage"] == pytest.approx(len(mine & seen) / len(mine), abs=1e-4)
+
+
+def test_index_save_load_check_and_matches(demo_world, tmp_path):
+    _, paths = demo_world
+    items = readers.read("demo_qa", paths["benchmark"])
+    index = decontam.BenchmarkIndex.build(items, ngram=20)
+    index.save(tmp_path / "index.npz")
+    loaded = decontam.BenchmarkIndex.load(tmp_path / "index.npz")
+    texts = ["관련 없는 글입니다.", items[5].overlap_text, items[7].overlap_text[:60]]
+    assert loaded.check(texts) == index.check(texts)
+    by_id = {r["item_id"]: r for r in index.check(texts)}
+    assert by_id[items[5].item_id]["documents"] == [1]
+    matches = index.matches(f"앞 글. {items[5].overlap_text} 뒤 글.", min_coverage=0.8)
+    assert [m["item_id"] for m in matches] == [items[5].item_id]
+    assert matches[0]["coverage"] == 1.0 and matches[0]["benchmark"] == "demo_qa"
+    (tmp_path / "bad.npz").write_bytes(b"not an index")
+    with pytest.raises(UserError, match="cannot read the decontamination index"):
+        decontam.BenchmarkIndex.load(tmp_path / "bad.npz")
+
+
+def test_normalise():
+    assert normalise("Hello, WORLD!  한국어  띄어 쓰기…") == "helloworld한국어띄어쓰기"
+    decomposed = unicodedata.normalize("NFD", "한국어")
+    assert normalise(decomposed) == "한국어"  # NFC first
+
+
+# ---------------------------------------------------------------------------------------------
+# Run mode: between corpus and tokenizer on the demo world
+
+
+def test_run_mode_finds_the_demo_plants_and_training_reads_the_clean_corpus(demo_run):
+    out = demo_run / "decontam"
+    planted = json.loads((demo_run / "demo" / "planted.json").read_text())
+    kept_ids = {d["id"] for d in corpus_stage.iter_corpus(demo_run / "corpus")}
+    survivors = [p for p in planted if p["document_id"] in kept_ids]  # dedup may drop a few
+    assert {p["plant_style"] for p in survivors} == set(demo.PLANT_STYLES)
+    rows = status_of(out / "items.jsonl")
+    dirty = {i for i, r in rows.items() if r["status"] == "dirty"}
+    assert dirty == {p["item_id"] for p in survivors}
+    for p in survivors:
+        assert p["document_id"] in rows[p["item_id"]]["documents"]
+    assert max(r["coverage"] for i, r in rows.items() if i not in dirty) < 0.5
+    # The decontaminated corpus: no planted document, every other one, and training reads it.
+    assert corpus_stage.training_corpus_dir(demo_run) == out / "corpus"
+    clean_ids = {d["id"] for d in corpus_stage.iter_corpus(out / "corpus")}
+    flagged = (out / "flagged.jsonl").read_text().splitlines()
+    dropped = {json.loads(line)["document"] for line in flagged}
+    assert clean_ids == kept_ids - dropped
+    assert {p["document_id"] for p in survivors} <= dropped
+    stats = json.loads((out / "corpus" / "stats.json").read_text())
+    assert stats["documents_out"] == len(clean_ids)
+    manifest = json.loads((demo_run / "shards" / "manifest.json").read_text())
+    splits = manifest["splits"]
+    assert splits["train"]["documents"] + splits["val"]["documents"] == len(clean_ids)
+    assert decontam.load_run_index(demo_run) is not None
+    report = json.loads((out / "report.json").read_text())
+    assert report["documents_dropped"] == len(dropped)
+
+
+@pytest.fixture
+def data_copy(demo_run, tmp_path) -> Path:
+    return copy_data_run(demo_run, tmp_path / "run")
+
+
+def test_cut_mode_removes_the_items_and_keeps_the_rest(data_copy):
+    cfg = load_config(run_dir=data_copy, values={"decontam.action": "cut"})
+    report = decontam.run(cfg, data_copy)
+    assert report["documents_cut"] > 0
+    index = decontam.load_run_index(data_copy)
+    texts = [d["text"] for d in corpus_stage.iter_corpus(data_copy / "decontam" / "corpus")]
+    assert all(r["status"] == "clean" for r in index.check(texts))
+    original = sum(1 for _ in corpus_stage.iter_corpus(data_copy / "corpus"))
+    assert len(texts) == original - report["documents_dropped"]
+
+
+def test_disabled_stage_trains_on_the_plain_corpus(data_copy):
+    before = tokenizer_stage.stage_fp(load_config(run_dir=data_copy), data_copy)
+    cfg = load_config(run_dir=data_copy, values={"decontam.enabled": False})
+    assert decontam.run(cfg, data_copy) == {"enabled": False}
+    assert not (data_copy / "decontam").exists()
+    assert corpus_stage.training_corpus_dir(data_copy) == data_copy / "corpus"
+    assert tokenizer_stage.stage_fp(cfg, data_copy) != before  # the tokenizer will be redone
+    assert decontam.load_run_index(data_copy) is None
+
+
+def test_run_mode_shards_and_merge(data_copy, cli):
+    single = status_of(data_copy / "decontam" / "items.jsonl")
+    for i in range(3):
+        assert cli("decontam", "--run", data_copy, "--shard", f"{i}/3").code == 0
+    assert cli("decontam", "merge", "--run", data_copy).code == 0
+    assert status_of(data_copy / "decontam" / "items.jsonl") == single
+    assert not (data_copy / "decontam-partial").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Standalone: any training data, several machines
+
+
+def test_standalone_shards_merge_to_the_single_scan(demo_world, tmp_path, cli):
+    world, paths = demo_world
+    items = readers.read("demo_qa", paths["benchmark"])
+    docs, _ = plant(items, [d["text"] for d in world.documents])
+    for k in range(3):  # three files, one compressed with zstd
+        chunk = docs[k::3]
+        path = write_jsonl(tmp_path / f"d{k}.jsonl", chunk)
+        if k == 2:
+            (tmp_path / "d2.jsonl.zst").write_bytes(zstandard.compress(path.read_bytes()))
+            path.unlink()
+    bench = f"demo_qa={paths['benchmark']}"
+    common = ["--corpus", tmp_path / "d*", "--benchmark", bench]
+    # The single scan in two worker processes (small batches so that both get work).
+    many_workers = ["--workers", "2", "--set", "decontam.batch_bytes=20000"]
+    assert cli("decontam", *common, "--out", tmp_path / "one", *many_workers).code == 0
+    for shards in (2, 5):  # by file, and by document when files are fewer than shards
+        out = tmp_path / f"many{shards}"
+        for i in range(shards):
+            assert cli("decontam", *common, "--out", out, "--shard", f"{i}/{shards}").code == 0
+        assert cli("decontam", "merge", "--out", out).code == 0
+        one = tmp_path / "one" / "decontam"
+        assert (out / "decontam/items.jsonl").read_text() == (one / "items.jsonl").read_text()
+        merged = json.loads((out / "decontam/report.json").read_text())
+        single = json.loads((one / "report.json").read_text())
+        assert merged["benchmarks"] == single["benchmarks"]
+        assert merged["documents_scanned"] == single["documents_scanned"] == len(docs)
+
+
+def test_bad_inputs_are_user_errors(tmp_path, cli, demo_world):
+    _, paths = demo_world
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": "안녕하세요"}])
+    good = f"demo_qa={paths['benchmark']}"
+
+    def fails(*args, needle):
+        result = cli("decontam", *args)
+        assert result.code == 2, result.err
+        assert needle in result.err, result.err
+        assert "Traceback" not in result.err
+
+    out = ["--out", tmp_path / "o"]
+    fails("--corpus", data, *out, "--benchmark", "kobest_boolq", needle="TASK=PATH")
+    fails("--corpus", data, *out, "--benchmark", "boolq=x.tsv", needle="unknown benchmark")
+    fails("--corpus", data, *out, "--benchmark", f"kobest_copa={tmp_path / 'no.tsv'}",
+          needle="not found")  # fmt: skip
+    fails("--corpus", tmp_path / "none*.jsonl", *out, "--benchmark", good, needle="matches no file")
+    (tmp_path / "x.csv").write_text("a")
+    fails("--corpus", tmp_path / "x.csv", *out, "--benchmark", good, needle="unsupported")
+    fails("--corpus", data, *out, "--benchmark", good, "--shard", "3/2", needle="--shard")
+    fails("--corpus", data, *out, "--benchmark", "demo_qa=demo", needle="demo world")
+    fails("--corpus", data, *out, "--benchmark", good, "--set", "decontam.clean_threshold=0.9",
+          needle="clean_threshold")  # fmt: skip
+    fails(*out, needle="--corpus")
+    fails("merge", "--out", tmp_path / "nothing", needle="no partial results")
+    bad_col = tmp_path / "bad.tsv"
+    bad_col.write_text("ID\tText\tAnswer\n1\t본문\tTrue\n")
+    fails("--corpus", data, *out, "--benchmark", f"kobest_boolq={bad_col}", needle="question")
+    # A missing shard is named.
+    partial = tmp_path / "p"
+    assert cli("decontam", "--corpus", data, "--out", partial, "--benchmark", good,
+               "--shard", "0/2").code == 0  # fmt: skip
+    fails("merge", "--out", partial, needle="1/2")
+    assert not (tmp_path / "o" / "decontam").exists()  # nothing half-written
+
+
+def test_run_mode_without_corpus_is_a_user_error(tmp_path):
+    cfg = load_config(values={"decontam.benchmarks": ["demo_qa=demo"]})
+    with pytest.raises(UserError, match="no finished corpus"):
+        decontam.run(cfg, tmp_path / "empty")
+
+
+def test_subprocess_exit_code(tmp_path):
+    result = run_subprocess("decontam", "--corpus", tmp_path / "x*.txt", "--out", tmp_path,
+                            "--benchmark", "jsonl=x.jsonl")  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "matches no file" in result.stderr
+
+
+def test_run_mode_on_a_text_corpus_writes_the_demo_benchmark_it_needs(tmp_path):
+    world = demo.build(size_mb=0.05, benchmark_items=200, conversations=0)
+    leaked = demo.item_text(world.benchmark[3])
+    (tmp_path / "in.txt").write_text(
+        f"첫 문서입니다. 아무 관련 없는 글.\n\n{leaked}\n", encoding="utf-8"
+    )
+    cfg = load_config(values={"corpus.inputs": [str(tmp_path / "in.txt")], "corpus.min_chars": 5})
+    corpus_stage.run(cfg, tmp_path / "run")
+    report = decontam.run(cfg, tmp_path / "run")  # the demo recipe's demo_qa=demo
+    assert report["benchmarks"]["demo_qa"]["dirty"] == 1
+    assert report["documents_dropped"] == 1
