@@ -105,7 +105,7 @@ def find(key_or_name: str) -> GPU:
             return gpu
     raise UserError(
         f"unknown GPU {key_or_name!r}",
-        fix=f"use one of {', '.join(CATALOGUE)} (or give --peak-tflops for another device)",
+        fix=f"use one of {', '.join(CATALOGUE)}",
     )
 
 

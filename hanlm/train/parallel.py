@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 from dataclasses import dataclass
 
@@ -102,23 +103,60 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(layers)
 
 
+# Selective recomputation keeps what is expensive to recompute (matmul and attention outputs)
+# and recomputes the cheap element-wise work between them (norms, rotary, SiLU, products).
+_SAVED_IN_SELECTIVE = (
+    "aten.mm.default",
+    "aten.addmm.default",
+    "aten.bmm.default",
+    "aten._scaled_mm.default",
+    "aten._scaled_dot_product_flash_attention.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten._scaled_dot_product_efficient_attention.default",
+    "aten._scaled_dot_product_cudnn_attention.default",
+)
+
+
+def _selective_policy(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    if str(op) in _SAVED_IN_SELECTIVE:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def enable_activation_checkpointing(model: torch.nn.Module, mode: str) -> None:
+    """Recompute each decoder layer's activations in backward: `full` keeps only the layer's
+    input, `selective` also keeps its matmul and attention outputs."""
+    kwargs: dict = {"use_reentrant": False}
+    if mode == "selective":
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        kwargs["context_fn"] = functools.partial(
+            create_selective_checkpoint_contexts, _selective_policy
+        )
+    elif mode != "full":
+        raise ValueError(f"activation checkpointing mode must be full or selective, not {mode!r}")
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5 name
+        model.activation_checkpointing_enable(kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def parallelize(
     model: torch.nn.Module,
     d: Dist,
     mode: str,
     *,
     compute_dtype: torch.dtype = torch.float32,
-    activation_checkpointing: bool = False,
+    activation_checkpointing: bool | str = False,
     compile_blocks: bool = False,
 ) -> torch.nn.Module:
     """Apply activation checkpointing, per-block compile and DDP/FSDP2, in that order."""
-    if activation_checkpointing:
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5 name
-            model.activation_checkpointing_enable({"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+    if activation_checkpointing not in (False, "none"):
+        enable_activation_checkpointing(
+            model, "full" if activation_checkpointing is True else activation_checkpointing
+        )
     if compile_blocks:
         for layer in decoder_layers(model):
             layer.compile()
@@ -126,7 +164,8 @@ def parallelize(
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [d.device.index] if d.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
+        # Gradients live in the reducer's buckets: no second copy of them (4 bytes a parameter).
+        return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
     if mode == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard

@@ -1,0 +1,87 @@
+"""Measure one training step's memory on fake tensors: what `hanlm plan` estimates, observed.
+
+The model is built and run under `FakeTensorMode`, so no memory is allocated and no arithmetic
+is done: a 1.3B model at sequence length 2,048 is traced on a laptop in seconds. PyTorch's
+`MemTracker` (torch.distributed._tools) files every tensor alive at each moment under
+parameters, gradients, optimizer states, activations and temporaries. The step is hanlm's:
+forward under the precision's autocast, token-summed cross-entropy on float32 logits,
+backward, fused AdamW. Single process: sharding divides the model state, which the planner
+counts exactly, and leaves a rank's activations as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """Bytes observed in one training step on fake tensors."""
+
+    activations: int  # tensors saved by the forward pass, the model's output logits included
+    logits: int  # the forward's logits tensor alone
+    peak: int  # everything alive at the step's peak
+    peak_by_kind: dict[str, int]  # parameters, gradients, optimizer states, ... at that peak
+
+
+def measure_step(
+    config,
+    *,
+    seq_len: int,
+    micro_batch: int,
+    precision: str,
+    recompute: str,
+    bf16_params: bool = False,
+) -> MeasuredStep:
+    """Trace one optimizer step of `config` on fake tensors and report its memory.
+
+    bf16_params builds the model in bf16, as FSDP2's mixed precision gathers it for compute.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from hanlm.model import build_model
+    from hanlm.train.parallel import enable_activation_checkpointing
+
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    autocast = precision in ("bf16", "fp8")
+    with FakeTensorMode():
+        model = build_model(config, dtype=torch.bfloat16 if bf16_params else torch.float32)
+        if recompute != "none":
+            enable_activation_checkpointing(model, recompute)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+        ids = torch.zeros(micro_batch, seq_len, dtype=torch.long)
+        tracker = MemTracker()
+        tracker.track_external(model, optimizer)
+        with tracker:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits = model(input_ids=ids).logits
+            after_forward = tracker.get_tracker_snapshot()
+            logits_bytes = logits.numel() * logits.element_size()
+            loss = F.cross_entropy(
+                logits.float().view(-1, logits.size(-1)), ids.view(-1), reduction="sum"
+            )
+            del logits
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        peak = tracker.get_tracker_snapshot("peak")
+    forward = _one_device(after_forward)
+    at_peak = _one_device(peak)
+    return MeasuredStep(
+        activations=forward.get("Activation", 0),
+        logits=logits_bytes,
+        peak=at_peak.get("Total", 0),
+        peak_by_kind={k: v for k, v in at_peak.items() if k != "Total"},
+    )
+
+
+def _one_device(snapshot: dict) -> dict[str, int]:
+    (by_kind,) = snapshot.values()  # the trace runs on one device
+    return {getattr(k, "value", str(k)): int(v) for k, v in by_kind.items()}

@@ -1,0 +1,571 @@
+"""`hanlm plan`: will it fit, how long, how much, before any GPU is rented.
+
+Memory per GPU is counted the way hanlm trains (float32 master weights, gradients and AdamW
+states; bf16/FP8 compute under autocast or FSDP2's bf16 parameters):
+
+- model state: each parameter tensor's bytes, exactly, from the model built on the meta device;
+  FSDP2 gives each rank ceil(dim0 / ranks) rows of every tensor.
+- working copies: the bf16 weights the compute reads: autocast's casts of every matmul weight
+  (single process and DDP), or FSDP2's gathered layers (two in flight) and its root (embedding).
+- activations: the bytes autograd saves per token of a decoder layer, counted from the tensors
+  a Llama layer saves (see `_layer_activation_bytes`); `hanlm.memtrace` observes the same step
+  on fake tensors and the tests hold the two within a few percent.
+- logits and loss: the forward's logits plus the float32 log-softmax and its gradient.
+- framework: a stated allowance for the CUDA context, cuBLAS/NCCL workspaces and allocator
+  fragmentation (FRAMEWORK_GIB + FRAGMENTATION of the rest).
+
+Time: FLOPs per token (6·N by the field report's rule, or hanlm's exact count with attention)
+times tokens, at a model FLOPs utilisation (MFU) per GPU class, plus the communication that
+compute does not hide. Cost: GPU-hours times the hourly price.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from hanlm.catalogue import CATALOGUE, find
+from hanlm.errors import UserError
+
+GIB = 1 << 30
+FRAMEWORK_GIB = 1.5  # CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces, kernels
+FRAGMENTATION = 0.05  # the caching allocator's unusable share of what it holds
+COMM_OVERLAP = 0.8  # share of compute time that can hide communication (bucketed, prefetched)
+RECOMPUTE_COST = {"none": 1.0, "selective": 1.05, "full": 4 / 3}  # forward run again
+RECOMPUTE_MODES = tuple(RECOMPUTE_COST)
+PARALLEL_MODES = ("single", "ddp", "fsdp")
+PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activation dtype; FP8 saves bf16 inputs
+DEFAULT_INTER_HOST_GBPS = 25.0  # a rented host's Ethernet, Gbit/s
+
+# Realistic bf16 MFU by class (of the dense BF16 peak): NVLink boards with mature kernels reach
+# 40-50%; consumer and PCIe cards lose more to host overhead and slower links. FP8 GEMMs run at
+# twice the bf16 rate but the rest of the step does not (torchtitan reports ~1.3-1.5x end to end
+# on H100), so the FP8 default is 0.7x the bf16 MFU, against the FP8 peak.
+DEFAULT_BF16_MFU = {
+    "rtx4090": 0.35,
+    "rtx5090": 0.40,  # the field report's planning figure
+    "l40s": 0.35,
+    "a100-40gb": 0.45,
+    "a100-80gb": 0.45,
+    "h100": 0.40,
+    "h200": 0.40,
+    "b200": 0.35,
+}
+FP8_MFU_FACTOR = 0.7
+CPU_MFU = 0.5  # against the measured matmul peak of this CPU
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One training configuration to plan: model, batch, hardware, precision and parallelism."""
+
+    model: str  # preset or path of a config.json
+    vocab_size: int
+    seq_len: int
+    micro_batch: int
+    gpu: str | None  # catalogue key, "cpu", or None: no hardware chosen
+    gpus: int = 1  # per host
+    hosts: int = 1
+    precision: str = "bf16"
+    parallel: str = "fsdp"
+    recompute: str = "none"
+    tokens: float | None = None
+    global_batch_tokens: int | None = None
+    price_per_gpu_hour: float | None = None
+    mfu: float | None = None
+    inter_host_gbps: float = DEFAULT_INTER_HOST_GBPS
+
+    @property
+    def world(self) -> int:
+        return self.gpus * self.hosts
+
+
+# --- the model's shapes -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shapes:
+    params: list[tuple[int, ...]]  # every parameter tensor's shape, shared ones once
+    layer_params: int  # one decoder layer's parameters
+    matmul_weights: int  # weights a token's matmuls read, the output projection included
+    embedding: int  # the input embedding's parameters (FSDP2's root holds it whole)
+    hidden: int
+    query_width: int
+    kv_width: int
+    ffn: int
+    heads: int
+    head_dim: int
+    layers: int
+    vocab: int
+    n_params: int
+    flops: dict[str, int]
+
+
+def model_shapes(model: str, *, vocab_size: int, seq_len: int) -> Shapes:
+    from hanlm import model as model_lib
+
+    config = model_lib.model_config(model, vocab_size=vocab_size, seq_len=seq_len)
+    text = config.get_text_config()
+    meta = model_lib.build_model(config, device="meta")
+    params = [tuple(p.shape) for p in meta.parameters()]
+    counts = model_lib.parameter_count(config)
+    heads = getattr(text, "num_attention_heads", 0) or 0
+    head_dim = getattr(text, "head_dim", None) or (text.hidden_size // heads if heads else 0)
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    flops = model_lib.flops_per_token(config, seq_len)
+    return Shapes(
+        params=params,
+        layer_params=counts["per_layer"],
+        matmul_weights=flops["dense"] // 6,
+        embedding=counts["embedding"],
+        hidden=text.hidden_size,
+        query_width=heads * head_dim,
+        kv_width=kv_heads * head_dim,
+        ffn=getattr(text, "intermediate_size", 4 * text.hidden_size),
+        heads=heads,
+        head_dim=head_dim,
+        layers=text.num_hidden_layers,
+        vocab=text.vocab_size,
+        n_params=counts["total"],
+        flops=flops,
+    )
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+def model_state_bytes(shapes: Shapes, world: int, parallel: str) -> dict[str, int]:
+    """Bytes of the float32 weights, gradients and AdamW states one rank holds after a step.
+
+    AdamW (fused or not) keeps exp_avg and exp_avg_sq like the parameter and a float32 `step`
+    scalar per tensor. FSDP2 shards every tensor's first dimension, padded to equal shards.
+    """
+    sharded = parallel == "fsdp" and world > 1
+    elements = 0
+    for shape in shapes.params:
+        rows = math.ceil(shape[0] / world) if sharded and shape else (shape[0] if shape else 1)
+        elements += rows * math.prod(shape[1:])
+    return {
+        "weights": 4 * elements,
+        "gradients": 4 * elements,
+        "optimizer": 8 * elements + 4 * len(shapes.params),
+    }
+
+
+def working_copy_bytes(shapes: Shapes, setup: Setup) -> int:
+    """The bf16 weights that compute reads, beside the float32 masters."""
+    if setup.precision == "fp32":
+        return 0
+    if setup.parallel == "fsdp" and setup.world > 1:
+        # two layers gathered at once (one computing, one prefetched) and the root's embedding,
+        # kept gathered from forward to backward
+        return 2 * (2 * shapes.layer_params + shapes.embedding)
+    if setup.recompute == "none":
+        return 2 * shapes.matmul_weights  # autocast's cached casts, saved for backward
+    # recomputed layers cast their weights again in backward, one layer at a time
+    output_projection = shapes.vocab * shapes.hidden
+    layer_matmuls = (shapes.matmul_weights - output_projection) // shapes.layers
+    return 2 * (output_projection + layer_matmuls)
+
+
+def _layer_activation_bytes(s: Shapes, precision: str, recompute: str, bf16_params: bool) -> int:
+    """Bytes one decoder layer saves for backward, per token (Llama: RMSNorm, RoPE, SDPA, SwiGLU).
+
+    float32: each RMSNorm saves its input, its normalised output and the scaled output (3h);
+    attention saves the rotated q and k, v and SDPA's output (2q + 2kv); the MLP saves gate, up,
+    SiLU(gate) and their product (4f). Under bf16 autocast the residual stream stays float32:
+    a norm saves 8h bytes in float32 plus a bf16 cast of its output for each projection that
+    reads it (q, k, v: 3; gate, up: 2); everything between the projections is bf16. With FSDP2's
+    bf16 parameters the stream is bf16 and a norm saves 8h (float32 copy and bf16 outputs).
+    Selective recomputation keeps the layer input and the matmul and attention outputs;
+    full keeps the layer input alone. SDPA's log-sum-exp is 4 bytes per head.
+    """
+    h, q, kv, f = s.hidden, s.query_width, s.kv_width, s.ffn
+    lse = 4 * s.heads
+    stream = 2 if bf16_params else 4  # bytes of a residual-stream element
+    if recompute == "full":
+        return stream * h
+    if precision == "fp32":
+        if recompute == "selective":
+            return 4 * (3 * h + 2 * q + 2 * kv + 2 * f) + lse
+        return 4 * (6 * h + 2 * q + 2 * kv + 4 * f) + lse
+    if recompute == "selective":
+        return stream * h + 2 * (q + 2 * kv + 2 * h + 2 * f) + 2 * q + lse
+    norms = 16 * h if bf16_params else (8 * h + 3 * 2 * h) + (8 * h + 2 * 2 * h)
+    return norms + 2 * (2 * q + 2 * kv) + 2 * 4 * f + lse
+
+
+def activation_bytes(s: Shapes, setup: Setup) -> dict[str, int]:
+    """Bytes saved for backward per rank: the layers, and the embedding and final norm."""
+    tokens = setup.seq_len * setup.micro_batch
+    bf16_params = setup.parallel == "fsdp" and setup.world > 1 and setup.precision != "fp32"
+    per_layer = _layer_activation_bytes(s, setup.precision, setup.recompute, bf16_params)
+    if setup.precision == "fp32":
+        final_norm = 12 * s.hidden
+    else:
+        final_norm = (8 if bf16_params else 10) * s.hidden
+    # Recomputation rebuilds one layer's activations at a time during backward.
+    recomputed = 0
+    if setup.recompute != "none":
+        recomputed = _layer_activation_bytes(s, setup.precision, "none", bf16_params) * tokens
+    rope = 2 * 4 * setup.seq_len * s.head_dim * s.layers  # cos and sin per layer
+    return {
+        "layers": s.layers * per_layer * tokens,
+        "recomputed": recomputed,
+        "other": final_norm * tokens + rope,
+    }
+
+
+def logits_bytes(s: Shapes, setup: Setup) -> dict[str, int]:
+    """The forward's logits, and the float32 log-softmax and its gradient of the loss."""
+    elements = setup.seq_len * setup.micro_batch * s.vocab
+    forward = PRECISION_BYTES[setup.precision] * elements
+    return {"forward": forward, "loss": 8 * elements}
+
+
+def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
+    """Itemised bytes per GPU, their total with the framework allowance, and the verdict."""
+    s = shapes or model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
+    state = model_state_bytes(s, setup.world, setup.parallel)
+    acts = activation_bytes(s, setup)
+    logits = logits_bytes(s, setup)
+    items = {
+        "weights (fp32 master)": state["weights"],
+        "gradients (fp32)": state["gradients"],
+        "optimizer (AdamW m, v)": state["optimizer"],
+        "working copies (bf16)": working_copy_bytes(s, setup),
+        f"activations ({setup.recompute} recompute)": sum(acts.values()),
+        "logits and loss": logits["forward"] + logits["loss"],
+    }
+    subtotal = sum(items.values())
+    items["framework allowance"] = int(FRAMEWORK_GIB * GIB + FRAGMENTATION * subtotal)
+    total = sum(items.values())
+    capacity = capacity_bytes(setup.gpu)
+    out: dict[str, Any] = {"items": items, "total": total, "capacity": capacity}
+    if capacity is not None:
+        out["fits"] = total <= capacity
+        out["margin"] = capacity - total
+    return out
+
+
+def capacity_bytes(gpu: str | None) -> int | None:
+    if gpu is None:
+        return None
+    if gpu == "cpu":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    # the catalogue's GB are what nvidia-smi shows in GiB (a "32 GB" card has ~31.8 GiB)
+    return int(find(gpu).memory_gb * GIB)
+
+
+# --- time and cost ------------------------------------------------------------------------------
+
+
+def default_mfu(gpu: str | None, precision: str) -> tuple[float, str]:
+    if gpu == "cpu" or gpu is None:
+        return CPU_MFU, "CPU: half the measured matmul peak"
+    key = find(gpu).key
+    bf16 = DEFAULT_BF16_MFU[key]
+    if precision == "fp8":
+        return bf16 * FP8_MFU_FACTOR, f"{bf16:.0%} bf16 x {FP8_MFU_FACTOR} for FP8 (of FP8 peak)"
+    return bf16, f"typical bf16 MFU for {find(gpu).name}"
+
+
+def peak_flops(gpu: str | None, precision: str) -> float:
+    if gpu == "cpu" or gpu is None:
+        from hanlm.catalogue import measured_cpu_peak_flops
+
+        return measured_cpu_peak_flops()
+    entry = find(gpu)
+    if precision == "fp8":
+        if entry.fp8_tflops is None:
+            raise UserError(
+                f"{entry.name} has no FP8 tensor cores",
+                fix="use --precision bf16, or a GPU of compute capability 8.9+ (Ada, Hopper, "
+                "Blackwell)",
+            )
+        return entry.fp8_tflops * 1e12
+    if precision == "fp32":
+        return entry.bf16_tflops * 1e12 / 2  # TF32 tensor cores: half the bf16 rate
+    return entry.bf16_tflops * 1e12
+
+
+def link_bytes_per_s(setup: Setup) -> tuple[float, str]:
+    """The slowest link of the ring: the GPUs' interconnect, or the hosts' network."""
+    if setup.gpu in (None, "cpu"):
+        return 10e9, "host memory"
+    entry = find(setup.gpu)
+    intra = entry.interconnect_gbs * 1e9
+    if setup.hosts > 1:
+        inter = setup.inter_host_gbps * 1e9 / 8
+        if inter < intra:
+            return inter, f"{setup.inter_host_gbps:g} Gbit/s between hosts"
+    return intra, entry.interconnect
+
+
+def comm_bytes_per_step(s: Shapes, setup: Setup, accumulation: int) -> float:
+    """Bytes each rank sends per optimizer step (ring algorithms: (n-1)/n of the payload per
+    all-gather or reduce-scatter, twice that per all-reduce)."""
+    n = setup.world
+    if n == 1 or setup.parallel == "single":
+        return 0.0
+    share = (n - 1) / n
+    if setup.parallel == "ddp":  # one float32 gradient all-reduce per step (no_sync before)
+        return 2 * share * 4 * s.n_params
+    param_bytes = 4 if setup.precision == "fp32" else 2
+    # per micro-step: parameters gathered for forward and again for backward, float32
+    # gradients reduce-scattered
+    return accumulation * share * (2 * param_bytes * s.n_params + 4 * s.n_params)
+
+
+def throughput(setup: Setup, s: Shapes) -> dict[str, Any]:
+    tokens_per_micro = setup.seq_len * setup.micro_batch * setup.world
+    global_batch = setup.global_batch_tokens or tokens_per_micro
+    accumulation = max(1, math.ceil(global_batch / tokens_per_micro))
+    tokens_per_step = accumulation * tokens_per_micro
+    mfu, mfu_source = (setup.mfu, "given") if setup.mfu else default_mfu(setup.gpu, setup.precision)
+    peak = peak_flops(setup.gpu, setup.precision)
+    six_n = s.flops["six_n"]
+    compute_s = (
+        tokens_per_step * six_n * RECOMPUTE_COST[setup.recompute] / (setup.world * peak * mfu)
+    )
+    link, link_name = link_bytes_per_s(setup)
+    comm_s = comm_bytes_per_step(s, setup, accumulation) / link
+    exposed = max(0.0, comm_s - COMM_OVERLAP * compute_s)
+    step_s = compute_s + exposed
+    out: dict[str, Any] = {
+        "mfu": mfu,
+        "mfu_source": mfu_source,
+        "peak_flops_per_gpu": peak,
+        "flops_per_token_6n": six_n,
+        "flops_per_token_with_attention": s.flops["total"],
+        "attention_adds": s.flops["total"] / six_n - 1,  # exact count with attention vs 6·N
+        "tokens_per_step": tokens_per_step,
+        "accumulation": accumulation,
+        "compute_s": compute_s,
+        "comm_s": comm_s,
+        "comm_link": link_name,
+        "exposed_comm_s": exposed,
+        "step_s": step_s,
+        "tokens_per_s": tokens_per_step / step_s,
+    }
+    if setup.tokens:
+        steps = setup.tokens / tokens_per_step
+        wall_s = steps * step_s
+        gpu_hours = wall_s * setup.world / 3600
+        out.update(steps=math.ceil(steps), wall_hours=wall_s / 3600, gpu_hours=gpu_hours)
+        # the same run counted with attention FLOPs at the same MFU
+        out["gpu_hours_with_attention"] = gpu_hours * s.flops["total"] / six_n
+        if setup.price_per_gpu_hour is not None:
+            out["cost"] = gpu_hours * setup.price_per_gpu_hour
+            out["cost_with_attention"] = out["gpu_hours_with_attention"] * setup.price_per_gpu_hour
+    return out
+
+
+# --- the plan -----------------------------------------------------------------------------------
+
+
+def check(setup: Setup) -> None:
+    if setup.gpu not in (None, "cpu"):
+        find(setup.gpu)  # a UserError listing the known GPUs
+    for name, value in (("gpus", setup.gpus), ("hosts", setup.hosts)):
+        if value < 1:
+            raise UserError(f"--{name} must be at least 1, got {value}")
+    if setup.parallel not in PARALLEL_MODES:
+        raise UserError(
+            f"unknown parallelism {setup.parallel!r}", fix=f"use one of {', '.join(PARALLEL_MODES)}"
+        )
+    if setup.parallel == "single" and setup.world > 1:
+        raise UserError("--parallel single runs one process", fix="use ddp or fsdp for --gpus > 1")
+    if setup.recompute not in RECOMPUTE_MODES:
+        raise UserError(
+            f"unknown recomputation {setup.recompute!r}",
+            fix=f"use one of {', '.join(RECOMPUTE_MODES)}",
+        )
+    if setup.precision not in PRECISION_BYTES:
+        raise UserError(
+            f"precision {setup.precision!r} cannot be planned",
+            fix="use fp32, bf16 or fp8 (fp4 is refused by pretraining)",
+        )
+    if setup.mfu is not None and not 0 < setup.mfu <= 1:
+        raise UserError(f"--mfu must be in (0, 1], got {setup.mfu}", fix="e.g. --mfu 0.4")
+
+
+def make_plan(setup: Setup) -> dict[str, Any]:
+    check(setup)
+    s = model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
+    plan: dict[str, Any] = {
+        "setup": asdict(setup),
+        "model": {
+            "parameters": s.n_params,
+            "layers": s.layers,
+            "hidden": s.hidden,
+            "vocab": s.vocab,
+        },
+    }
+    if setup.gpu is None:
+        plan["options"] = catalogue_overview(setup, s)
+        return plan
+    plan["memory"] = memory(setup, s)
+    plan["time"] = throughput(setup, s)
+    plan["recommendation"] = recommend(setup, s)
+    return plan
+
+
+def candidates(setup: Setup) -> list[Setup]:
+    """The configurations the recommendation compares: 1, 2, 4, 8 and the given number of GPUs
+    per host, each parallelism, each recomputation, micro-batches halving from the given one."""
+    counts = [1] if setup.gpu == "cpu" else sorted({1, 2, 4, 8, setup.gpus})
+    micro = sorted({max(1, setup.micro_batch >> k) for k in range(6)})
+    out = []
+    for gpus in counts:
+        for parallel in ("single",) if gpus * setup.hosts == 1 else ("ddp", "fsdp"):
+            for recompute in RECOMPUTE_MODES:
+                for mb in micro:
+                    out.append(
+                        replace(
+                            setup, gpus=gpus, parallel=parallel, recompute=recompute, micro_batch=mb
+                        )
+                    )
+    return out
+
+
+def recommend(setup: Setup, s: Shapes) -> dict[str, Any] | None:
+    """The cheapest fitting candidate (by GPU-hours, then wall time), and the runners-up."""
+    rows = []
+    for option in candidates(setup):
+        mem = memory(option, s)
+        if not mem.get("fits"):
+            continue
+        t = throughput(option, s)
+        gpu_seconds = t["step_s"] * option.world / t["tokens_per_step"]  # per token
+        rows.append((gpu_seconds, t["step_s"] / t["tokens_per_step"], option, mem, t))
+    if not rows:
+        return None
+    # Equal cost: the faster run, then the larger micro-batch (the planner's MFU does not
+    # model small batches' lower efficiency), then the larger margin.
+    rows.sort(key=lambda r: (r[0], r[1], -r[2].micro_batch, -r[3]["margin"]))
+
+    def describe(row) -> dict[str, Any]:
+        _, _, option, mem, t = row
+        out = {
+            "gpus": option.gpus,
+            "hosts": option.hosts,
+            "parallel": option.parallel,
+            "recompute": option.recompute,
+            "micro_batch": option.micro_batch,
+            "memory_gib": mem["total"] / GIB,
+            "margin_gib": mem["margin"] / GIB,
+            "tokens_per_s": t["tokens_per_s"],
+        }
+        for key in ("gpu_hours", "wall_hours", "cost"):
+            if key in t:
+                out[key] = t[key]
+        return out
+
+    return {"best": describe(rows[0]), "alternatives": [describe(r) for r in rows[1:4]]}
+
+
+def catalogue_overview(setup: Setup, s: Shapes) -> list[dict[str, Any]]:
+    """Without a GPU: for each catalogue GPU, the fewest that fit with FSDP and the GPU-hours."""
+    rows = []
+    for key, gpu in CATALOGUE.items():
+        row: dict[str, Any] = {"gpu": key, "name": gpu.name, "memory_gb": gpu.memory_gb}
+        for n in (1, 2, 4, 8, 16, 32, 64):
+            option = replace(
+                setup, gpu=key, gpus=n, hosts=1, parallel="single" if n == 1 else "fsdp"
+            )
+            if memory(option, s)["fits"]:
+                row["min_gpus"] = n
+                if setup.tokens:
+                    row["gpu_hours"] = throughput(option, s)["gpu_hours"]
+                break
+        rows.append(row)
+    return rows
+
+
+def setup_from_config(cfg, *, plan_section=None) -> Setup:
+    """The Setup a run's recipe describes (pretrain model, batch, precision; plan hardware)."""
+    p, pl = cfg.pretrain, plan_section or cfg.plan
+    tokens = pl.tokens
+    if tokens is None:
+        if p.max_tokens is not None:
+            tokens = p.max_tokens
+        elif p.max_steps is not None:
+            tokens = p.max_steps * p.global_batch_tokens
+    parallel = p.parallel
+    world = pl.gpus * pl.hosts
+    if parallel == "auto" or (parallel == "ddp" and world == 1):
+        parallel = "single" if world == 1 else "fsdp"
+    precision = "fp8" if p.precision == "fp8-emulate" else p.precision
+    return Setup(
+        model=p.preset,
+        vocab_size=cfg.tokenizer.vocab_size,
+        seq_len=p.seq_len,
+        micro_batch=p.micro_batch,
+        gpu=pl.gpu,
+        gpus=pl.gpus,
+        hosts=pl.hosts,
+        precision=precision,
+        parallel=parallel,
+        recompute=p.activation_checkpointing,
+        tokens=tokens,
+        global_batch_tokens=p.global_batch_tokens,
+        price_per_gpu_hour=pl.price_per_gpu_hour,
+        mfu=pl.mfu,
+        inter_host_gbps=pl.inter_host_gbps,
+    )
+
+
+def step_profile(
+    cfg, *, world_size: int, peak_flops: float, mfu: float | None = None
+) -> dict[str, Any]:
+    """What one optimizer step of the run's recipe needs on `world_size` devices: for preflight."""
+    setup = replace(setup_from_config(cfg), gpus=world_size, hosts=1)
+    if setup.parallel == "single" and world_size > 1:
+        setup = replace(setup, parallel="fsdp")
+    s = model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
+    tokens_per_micro = setup.seq_len * setup.micro_batch * world_size
+    accumulation = max(1, math.ceil((setup.global_batch_tokens or 0) / tokens_per_micro))
+    tokens_per_step = accumulation * tokens_per_micro
+    mfu = mfu or default_mfu(setup.gpu, setup.precision)[0]
+    compute_s = (
+        tokens_per_step
+        * s.flops["six_n"]
+        * RECOMPUTE_COST[setup.recompute]
+        / (world_size * peak_flops * mfu)
+    )
+    state = model_state_bytes(s, 1, "single")
+    return {
+        "tokens_per_step": tokens_per_step,
+        "compute_s": compute_s,
+        "comm_bytes_per_gpu": comm_bytes_per_step(s, setup, accumulation),
+        "checkpoint_bytes": state["weights"] + state["optimizer"],
+        "tokens_per_s_needed": tokens_per_step / compute_s,
+    }
+
+
+def run(cfg, run_dir: Path, *, force: bool = False) -> dict[str, Any]:
+    """The pipeline's `plan` stage: the recipe's plan, written to DIR/plan.json."""
+    from hanlm.console import info
+    from hanlm.io import atomic_write_json
+
+    from hanlm.io import fingerprint, read_json
+    from hanlm.plan_report import print_plan
+
+    setup = setup_from_config(cfg)
+    fp = fingerprint("plan", asdict(setup))
+    path = Path(run_dir) / "plan.json"
+    if not force and path.is_file():
+        previous = read_json(path)
+        if previous.get("fingerprint") == fp:
+            info(f"plan: up to date in {path}, skipped")
+            return previous
+    plan = {**make_plan(setup), "fingerprint": fp}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, plan)
+    print_plan(plan)
+    info(f"plan: written to {path}")
+    return plan

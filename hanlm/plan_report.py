@@ -1,0 +1,135 @@
+"""Printing a plan (from `hanlm.plan.make_plan`) as tables on the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from hanlm.console import console
+
+GIB = 1 << 30
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:,.2f} GiB"
+
+
+def _setup_line(plan: dict[str, Any]) -> str:
+    s, m = plan["setup"], plan["model"]
+    hardware = (
+        f"{s['hosts']} x {s['gpus']} x {s['gpu']}" if s["gpu"] else "no GPU chosen (comparing them)"
+    )
+    return (
+        f"model {s['model']} ({m['parameters'] / 1e9:.3f}B parameters, vocab {m['vocab']:,}), "
+        f"seq {s['seq_len']}, micro-batch {s['micro_batch']}, {s['precision']}, {s['parallel']}, "
+        f"{s['recompute']} recompute, on {hardware}"
+    )
+
+
+def print_plan(plan: dict[str, Any]) -> None:
+    console.print(f"[bold]plan:[/bold] {_setup_line(plan)}", soft_wrap=True)
+    if "options" in plan:
+        _print_options(plan)
+        return
+    _print_memory(plan["memory"])
+    _print_time(plan)
+    _print_recommendation(plan.get("recommendation"))
+
+
+def _print_memory(mem: dict[str, Any]) -> None:
+    table = Table(title="memory per GPU")
+    table.add_column("item")
+    table.add_column("size", justify="right")
+    for name, size in mem["items"].items():
+        table.add_row(name, _gib(size))
+    table.add_row("[bold]total[/bold]", f"[bold]{_gib(mem['total'])}[/bold]")
+    if mem.get("capacity") is not None:
+        table.add_row("device memory", _gib(mem["capacity"]))
+    console.print(table)
+    if "fits" in mem:
+        if mem["fits"]:
+            console.print(f"[green]fits[/green], {_gib(mem['margin'])} to spare")
+        else:
+            console.print(f"[red]does not fit[/red]: {_gib(-mem['margin'])} over")
+
+
+def _print_time(plan: dict[str, Any]) -> None:
+    t = plan["time"]
+    table = Table(title="time and cost")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row("MFU", f"{t['mfu']:.0%} ({t['mfu_source']})")
+    table.add_row(
+        "tokens per optimizer step", f"{t['tokens_per_step']:,} ({t['accumulation']} micro-steps)"
+    )
+    table.add_row("compute per step", f"{t['compute_s']:.3f} s")
+    table.add_row("communication per step", f"{t['comm_s']:.3f} s over {t['comm_link']}")
+    table.add_row("not hidden by compute", f"{t['exposed_comm_s']:.3f} s")
+    table.add_row("throughput", f"{t['tokens_per_s']:,.0f} tokens/s")
+    if "gpu_hours" in t:
+        table.add_row("GPU-hours (6·N·D)", f"{t['gpu_hours']:,.1f}")
+        table.add_row("wall time", f"{t['wall_hours']:,.1f} h")
+        table.add_row(
+            "GPU-hours counting attention",
+            f"{t['gpu_hours_with_attention']:,.1f} (+{t['attention_adds']:.0%})",
+        )
+    if "cost" in t:
+        table.add_row(
+            "cost", f"{t['cost']:,.0f} USD ({t['cost_with_attention']:,.0f} with attention)"
+        )
+    console.print(table)
+
+
+def _print_recommendation(rec: dict[str, Any] | None) -> None:
+    if rec is None:
+        console.print(
+            "[red]no configuration of up to the given GPUs fits[/red]: add GPUs (FSDP shards the "
+            "model state), or choose a GPU with more memory"
+        )
+        return
+    table = Table(title="cheapest configurations that fit (by GPU-hours)")
+    for column in (
+        "GPUs",
+        "parallel",
+        "recompute",
+        "micro-batch",
+        "memory",
+        "tokens/s",
+        "GPU-h",
+        "cost",
+    ):
+        table.add_column(column, justify="right")
+    for i, row in enumerate([rec["best"], *rec["alternatives"]]):
+        style = "bold green" if i == 0 else None
+        table.add_row(
+            f"{row['hosts']}x{row['gpus']}",
+            row["parallel"],
+            row["recompute"],
+            str(row["micro_batch"]),
+            f"{row['memory_gib']:.1f} GiB",
+            f"{row['tokens_per_s']:,.0f}",
+            f"{row['gpu_hours']:,.0f}" if "gpu_hours" in row else "-",
+            f"{row['cost']:,.0f} USD" if "cost" in row else "-",
+            style=style,
+        )
+    console.print(table)
+
+
+def _print_options(plan: dict[str, Any]) -> None:
+    table = Table(title="which GPUs can train it (FSDP over one host)")
+    for column in ("GPU", "memory", "fewest GPUs that fit", "GPU-hours"):
+        table.add_column(column)
+    for row in plan["options"]:
+        table.add_row(
+            f"{row['gpu']} ({row['name']})",
+            f"{row['memory_gb']:g} GB",
+            str(row.get("min_gpus", "more than 64")),
+            f"{row['gpu_hours']:,.0f}" if "gpu_hours" in row else "-",
+        )
+    console.print(table)
+    console.print(
+        "Choose hardware with --gpu NAME --gpus N [--hosts N]; add --tokens and "
+        "--price-per-gpu-hour for time and cost, --mfu to override the typical utilisation.",
+        soft_wrap=True,
+    )

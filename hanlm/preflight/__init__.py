@@ -1,0 +1,203 @@
+"""`hanlm preflight`: measure the hosts a run will use and say GO or NO-GO before training.
+
+Run it where training will run, with the same launcher:
+
+    torchrun --nproc_per_node N [--nnodes ... --rdzv-endpoint HOST:PORT] -m hanlm preflight --run-dir DIR
+
+or alone (one process: every visible GPU is tested, collectives are not). It checks
+
+- rendezvous: every rank joins within `preflight.timeout_s`, else the report names the
+  MASTER_ADDR:MASTER_PORT nobody answered at;
+- devices (devices.py): count, name, memory, compute capability (FP8 needs 8.9), driver, and a
+  matmul against the catalogue peak;
+- collectives (collectives.py): all-reduce, all-gather, reduce-scatter verified and timed (bus
+  bandwidth), and the planned model's communication per step against its compute;
+- storage (storage.py): at the checkpoint folder (DIR/pretrain/checkpoints or --checkpoint-dir;
+  one rank per host): write throughput with fsync, fsync latency, read-back, free space against
+  the checkpoint size, save time against the checkpoint interval;
+- data (data.py): tokens/s from the run's shards against what a step needs (skipped without shards).
+
+verdict.py turns the measurements into findings, each with a reason and a fix; rank 0 writes
+DIR/preflight.json atomically and prints the table (table.py); `hanlm preflight` exits 0 for GO,
+1 for NO-GO.
+As a pipeline stage, `run` stops with `PreflightNoGo` (a UserError) unless
+preflight.fail_on_no_go is false.
+
+Fault injection for tests (environment variables, read by every rank):
+  HANLM_FAULT_SLOW_DISK_S=SECONDS   sleep that long on every storage write (a slow disk)
+  HANLM_FAULT_FREE_BYTES=N          the checkpoint file system reports N bytes free (a full disk)
+  HANLM_FAULT_COLLECTIVE_ZEROS=R    ranks R ("1", "0,1" or "all") get zeros from every collective
+                                    (the consumer-GPU peer-to-peer bug)
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from hanlm.config import Config
+from hanlm.console import info
+from hanlm.errors import UserError
+from hanlm.io import atomic_write_json, fingerprint, read_json
+from hanlm.preflight import collectives, data, devices, storage, table, verdict
+from hanlm.train import parallel
+from hanlm.train.parallel import Dist
+
+STAGE = "preflight"
+REPORT_FILE = "preflight.json"
+
+
+class PreflightNoGo(UserError):
+    """The measured hosts cannot run the planned training; the reasons and fixes are attached."""
+
+
+def checkpoint_folder(cfg: Config, run_dir: Path, override: str | Path | None = None) -> Path:
+    chosen = override or cfg.preflight.checkpoint_dir
+    return Path(chosen) if chosen else Path(run_dir) / "pretrain" / "checkpoints"
+
+
+def rendezvous_address() -> str | None:
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    return f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+
+
+def _join(cfg: Config) -> tuple[Dist, dict | None]:
+    """The process group, or this process alone and a finding when the rendezvous failed."""
+    try:
+        return parallel.init(cfg.pretrain.device, timeout_s=cfg.preflight.timeout_s), None
+    except UserError as e:
+        if "could not join the process group" not in e.what:
+            raise  # e.g. a GPU was asked for and none is visible: the user's setting
+        failure = verdict.finding(
+            "rendezvous",
+            verdict.FAIL,
+            f"rank {os.environ.get('RANK', '?')} waited {cfg.preflight.timeout_s:g} s: {e.what}",
+            "start the same torchrun command on every host with the same --rdzv-endpoint "
+            f"(here {rendezvous_address()}), open that port in the firewall, or raise "
+            "preflight.timeout_s when hosts start far apart",
+        )
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = cfg.pretrain.device != "cpu" and torch.cuda.is_available()
+    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else None
+    alone = Dist(int(os.environ.get("RANK", "0")), 1, local_rank, device or torch.device("cpu"))
+    return alone, failure
+
+
+def _guarded(measure, *args, **kwargs) -> dict:
+    """A local check never raises: a rank that died here would leave its peers waiting."""
+    try:
+        return measure(*args, **kwargs)
+    except Exception as e:  # reported as a finding, with its type, instead of a hang
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def _measure_rank(cfg: Config, run_dir: Path, d: Dist, folder: Path) -> dict:
+    pf = cfg.preflight
+    result = {
+        "rank": d.rank,
+        "local_rank": d.local_rank,
+        "host": socket.gethostname(),
+        "devices": _guarded(
+            devices.probe, d.device, all_visible=not d.distributed, seconds=pf.matmul_seconds
+        ),
+        "collectives": None,
+        "storage": None,
+    }
+    if d.distributed:  # every rank takes part, even if its devices failed
+        result["collectives"] = _guarded(
+            collectives.measure, d, size_mb=pf.collective_mb, iters=pf.collective_iters
+        )
+    if d.local_rank == 0:  # one disk test per host: ranks of a host share its disk
+        result["storage"] = _guarded(
+            storage.measure, folder, size_mb=pf.storage_mb, probes=pf.fsync_probes
+        )
+    result["data"] = _guarded(
+        data.measure,
+        cfg,
+        run_dir,
+        rank=d.rank,
+        world_size=d.world_size,
+        seconds=pf.data_seconds,
+    )
+    return result
+
+
+def report_fingerprint(cfg: Config, folder: Path) -> str:
+    """What a GO report stays valid for: these settings, this host, this many ranks."""
+    sections = {s: getattr(cfg, s).model_dump() for s in ("preflight", "pretrain", "checkpoint")}
+    world = os.environ.get("WORLD_SIZE", "1")
+    return fingerprint(STAGE, sections, socket.gethostname(), world, str(folder))
+
+
+def check(cfg: Config, run_dir: Path, *, checkpoint_dir: str | Path | None = None) -> dict:
+    """Measure, judge, write DIR/preflight.json (rank 0) and print the table; every rank gets
+    the whole report."""
+    run_dir = Path(run_dir)
+    folder = checkpoint_folder(cfg, run_dir, checkpoint_dir)
+    d, rendezvous_failure = _join(cfg)
+    try:
+        mine = _measure_rank(cfg, run_dir, d, folder)
+        ranks = [mine]
+        if d.distributed:
+            ranks = [None] * d.world_size
+            dist.all_gather_object(ranks, mine)
+        report = {
+            "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "world_size": d.world_size,
+            "expected_world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            "hosts": sorted({r["host"] for r in ranks}),
+            "rendezvous": rendezvous_address(),
+            "checkpoint_dir": str(folder),
+            "fingerprint": report_fingerprint(cfg, folder),
+            "findings": [rendezvous_failure] if rendezvous_failure else [],
+            "ranks": ranks,
+        }
+        verdict.judge(cfg, report)
+        try:
+            if d.rank == 0:
+                atomic_write_json(run_dir / REPORT_FILE, report)
+            if d.rank == 0 or rendezvous_failure:  # alone, every rank tells its own story
+                table.print_report(report)
+        finally:  # no rank exits (and makes torchrun stop the others) before rank 0 is done
+            parallel.barrier(d)
+        return report
+    finally:
+        parallel.shutdown(d)
+
+
+def no_go_error(report: dict, run_dir: Path) -> PreflightNoGo:
+    failed = [f for f in report["findings"] if f["severity"] == verdict.FAIL]
+    fixes = [f["fix"] for f in failed if f["fix"]]
+    return PreflightNoGo(
+        "preflight says NO-GO: " + "; ".join(f"{f['check']}: {f['reason']}" for f in failed),
+        where=str(Path(run_dir) / REPORT_FILE),
+        fix="; ".join(dict.fromkeys(fixes))
+        + " (or set preflight.fail_on_no_go=false to train anyway)",
+    )
+
+
+def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
+    """The pipeline stage: a GO report for the same settings and host is reused; NO-GO stops the
+    pipeline unless preflight.fail_on_no_go is false."""
+    run_dir = Path(run_dir)
+    path = run_dir / REPORT_FILE
+    folder = checkpoint_folder(cfg, run_dir)
+    if not force and path.is_file():
+        try:
+            previous = read_json(path)
+        except (OSError, ValueError):
+            previous = {}
+        same = previous.get("fingerprint") == report_fingerprint(cfg, folder)
+        if same and previous.get("verdict") == "GO":
+            info(f"preflight: GO on {previous.get('created_at')} for these settings, skipped")
+            return previous
+    report = check(cfg, run_dir)
+    if report["verdict"] != "GO" and cfg.preflight.fail_on_no_go:
+        raise no_go_error(report, run_dir)
+    return report

@@ -1,0 +1,43 @@
+"""Data loading: tokens per second this rank reads from the run's shards.
+
+The training loader reads in the training process between steps, so its rate must stay well
+above what a step consumes; the verdict compares the two.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hanlm.config import Config
+from hanlm.data.loader import MANIFEST_NAME, TokenLoader
+from hanlm.errors import UserError
+
+MIN_BATCHES = 3
+
+
+def measure(cfg: Config, run_dir: Path, *, rank: int, world_size: int, seconds: float) -> dict:
+    shards_dir = Path(run_dir) / "shards"
+    if not (shards_dir / MANIFEST_NAME).is_file():
+        return {"skipped": f"no shards yet in {shards_dir} (run `hanlm shards` first)"}
+    p = cfg.pretrain
+    try:
+        loader = TokenLoader.from_shards(
+            shards_dir,
+            "train",
+            seq_len=p.seq_len,
+            micro_batch=p.micro_batch,
+            rank=rank,
+            world_size=world_size,
+            seed=cfg.run.seed,
+        )
+    except UserError as e:
+        return {"error": e.message}
+    batches, start = 0, time.perf_counter()
+    deadline = start + seconds
+    while batches < MIN_BATCHES or time.perf_counter() < deadline:
+        loader.next_batch()
+        batches += 1
+    elapsed = time.perf_counter() - start
+    tokens = batches * p.micro_batch * p.seq_len
+    return {"batches": batches, "tokens": tokens, "tokens_per_s": tokens / elapsed}

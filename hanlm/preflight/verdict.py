@@ -1,0 +1,359 @@
+"""From measurements to GO / NO-GO: projections for the planned run, then findings.
+
+A finding is {"check", "severity", "reason", "fix"}: severity "fail" makes the verdict NO-GO,
+"warn" and "note" are shown but do not. Projections use the planned model (`plan.step_profile`)
+at the slowest device's peak for the precision (GPUs: the catalogue via `plan.peak_flops`, at the
+plan's usual MFU for that GPU unless preflight.mfu is set; CPUs: the measured matmul):
+communication per optimizer step = the bytes each rank moves / the measured bus bandwidth (the
+all-reduce's for DDP, the slower of all-gather and reduce-scatter for FSDP); save time = the
+whole checkpoint / the slowest checkpoint disk's throughput (conservative: one host writing it
+all, as on a single machine); the interval between saves uses the planned compute time per step,
+so a run that is slower in practice only has more room.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hanlm.config import Config
+from hanlm.errors import UserError
+
+FAIL, WARN, NOTE = "fail", "warn", "note"
+CHECKS = ("rendezvous", "devices", "collectives", "communication", "storage", "data")
+P2P_FIX = (
+    "on consumer GPUs set NCCL_P2P_DISABLE=1 (peer-to-peer through a broken PCIe path returns "
+    "zeros); check the IOMMU / ACS settings and the driver, or rent another host"
+)
+
+
+def finding(check: str, severity: str, reason: str, fix: str | None = None) -> dict:
+    return {"check": check, "severity": severity, "reason": reason, "fix": fix}
+
+
+def parallel_mode(cfg: Config, world_size: int) -> str:
+    mode = cfg.pretrain.parallel
+    if world_size == 1:
+        return "single"
+    return "fsdp" if mode == "auto" else mode
+
+
+# -- projections ----------------------------------------------------------------------------
+
+
+def all_devices(report: dict) -> list[dict]:
+    return [dev for r in report["ranks"] for dev in r.get("devices", {}).get("devices", [])]
+
+
+def storage_reports(report: dict) -> list[dict]:
+    return [r["storage"] for r in report["ranks"] if r.get("storage")]
+
+
+def planned_peak(report: dict, precision: str) -> tuple[float, float | None, str]:
+    """The slowest device's peak FLOP/s for the planned precision, the plan's usual MFU for it
+    (None: the plan's default), and where the figures come from."""
+    from hanlm import plan
+
+    devices = all_devices(report)
+    if not devices:
+        return math.nan, None, "no device measured"
+    if devices[0]["type"] == "cpu":
+        return min(d["matmul_flops"] for d in devices), None, "measured CPU float32 matmul"
+    if precision == "fp8-emulate":
+        precision = "bf16"  # emulation runs on the BF16 path
+    if not all(d.get("catalogue") for d in devices):  # an unknown GPU: what it measured
+        return min(d["matmul_flops"] for d in devices), None, "measured matmul (unknown GPU)"
+    figures = []
+    for d in devices:
+        try:
+            figures.append((plan.peak_flops(d["catalogue"], precision), d["catalogue"]))
+        except UserError:  # no FP8 on this GPU: a device finding says so; plan with BF16
+            figures.append((plan.peak_flops(d["catalogue"], "bf16"), d["catalogue"]))
+    peak, key = min(figures)
+    try:
+        mfu = plan.default_mfu(key, precision)[0]
+    except (UserError, KeyError):
+        mfu = None
+    return peak, mfu, f"catalogue {key}, {precision}"
+
+
+def project(cfg: Config, report: dict) -> dict:
+    """Step, communication and checkpoint figures of the planned run on these hosts."""
+    from hanlm.plan import step_profile
+
+    world_size = report["world_size"]
+    peak, usual_mfu, source = planned_peak(report, cfg.pretrain.precision)
+    mfu = cfg.preflight.mfu or usual_mfu
+    out: dict = {"peak_flops": peak, "peak_source": source, "mfu": mfu}
+    if not math.isfinite(peak):
+        return out
+    profile = step_profile(cfg, world_size=world_size, peak_flops=peak, mfu=mfu)
+    out.update(profile)
+    mode = parallel_mode(cfg, world_size)
+    out["mode"] = mode
+    collectives = report["ranks"][0].get("collectives") or {}
+    if mode in ("ddp", "fsdp") and "all_reduce" in collectives:
+        ops = ("all_reduce",) if mode == "ddp" else ("all_gather", "reduce_scatter")
+        busbw = min(collectives[op]["busbw_gbs"] for op in ops) * 1e9
+        out["busbw_gbs"] = busbw / 1e9
+        out["comm_s"] = profile["comm_bytes_per_gpu"] / busbw
+        out["comm_ratio"] = out["comm_s"] / profile["compute_s"]
+
+    c, p = cfg.checkpoint, cfg.pretrain
+    intervals = []
+    if p.checkpoint_every > 0:
+        intervals.append(p.checkpoint_every * profile["compute_s"])
+    if c.every_minutes > 0:
+        intervals.append(c.every_minutes * 60)
+    out["checkpoint_interval_s"] = min(intervals) if intervals else None
+    out["free_bytes_needed"] = profile["checkpoint_bytes"] * (c.keep_last + 1)  # + one in flight
+    speeds = [s["write_mb_s"] for s in storage_reports(report) if s.get("write_mb_s")]
+    if speeds:
+        out["save_s"] = profile["checkpoint_bytes"] / (min(speeds) * 1e6)
+    return out
+
+
+# -- findings -------------------------------------------------------------------------------
+
+
+def _device_findings(cfg: Config, report: dict) -> list[dict]:
+    found = []
+    pf, precision = cfg.preflight, cfg.pretrain.precision
+    for r in report["ranks"]:
+        if "error" in r.get("devices", {}):
+            found.append(finding("devices", FAIL, f"rank {r['rank']}: {r['devices']['error']}"))
+    devices = all_devices(report)
+    for d in (d for d in devices if d["type"] == "cuda"):
+        label = f"{d['name']} (cuda:{d['index']})"
+        cc = ".".join(map(str, d["compute_capability"]))
+        if precision == "fp8" and not d["fp8"]:
+            found.append(
+                finding(
+                    "devices",
+                    FAIL,
+                    f"{label} has compute capability {cc}: no FP8 tensor cores (needs 8.9)",
+                    "use --precision bf16, or GPUs of compute capability 8.9 or newer",
+                )
+            )
+        if precision == "bf16" and not d["bf16"]:
+            found.append(
+                finding(
+                    "devices",
+                    FAIL,
+                    f"{label} ({cc}) has no BF16",
+                    "use --precision fp32 or newer GPUs",
+                )
+            )
+        if d["matmul_fraction"] is None:
+            found.append(finding("devices", WARN, f"{label} is not in the GPU catalogue"))
+        elif d["matmul_fraction"] < pf.min_matmul_fraction:
+            found.append(
+                finding(
+                    "devices",
+                    FAIL,
+                    f"{label} reached {d['matmul_flops'] / 1e12:.0f} of "
+                    f"{d['peak_bf16_flops'] / 1e12:.0f} dense BF16 TFLOPS "
+                    f"({d['matmul_fraction']:.0%} < {pf.min_matmul_fraction:.0%})",
+                    "check for other processes on the GPU, power limits and clocks "
+                    "(nvidia-smi -q -d PERFORMANCE,POWER), cooling; or rent another host",
+                )
+            )
+    if len({d["name"] for d in devices}) > 1:
+        names = ", ".join(sorted({d["name"] for d in devices}))
+        found.append(
+            finding("devices", WARN, f"mixed devices ({names}): the slowest sets the pace")
+        )
+    return found
+
+
+def _collective_findings(report: dict) -> list[dict]:
+    found = []
+    if report["world_size"] == 1:
+        if report.get("expected_world_size", 1) > 1:
+            return []  # the rendezvous failure says it all
+        return [
+            finding(
+                "collectives",
+                NOTE,
+                "one process: collectives not measured",
+                "run under torchrun on the real hosts to measure them",
+            )
+        ]
+    for r in report["ranks"]:
+        results = r.get("collectives") or {}
+        if "error" in results:
+            found.append(
+                finding(
+                    "collectives",
+                    FAIL,
+                    f"rank {r['rank']} ({r['host']}): collectives failed: {results['error']}",
+                    "check that every rank can reach every other (firewall, NCCL_SOCKET_IFNAME); "
+                    + P2P_FIX,
+                )
+            )
+            continue
+        wrong = {op: res for op, res in results.items() if not res["correct"]}
+        if wrong:
+            how = "zeros" if all(res["all_zero"] for res in wrong.values()) else "wrong values"
+            names = ", ".join(op.replace("_", "-") for op in wrong)
+            found.append(
+                finding(
+                    "collectives",
+                    FAIL,
+                    f"{names} returned {how} on rank {r['rank']} ({r['host']})",
+                    P2P_FIX,
+                )
+            )
+    return found
+
+
+def _communication_findings(cfg: Config, proj: dict) -> list[dict]:
+    if "comm_ratio" not in proj:
+        return []
+    ratio, limit = proj["comm_ratio"], cfg.preflight.max_comm_ratio
+    reason = (
+        f"{proj['mode'].upper()} would communicate {proj['comm_s']:.3g} s per optimizer step at "
+        f"{proj['busbw_gbs']:.3g} GB/s bus bandwidth, {ratio:.0%} of the {proj['compute_s']:.3g} s "
+        "of compute"
+    )
+    if proj["mode"] == "ddp":
+        fix = (
+            "more gradient accumulation (raise pretrain.global_batch_tokens): one all-reduce then "
+            "serves more tokens"
+        )
+    else:
+        fix = (
+            "FSDP communicates every micro-step: raise pretrain.micro_batch, or use DDP when the "
+            "model fits (`hanlm plan`)"
+        )
+    fix += "; a faster interconnect (NVLink, InfiniBand); on consumer GPUs try NCCL_P2P_DISABLE=1"
+    if ratio > limit:
+        return [finding("communication", FAIL, reason + f" (limit {limit:.0%})", fix)]
+    if ratio > limit / 2:
+        return [finding("communication", WARN, reason, fix)]
+    return []
+
+
+def _storage_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
+    found, pf = [], cfg.preflight
+    faster = "put checkpoints on a fast local disk (NVMe) with --checkpoint-dir, and set "
+    faster += "checkpoint.mirror for the remote copy"
+    for s in storage_reports(report):
+        where = s["probe_dir"]
+        if not s.get("writable", False):
+            found.append(
+                finding(
+                    "storage",
+                    FAIL,
+                    f"checkpoint folder {s['folder']} is not writable: {s.get('error')}",
+                    f"make {where} writable (chmod / chown) or choose another --checkpoint-dir",
+                )
+            )
+            continue
+        if s.get("error"):
+            found.append(
+                finding(
+                    "storage",
+                    FAIL,
+                    f"writing in {where} failed: {s['error']}",
+                    "free space or fix the disk, or choose another --checkpoint-dir",
+                )
+            )
+        needed = proj.get("free_bytes_needed")
+        if needed is not None and s.get("free_bytes") is not None and s["free_bytes"] < needed:
+            found.append(
+                finding(
+                    "storage",
+                    FAIL,
+                    f"{where} has {s['free_bytes'] / 1e9:.3g} GB free; checkpoints need "
+                    f"{needed / 1e9:.3g} GB ({cfg.checkpoint.keep_last} kept + 1 being written, "
+                    f"{proj['checkpoint_bytes'] / 1e9:.3g} GB each)",
+                    "free space, lower checkpoint.keep_last, or choose a larger --checkpoint-dir",
+                )
+            )
+        if "write_mb_s" not in s:
+            continue
+        if not s["read_back_ok"]:
+            found.append(
+                finding(
+                    "storage",
+                    FAIL,
+                    f"{where}: {s['read_back_bad_blocks']} blocks read back differ from those "
+                    "written",
+                    "the disk or file system corrupts data: use another disk",
+                )
+            )
+        if s["write_mb_s"] < pf.min_write_mb_s:
+            found.append(
+                finding(
+                    "storage",
+                    FAIL,
+                    f"{where} writes {s['write_mb_s']:.3g} MB/s with fsync "
+                    f"(< {pf.min_write_mb_s:g} MB/s)",
+                    faster,
+                )
+            )
+        if s["fsync_ms_max"] > pf.max_fsync_ms:
+            found.append(
+                finding(
+                    "storage",
+                    FAIL,
+                    f"{where}: an fsync took {s['fsync_ms_max']:.0f} ms (> {pf.max_fsync_ms:g} ms)",
+                    faster,
+                )
+            )
+    save_s, interval = proj.get("save_s"), proj.get("checkpoint_interval_s")
+    if save_s is not None and interval and save_s > pf.max_save_fraction * interval:
+        found.append(
+            finding(
+                "storage",
+                FAIL,
+                f"a checkpoint save would take {save_s:.3g} s, more than "
+                f"{pf.max_save_fraction:.0%} of the {interval:.3g} s between saves",
+                "save less often (raise pretrain.checkpoint_every or checkpoint.every_minutes), or "
+                + faster,
+            )
+        )
+    return found
+
+
+def _data_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
+    found = []
+    needed = proj.get("tokens_per_s_needed")
+    per_rank = needed / report["world_size"] if needed else None
+    for r in report["ranks"]:
+        data = r.get("data") or {}
+        if "skipped" in data:
+            if r["rank"] == 0:
+                found.append(finding("data", NOTE, data["skipped"]))
+        elif "error" in data:
+            found.append(finding("data", FAIL, f"rank {r['rank']}: {data['error']}"))
+        elif per_rank and data["tokens_per_s"] < cfg.preflight.min_data_headroom * per_rank:
+            found.append(
+                finding(
+                    "data",
+                    FAIL,
+                    f"rank {r['rank']} reads {data['tokens_per_s']:,.0f} tokens/s from the shards; "
+                    f"a step needs {per_rank:,.0f} per rank (headroom "
+                    f"{data['tokens_per_s'] / per_rank:.2g}x < {cfg.preflight.min_data_headroom:g}x)",
+                    "copy the shards to a local disk; check that nothing else reads it",
+                )
+            )
+    return found
+
+
+def judge(cfg: Config, report: dict) -> None:
+    """Fill report["projection"], report["findings"] and report["verdict"]."""
+    found = list(report.get("findings", []))
+    try:
+        proj = project(cfg, report)
+    except UserError as e:
+        proj = {"error": e.message}
+        found.append(finding("plan", FAIL, f"the planned run is invalid: {e.what}", e.fix))
+    report["projection"] = proj
+    found += _device_findings(cfg, report)
+    found += _collective_findings(report)
+    found += _communication_findings(cfg, proj)
+    found += _storage_findings(cfg, proj, report)
+    found += _data_findings(cfg, proj, report)
+    report["findings"] = found
+    report["verdict"] = "NO-GO" if any(f["severity"] == FAIL for f in found) else "GO"

@@ -1,0 +1,236 @@
+"""`hanlm plan`: the field report's figures, byte counts against real tensors, activations
+against PyTorch's memory tracker, and the command's answers to incomplete or wrong input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import LlamaConfig
+
+from hanlm import plan
+from hanlm.memtrace import measure_step
+from hanlm.model import PRESETS, build_model, model_config
+from hanlm.train import precision as precision_lib
+from hanlm.train.optim import adamw
+
+from conftest import assert_user_error
+
+GIB = 1 << 30
+
+# The field report: a 1.35B model with a 65,536-token vocabulary, 2,048-token sequences,
+# 22B tokens on 8 RTX 5090s at 40% bf16 MFU, 0.40 USD per GPU-hour.
+FIELD = plan.Setup(
+    model="1.3b",
+    vocab_size=65536,
+    seq_len=2048,
+    micro_batch=2,
+    gpu="rtx5090",
+    precision="bf16",
+    parallel="single",
+    tokens=22e9,
+    global_batch_tokens=1 << 20,
+    price_per_gpu_hour=0.40,
+    mfu=0.40,
+)
+
+
+@pytest.fixture(scope="module")
+def field_shapes() -> plan.Shapes:
+    return plan.model_shapes("1.3b", vocab_size=65536, seq_len=2048)
+
+
+def test_one_rtx5090_cannot_train_the_field_model(field_shapes):
+    mem = plan.memory(FIELD, field_shapes)
+    assert not mem["fits"]
+    state = sum(mem["items"][k] for k in list(mem["items"])[:3])
+    # the report's lesson: model and AdamW states alone take most of the 32 GB card
+    assert 20 * GIB <= state < 21 * GIB
+    assert mem["total"] > 32 * GIB
+
+
+@pytest.mark.parametrize("gpus", [4, 8])
+def test_fsdp_over_four_or_eight_fits(field_shapes, gpus):
+    from dataclasses import replace
+
+    mem = plan.memory(replace(FIELD, gpus=gpus, parallel="fsdp"), field_shapes)
+    assert mem["fits"] and mem["margin"] > 2 * GIB
+
+
+def test_field_report_gpu_hours_and_cost(field_shapes):
+    from dataclasses import replace
+
+    t = plan.throughput(replace(FIELD, gpus=8, parallel="fsdp"), field_shapes)
+    assert t["gpu_hours"] == pytest.approx(590, rel=0.01)
+    assert t["cost"] == pytest.approx(235, rel=0.02)  # "about 240 USD"
+    # counting attention FLOPs at the same MFU adds about 15% for this model at 2,048 tokens
+    assert t["attention_adds"] == pytest.approx(0.15, abs=0.01)
+    assert t["cost_with_attention"] == pytest.approx(t["cost"] * (1 + t["attention_adds"]))
+
+
+def test_recommendation_is_the_cheapest_fitting_option(field_shapes):
+    from dataclasses import replace
+
+    rec = plan.recommend(replace(FIELD, gpus=8, parallel="fsdp"), field_shapes)
+    best = rec["best"]
+    # full recomputation lets one card hold micro-batch 1, at a third more compute: never best
+    assert best["recompute"] == "none" and best["parallel"] == "fsdp" and best["gpus"] >= 4
+    for alternative in rec["alternatives"]:
+        assert alternative["gpu_hours"] >= best["gpu_hours"] - 1e-9
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_parameter_count_equals_the_built_model(preset):
+    shapes = plan.model_shapes(preset, vocab_size=4096, seq_len=128)
+    model = build_model(model_config(preset, vocab_size=4096, seq_len=128), device="meta")
+    assert shapes.n_params == sum(p.numel() for p in model.parameters())
+
+
+def _tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp8-emulate"])
+def test_model_state_bytes_equal_the_real_tensors_after_a_step(precision):
+    config = model_config("tiny", vocab_size=512, seq_len=32)
+    model = build_model(config)
+    recipe = precision_lib.resolve(precision, "cpu")
+    precision_lib.apply_fp8(model, recipe)
+    optimizer = adamw(model, lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8, device="cpu")
+    ids = torch.randint(0, 512, (2, 32))
+    with recipe.autocast_context("cpu"):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    optimizer.step()
+
+    expected = plan.model_state_bytes(
+        plan.model_shapes("tiny", vocab_size=512, seq_len=32), world=1, parallel="single"
+    )
+    params = list(model.parameters())
+    assert expected["weights"] == _tensor_bytes(params)
+    assert expected["gradients"] == _tensor_bytes(p.grad for p in params)
+    states = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+    assert expected["optimizer"] == _tensor_bytes(states)
+
+
+def test_fsdp_shards_are_ceil_rows_per_rank():
+    shapes = plan.model_shapes("tiny", vocab_size=512, seq_len=32)
+    one = plan.model_state_bytes(shapes, world=1, parallel="single")
+    three = plan.model_state_bytes(shapes, world=3, parallel="fsdp")
+    expected = sum(-(-s[0] // 3) * (s[1] if len(s) > 1 else 1) for s in shapes.params) * 4
+    assert three["weights"] == expected
+    assert one["weights"] / 3 <= three["weights"] < one["weights"] / 3 + 4 * 3 * 64 * 20
+
+
+# (model overrides, seq_len, micro_batch, precision, recompute, FSDP's bf16 parameters)
+ACTIVATION_CASES = [
+    ({}, 128, 2, "fp32", "none", False),
+    ({}, 128, 2, "bf16", "none", False),
+    ({}, 128, 2, "bf16", "selective", False),
+    ({}, 128, 2, "bf16", "full", False),
+    ({}, 128, 2, "bf16", "none", True),
+    ({"head_dim": 32, "intermediate_size": 1024}, 64, 4, "fp32", "selective", False),
+    ({"num_key_value_heads": 1, "hidden_size": 384, "head_dim": 96}, 96, 2, "bf16", "full", True),
+]
+
+
+@pytest.mark.parametrize("overrides,seq,mb,precision,recompute,bf16_params", ACTIVATION_CASES)
+def test_activation_estimate_within_15_percent_of_memtracker(
+    tmp_path, overrides, seq, mb, precision, recompute, bf16_params
+):
+    config = LlamaConfig(
+        **{**PRESETS["demo"], "num_hidden_layers": 3, **overrides},
+        vocab_size=2048,
+        max_position_embeddings=seq,
+    )
+    config_file = tmp_path / "config.json"
+    config.to_json_file(config_file)
+    setup = plan.Setup(
+        model=str(config_file),
+        vocab_size=2048,
+        seq_len=seq,
+        micro_batch=mb,
+        gpu="h100",
+        gpus=2 if bf16_params else 1,
+        parallel="fsdp" if bf16_params else "single",
+        precision=precision,
+        recompute=recompute,
+    )
+    shapes = plan.model_shapes(setup.model, vocab_size=2048, seq_len=seq)
+    measured = measure_step(
+        config,
+        seq_len=seq,
+        micro_batch=mb,
+        precision=precision,
+        recompute=recompute,
+        bf16_params=bf16_params,
+    )
+    acts = plan.activation_bytes(shapes, setup)
+    # What the tracker sees after forward: saved activations, the logits and, under autocast
+    # without FSDP, the bf16 weight casts kept for backward (recomputed layers drop theirs).
+    estimate = acts["layers"] + acts["other"] + plan.logits_bytes(shapes, setup)["forward"]
+    if precision != "fp32" and not bf16_params:
+        kept = plan.working_copy_bytes(shapes, setup)
+        if recompute != "none":
+            kept = 2 * shapes.vocab * shapes.hidden
+        estimate += kept
+    assert estimate == pytest.approx(measured.activations, rel=0.15)
+
+
+def test_step_profile_for_preflight():
+    from hanlm.config import load_config
+
+    cfg = load_config(
+        values={
+            "plan.gpu": "rtx5090",
+            "pretrain.preset": "125m",
+            "pretrain.global_batch_tokens": 65536,
+        }
+    )
+    profile = plan.step_profile(cfg, world_size=4, peak_flops=209.5e12)
+    assert profile["tokens_per_step"] == cfg.pretrain.global_batch_tokens
+    assert profile["comm_bytes_per_gpu"] > 0 and profile["compute_s"] > 0
+    params = plan.model_shapes("125m", vocab_size=4096, seq_len=512).n_params
+    assert params * 12 <= profile["checkpoint_bytes"] < params * 12 + 4096
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def test_cli_field_report_as_json(cli):
+    result = cli(
+        "plan", "--preset", "1.3b", "--seq-len", "2048", "--micro-batch", "2",
+        "--gpu", "rtx5090", "--gpus", "8", "--tokens", "22e9", "--mfu", "0.4",
+        "--price-per-gpu-hour", "0.40", "--global-batch-tokens", str(1 << 20), "--json",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    out = json.loads(result.out)
+    assert out["model"]["parameters"] == 1_342_277_632
+    assert out["memory"]["fits"] and out["setup"]["parallel"] == "fsdp"
+    assert out["time"]["gpu_hours"] == pytest.approx(587, abs=3)
+
+
+def test_cli_without_gpu_explains_the_options(cli):
+    result = cli("plan", "--preset", "1.3b", "--tokens", "1e9")
+    assert result.code == 0, result.err
+    assert "fewest GPUs that fit" in result.err and "--gpu NAME" in result.err
+    assert "rtx5090" in result.err and "h100" in result.err
+
+
+def test_cli_unknown_gpu_lists_the_known_ones(cli):
+    result = cli("plan", "--gpu", "rtx9090")
+    assert_user_error(result, "unknown GPU 'rtx9090'", "rtx4090", "rtx5090", "b200")
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--gpu", "a100-80gb", "--precision", "fp8"], "no FP8"),
+        (["--gpu", "h100", "--mfu", "1.5"], "plan.mfu"),
+        (["--gpu", "h100", "--parallel", "single", "--gpus", "2"], "single runs one process"),
+        (["--preset", "7b"], "unknown model preset"),
+    ],
+)
+def test_cli_bad_input(cli, args, needle):
+    assert_user_error(cli("plan", *args), needle)
