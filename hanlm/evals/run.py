@@ -1,0 +1,266 @@
+"""`hanlm eval`: run tasks on one or more models and write results.json, samples.jsonl and
+results.md, every score split into full / clean / dirty when a decontamination report exists.
+
+Two ways in: the `eval` stage, `run(cfg, run_dir)`, evaluates a run's own model (its SFT export,
+else its pretraining export) into run_dir/eval/; `evaluate(...)` evaluates any model folders
+into any output folder (the CLI's --model/--out mode).
+
+results.json: {"models": [...], "tasks": {task: {"benchmark", "source", "items"}},
+"contamination": path or null, "results": {model: {task: {split: {metric: {value, stderr, n}}}}},
+"counts": {model: {task: {split: items}}}}.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from hanlm.config import Config
+from hanlm.console import info
+from hanlm.errors import UserError
+from hanlm.evals import contamination as contamination_lib
+from hanlm.evals import tasks as tasks_lib
+from hanlm.evals.harness import Model, resolve_model_dir
+from hanlm.io import (
+    atomic_output_dir,
+    atomic_write_json,
+    atomic_write_text,
+    fingerprint,
+    read_json,
+    stage_fingerprint,
+    write_stage_marker,
+)
+
+STAGE = "eval"
+
+
+def options_from(cfg: Config) -> tasks_lib.Options:
+    e = cfg.eval
+    return tasks_lib.Options(
+        limit=e.limit,
+        num_fewshot=e.num_fewshot,
+        max_new_tokens=e.max_new_tokens,
+        distractors=e.distractors,
+        chat_template=e.chat_template,
+        seed=cfg.run.seed,
+    )
+
+
+def load_tasks(
+    specs: Sequence[str], run_dir: Path | None, options: tasks_lib.Options
+) -> list[tuple[tasks_lib.Task, str | None, list]]:
+    """Every task with its items (limited), read before any model loads so bad data fails fast."""
+    if not specs:
+        raise UserError(
+            "no eval task given", fix=f"add --task NAME, one of {', '.join(tasks_lib.names())}"
+        )
+    loaded = []
+    for spec in specs:
+        name, source = tasks_lib.parse_task_spec(spec)
+        task = tasks_lib.get(name)
+        items = task.load(source, run_dir=run_dir, options=options)
+        if options.limit is not None:
+            items = items[: options.limit]
+        loaded.append((task, source or task.default_source(run_dir), items))
+    return loaded
+
+
+def evaluate(
+    models: Sequence[str | Path],
+    task_specs: Sequence[str],
+    out: Path,
+    *,
+    run_dir: Path | None = None,
+    contamination: str | Path | None = None,
+    options: tasks_lib.Options | None = None,
+    batch_size: int = 32,
+    dtype: str = "fp32",
+    device: str = "auto",
+    extra_record: dict | None = None,
+) -> dict:
+    """Evaluate each model on each task; write OUT/results.json, samples.jsonl, results.md."""
+    options = options or tasks_lib.Options()
+    if not models:
+        raise UserError("no model to evaluate", fix="give --model DIR (repeatable) or --run DIR")
+    model_dirs = [resolve_model_dir(m) for m in models]
+    loaded = load_tasks(task_specs, run_dir, options)
+    report = Path(contamination) if contamination else contamination_lib.default_report(run_dir)
+    statuses = contamination_lib.load_statuses(report) if report else None
+    names = _model_names(model_dirs)
+    results: dict[str, dict] = {}
+    counts: dict[str, dict] = {}
+    all_samples: list[dict] = []
+    started = time.perf_counter()
+    for name, model_dir in zip(names, model_dirs, strict=True):
+        model = Model(model_dir, device=device, dtype=dtype, batch_size=batch_size)
+        results[name], counts[name] = {}, {}
+        for task, _, items in loaded:
+            t0 = time.perf_counter()
+            samples = task.evaluate(model, items, options)
+            splits, split_counts = contamination_lib.split_samples(
+                samples, task.benchmark, statuses
+            )
+            results[name][task.name] = {
+                split: task.aggregate(rows) for split, rows in splits.items()
+            }
+            counts[name][task.name] = split_counts
+            for s in samples:
+                all_samples.append({"model": name, "task": task.name, **s})
+            info(
+                f"eval: {name} {task.name}: {_headline(results[name][task.name])} "
+                f"({len(items)} items, {time.perf_counter() - t0:.1f}s)"
+            )
+        del model
+    record = {
+        "models": names,
+        "model_dirs": {n: str(d) for n, d in zip(names, model_dirs, strict=True)},
+        "tasks": {
+            task.name: {"benchmark": task.benchmark, "source": source, "items": len(items)}
+            for task, source, items in loaded
+        },
+        "contamination": str(report) if report else None,
+        "contamination_splits": contamination_lib.__doc__.split("\n\n")[1].replace("\n", " ")
+        if statuses
+        else None,
+        "results": results,
+        "counts": counts,
+        "seconds": round(time.perf_counter() - started, 3),
+        **(extra_record or {}),
+    }
+    with atomic_output_dir(Path(out)) as tmp:
+        _write_outputs(tmp, record, all_samples)
+        if extra_record and "fingerprint" in extra_record:
+            write_stage_marker(tmp, STAGE, extra_record["fingerprint"])
+    info(f"eval: results in {out}")
+    return record
+
+
+def _model_names(dirs: Sequence[Path]) -> list[str]:
+    names = []
+    for d in dirs:
+        # an export folder is called hf: name it after its run and stage instead
+        name = f"{d.parent.parent.name}/{d.parent.name}" if d.name == "hf" else d.name
+        base, i = name, 2
+        while name in names:
+            name, i = f"{base}#{i}", i + 1
+        names.append(name)
+    return names
+
+
+def _headline(splits: dict) -> str:
+    full = splits.get("full", {})
+    parts = []
+    for metric, m in list(full.items())[:3]:
+        if m["value"] is not None:
+            parts.append(f"{metric}={m['value']:.4f}")
+    return " ".join(parts)
+
+
+def _write_outputs(out: Path, record: dict, samples: list[dict]) -> None:
+    atomic_write_json(out / "results.json", record)
+    lines = "".join(json.dumps(s, ensure_ascii=False, default=str) + "\n" for s in samples)
+    atomic_write_text(out / "samples.jsonl", lines)
+    atomic_write_text(out / "results.md", results_markdown(record))
+
+
+def _cell(m: dict | None) -> str:
+    if not m or m.get("value") is None:
+        return "–"
+    text = f"{m['value']:.4f}"
+    if m.get("stderr") is not None:
+        text += f" ± {m['stderr']:.4f}"
+    return f"{text} (n={m['n']})"
+
+
+def results_markdown(record: dict) -> str:
+    """One table: a row per task, split and metric; a column per model."""
+    models = record["models"]
+    lines = ["# Evaluation results", ""]
+    if record.get("contamination"):
+        lines += [
+            f"Contamination report: `{record['contamination']}`. {record['contamination_splits']}",
+            "",
+        ]
+    lines += ["| task | split | metric | " + " | ".join(models) + " |"]
+    lines += ["|---|---|---|" + "---|" * len(models)]
+    for task in record["tasks"]:
+        first = record["results"][models[0]][task]
+        for split in first:
+            for metric in first[split]:
+                cells = [
+                    _cell(record["results"][m][task].get(split, {}).get(metric)) for m in models
+                ]
+                lines.append(f"| {task} | {split} | {metric} | " + " | ".join(cells) + " |")
+    counts = record["counts"][models[0]]
+    unchecked = {t: c["unchecked"] for t, c in counts.items() if c.get("unchecked")}
+    if unchecked:
+        lines += [
+            "",
+            "Items not in the contamination report (in `full` only): "
+            + ", ".join(f"{t}: {n}" for t, n in unchecked.items()),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# --- the stage --------------------------------------------------------------------------------
+
+
+def default_model(run_dir: Path) -> Path:
+    for candidate in (run_dir / "sft" / "hf", run_dir / "pretrain" / "hf"):
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise UserError(
+        f"no exported model in {run_dir} (looked for sft/hf and pretrain/hf)",
+        fix=f"run `hanlm export --run {run_dir}` first, or give --model DIR",
+    )
+
+
+def _model_identity(model_dir: Path) -> list:
+    # weights are large: their names, sizes and times stand for their content
+    files = sorted(p for p in model_dir.iterdir() if p.is_file())
+    return [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+
+
+def _data_identity(path: str | None) -> list | str | None:
+    if path is None or path.startswith("hf:") or not Path(path).exists():
+        return path
+    p = Path(path)
+    return [str(p), p.stat().st_size, p.stat().st_mtime_ns]
+
+
+def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
+    """The eval stage: the run's model (or cfg.eval.models) on cfg.eval.tasks -> run_dir/eval/."""
+    run_dir = Path(run_dir)
+    out = run_dir / STAGE
+    models = [Path(m) for m in cfg.eval.models] or [default_model(run_dir)]
+    model_dirs = [resolve_model_dir(m) for m in models]
+    report = cfg.eval.contamination or contamination_lib.default_report(run_dir)
+    sources = []
+    for spec in cfg.eval.tasks:
+        name, source = tasks_lib.parse_task_spec(spec)
+        sources.append(source or tasks_lib.get(name).default_source(run_dir))
+    fp = fingerprint(
+        cfg.eval.model_dump(mode="json"),
+        cfg.run.seed,
+        [_model_identity(d) for d in model_dirs],
+        [_data_identity(s) for s in sources],
+        _data_identity(str(report) if report else None),
+    )
+    if not force and stage_fingerprint(out) == fp:
+        info(f"eval: {out} is complete, skipped")
+        return {**read_json(out / "results.json"), "skipped": True}
+    record = evaluate(
+        model_dirs,
+        cfg.eval.tasks,
+        out,
+        run_dir=run_dir,
+        contamination=report,
+        options=options_from(cfg),
+        batch_size=cfg.eval.batch_size,
+        dtype=cfg.eval.dtype,
+        device=cfg.eval.device,
+        extra_record={"fingerprint": fp},
+    )
+    return {**record, "skipped": False}

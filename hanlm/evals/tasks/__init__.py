@@ -1,0 +1,170 @@
+"""The task registry and what every task shares.
+
+A task turns benchmark items (hanlm.evals.readers.Item) into harness calls and each item into a
+sample (`item_id`, the model's output, `prediction`, `gold`, per-item `scores`); `aggregate`
+turns samples into metrics {name: {value, stderr, n}}. A module adds its task with the
+`@register` decorator; `get(name)` imports the built-in task modules on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hanlm.errors import UserError
+
+TASKS: dict[str, type[Task]] = {}
+# Built-in task modules, imported on first lookup; one that is not there (yet) is skipped.
+BUILTIN_MODULES = ("kobest", "gsm8k_ko", "ifeval_ko", "direction", "demo_qa", "repetition")
+
+
+@dataclass
+class Options:
+    """Settings a task may use (from the `eval` config section)."""
+
+    limit: int | None = None
+    num_fewshot: int = 0
+    max_new_tokens: int = 256
+    distractors: int = 4
+    chat_template: bool = False
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Task:
+    """One evaluation task; subclasses set `name` and implement `load`, `evaluate`."""
+
+    name: ClassVar[str]
+    # the readers benchmark (also the name decontamination reports items under)
+    benchmark: ClassVar[str | None] = None
+    # data used when --task names no path: a function of the run directory, or an hf: id
+    where_to_get: ClassVar[str] = ""
+
+    def default_source(self, run_dir: Path | None) -> str | None:
+        return None
+
+    def load(self, source: str | None, *, run_dir: Path | None, options: Options) -> list:
+        from hanlm.evals import readers
+
+        source = source or self.default_source(run_dir)
+        if source is None:
+            raise UserError(
+                f"task {self.name} needs data and none was given",
+                fix=f"write --task {self.name}=PATH; get the data from {self.where_to_get}",
+            )
+        if source.startswith("hf:"):
+            path = fetch_hf(source, self.name, self.where_to_get)
+        else:
+            path = Path(source)
+            if not path.exists():
+                raise UserError(
+                    f"{self.name}: data file {path} does not exist",
+                    fix=f"get the data from {self.where_to_get}",
+                )
+        items = readers.read(self.benchmark or self.name, path)
+        return items
+
+    def evaluate(self, model, items: Sequence, options: Options) -> list[dict]:
+        raise NotImplementedError
+
+    def aggregate(self, samples: Sequence[dict]) -> dict[str, dict]:
+        """Mean of each per-item score with its standard error."""
+        names: list[str] = []
+        for s in samples:
+            names += [k for k in s["scores"] if k not in names]
+        return {name: mean_metric([s["scores"][name] for s in samples]) for name in names}
+
+
+def mean_metric(values: Sequence[float]) -> dict:
+    n = len(values)
+    if n == 0:
+        return {"value": None, "stderr": None, "n": 0}
+    mean = sum(values) / n
+    if n < 2:
+        return {"value": mean, "stderr": None, "n": n}
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return {"value": mean, "stderr": math.sqrt(variance / n), "n": n}
+
+
+def macro_f1(golds: Sequence[int], preds: Sequence[int]) -> float:
+    """Macro-averaged F1 over the labels that occur in gold or prediction (as scikit-learn)."""
+    labels = sorted(set(golds) | set(preds))
+    scores = []
+    for label in labels:
+        tp = sum(1 for g, p in zip(golds, preds, strict=True) if g == label and p == label)
+        fp = sum(1 for g, p in zip(golds, preds, strict=True) if g != label and p == label)
+        fn = sum(1 for g, p in zip(golds, preds, strict=True) if g == label and p != label)
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+def fetch_hf(source: str, task: str, where_to_get: str) -> Path:
+    """`hf:NAME[:CONFIG][:SPLIT]` -> a local JSONL copy (needs network and `datasets`)."""
+    import json
+    import tempfile
+
+    parts = source.removeprefix("hf:").split(":")
+    name, config = parts[0], (parts[1] if len(parts) > 1 and parts[1] else None)
+    split = parts[2] if len(parts) > 2 and parts[2] else "validation"
+    try:
+        import datasets
+    except ImportError:
+        raise UserError(
+            f"{task}: {source} needs the `datasets` package",
+            fix="pip install 'hanlm[hf]', or download the data and give --task NAME=PATH",
+        ) from None
+    try:
+        rows = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # offline, unknown name or split: all the user's to fix
+        raise UserError(
+            f"{task}: cannot load {source}: {type(e).__name__}: {e}",
+            fix="go online (unset HF_HUB_OFFLINE/HF_DATASETS_OFFLINE), or download it "
+            f"elsewhere (datasets' load_dataset(...).to_json(FILE)) and give --task {task}=FILE; "
+            f"source: {where_to_get}",
+        ) from None
+    out = Path(tempfile.mkdtemp(prefix="hanlm-eval-")) / f"{task}.jsonl"
+    with open(out, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    return out
+
+
+def register(cls: type[Task]) -> type[Task]:
+    """Class decorator: make a task available under its `name`."""
+    TASKS[cls.name] = cls
+    return cls
+
+
+def _load_builtins() -> None:
+    for module in BUILTIN_MODULES:
+        try:
+            importlib.import_module(f"{__name__}.{module}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{module}":
+                raise
+
+
+def names() -> list[str]:
+    _load_builtins()
+    return sorted(TASKS)
+
+
+def get(name: str) -> Task:
+    _load_builtins()
+    if name not in TASKS:
+        raise UserError(f"unknown eval task {name!r}", fix=f"choose one of {', '.join(names())}")
+    return TASKS[name]()
+
+
+def parse_task_spec(spec: str) -> tuple[str, str | None]:
+    """`NAME` or `NAME=PATH` (PATH may be hf:DATASET[:CONFIG][:SPLIT])."""
+    name, sep, source = spec.partition("=")
+    name, source = name.strip(), source.strip()
+    if not name or (sep and not source):
+        raise UserError(f"bad task {spec!r}", fix="write --task NAME or --task NAME=PATH")
+    get(name)
+    return name, source or None

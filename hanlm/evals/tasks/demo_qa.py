@@ -1,0 +1,34 @@
+"""The demo world's yes/no benchmark: the passage and question as the demo corpus writes them
+(hanlm.data.demo.item_text), then 예 or 아니요 on the next line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hanlm.evals.tasks import register
+from hanlm.evals.tasks.kobest import MultipleChoiceTask
+
+
+@register
+class DemoQA(MultipleChoiceTask):
+    name = "demo_qa"
+    benchmark = "demo_qa"
+    where_to_get = (
+        "the demo world: a run's corpus stage writes RUN/demo/benchmark.jsonl, "
+        "`hanlm demo --out DIR` writes DIR/benchmark.jsonl"
+    )
+    target_delimiter = "\n"
+
+    def default_source(self, run_dir: Path | None) -> str | None:
+        if run_dir is None:
+            return None
+        return str(Path(run_dir) / "demo" / "benchmark.jsonl")
+
+    def context(self, f: dict) -> str:
+        return f"{f['passage']}\n{f['question']}"
+
+    def choices(self, f: dict) -> list[str]:
+        return ["아니요", "예"]
+
+    def gold(self, f: dict) -> int:
+        return int(bool(f["answer"]))

@@ -1,0 +1,136 @@
+"""The direction probe: is a fact known both ways?
+
+For each fact (subject, relation, object) the forward prompt asks for the object ("A의 수도는"
+-> " B") and the reverse prompt for the subject ("B를 수도로 하는 나라는" -> " A", with 을/를
+chosen by B's last sound). Scores per direction: the log-probability of the right answer (summed
+over its tokens), and whether it outranks `distractors` wrong answers of the same relation;
+`gap` is forward minus reverse log-probability. Facts: a run's demo world (RUN/demo/facts.tsv)
+or a user TSV with a header naming subject, relation and object.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hanlm.data.demo import josa
+from hanlm.errors import UserError
+from hanlm.evals.tasks import Options, Task, register
+
+COLUMNS = ("subject", "relation", "object")
+# relation -> (name in prompts, what the subject is)
+RELATIONS = {"capital": ("수도", "나라")}
+
+
+@dataclass(frozen=True)
+class Fact:
+    item_id: str
+    fields: dict
+
+
+def forward_prompt(subject: str, relation: str) -> str:
+    name = RELATIONS.get(relation, (relation, "것"))[0]
+    return f"{subject}의 {josa(name, '은/는')}"
+
+
+def reverse_prompt(obj: str, relation: str) -> str:
+    name, kind = RELATIONS.get(relation, (relation, "것"))
+    return f"{josa(obj, '을/를')} {josa(name, '으로/로')} 하는 {josa(kind, '은/는')}"
+
+
+def read_facts(path: Path) -> list[Fact]:
+    if not path.is_file():
+        raise UserError(
+            f"direction: facts file {path} does not exist",
+            fix="give --task direction=FACTS.tsv (columns subject, relation, object) or run the "
+            "corpus stage on the demo world (it writes RUN/demo/facts.tsv)",
+        )
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UserError(
+                f"direction: {path} has no column {', '.join(missing)}",
+                where=str(path),
+                fix="the first line must name the tab-separated columns subject, relation, object",
+            )
+        facts = []
+        for number, row in enumerate(reader, 2):
+            values = {c: (row.get(c) or "").strip() for c in COLUMNS}
+            if not all(values.values()):
+                raise UserError(
+                    "direction: a fact with an empty subject, relation or object",
+                    where=f"{path}:{number}",
+                    fix="fill every column or delete the line",
+                )
+            facts.append(Fact(f"{values['subject']}|{values['relation']}", values))
+    if not facts:
+        raise UserError(f"direction: no facts in {path}", where=str(path))
+    return facts
+
+
+@register
+class Direction(Task):
+    name = "direction"
+    benchmark = None  # facts, not benchmark items: decontamination does not list them
+    where_to_get = "a TSV of subject, relation, object (the demo world writes RUN/demo/facts.tsv)"
+
+    def default_source(self, run_dir: Path | None) -> str | None:
+        return None if run_dir is None else str(Path(run_dir) / "demo" / "facts.tsv")
+
+    def load(self, source, *, run_dir, options: Options) -> list:
+        source = source or self.default_source(run_dir)
+        if source is None:
+            raise UserError(
+                "task direction needs a facts table",
+                fix=f"write --task direction=PATH; {self.where_to_get}",
+            )
+        return read_facts(Path(source))
+
+    def evaluate(self, model, items: Sequence[Fact], options: Options) -> list[dict]:
+        rng = random.Random(options.seed)
+        by_relation: dict[str, list[Fact]] = {}
+        for fact in items:
+            by_relation.setdefault(fact.fields["relation"], []).append(fact)
+        pairs, plans = [], []
+        for fact in items:
+            f = fact.fields
+            peers = [p.fields for p in by_relation[f["relation"]] if p.fields != f]
+            wrong_objects = sorted({p["object"] for p in peers} - {f["object"]})
+            wrong_subjects = sorted({p["subject"] for p in peers} - {f["subject"]})
+            k = options.distractors
+            forward = [f["object"], *rng.sample(wrong_objects, min(k, len(wrong_objects)))]
+            reverse = [f["subject"], *rng.sample(wrong_subjects, min(k, len(wrong_subjects)))]
+            start = len(pairs)
+            pairs += [(forward_prompt(f["subject"], f["relation"]), " " + c) for c in forward]
+            pairs += [(reverse_prompt(f["object"], f["relation"]), " " + c) for c in reverse]
+            plans.append((start, len(forward), len(reverse), forward, reverse))
+        results = model.loglikelihood(pairs)
+        samples = []
+        for fact, (start, nf, nr, forward, reverse) in zip(items, plans, strict=True):
+            lf = [results[start + i][0] for i in range(nf)]
+            lr = [results[start + nf + i][0] for i in range(nr)]
+            scores = {
+                "forward_logprob": lf[0],
+                "reverse_logprob": lr[0],
+                "gap": lf[0] - lr[0],
+                "forward_acc": float(all(lf[0] > x for x in lf[1:])),
+                "reverse_acc": float(all(lr[0] > x for x in lr[1:])),
+            }
+            samples.append(
+                {
+                    "item_id": fact.item_id,
+                    "choices": {"forward": forward, "reverse": reverse},
+                    "loglikelihoods": {"forward": lf, "reverse": lr},
+                    "prediction": {
+                        "forward": forward[max(range(nf), key=lf.__getitem__)],
+                        "reverse": reverse[max(range(nr), key=lr.__getitem__)],
+                    },
+                    "gold": {"forward": forward[0], "reverse": reverse[0]},
+                    "scores": scores,
+                }
+            )
+        return samples

@@ -1,0 +1,161 @@
+"""KoBEST (BoolQ, COPA, HellaSwag, SentiNeg, WiC) as lm-evaluation-harness's `kobest_*` tasks
+score them: the same prompts, choices (after a space), `acc`, `acc_norm` (HellaSwag: log-likelihood
+divided by the choice's length in characters) and macro F1 over (gold, argmax) pairs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from hanlm.evals.tasks import Options, Task, macro_f1, register
+
+KOBEST_HF = "hf:skt/kobest_v1:{config}:validation"
+WHERE = (
+    "the KoBEST TSV release (github.com/SKT-LSL/KoBEST_datarepo, v1.0/{folder}/dev.tsv) or "
+    "the Hugging Face dataset skt/kobest_v1 ({config}); online, --task {name} alone reads it"
+)
+
+
+class MultipleChoiceTask(Task):
+    """Score every choice as a continuation of the context; predict the most likely."""
+
+    target_delimiter: ClassVar[str] = " "
+    has_acc_norm: ClassVar[bool] = False
+    has_f1: ClassVar[bool] = True
+
+    def context(self, fields: dict) -> str:
+        raise NotImplementedError
+
+    def choices(self, fields: dict) -> list[str]:
+        raise NotImplementedError
+
+    def gold(self, fields: dict) -> int:
+        return int(fields["label"])
+
+    def evaluate(self, model, items: Sequence, options: Options) -> list[dict]:
+        pairs, spans = [], []
+        for item in items:
+            context, choices = self.context(item.fields), self.choices(item.fields)
+            spans.append((len(pairs), len(choices)))
+            pairs += [(context, self.target_delimiter + c) for c in choices]
+        results = model.loglikelihood(pairs)
+        samples = []
+        for item, (start, count) in zip(items, spans, strict=True):
+            lls = [results[start + i][0] for i in range(count)]
+            choices, gold = self.choices(item.fields), self.gold(item.fields)
+            prediction = _argmax(lls)
+            scores = {"acc": float(prediction == gold)}
+            if self.has_acc_norm:
+                normed = [ll / len(c) for ll, c in zip(lls, choices, strict=True)]
+                scores["acc_norm"] = float(_argmax(normed) == gold)
+            samples.append(
+                {
+                    "item_id": item.item_id,
+                    "loglikelihoods": lls,
+                    "prediction": prediction,
+                    "gold": gold,
+                    "scores": scores,
+                }
+            )
+        return samples
+
+    def aggregate(self, samples: Sequence[dict]) -> dict[str, dict]:
+        metrics = super().aggregate(samples)
+        if self.has_f1:
+            golds = [s["gold"] for s in samples]
+            preds = [s["prediction"] for s in samples]
+            value = macro_f1(golds, preds) if samples else None
+            metrics["macro_f1"] = {"value": value, "stderr": None, "n": len(samples)}
+        return metrics
+
+
+def _argmax(values: Sequence[float]) -> int:
+    # the first of equal maxima, as numpy.argmax
+    best = 0
+    for i, v in enumerate(values):
+        if v > values[best]:
+            best = i
+    return best
+
+
+class KobestTask(MultipleChoiceTask):
+    config: ClassVar[str]
+    folder: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.benchmark = cls.name
+        cls.where_to_get = WHERE.format(folder=cls.folder, config=cls.config, name=cls.name)
+
+    def default_source(self, run_dir) -> str:
+        return KOBEST_HF.format(config=self.config)
+
+
+@register
+class BoolQ(KobestTask):
+    name = "kobest_boolq"
+    config, folder = "boolq", "BoolQ"
+
+    def context(self, f: dict) -> str:
+        return f"{f['paragraph']} 질문: {f['question']} 답변: "
+
+    def choices(self, f: dict) -> list[str]:
+        return ["아니오", "예"]
+
+
+@register
+class Copa(KobestTask):
+    name = "kobest_copa"
+    config, folder = "copa", "COPA"
+    _CONNECTOR: ClassVar[dict[str, str]] = {"원인": " 왜냐하면", "결과": " 그래서"}
+
+    def context(self, f: dict) -> str:
+        return f"{f['premise']} {self._CONNECTOR[f['question'].strip()]}"
+
+    def choices(self, f: dict) -> list[str]:
+        return [f["alternative_1"], f["alternative_2"]]
+
+    def gold(self, f: dict) -> int:
+        # lm-evaluation-harness's target is the right sentence's text, found among the choices
+        right = f["alternative_1"] if int(f["label"]) == 0 else f["alternative_2"]
+        return self.choices(f).index(right)
+
+
+@register
+class HellaSwag(KobestTask):
+    name = "kobest_hellaswag"
+    config, folder = "hellaswag", "HellaSwag"
+    has_acc_norm = True
+
+    def context(self, f: dict) -> str:
+        return f"문장: {f['context']}"
+
+    def choices(self, f: dict) -> list[str]:
+        return list(f["endings"])
+
+
+@register
+class SentiNeg(KobestTask):
+    name = "kobest_sentineg"
+    config, folder = "sentineg", "SentiNeg"
+
+    def context(self, f: dict) -> str:
+        return f"문장: {f['sentence']} 긍부정:"
+
+    def choices(self, f: dict) -> list[str]:
+        return ["부정", "긍정"]
+
+
+@register
+class WiC(KobestTask):
+    name = "kobest_wic"
+    config, folder = "wic", "WiC"
+
+    def context(self, f: dict) -> str:
+        return (
+            f"문장1: {f['context_1']} 문장2: {f['context_2']} "
+            f"두 문장에서 {f['word']}가 같은 뜻으로 쓰였나?"
+        )
+
+    def choices(self, f: dict) -> list[str]:
+        return ["아니오", "예"]

@@ -1,0 +1,163 @@
+"""The harness scores like lm-evaluation-harness's HF backend: same per-item log-likelihoods (to
+1e-4) and the same accuracies on KoBEST dev items, for a tiny hanlm model exported to a folder."""
+
+import json
+import logging
+import shutil
+
+import pytest
+
+from conftest import TINY_PRETRAIN
+from hanlm.config import load_config
+from hanlm.errors import UserError
+from hanlm.evals import tasks as tasks_lib
+from hanlm.evals.harness import Model, cut_at_stop
+from hanlm.train import export, pretrain
+
+LIMIT = 20
+KOBEST = {
+    "kobest_boolq": "BoolQ",
+    "kobest_copa": "COPA",
+    "kobest_hellaswag": "HellaSwag",
+    "kobest_sentineg": "SentiNeg",
+    "kobest_wic": "WiC",
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(demo_run, tmp_path_factory):
+    """The demo run trained for a few tiny steps and exported to a Hugging Face folder."""
+    run_dir = tmp_path_factory.mktemp("harness") / "run"
+    shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
+    cfg = load_config(run_dir=run_dir, values={**TINY_PRETRAIN, "pretrain.max_steps": 4})
+    pretrain.run(cfg, run_dir)
+    export.run(cfg, run_dir)
+    return run_dir / "pretrain" / "hf"
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    return Model(model_dir, device="cpu", batch_size=8)
+
+
+def _hf_layout(items, name) -> list[dict]:
+    """Our items written in the skt/kobest_v1 layout that lm-evaluation-harness's tasks read."""
+    rows = []
+    for item in items:
+        f = dict(item.fields)
+        if name == "kobest_hellaswag":
+            endings = f.pop("endings")
+            f.update({f"ending_{i + 1}": e for i, e in enumerate(endings)})
+        rows.append(f)
+    return rows
+
+
+def kobest_task_manager():
+    """lm-evaluation-harness's task index of its kobest folder alone (all of it takes ~1 min)."""
+    from pathlib import Path
+
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    folder = Path(lm_eval.__file__).parent / "tasks" / "kobest"
+    return TaskManager(include_path=str(folder), include_defaults=False)
+
+
+def _lm_eval_task(manager, name, data_file):
+    from lm_eval.api.task import ConfigurableTask
+
+    # the task's own YAML (prompts, choices, metrics) with the data read from a local file
+    overrides = {
+        "dataset_path": "json",
+        "dataset_name": None,
+        "dataset_kwargs": {"data_files": {"validation": str(data_file)}},
+        "training_split": None,
+        "test_split": None,
+        "validation_split": "validation",
+    }
+    config = manager._factory._load_full_config(manager._entry(name), overrides)
+    for key in ("tag", "group", "task_list"):
+        config.pop(key, None)
+    return ConfigurableTask(config=config)
+
+
+def test_kobest_matches_lm_evaluation_harness(model, model_dir, shared_data, tmp_path):
+    lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed")
+    pytest.importorskip("accelerate", reason="lm-evaluation-harness's HF backend needs accelerate")
+    from lm_eval.evaluator import evaluate as lm_evaluate
+    from lm_eval.models.huggingface import HFLM
+
+    logging.getLogger("lm-eval").setLevel(logging.ERROR)
+    baseline = HFLM(pretrained=str(model_dir), device="cpu", batch_size=8, dtype="float32")
+    manager = kobest_task_manager()
+    lm_tasks, ours = {}, {}
+    for name, folder in KOBEST.items():
+        task = tasks_lib.get(name)
+        items = task.load(
+            str(shared_data / "kobest" / folder / "dev.tsv"),
+            run_dir=None,
+            options=tasks_lib.Options(),
+        )[:LIMIT]
+        ours[name] = task.evaluate(model, items, tasks_lib.Options())
+        data_file = tmp_path / f"{name}.jsonl"
+        data_file.write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in _hf_layout(items, name))
+        )
+        lm_tasks[name] = _lm_eval_task(manager, name, data_file)
+    out = lm_evaluate(lm=baseline, task_dict=lm_tasks, log_samples=True, verbosity="ERROR")
+    for name in KOBEST:
+        task = tasks_lib.get(name)
+        theirs = sorted(out["samples"][name], key=lambda s: s["doc_id"])
+        assert len(theirs) == len(ours[name]) == LIMIT
+        for mine, ref in zip(ours[name], theirs, strict=True):
+            ref_lls = [float(r[0][0]) for r in ref["resps"]]
+            assert mine["loglikelihoods"] == pytest.approx(ref_lls, abs=1e-4), (
+                name,
+                mine["item_id"],
+            )
+            assert mine["scores"]["acc"] == ref["acc"]
+            if "acc_norm" in ref:
+                assert mine["scores"]["acc_norm"] == ref["acc_norm"]
+        ours_acc = sum(s["scores"]["acc"] for s in ours[name]) / LIMIT
+        assert ours_acc == pytest.approx(out["results"][name]["acc,none"])
+        ours_f1 = task.aggregate(ours[name])["macro_f1"]["value"]
+        assert ours_f1 == pytest.approx(out["results"][name]["f1,none"])
+    del lm_eval
+
+
+def test_encode_pair_moves_context_spaces(model):
+    request = model.encode_pair("질문: 답변: ", "예")
+    whole = model.encode("질문: 답변:" + " 예")
+    assert request.context + request.continuation == whole
+    assert request.context == model.encode("질문: 답변:")
+
+
+def test_batching_does_not_change_scores(model_dir):
+    pairs = [
+        ("서울은 한국의", " 수도이다"),
+        ("가나다라마바사 아자차카", " 타파하"),
+        ("나는", " 학생이다"),
+        ("나는", " 학생"),
+    ]
+    one = Model(model_dir, device="cpu", batch_size=1).loglikelihood(pairs)
+    many = Model(model_dir, device="cpu", batch_size=4).loglikelihood(pairs)
+    rows = Model(model_dir, device="cpu", batch_size=3, share_prefixes=False).loglikelihood(pairs)
+    for (a, ga), (b, gb), (c, gc) in zip(one, many, rows, strict=True):
+        assert a == pytest.approx(b, abs=1e-5) and ga == gb
+        assert a == pytest.approx(c, abs=1e-5) and ga == gc
+
+
+def test_generate_stops_and_limits(model):
+    outputs = model.generate(["서울은", "한국의 수도는 어디인가?"], stop=["\n"], max_new_tokens=5)
+    assert len(outputs) == 2
+    assert all("\n" not in o for o in outputs)
+    assert cut_at_stop("답은 3\n\n질문:", ["질문:", "\n\n"]) == "답은 3"
+
+
+def test_bad_model_folder_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        Model(tmp_path / "missing")
+    with pytest.raises(UserError, match="not a model folder"):
+        Model(tmp_path)
+    with pytest.raises(UserError, match="dtype"):
+        Model(tmp_path, dtype="fp64")
