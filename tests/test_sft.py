@@ -1,0 +1,206 @@
+"""`hanlm sft` on the demo world: the tiny model, pretrained without any chat token, learns to
+end its answers once the untrained template tokens are initialised; `none` is measured beside it."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
+from hanlm.config import load_config
+from hanlm.data import chat_data
+from hanlm.errors import UserError
+from hanlm.train import export, pretrain, sft
+
+TINY_SFT = {
+    "sft.seq_len": 256,
+    "sft.micro_batch": 8,
+    "sft.batch_rows": 8,
+    "sft.max_steps": 60,
+    "sft.new_token_lr_scale": 3.0,  # the initialised rows move faster: they start identical
+    "sft.lr": 1e-2,
+    "sft.warmup_steps": 4,
+    "sft.heldout": 30,
+    "sft.closure_max_tokens": 64,
+    "sft.checkpoint_every": 30,
+    "sft.log_every": 20,
+}
+
+
+def plain_chats(run_dir, path):
+    """The demo world's conversations without the arithmetic ones: a 0.2M-parameter model
+    trained for seconds cannot do sums, and loops on digits instead of answering."""
+    rows = [
+        c
+        for c in chat_data.read_conversations(run_dir / "demo" / "chat.jsonl")
+        if not any("####" in m["content"] for m in c["messages"])
+    ]
+    return write_jsonl(path, rows)
+
+
+def config(run_dir, **extra):
+    return load_config(run_dir=run_dir, values={**TINY_PRETRAIN, **TINY_SFT, **extra})
+
+
+@pytest.fixture(scope="module")
+def pretrained(demo_run, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("sft") / "run"
+    shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain", "sft"))
+    cfg = load_config(run_dir=run_dir, values=TINY_PRETRAIN)
+    pretrain.run(cfg, run_dir)
+    export.run(cfg, run_dir)
+    plain_chats(run_dir, run_dir / "chat_plain.jsonl")
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def sft_run(pretrained):
+    cfg = config(
+        pretrained,
+        **{"sft.data": str(pretrained / "chat_plain.jsonl"), "sft.compare_inits": ["none"]},
+    )
+    summary = sft.run(cfg, pretrained)
+    return pretrained, summary
+
+
+def test_mean_init_closes_answers_and_none_is_measured(sft_run):
+    run_dir, summary = sft_run
+    out = run_dir / "sft"
+    closure = json.loads((out / "closure.json").read_text())
+    by_init = json.loads((out / "closure_by_init.json").read_text())
+    ablation = json.loads((out / "ablation" / "none" / "closure.json").read_text())
+    print(f"closure: mean {by_init['mean']:.2f}, none {by_init['none']:.2f}")
+    assert closure["init"] == "mean" and closure["total"] >= 20
+    assert closure["rate"] >= 0.9, closure["examples"]
+    assert closure["closed"] == round(closure["rate"] * closure["total"])
+    assert ablation["init"] == "none" and set(by_init) == {"mean", "none"}
+    assert 0 <= by_init["none"] <= 1
+    assert {"answer", "prompt", "closed", "reference"} <= set(closure["examples"][0])
+    assert summary["closure"]["rate"] == closure["rate"]
+
+
+def test_audit_finds_the_chat_tokens_untrained(sft_run):
+    run_dir, summary = sft_run
+    audit = json.loads((run_dir / "sft" / "audit.json").read_text())
+    assert audit["tied"] is True and audit["counts_source"] == "shard manifest"
+    assert audit["untrained_template_tokens"] == ["system", "user", "assistant", "eot"]
+    by_name = {t["name"]: t for t in audit["tokens"]}
+    assert by_name["eot"]["pretrain_count"] == 0 and by_name["eot"]["verdict"] == "untrained"
+    assert by_name["eod"]["pretrain_count"] > 0 and by_name["eod"]["verdict"] == "trained"
+    assert summary["untrained_template_tokens"] == audit["untrained_template_tokens"]
+
+
+def test_export_stops_on_end_of_turn(sft_run):
+    run_dir, _ = sft_run
+    hf = run_dir / "sft" / "hf"
+    special = json.loads((run_dir / "tokenizer" / "special_tokens.json").read_text())
+    generation = json.loads((hf / "generation_config.json").read_text())
+    eos = generation["eos_token_id"]
+    assert special["eot"]["id"] in eos and special["eod"]["id"] in eos
+    assert generation["pad_token_id"] == special["pad"]["id"] not in eos
+    assert export.load_exported(hf) is not None
+    assert (run_dir / "sft" / "stage.json").is_file()
+    assert (run_dir / "sft" / "metrics.jsonl").is_file()
+
+
+def test_finished_stage_is_skipped_and_gate_fails(sft_run):
+    run_dir, summary = sft_run
+    data = {"sft.data": str(run_dir / "chat_plain.jsonl"), "sft.compare_inits": ["none"]}
+    again = sft.run(config(run_dir, **data), run_dir)
+    assert again == summary
+    # the gate: an unreachable threshold fails the stage with the numbers and a fix
+    out = run_dir / "gate"
+    gated = config(run_dir, **{**data, "sft.compare_inits": [], "sft.max_steps": 2,
+                               "sft.min_closure": 1.0, "sft.closure_max_tokens": 4})  # fmt: skip
+    with pytest.raises(UserError, match="closure") as info:
+        sft.run(gated, run_dir, out=out)
+    assert "--init mean" in info.value.fix
+    assert (out / "closure.json").is_file() and not (out / "stage.json").is_file()
+
+
+def test_resume_continues_from_the_sft_checkpoint(pretrained, tmp_path):
+    """A longer run of the same SFT continues from the finished shorter one's checkpoint."""
+    out = tmp_path / "sft"
+    quick = {
+        "sft.data": str(pretrained / "chat_plain.jsonl"),
+        "sft.heldout": 4,
+        "sft.closure_max_tokens": 4,
+        "sft.log_every": 5,
+        "sft.checkpoint_every": 5,
+    }
+    sft.run(config(pretrained, **{**quick, "sft.max_steps": 5}), pretrained, out=out)
+    sft.run(config(pretrained, **{**quick, "sft.max_steps": 10}), pretrained, out=out)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(line)["step"] for line in lines if "loss" in json.loads(line)]
+    assert steps == [5, 10]  # step 10 came after a resume at 5, not a second run from 0
+    assert json.loads((out / "summary.json").read_text())["step"] == 10
+
+
+def test_doctor_on_the_trained_models(sft_run, tmp_path, cli):
+    """The SFT export is healthy; the pretraining export with padding = <|eot|> is not."""
+    from hanlm.chat import doctor
+
+    run_dir, _ = sft_run
+    report = doctor.diagnose(run_dir / "sft" / "hf")
+    assert report["healthy"], report["findings"]
+    assert cli("doctor", run_dir / "sft" / "hf").code == 0
+    broken = tmp_path / "broken"
+    shutil.copytree(run_dir / "pretrain" / "hf", broken)
+    for name in ("config.json", "generation_config.json"):
+        data = json.loads((broken / name).read_text())
+        data["pad_token_id"] = 6  # <|eot|>
+        (broken / name).write_text(json.dumps(data))
+    problems = {
+        f["check"]: f["what"]
+        for f in doctor.diagnose(broken)["findings"]
+        if f["level"] == "problem"
+    }
+    assert {"padding", "generation_config", "under-trained"} <= set(problems)
+    assert "<|eot|>" in problems["under-trained"]
+    assert cli("doctor", broken).code == 1
+
+
+def test_contaminated_conversations_are_dropped_or_refused(pretrained, monkeypatch, tmp_path):
+    import hanlm.data.decontam as decontam
+
+    class Index:  # the decontam index's API: matches(text, min_coverage) -> hits
+        def matches(self, text, *, min_coverage):
+            if "파리" in text:
+                return [{"benchmark": "demo", "item_id": "q-1", "coverage": 1.0}]
+            return []
+
+    monkeypatch.setattr(decontam, "load_run_index", lambda run_dir: Index())
+    conversations = chat_data.read_conversations(pretrained / "chat_plain.jsonl")
+    s = config(pretrained).sft
+    kept, report = sft.decontaminate(conversations, pretrained, s)
+    dirty = [c for c in conversations if "파리" in chat_data.conversation_text(c["messages"])]
+    assert report["checked"] and report["dropped"] == len(dirty) > 0
+    assert len(kept) == len(conversations) - len(dirty)
+    s = config(pretrained, **{"sft.contaminated": "fail"}).sft
+    with pytest.raises(UserError, match="benchmark items"):
+        sft.decontaminate(conversations, pretrained, s)
+
+
+def test_real_decontam_index_when_available(pretrained):
+    """With the run's real decontam index (when the decontam stage has run), the check runs."""
+    from hanlm.data.decontam import load_run_index
+
+    if load_run_index(pretrained) is None:
+        pytest.skip("this run has no decontam index")
+    conversations = chat_data.read_conversations(pretrained / "chat_plain.jsonl")
+    _, report = sft.decontaminate(conversations, pretrained, config(pretrained).sft)
+    assert report["checked"]
+
+
+def test_bad_inputs(pretrained, tmp_path, cli):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "narrator", "content": "x"}]}\n')
+    result = cli("sft", "--run", pretrained, "--data", bad, "--set", "sft.max_steps=1")
+    assert_user_error(result, "unknown role", f"{bad}:1")
+    with pytest.raises(UserError, match="not a Hugging Face model folder"):
+        sft.run(config(pretrained, **{"sft.model": str(tmp_path)}), pretrained, out=tmp_path / "o")
+    with pytest.raises(UserError, match="no pretrained model"):
+        sft.run(config(tmp_path), tmp_path)
+    with pytest.raises(UserError, match="batch_rows"):
+        sft.run(config(pretrained, **{"sft.batch_rows": 12, "sft.data": str(
+            pretrained / "chat_plain.jsonl")}), pretrained, out=tmp_path / "o2")  # fmt: skip
