@@ -45,6 +45,7 @@ def options_from(cfg: Config) -> tasks_lib.Options:
         distractors=e.distractors,
         chat_template=e.chat_template,
         seed=cfg.run.seed,
+        extra={"generate": cfg.generate.model_dump()},  # the repetition task's penalties
     )
 
 
@@ -207,6 +208,14 @@ def results_markdown(record: dict) -> str:
 # --- the stage --------------------------------------------------------------------------------
 
 
+def _in_run(run_dir: Path, model: str) -> Path:
+    """A relative model path names a folder of the run (e.g. `pretrain/hf`) when one is there."""
+    path = Path(model)
+    if not path.is_absolute() and (run_dir / path).exists():
+        return run_dir / path
+    return path
+
+
 def default_model(run_dir: Path) -> Path:
     for candidate in (run_dir / "sft" / "hf", run_dir / "pretrain" / "hf"):
         if (candidate / "config.json").is_file():
@@ -234,7 +243,7 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
     """The eval stage: the run's model (or cfg.eval.models) on cfg.eval.tasks -> run_dir/eval/."""
     run_dir = Path(run_dir)
     out = run_dir / STAGE
-    models = [Path(m) for m in cfg.eval.models] or [default_model(run_dir)]
+    models = [_in_run(run_dir, m) for m in cfg.eval.models] or [default_model(run_dir)]
     model_dirs = [resolve_model_dir(m) for m in models]
     report = cfg.eval.contamination or contamination_lib.default_report(run_dir)
     sources = []

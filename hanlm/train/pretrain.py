@@ -26,7 +26,7 @@ from hanlm.io import (
     stage_fingerprint,
     write_stage_marker,
 )
-from hanlm.train import checkpoint, parallel, precision
+from hanlm.train import checkpoint, distill, parallel, precision
 from hanlm.train.optim import adamw
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
 
@@ -68,6 +68,8 @@ def stage_fp(cfg: Config, run_dir: Path) -> str:
         cfg.pretrain.model_dump(exclude=skip),
         cfg.run.seed,
         stage_fingerprint(Path(run_dir) / "shards"),
+        # only when on, so that runs without distillation keep their fingerprints
+        *([cfg.distill.model_dump()] if cfg.distill.enabled else []),
     )
 
 
@@ -179,6 +181,12 @@ def run(
             after_optimizer_step=after_step,
             checkpoints=checkpoint.CheckpointManager(out / "checkpoints", d, policy),
             every_minutes=c.every_minutes,
+            loss_fn=distill.make_loss_fn(
+                cfg.distill,
+                mconfig.get_text_config().vocab_size,
+                d.device,
+                student_tokenizer=run_dir / tokenizer_stage.STAGE,
+            ),
         )
         if p.resume == "auto" and not force:  # forced: never back from the mirror either
             trainer.resume()

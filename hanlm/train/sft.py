@@ -39,7 +39,7 @@ from hanlm.io import (
     stage_fingerprint,
     write_stage_marker,
 )
-from hanlm.train import checkpoint, parallel, precision
+from hanlm.train import checkpoint, distill, parallel, precision
 from hanlm.train.optim import adamw
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
 
@@ -287,6 +287,13 @@ def train_once(
             plan=plan,
             out_dir=out,
             checkpoints=checkpoint.CheckpointManager(out / "checkpoints", d, policy),
+            # distillation, when enabled, applies to SFT as to pretraining
+            loss_fn=distill.make_loss_fn(
+                cfg.distill,
+                mconfig.get_text_config().vocab_size,
+                d.device,
+                student_tokenizer=Path(source["tokenizer_dir"]),
+            ),
         )
         resumed = s.resume == "auto" and not force and trainer.resume()
         if d.is_main:
@@ -315,6 +322,8 @@ def stage_fp(cfg: Config, run_dir: Path | None, source: dict, data_fp: str) -> s
         cfg.run.seed,
         source["fingerprint"],
         data_fp,
+        # as in pretraining: runs without distillation keep their fingerprints
+        *([cfg.distill.model_dump(mode="json")] if cfg.distill.enabled else []),
     )
 
 

@@ -1,0 +1,158 @@
+"""Distillation: the loss against a hand computation, the teacher checks, pretraining with it."""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from conftest import TINY_PRETRAIN, metrics
+from hanlm.config import DistillSection, load_config
+from hanlm.errors import UserError
+from hanlm.train import distill, export, pretrain
+
+TINY = {
+    **TINY_PRETRAIN,
+    "pretrain.max_steps": 4,
+    "pretrain.eval_every": 4,
+    "pretrain.eval_batches": 1,
+}
+
+
+def softmax(row, temperature):
+    exps = [math.exp(v / temperature) for v in row]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def test_kd_loss_equals_a_hand_computation():
+    student = [[[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[2.0, 2.0, 2.0], [0.3, 0.1, -0.4]]]
+    teacher = [[[0.5, 2.5, 0.0], [1.0, 0.0, 1.0]], [[9.0, 9.0, 9.0], [-1.0, 2.0, 0.0]]]
+    labels = [[1, 2], [-100, 0]]  # one position ignored
+    alpha, temperature = 0.3, 2.0
+
+    ce = kl = 0.0
+    for b in range(2):
+        for t in range(2):
+            if labels[b][t] == -100:
+                continue
+            ce -= math.log(softmax(student[b][t], 1.0)[labels[b][t]])
+            p = softmax(teacher[b][t], temperature)
+            q = softmax(student[b][t], temperature)
+            kl += sum(pi * (math.log(pi) - math.log(qi)) for pi, qi in zip(p, q, strict=True))
+    expected = (1 - alpha) * ce + alpha * temperature**2 * kl
+
+    sums = distill.kd_loss_sums(
+        torch.tensor(student, requires_grad=True),
+        torch.tensor(teacher),
+        torch.tensor(labels),
+        alpha=alpha,
+        temperature=temperature,
+    )
+    assert sums["ce"].item() == pytest.approx(ce, rel=1e-5)
+    assert sums["kl"].item() == pytest.approx(kl, rel=1e-5)
+    assert sums["loss"].item() == pytest.approx(expected, rel=1e-5)
+    sums["loss"].backward()  # the total is differentiable; the logged parts are detached
+    assert not sums["ce"].requires_grad and not sums["kl"].requires_grad
+
+
+def test_kd_loss_with_alpha_zero_is_plain_cross_entropy():
+    logits = torch.randn(2, 5, 11)
+    labels = torch.randint(0, 11, (2, 5))
+    sums = distill.kd_loss_sums(logits, torch.randn(2, 5, 11), labels, alpha=0.0, temperature=1.0)
+    expected = torch.nn.functional.cross_entropy(
+        logits.view(-1, 11), labels.view(-1), reduction="sum"
+    )
+    assert sums["loss"].item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_off_by_default_gives_no_loss_fn():
+    assert distill.make_loss_fn(DistillSection(), 1024, "cpu") is None
+
+
+# --- with a real teacher ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def teacher(demo_run, tmp_path_factory):
+    """A tiny model trained 4 steps on the demo run and exported: the teacher."""
+    run_dir = tmp_path_factory.mktemp("distill") / "run"
+    shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
+    cfg = load_config(run_dir=run_dir, values=TINY)
+    pretrain.run(cfg, run_dir)
+    out = run_dir / "pretrain" / "hf"
+    export.run(cfg, run_dir, out=out)
+    return run_dir, out
+
+
+def vocab_size(folder):
+    return json.loads((folder / "config.json").read_text())["vocab_size"]
+
+
+def test_loss_fn_runs_the_teacher_in_inference_mode(teacher):
+    run_dir, folder = teacher
+    cfg = DistillSection(enabled=True, teacher=str(folder), alpha=0.5, temperature=2.0)
+    size = vocab_size(folder)
+    loss_fn = distill.make_loss_fn(cfg, size, "cpu", student_tokenizer=run_dir / "tokenizer")
+    assert not loss_fn.teacher.training
+    assert not any(p.requires_grad for p in loss_fn.teacher.parameters())
+    inputs = torch.randint(0, size, (2, 6))
+    labels = inputs.roll(-1, dims=1)
+    labels[:, -1] = -100
+    logits = torch.randn(2, 6, size, requires_grad=True)
+    sums = loss_fn(logits, inputs, labels)
+    with torch.no_grad():
+        teacher_logits = loss_fn.teacher(input_ids=inputs).logits
+    expected = distill.kd_loss_sums(logits, teacher_logits, labels, alpha=0.5, temperature=2.0)
+    assert sums["loss"].item() == pytest.approx(expected["loss"].item(), rel=1e-5)
+    sums["loss"].backward()
+    assert logits.grad is not None
+
+
+def test_a_different_vocabulary_size_is_refused(teacher):
+    run_dir, folder = teacher
+    cfg = DistillSection(enabled=True, teacher=str(folder))
+    with pytest.raises(UserError, match=r"vocabulary mismatch.*1,024 output tokens.*2,048"):
+        distill.make_loss_fn(cfg, 2048, "cpu", student_tokenizer=run_dir / "tokenizer")
+
+
+def test_a_different_tokenizer_is_refused(teacher, tmp_path):
+    run_dir, folder = teacher
+    # the same size, but one token moved: scores would land on the wrong ids
+    other = tmp_path / "other_tokenizer"
+    other.mkdir()
+    data = json.loads((run_dir / "tokenizer" / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[300:302]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (other / "tokenizer.json").write_text(json.dumps(data))
+    cfg = DistillSection(enabled=True, teacher=str(folder))
+    with pytest.raises(UserError, match=r"vocabulary mismatch.*differ at 2 token ids"):
+        distill.make_loss_fn(cfg, vocab_size(folder), "cpu", student_tokenizer=other)
+
+
+def test_bad_teacher_settings_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="no teacher"):
+        distill.make_loss_fn(DistillSection(enabled=True), 1024, "cpu")
+    with pytest.raises(UserError, match=r"no config\.json"):
+        distill.make_loss_fn(DistillSection(enabled=True, teacher=str(tmp_path)), 1024, "cpu")
+
+
+def test_pretraining_with_distillation_logs_ce_and_kl(teacher, tmp_path):
+    source, folder = teacher
+    run_dir = tmp_path / "student"
+    shutil.copytree(source, run_dir, ignore=shutil.ignore_patterns("pretrain"))
+    values = {
+        **TINY,
+        "pretrain.max_steps": 2,
+        "distill.enabled": True,
+        "distill.teacher": str(folder),
+        "distill.alpha": 0.5,
+    }
+    pretrain.run(load_config(run_dir=run_dir, values=values), run_dir)
+    rows = [r for r in metrics(run_dir) if "loss" in r]
+    assert rows and all("ce" in r and "kl" in r for r in rows)
+    for r in rows:  # the logged total is the mix of the logged parts
+        expected = 0.5 * r["ce"] + 0.5 * 2.0**2 * r["kl"]
+        assert r["loss"] == pytest.approx(expected, rel=1e-3)
