@@ -349,12 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="Hugging Face model folder")
-    p.add_argument("--prompt", dest="prompt_texts", action="append", metavar="TEXT")
-    p.add_argument("--prompts", dest="prompts_file", type=Path, metavar="FILE")
+    p.add_argument(
+        "--prompt", dest="prompt_texts", action="append", metavar="TEXT", help="(repeatable)"
+    )
+    p.add_argument(
+        "--prompts", dest="prompts_file", type=Path, metavar="FILE", help=".jsonl or .txt"
+    )
     p.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn")
     p.add_argument("--out", type=Path, metavar="FILE.jsonl", help="also write results here")
     _decoding_flags(p)
-    p.add_argument("--batch-size", type=int, help="prompts decoded together")
+    p.add_argument("--batch-size", type=int, metavar="B", help="prompts decoded together")
     p.set_defaults(
         func=_cmd_generate, flags={**DECODING_FLAGS, "batch_size": "generate.batch_size"}
     )
@@ -568,7 +572,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         save_config(cfg, args.run)
         return 0
     run_dir = args.run if args.run.is_dir() else None
-    models = cfg.eval.models or [eval_run.default_model(args.run)]
+    models = cfg.eval.models or eval_run.default_models(args.run)
     eval_run.evaluate(
         models,
         cfg.eval.tasks,

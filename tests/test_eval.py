@@ -12,7 +12,13 @@ from hanlm.errors import UserError
 from hanlm.evals import run as eval_run
 from hanlm.train import export, pretrain
 
-EVAL = {"eval.limit": 6, "eval.batch_size": 8, "eval.device": "cpu", "eval.distractors": 3}
+EVAL = {
+    "eval.tasks": ["demo_qa", "direction"],
+    "eval.limit": 6,
+    "eval.batch_size": 8,
+    "eval.device": "cpu",
+    "eval.distractors": 3,
+}
 
 
 @pytest.fixture(scope="module")

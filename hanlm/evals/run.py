@@ -1,8 +1,8 @@
 """`hanlm eval`: run tasks on one or more models and write results.json, samples.jsonl and
 results.md, every score split into full / clean / dirty when a decontamination report exists.
 
-Two ways in: the `eval` stage, `run(cfg, run_dir)`, evaluates a run's own model (its SFT export,
-else its pretraining export) into run_dir/eval/; `evaluate(...)` evaluates any model folders
+Two ways in: the `eval` stage, `run(cfg, run_dir)`, evaluates a run's own models (its
+pretraining and SFT exports, side by side) into run_dir/eval/; `evaluate(...)` evaluates any model folders
 into any output folder (the CLI's --model/--out mode).
 
 results.json: {"models": [...], "tasks": {task: {"benchmark", "source", "items"}},
@@ -216,10 +216,15 @@ def _in_run(run_dir: Path, model: str) -> Path:
     return path
 
 
-def default_model(run_dir: Path) -> Path:
-    for candidate in (run_dir / "sft" / "hf", run_dir / "pretrain" / "hf"):
-        if (candidate / "config.json").is_file():
-            return candidate
+def default_models(run_dir: Path) -> list[Path]:
+    """Every export the run has, side by side: the base model, then the chat model."""
+    found = [
+        candidate
+        for candidate in (run_dir / "pretrain" / "hf", run_dir / "sft" / "hf")
+        if (candidate / "config.json").is_file()
+    ]
+    if found:
+        return found
     raise UserError(
         f"no exported model in {run_dir} (looked for sft/hf and pretrain/hf)",
         fix=f"run `hanlm export --run {run_dir}` first, or give --model DIR",
@@ -243,7 +248,7 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
     """The eval stage: the run's model (or cfg.eval.models) on cfg.eval.tasks -> run_dir/eval/."""
     run_dir = Path(run_dir)
     out = run_dir / STAGE
-    models = [_in_run(run_dir, m) for m in cfg.eval.models] or [default_model(run_dir)]
+    models = [_in_run(run_dir, m) for m in cfg.eval.models] or default_models(run_dir)
     model_dirs = [resolve_model_dir(m) for m in models]
     report = cfg.eval.contamination or contamination_lib.default_report(run_dir)
     sources = []

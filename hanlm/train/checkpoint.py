@@ -176,6 +176,10 @@ def _writer(path: Path) -> FileSystemWriter:
     return cls(str(path), sync_files=True)
 
 
+# The async writer thread warns again, outside any catch_warnings block: filter it for good.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable")
+
+
 @contextlib.contextmanager
 def _single_process_ok():
     # DCP warns that it "assumes" a single process when there is no process group: we mean it.

@@ -32,3 +32,14 @@ class DemoQA(MultipleChoiceTask):
 
     def gold(self, f: dict) -> int:
         return int(bool(f["answer"]))
+
+    def evaluate(self, model, items, options) -> list[dict]:
+        # A small model often answers every item alike (accuracy at chance); the log-likelihood
+        # margin of the right answer still shows what it learned, and what it memorised from
+        # planted (dirty) items.
+        samples = super().evaluate(model, items, options)
+        for s in samples:
+            lls, gold = s["loglikelihoods"], s["gold"]
+            others = [ll for i, ll in enumerate(lls) if i != gold]
+            s["scores"]["gold_margin"] = lls[gold] - max(others)
+        return samples
