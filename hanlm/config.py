@@ -168,6 +168,9 @@ class GenerateSection(Section):
     """`hanlm generate` / `hanlm chat` and generation in evals: decoding defaults."""
 
     max_new_tokens: int = Field(128, ge=1, le=1 << 16, description="new tokens per answer at most")
+    min_new_tokens: int = Field(
+        0, ge=0, description="end tokens are barred before this many (fixed-length evals)"
+    )
     greedy: bool = Field(False, description="always take the likeliest token (no sampling)")
     temperature: float = Field(0.7, gt=0, le=10, description="sampling temperature")
     top_k: int = Field(50, ge=0, description="sample among the k likeliest tokens; 0 = all")
@@ -257,7 +260,8 @@ class EvalSection(Section):
     )
     models: list[str] = Field(
         default_factory=list,
-        description="model folders; empty = the run's sft/hf export, else pretrain/hf",
+        description="model folders (relative ones inside the run first, e.g. pretrain/hf); "
+        "empty = every export of the run: pretrain/hf and sft/hf",
     )
     contamination: str | None = Field(
         None, description="decontam items.jsonl; default: RUN/decontam/items.jsonl when present"

@@ -20,6 +20,9 @@ STAGES: dict[str, str] = {
     "shards": "hanlm.data.shards",
     "pretrain": "hanlm.train.pretrain",
     "export": "hanlm.train.export",
+    "sft": "hanlm.train.sft",
+    "eval": "hanlm.evals.run",
+    "report": "hanlm.report",
 }
 
 

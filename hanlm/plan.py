@@ -550,9 +550,7 @@ def step_profile(
 def run(cfg, run_dir: Path, *, force: bool = False) -> dict[str, Any]:
     """The pipeline's `plan` stage: the recipe's plan, written to DIR/plan.json."""
     from hanlm.console import info
-    from hanlm.io import atomic_write_json
-
-    from hanlm.io import fingerprint, read_json
+    from hanlm.io import atomic_write_json, fingerprint, read_json
     from hanlm.plan_report import print_plan
 
     setup = setup_from_config(cfg)

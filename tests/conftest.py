@@ -127,6 +127,8 @@ def demo_run(tmp_path_factory) -> Path:
             "tokenizer.vocab_size": 1024,
             "shards.workers": 2,
             "shards.val_fraction": 0.02,
+            # the demo recipe keeps contaminated documents (to measure them); tests check dropping
+            "decontam.action": "drop",
         }
     )
     run_pipeline(cfg, run_dir, until="shards")

@@ -391,7 +391,13 @@ def test_run_mode_on_a_text_corpus_writes_the_demo_benchmark_it_needs(tmp_path):
     (tmp_path / "in.txt").write_text(
         f"첫 문서입니다. 아무 관련 없는 글.\n\n{leaked}\n", encoding="utf-8"
     )
-    cfg = load_config(values={"corpus.inputs": [str(tmp_path / "in.txt")], "corpus.min_chars": 5})
+    cfg = load_config(
+        values={
+            "corpus.inputs": [str(tmp_path / "in.txt")],
+            "corpus.min_chars": 5,
+            "decontam.action": "drop",
+        }
+    )
     corpus_stage.run(cfg, tmp_path / "run")
     report = decontam.run(cfg, tmp_path / "run")  # the demo recipe's demo_qa=demo
     assert report["benchmarks"]["demo_qa"]["dirty"] == 1

@@ -7,7 +7,7 @@ import pytest
 from conftest import assert_user_error
 from hanlm.config import load_config
 from hanlm.data import shards, tokenizer
-from hanlm.data.corpus import iter_corpus
+from hanlm.data.corpus import iter_corpus, training_corpus_dir
 from hanlm.errors import UserError
 
 
@@ -26,7 +26,7 @@ def test_totals_equal_direct_encoding(demo_run):
     m = manifest(demo_run)
     eod = m["eod_id"]
     expected = {"train": [], "val": []}
-    for i, doc in enumerate(iter_corpus(demo_run / "corpus")):
+    for i, doc in enumerate(iter_corpus(training_corpus_dir(demo_run))):
         split = "val" if i == 0 or shards.is_val(doc["id"], 0, 0.02) else "train"
         expected[split].extend([*tok.encode(doc["text"]).ids, eod])
     for split in ("train", "val"):

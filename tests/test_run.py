@@ -1,0 +1,146 @@
+"""`hanlm run` end to end on a tiny recipe: killed in the middle of pretraining, it finishes on the
+next `hanlm run` without redoing the stages already complete, and writes a report card whose
+sections all carry measured numbers and whose plots are images."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hanlm.train import checkpoint
+
+# The whole pipeline in about a minute: the demo world at 0.3 MB, the tiny model, short SFT
+# and eval. Pretraining is long enough (in steps) to be killed half-way.
+TINY_RUN = {
+    "demo.size_mb": 0.3,
+    "corpus.part_chars": 40_000,
+    "corpus.near_dedup": "false",
+    "tokenizer.vocab_size": 1024,
+    "tokenizer.heldout_docs": 20,
+    "shards.workers": 1,
+    "shards.val_fraction": 0.02,
+    "preflight.storage_mb": 8,
+    "preflight.matmul_seconds": 0.1,
+    "preflight.data_seconds": 0.2,
+    "pretrain.preset": "tiny",
+    "pretrain.seq_len": 64,
+    "pretrain.micro_batch": 8,
+    "pretrain.global_batch_tokens": 512,
+    "pretrain.max_steps": 120,
+    "pretrain.warmup_steps": 5,
+    "pretrain.lr": 1e-2,
+    "pretrain.eval_every": 40,
+    "pretrain.eval_batches": 2,
+    "pretrain.log_every": 5,
+    "pretrain.checkpoint_every": 10,
+    "sft.seq_len": 128,
+    "sft.max_steps": 6,
+    "sft.warmup_steps": 1,
+    "sft.heldout": 4,
+    "sft.closure_max_tokens": 8,
+    "eval.limit": 12,
+    "eval.max_new_tokens": 8,
+}
+
+STAGE_FOLDERS = ("corpus", "decontam", "tokenizer", "shards")
+
+
+def _args(run_dir: Path) -> list[str]:
+    args = ["run", "--run", str(run_dir)]
+    for key, value in TINY_RUN.items():
+        args += ["--set", f"{key}={value}"]
+    return args
+
+
+def _start(run_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "hanlm", *_args(run_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: the kill takes its workers too
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def _wait_for_checkpoint(process: subprocess.Popen, root: Path, timeout: float = 240) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = checkpoint.latest(root) if root.is_dir() else None
+        if found is not None:
+            return found
+        if process.poll() is not None:
+            pytest.fail(f"hanlm run ended early ({process.returncode}): {process.stderr.read()}")
+        time.sleep(0.05)
+    process.kill()
+    pytest.fail("no pretraining checkpoint appeared")
+
+
+@pytest.fixture(scope="module")
+def interrupted_then_finished(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("full_run")
+    process = _start(run_dir)
+    first = _wait_for_checkpoint(process, run_dir / "pretrain" / "checkpoints")
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    markers = {name: (run_dir / name / "stage.json").stat().st_mtime_ns for name in STAGE_FOLDERS}
+    plan_written = (run_dir / "plan.json").stat().st_mtime_ns
+    killed_at = int(first.name.split("-")[1])
+
+    second = subprocess.run(
+        [sys.executable, "-m", "hanlm", *_args(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    return run_dir, markers, plan_written, killed_at, second.stderr
+
+
+def test_killed_run_finishes_without_redoing_complete_stages(interrupted_then_finished):
+    run_dir, markers, plan_written, killed_at, log = interrupted_then_finished
+    assert 0 < killed_at < TINY_RUN["pretrain.max_steps"]
+    for name, mtime in markers.items():
+        assert (run_dir / name / "stage.json").stat().st_mtime_ns == mtime, name
+        assert re.search(rf"{name}: .*(up to date|skipped|complete)", log), name
+    assert (run_dir / "plan.json").stat().st_mtime_ns == plan_written
+    # pretraining continued from the checkpoint the kill left, not from step 0
+    summary = (run_dir / "pretrain" / "summary.json").read_text()
+    assert f'"step": {TINY_RUN["pretrain.max_steps"]}' in summary
+    steps = [
+        int(line.split('"step": ')[1].split(",")[0])
+        for line in (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert steps.count(TINY_RUN["pretrain.log_every"]) == 1  # the first steps ran once
+
+
+def test_every_report_section_has_measured_numbers(interrupted_then_finished):
+    run_dir = interrupted_then_finished[0]
+    report = (run_dir / "report.md").read_text()
+    sections = re.split(r"^## ", report, flags=re.M)[1:]
+    assert len(sections) == 8
+    for section in sections:
+        assert "Not measured" not in section, section[:200]
+        assert re.search(r"\d", section.split("\n", 1)[1])
+    for title in ("Plan", "Preflight", "Corpus", "Pretraining", "Clean versus", "Chat answers",
+                  "both directions", "Repetition"):  # fmt: skip
+        assert title in report
+
+
+def test_plots_open_as_images(interrupted_then_finished):
+    import matplotlib.image
+
+    run_dir = interrupted_then_finished[0]
+    linked = re.findall(r"\]\((plots/[^)]+\.png)\)", (run_dir / "report.md").read_text())
+    assert len(linked) >= 7
+    for name in linked:
+        image = matplotlib.image.imread(run_dir / name)
+        assert image.shape[0] > 100 and image.shape[1] > 100
