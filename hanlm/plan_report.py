@@ -15,6 +15,10 @@ def _gib(n: float) -> str:
     return f"{n / GIB:,.2f} GiB"
 
 
+def _hours(h: float) -> str:
+    return f"{h:,.2f}" if h < 10 else f"{h:,.0f}"
+
+
 def _setup_line(plan: dict[str, Any]) -> str:
     s, m = plan["setup"], plan["model"]
     hardware = (
@@ -109,7 +113,7 @@ def _print_recommendation(rec: dict[str, Any] | None) -> None:
             str(row["micro_batch"]),
             f"{row['memory_gib']:.1f} GiB",
             f"{row['tokens_per_s']:,.0f}",
-            f"{row['gpu_hours']:,.0f}" if "gpu_hours" in row else "-",
+            _hours(row["gpu_hours"]) if "gpu_hours" in row else "-",
             f"{row['cost']:,.0f} USD" if "cost" in row else "-",
             style=style,
         )
@@ -125,7 +129,7 @@ def _print_options(plan: dict[str, Any]) -> None:
             f"{row['gpu']} ({row['name']})",
             f"{row['memory_gb']:g} GB",
             str(row.get("min_gpus", "more than 64")),
-            f"{row['gpu_hours']:,.0f}" if "gpu_hours" in row else "-",
+            _hours(row["gpu_hours"]) if "gpu_hours" in row else "-",
         )
     console.print(table)
     console.print(
