@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import os
 from pathlib import Path
@@ -32,6 +33,52 @@ def stage_module(name: str):
     return importlib.import_module(STAGES[name])
 
 
+# Under torchrun these stages use every rank; the others run on rank 0 while the rest wait.
+ALL_RANKS = frozenset({"preflight", "pretrain", "sft"})
+WAIT_LIMIT = datetime.timedelta(days=7)  # a corpus stage on a large crawl takes hours
+
+
+def _pipeline_store():
+    """The key-value store torchrun's agent keeps for this launch: fresh for every launch and
+    restart, so a waiting rank never mistakes an earlier run's signal for this one's."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true":
+        raise UserError(
+            "hanlm run with several processes needs torchrun's agent store",
+            fix="launch it with torchrun (e.g. torchrun --nproc_per_node 8 -m hanlm run "
+            "--run-dir DIR), or run the stages one by one",
+        )
+    from torch.distributed import PrefixStore, TCPStore
+
+    store = TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=WAIT_LIMIT,
+    )
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return PrefixStore(f"hanlm-pipeline/{restart}", store)
+
+
+def run_on_ranks(name: str, cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
+    """Run a stage: on every rank if it trains or checks hosts, else on rank 0 alone."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or name in ALL_RANKS:
+        return run_stage(name, cfg, run_dir, force=force)
+    store = _pipeline_store()
+    if os.environ.get("RANK", "0") == "0":
+        try:
+            result = run_stage(name, cfg, run_dir, force=force)
+        except BaseException as e:
+            store.set(name, f"failed: {e}")
+            raise
+        store.set(name, "done")
+        return result
+    store.wait([name])
+    status = store.get(name).decode()
+    if status != "done":
+        raise UserError(f"stage {name} failed on rank 0 ({status})", fix="see rank 0's output")
+    return {"stage": name, "ran_on_rank": 0}
+
+
 def run_stage(name: str, cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
     result = stage_module(name).run(cfg, Path(run_dir), force=force)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one writer
@@ -54,6 +101,7 @@ def run_pipeline(
         raise UserError(f"--from {from_stage} comes after --until {until}", fix="swap them")
     results = {}
     for i, name in enumerate(names[:stop]):
-        info(f"[bold]== {name}[/bold]")
-        results[name] = run_stage(name, cfg, run_dir, force=i >= start)
+        if os.environ.get("RANK", "0") == "0":
+            info(f"[bold]== {name}[/bold]")
+        results[name] = run_on_ranks(name, cfg, run_dir, force=i >= start)
     return results

@@ -473,6 +473,10 @@ def catalogue_overview(setup: Setup, s: Shapes) -> list[dict[str, Any]]:
     rows = []
     for key, gpu in CATALOGUE.items():
         row: dict[str, Any] = {"gpu": key, "name": gpu.name, "memory_gb": gpu.memory_gb}
+        if setup.precision == "fp8" and gpu.fp8_tflops is None:
+            row["note"] = "no FP8"
+            rows.append(row)
+            continue
         for n in (1, 2, 4, 8, 16, 32, 64):
             option = replace(
                 setup, gpu=key, gpus=n, hosts=1, parallel="single" if n == 1 else "fsdp"

@@ -88,7 +88,8 @@ def _print_time(plan: dict[str, Any]) -> None:
 def _print_recommendation(rec: dict[str, Any] | None) -> None:
     if rec is None:
         console.print(
-            "[red]no configuration of up to the given GPUs fits[/red]: add GPUs (FSDP shards the "
+            "[red]no configuration of 1, 2, 4, 8 or the given number of GPUs fits[/red]: add GPUs "
+            "(FSDP shards the "
             "model state), or choose a GPU with more memory"
         )
         return
@@ -128,7 +129,7 @@ def _print_options(plan: dict[str, Any]) -> None:
         table.add_row(
             f"{row['gpu']} ({row['name']})",
             f"{row['memory_gb']:g} GB",
-            str(row.get("min_gpus", "more than 64")),
+            row.get("note") or str(row.get("min_gpus", "more than 64")),
             _hours(row["gpu_hours"]) if "gpu_hours" in row else "-",
         )
     console.print(table)

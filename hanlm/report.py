@@ -274,7 +274,7 @@ def _training_section(run_dir: Path, plots: Path) -> str:
         sft = [(r["step"], r["loss"]) for r in sft_records if "loss" in r]
         if sft:
             path = report_plots.loss_curves(
-                {"SFT (init mean)": tuple(zip(*sft, strict=True))}, plots / "sft_loss.png"
+                {"SFT": tuple(zip(*sft, strict=True))}, plots / "sft_loss.png"
             )
             out.append(f"\n![SFT loss]({path.relative_to(run_dir)})\n")
     return "".join(out)
@@ -315,6 +315,8 @@ def _contamination_section(run_dir: Path, plots: Path) -> str:
                 row = [label, task, metric]
                 for split in ("full", "clean", "dirty"):
                     cell = splits.get(split, {}).get(metric)
+                    if cell and cell.get("value") is None:  # an empty split (e.g. no dirty item)
+                        cell = None
                     row.append(f"{cell['value']:.3f} (n={cell['n']})" if cell else "-")
                     if cell and metric == plotted:
                         groups.setdefault(f"{task}\n{label}", {})[split] = cell["value"]

@@ -144,3 +144,25 @@ def test_plots_open_as_images(interrupted_then_finished):
     for name in linked:
         image = matplotlib.image.imread(run_dir / name)
         assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_under_torchrun_data_stages_run_once_on_rank_0(tmp_path):
+    """Two ranks: the data stages run on rank 0 alone while rank 1 waits for them."""
+    run_dir = tmp_path / "run"
+    overrides = []
+    for key, value in TINY_RUN.items():
+        overrides += ["--set", f"{key}={value}"]
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "hanlm", "run", "--run-dir", str(run_dir), "--until", "shards", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert len(re.findall(r"^corpus: .* documents", log, flags=re.M)) == 1
+    assert len(re.findall(r"^shards: .* train tokens", log, flags=re.M)) == 1
+    assert "preflight: 2 rank(s)" in log  # preflight itself uses both ranks
+    assert (run_dir / "shards" / "manifest.json").is_file()

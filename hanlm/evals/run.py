@@ -257,6 +257,7 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
         sources.append(source or tasks_lib.get(name).default_source(run_dir))
     fp = fingerprint(
         cfg.eval.model_dump(mode="json"),
+        cfg.generate.model_dump(mode="json"),  # the repetition task's penalties
         cfg.run.seed,
         [_model_identity(d) for d in model_dirs],
         [_data_identity(s) for s in sources],

@@ -201,8 +201,14 @@ def _register() -> None:
 
         def evaluate(self, model, items, options: Options) -> list[dict]:
             decoding = dict(options.extra.get("generate", {}))
-            decoding.update(greedy=True, max_new_tokens=options.max_new_tokens)
-            decoding.setdefault("min_new_tokens", options.max_new_tokens)
+            # fixed-length continuations: the metrics compare like with like, and the model
+            # runs where the eval runs
+            decoding.update(
+                greedy=True,
+                max_new_tokens=options.max_new_tokens,
+                min_new_tokens=options.max_new_tokens,
+                device=str(model.device),
+            )
             penalties_off = {
                 **decoding,
                 "repetition_penalty": 1.0,
