@@ -324,8 +324,12 @@ def _contamination_section(run_dir: Path, plots: Path) -> str:
     if not rows:
         return "".join(out) + "_No scored task in this run's eval._\n"
     out.append(_table(["model", "task", "metric", "full", "clean", "dirty"], rows))
+    margin = plotted == "gold_margin"  # a log-likelihood difference: may be negative
     path = report_plots.grouped_bars(
-        groups, plots / "clean_vs_dirty.png", ylabel="accuracy", ylim=(0, 1)
+        groups,
+        plots / "clean_vs_dirty.png",
+        ylabel="log-likelihood margin of the right answer" if margin else plotted,
+        ylim=None if margin else (0, 1),
     )
     out.append(f"\n![clean vs dirty]({path.relative_to(run_dir)})\n")
     for model, tasks in results["results"].items():

@@ -85,6 +85,7 @@ def grouped_bars(
     ax.set_xticks([j + width * (len(bar_names) - 1) / 2 for j in range(len(group_names))])
     ax.set_xticklabels(group_names)
     ax.set_ylabel(ylabel)
+    ax.axhline(0, color="black", linewidth=0.6)
     if ylim:
         ax.set_ylim(*ylim)
     ax.legend(fontsize=8)
