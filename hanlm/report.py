@@ -27,6 +27,7 @@ FIELD_VOCAB = 65536
 FIELD_BOOLQ = (1025, 1404)
 FIELD_CLOSURE = {"none": (0, 50), "mean": (49, 50)}
 FIELD_DIRECTION = {"forward": -1.42, "reverse": -3.23}
+PLOTTED_REPETITION = ("seq_rep_2", "seq_rep_4", "rep_32")  # the table has them all
 
 
 def _read(path: Path) -> Any | None:
@@ -484,7 +485,7 @@ def _repetition_section(run_dir: Path, plots: Path) -> str:
             with_penalty = metrics.get(f"{key}/with", {}).get("value")
             change = None if without is None or with_penalty is None else with_penalty - without
             rows.append([_model_label(model), key, _fmt(without), _fmt(with_penalty), _fmt(change)])
-            if key.startswith(("seq_rep", "rep_")) and without is not None:
+            if key in PLOTTED_REPETITION and without is not None:
                 groups[f"{key}\n{_model_label(model)}"] = {
                     "without penalty": without,
                     "with penalty": with_penalty,

@@ -73,7 +73,7 @@ def grouped_bars(
     groups: dict[str, dict[str, float]], path: Path, *, ylabel: str, ylim=None
 ) -> Path:
     """groups: {group: {bar: value}}, bars side by side within each group."""
-    fig, ax = plt.subplots(figsize=(7, 3.4))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.3 * len(groups)), 3.6))
     group_names = list(groups)
     bar_names = sorted({b for g in groups.values() for b in g}, key=_bar_order)
     width = 0.8 / max(1, len(bar_names))
