@@ -83,6 +83,24 @@ class Setup:
         return self.gpus * self.hosts
 
 
+# The field report's setup: a 1.35B model with a 65,536-token vocabulary, 2,048-token sequences,
+# bf16 with AdamW, on one RTX 5090; 22B tokens at 40% MFU and 0.40 USD per GPU-hour. The report
+# card and the tests compare it with 8 GPUs under FSDP.
+FIELD_REPORT = Setup(
+    model="1.3b",
+    vocab_size=65536,
+    seq_len=2048,
+    micro_batch=2,
+    gpu="rtx5090",
+    precision="bf16",
+    parallel="single",
+    tokens=22e9,
+    global_batch_tokens=1 << 20,
+    price_per_gpu_hour=0.40,
+    mfu=0.40,
+)
+
+
 # --- the model's shapes -------------------------------------------------------------------------
 
 

@@ -22,8 +22,6 @@ STAGE = "report"
 GIB = 1 << 30
 
 # The field report's own figures, quoted beside ours.
-FIELD_MODEL = "1.3b"
-FIELD_VOCAB = 65536
 FIELD_BOOLQ = (1025, 1404)
 FIELD_CLOSURE = {"none": (0, 50), "mean": (49, 50)}
 FIELD_DIRECTION = {"forward": -1.42, "reverse": -3.23}
@@ -76,20 +74,8 @@ def _plan_section(run_dir: Path, plots: Path) -> str:
         "RTX 5090 (32 GB) cannot train it; 8 of them trained ~22B tokens in about 590 GPU-hours, "
         "~240 USD at 0.40 USD per GPU-hour.\n\n"
     )
-    field = plan_lib.Setup(
-        model=FIELD_MODEL,
-        vocab_size=FIELD_VOCAB,
-        seq_len=2048,
-        micro_batch=2,
-        gpu="rtx5090",
-        precision="bf16",
-        parallel="single",
-        tokens=22e9,
-        global_batch_tokens=1 << 20,
-        price_per_gpu_hour=0.40,
-        mfu=0.40,
-    )
-    shapes = plan_lib.model_shapes(FIELD_MODEL, vocab_size=FIELD_VOCAB, seq_len=2048)
+    field = plan_lib.FIELD_REPORT
+    shapes = plan_lib.model_shapes(field.model, vocab_size=field.vocab_size, seq_len=field.seq_len)
     one = plan_lib.memory(field, shapes)
     eight_setup = replace(field, gpus=8, parallel="fsdp")
     eight = plan_lib.memory(eight_setup, shapes)

@@ -18,21 +18,7 @@ from hanlm.train.optim import adamw
 
 GIB = 1 << 30
 
-# The field report: a 1.35B model with a 65,536-token vocabulary, 2,048-token sequences,
-# 22B tokens on 8 RTX 5090s at 40% bf16 MFU, 0.40 USD per GPU-hour.
-FIELD = plan.Setup(
-    model="1.3b",
-    vocab_size=65536,
-    seq_len=2048,
-    micro_batch=2,
-    gpu="rtx5090",
-    precision="bf16",
-    parallel="single",
-    tokens=22e9,
-    global_batch_tokens=1 << 20,
-    price_per_gpu_hour=0.40,
-    mfu=0.40,
-)
+FIELD = plan.FIELD_REPORT
 
 
 @pytest.fixture(scope="module")
