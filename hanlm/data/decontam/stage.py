@@ -405,14 +405,7 @@ def run(
     from hanlm.data.corpus import corpus_parts
 
     files = corpus_parts(corpus_dir)
-    work = run_dir / PARTIAL
-    index, index_path = _prepare_index(cfg, benchmarks, work)
-    result = _scan_files(cfg, index, index_path, files, shard)
-    if shard is not None:
-        return _save_partial(work, result, shard, fp)
-    report = _finish(out, index, result, cfg, fp, corpus_dir=corpus_dir, meta={"mode": "run"})
-    shutil.rmtree(work, ignore_errors=True)
-    return report
+    return _scan(cfg, benchmarks, files, run_dir / PARTIAL, out, fp, shard, corpus_dir, "run")
 
 
 def standalone(
@@ -433,12 +426,16 @@ def standalone(
     if shard is None and not force and stage_fingerprint(out) == fp:
         info(f"decontam: up to date in {out}, skipped")
         return read_json(out / "report.json")
-    work = out_dir / PARTIAL
+    return _scan(cfg, benchmarks, files, out_dir / PARTIAL, out, fp, shard, None, "standalone")
+
+
+def _scan(cfg, benchmarks, files, work: Path, out: Path, fp: str, shard, corpus_dir, mode: str):
+    """Index, scan, then either save this shard's partial result or finish the reports."""
     index, index_path = _prepare_index(cfg, benchmarks, work)
     result = _scan_files(cfg, index, index_path, files, shard)
     if shard is not None:
         return _save_partial(work, result, shard, fp)
-    report = _finish(out, index, result, cfg, fp, corpus_dir=None, meta={"mode": "standalone"})
+    report = _finish(out, index, result, cfg, fp, corpus_dir=corpus_dir, meta={"mode": mode})
     shutil.rmtree(work, ignore_errors=True)
     return report
 
