@@ -56,7 +56,8 @@ def test_kobest_field_values(shared_data):
     assert hella[0].item_id == "0"  # no ID column: row index
     assert len(hella[0].fields["endings"]) == 4 and hella[0].fields["label"] in range(4)
     wic = readers.read("kobest_wic", shared_data / "kobest/WiC/dev.tsv")
-    assert wic[0].fields["word"] == "실정" and "[" not in wic[0].fields["context_1"]
+    assert wic[0].fields["word"] == "실정" and "[실정]" in wic[0].fields["context_1"]
+    assert "[" not in wic[0].overlap_text and wic[0].parts[0].startswith("백제는")
     boolq = readers.read("kobest_boolq", shared_data / "kobest/BoolQ/dev.tsv")
     assert {i.fields["label"] for i in boolq} == {0, 1}
     train = readers.read("kobest_sentineg", shared_data / "kobest/SentiNeg/train.tsv")

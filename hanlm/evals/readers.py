@@ -9,7 +9,11 @@ JSONL; the demo world's yes/no benchmark; any JSONL with a named text field.
 excluded), so the same file always gives the same ids. `overlap_text` is what would appear in
 training text if the item leaked: its passage, question and answer text (labels such as a COPA
 choice number are turned into the text they stand for; bare yes/no labels of BoolQ, SentiNeg and
-WiC are not text and are left out).
+WiC are not text and are left out). `parts` are the same texts one distinguishing field each
+(COPA premise and right alternative, BoolQ passage and question, ...): decontamination looks for
+each on its own, so an item written into a document in another order or with a connective
+between its parts is still found. Both are natural text: WiC's [target] brackets, which the
+scored prompt keeps, are not in them.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Item:
     item_id: str
     fields: dict[str, Any]
     overlap_text: str
+    parts: tuple[str, ...] = ()
 
 
 BENCHMARKS: tuple[str, ...] = (
@@ -257,7 +262,7 @@ def _join(*parts: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# One function per benchmark: row -> (fields, overlap_text)
+# One function per benchmark: row -> (fields, parts)
 
 
 def _boolq(r: _Row) -> tuple[dict, str]:
@@ -267,7 +272,7 @@ def _boolq(r: _Row) -> tuple[dict, str]:
         "question": question,
         "label": int(r.boolean("label", "Answer")),
     }
-    return fields, _join(paragraph, question)
+    return fields, (paragraph, question)
 
 
 def _copa(r: _Row) -> tuple[dict, str]:
@@ -286,36 +291,36 @@ def _copa(r: _Row) -> tuple[dict, str]:
         "alternative_2": alternatives[1],
         "label": label,
     }
-    return fields, _join(premise, alternatives[label])
+    return fields, (premise, alternatives[label])
 
 
 def _hellaswag(r: _Row) -> tuple[dict, str]:
     context = r.text("context")
     endings = [r.text(f"ending_{i}", f"choice{i}") for i in range(1, 5)]
     label = r.integer("label", allowed=range(4))
-    return {"context": context, "endings": endings, "label": label}, _join(context, endings[label])
+    return {"context": context, "endings": endings, "label": label}, (context, endings[label])
 
 
 def _sentineg(r: _Row) -> tuple[dict, str]:
     sentence = r.text("sentence", "Text")
-    return {"sentence": sentence, "label": r.integer("label", allowed=range(2))}, sentence
+    return {"sentence": sentence, "label": r.integer("label", allowed=range(2))}, (sentence,)
 
 
 _BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 
 
 def _wic(r: _Row) -> tuple[dict, str]:
+    # Both layouts mark the target word as [word]; lm-evaluation-harness scores the sentences
+    # with the brackets, so the fields keep them. Training text would not have them.
     word = r.text("word", "Target")
     first, second = r.text("context_1", "SENTENCE1"), r.text("context_2", "SENTENCE2")
-    if not r.has("context_1"):  # the TSV marks the target word as [word]; the HF layout does not
-        first, second = _BRACKETED.sub(r"\1", first), _BRACKETED.sub(r"\1", second)
     fields = {
         "word": word,
         "context_1": first,
         "context_2": second,
         "label": int(r.boolean("label", "ANSWER")),
     }
-    return fields, _join(first, second)
+    return fields, (_BRACKETED.sub(r"\1", first), _BRACKETED.sub(r"\1", second))
 
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -339,7 +344,7 @@ def _gsm8k(r: _Row) -> tuple[dict, str]:
                 r.bad("answer", answer, "a solution with a final number (or an answer_s field)")
             target = numbers[-1]
     target = target.replace(",", "")
-    return {"question": question, "answer": answer, "target": target}, _join(question, answer)
+    return {"question": question, "answer": answer, "target": target}, (question, answer)
 
 
 def _ifeval(r: _Row) -> tuple[dict, str]:
@@ -351,21 +356,28 @@ def _ifeval(r: _Row) -> tuple[dict, str]:
     if not isinstance(kwargs, list):
         r.bad("kwargs", kwargs, "a list of argument objects")
     fields = {"key": r.get("key"), "prompt": prompt, "instruction_id_list": ids, "kwargs": kwargs}
-    return fields, prompt
+    return fields, (prompt,)
 
 
 def _demo_qa(r: _Row) -> tuple[dict, str]:
-    from hanlm.data.demo import item_text
-
     fields = {
         "passage": r.text("passage"),
         "question": r.text("question"),
         "answer": r.boolean("answer"),
     }
-    return fields, item_text(fields)
+    # The answer word (예/아니오) is in the overlap text but distinguishes nothing alone.
+    return fields, (fields["passage"], fields["question"])
 
 
-_READERS: dict[str, Callable[[_Row], tuple[dict, str]]] = {
+def _overlap_text(benchmark: str, fields: dict, parts: tuple[str, ...]) -> str:
+    if benchmark == "demo_qa":
+        from hanlm.data.demo import item_text
+
+        return item_text(fields)  # what the demo world plants: passage, question and answer
+    return _join(*parts)
+
+
+_READERS: dict[str, Callable[[_Row], tuple[dict, tuple[str, ...]]]] = {
     "kobest_boolq": _boolq,
     "kobest_copa": _copa,
     "kobest_hellaswag": _hellaswag,
@@ -390,9 +402,10 @@ def read(benchmark: str, path: str | Path, *, text_field: str = "text") -> list[
         row = _Row(benchmark, where, raw)
         if benchmark == "jsonl":
             fields = {"text": row.text(text_field)}
-            overlap = fields["text"]
+            parts: tuple[str, ...] = (fields["text"],)
         else:
-            fields, overlap = _READERS[benchmark](row)
+            fields, parts = _READERS[benchmark](row)
+        overlap = _overlap_text(benchmark, fields, parts)
         item_id = row.item_id(index)
         if item_id in seen:
             raise UserError(
@@ -401,7 +414,7 @@ def read(benchmark: str, path: str | Path, *, text_field: str = "text") -> list[
                 fix="give every row a distinct ID (or drop the ID column to number rows)",
             )
         seen.add(item_id)
-        items.append(Item(benchmark, item_id, fields, overlap))
+        items.append(Item(benchmark, item_id, fields, overlap, tuple(p for p in parts if p)))
     if not items:
         raise UserError(
             f"{benchmark}: no items in {path}",
