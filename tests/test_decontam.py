@@ -93,14 +93,18 @@ def check_planted(out: Path, items: list, expected: dict) -> None:
     (bench,) = {i.benchmark for i in items}
     dirty = sum(s == "dirty" for s in expected.values())
     partial = sum(s == "partial" for s in expected.values())
-    assert report["benchmarks"][bench] == {
+    counts = report["benchmarks"][bench]
+    assert counts == {
         "items": len(items),
         "dirty": dirty,
         "partial": partial,
         "clean": len(items) - dirty - partial,
+        "found_whole": counts["found_whole"],
+        "found_only_by_parts": dirty + partial - counts["found_whole"],
     }
     md = (out / "decontam" / "report.md").read_text()
-    assert f"{bench}: {dirty:,} / {len(items):,} dirty ({partial:,} partial" in md
+    clean = len(items) - dirty - partial
+    assert f"| {bench} | {len(items):,} | {dirty:,} | {partial:,} | {clean:,} |" in md
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +142,7 @@ def test_planted_demo_items_found_in_every_style(demo_world, tmp_path):
 
 def test_same_topic_written_differently_is_clean(shared_data):
     items = readers.read("kobest_boolq", shared_data / "kobest/BoolQ/dev.tsv")
-    serbian = next(i for i in items if i.item_id == "2")
+    serbian = next(i for i in items if i.item_id == "1")  # the second row
     assert "세르비아" in serbian.fields["paragraph"]
     index = decontam.BenchmarkIndex.build([serbian])
     rewritten = (
@@ -202,14 +206,61 @@ def test_stride_scan_equals_every_window_scan(demo_world, monkeypatch):
     monkeypatch.setattr(index_module, "STRIDE", 1)  # hash every window
     assert index.check(texts) == strided
     assert sum(r["status"] != "clean" for r in strided) >= 10
-    # And against plain Python sets, for an item none of whose n-grams another item shares.
-    item = items[0]
-    grams = lambda s: {s[i : i + DEFAULT_NGRAM] for i in range(len(s) - DEFAULT_NGRAM + 1)}  # noqa: E731
-    mine = grams(normalise(item.overlap_text))
-    seen = set().union(*(grams(normalise(t)) for t in texts))
-    others = set().union(*(grams(normalise(i.overlap_text)) for i in items[1:]))
-    if not mine & others:
-        assert strided[0]["coverage"] == pytest.approx(len(mine & seen) / len(mine), abs=1e-4)
+    # And against plain Python, for items none of whose n-grams another item shares.
+    norm_texts = [normalise(t) for t in texts]
+    compared = 0
+    for k, item in enumerate(items[:15]):
+        mine = set().union(*(_grams(normalise(t)) for t in (item.overlap_text, *item.parts)))
+        others = set().union(
+            *(
+                _grams(normalise(t))
+                for i in items
+                if i is not item
+                for t in (i.overlap_text, *i.parts)
+            )
+        )
+        if not mine & others:
+            assert strided[k]["coverage"] == pytest.approx(
+                reference_coverage(item, norm_texts), abs=1e-4
+            )
+            compared += 1
+    assert compared >= 3
+
+
+def _grams(text: str, n: int = DEFAULT_NGRAM) -> set[str]:
+    return {text[i : i + n] for i in range(len(text) - n + 1)}
+
+
+def reference_coverage(item, norm_texts: list[str], n: int = DEFAULT_NGRAM) -> float:
+    """The coverage rule in plain Python: the share of characters found, of the whole text or
+    of the parts together (short parts by their stem, only in a text holding every part)."""
+    seen = set().union(*(_grams(t) for t in norm_texts))
+
+    def covered(target: str) -> int:
+        hit = [False] * len(target)
+        for i in range(len(target) - n + 1):
+            if target[i : i + n] in seen:
+                hit[i : i + n] = [True] * n
+        return sum(hit)
+
+    def stem(part: str) -> str:
+        drop = index_module.STEM_DROP
+        return part[:-drop] if len(part) - drop >= index_module.STEM_MIN else part
+
+    def present(part: str, text: str) -> bool:
+        return bool(_grams(part) & _grams(text)) if len(part) >= n else stem(part) in text
+
+    whole = normalise(item.overlap_text)
+    best = covered(whole) / len(whole)
+    parts = [normalise(p) for p in item.parts]
+    if len(parts) > 1:
+        together = [t for t in norm_texts if all(present(p, t) for p in parts)]
+        found = sum(
+            covered(p) if len(p) >= n else len(p) * any(stem(p) in t for t in together)
+            for p in parts
+        )
+        best = max(best, found / sum(map(len, parts)))
+    return best
 
 
 def test_index_save_load_check_and_matches(demo_world, tmp_path):

@@ -37,6 +37,7 @@ class Item:
     fields: dict[str, Any]
     overlap_text: str
     parts: tuple[str, ...] = ()
+    forms: tuple[str, ...] = ()  # other texts the item may leak as, each looked for whole
 
 
 BENCHMARKS: tuple[str, ...] = (

@@ -54,8 +54,11 @@ SAME_PASSAGE = 0.5  # items sharing this share of their n-grams are one passage,
 MAX_SHARING = 16  # an n-gram in more items than this is boilerplate whatever they are
 KEY_CHARS = 4  # characters in the cheap 32-bit key that finds anchor candidates
 SCAN_CHARS = 256_000  # characters hashed at once: the arrays of a batch stay in the CPU caches
-STRIDE = 8  # long items: windows hashed every STRIDE characters, neighbours of a hit checked
-FORMAT_VERSION = 1
+STRIDE = 4  # long entries: windows hashed every STRIDE characters, neighbours of a hit checked;
+# a copied stretch of n + STRIDE - 1 = 30 characters is always found (half of a short passage)
+STEM_DROP = 2  # a short part's final characters that may change form (its ending)
+STEM_MIN = 4  # ... as long as this much of it is left to look for
+FORMAT_VERSION = 2
 _BASE = np.uint64(0x9E3779B97F4A7C15)  # odd, so invertible modulo 2^64
 _BASE_INV = np.uint64(pow(0x9E3779B97F4A7C15, -1, 1 << 64))
 _MIX = np.uint64(0xBF58476D1CE4E5B9)
@@ -93,15 +96,31 @@ def normalise(text: str) -> str:
     return chars.tobytes().decode("utf-32-le")
 
 
+@functools.cache
+def _hard_table() -> np.ndarray:
+    """Code point -> 1 for a character matching ignores that also ends a segment: punctuation,
+    line breaks, tabs (everything ignored but spaces)."""
+    hard = (fold_table() == 0).astype(np.uint8)
+    for cp in range(0x3001):
+        if unicodedata.category(chr(cp)) == "Zs":
+            hard[cp] = 0
+    return hard
+
+
 def fold(text: str) -> tuple[np.ndarray, np.ndarray]:
     """Folded code points of an NFC text and a keep mask over its original characters."""
+    chars, keep, _ = _fold(text)
+    return chars, keep
+
+
+def _fold(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     table = fold_table()
     # The common case, no character beyond the BMP: a 256 KB table that stays in cache.
     bmp = len(cps) and cps.max() < 0x10000
     folded = table[:0x10000][cps] if bmp else table[cps]
     keep = folded != 0
-    return folded[keep], keep
+    return folded[keep], keep, cps
 
 
 @functools.lru_cache(maxsize=4)
@@ -147,15 +166,44 @@ def _hashes_at(q: np.ndarray, starts: np.ndarray, widths: np.ndarray) -> np.ndar
     return _mix(h)
 
 
-def fold_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Folded characters of several texts end to end, and where each starts (plus the end)."""
+@dataclass
+class Segments:
+    """Where the folded text of a batch had segment boundaries (punctuation, line breaks), read
+    lazily from the original characters: only a few places are ever asked about."""
+
+    keep: np.ndarray  # over the original characters
+    cps: np.ndarray  # the original code points
+
+    def bounded(self, starts: np.ndarray, ends: np.ndarray, doc_starts: np.ndarray,
+                doc_ends: np.ndarray) -> np.ndarray:  # fmt: skip
+        """Whether each folded span [start, end) is a whole segment: at a document edge or next
+        to a hard boundary on both sides (a space alone is none)."""
+        if not hasattr(self, "_orig"):
+            self._orig = np.flatnonzero(self.keep)
+            hard = _hard_table()[np.minimum(self.cps, 0xFFFF)]
+            self._hard = np.concatenate([[0], np.cumsum(hard, dtype=np.int64)])
+        orig, hard = self._orig, self._hard
+        first, last = orig[starts], orig[ends - 1]
+        before = np.ones(len(starts), dtype=bool)
+        inner = starts > doc_starts
+        before[inner] = hard[first[inner]] > hard[orig[starts[inner] - 1] + 1]
+        after = np.ones(len(starts), dtype=bool)
+        inner = ends < doc_ends
+        after[inner] = hard[orig[ends[inner]]] > hard[last[inner] + 1]
+        return before & after
+
+
+def fold_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, Segments]:
+    """Folded characters of several texts end to end, where each starts (plus the end), and
+    their segment boundaries."""
     # Checked text by text: is_normalized is several times slower on one long string.
     texts = [nfc(t) for t in texts]
-    chars, keep = fold("".join(texts))
+    chars, keep, cps = _fold("".join(texts))
     raw_ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
     # Kept characters before each document end = its raw end minus the removed ones before it.
     removed = np.flatnonzero(~keep)
-    return chars, np.concatenate([[0], raw_ends - np.searchsorted(removed, raw_ends)])
+    doc_starts = np.concatenate([[0], raw_ends - np.searchsorted(removed, raw_ends)])
+    return chars, doc_starts, Segments(keep, cps)
 
 
 def window_hashes(q: np.ndarray, n: int, starts: np.ndarray | None = None) -> np.ndarray:
@@ -182,7 +230,9 @@ def text_hashes(text: str, n: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Scanning a batch of documents
+# Items, their parts, and what a batch of documents held of them
+
+WHOLE, ALONE, WITH_OTHERS, FORM = 0, 1, 2, 3  # entry kinds: see BenchmarkIndex
 
 
 @dataclass
@@ -194,30 +244,63 @@ class BatchHits:
     positions: np.ndarray  # int64, start in the document's normalised text (first occurrence)
 
 
-class BenchmarkIndex:
-    """Hashed units of every benchmark item: its n-grams, or its whole text when shorter than n.
+@dataclass
+class Held:
+    """What a batch of documents held of the benchmark, part rules applied.
 
-    A unit is one distinct (length, hash); `unit_items` (CSR by `unit_ptr`) lists the items
-    having it, `item_units` (CSR by `item_ptr`) the units of each item. Coverage of an item =
-    the share of its units found. Some units carry an anchor, the hash of their first
-    `anchor_length` characters (one length for all), and are looked for at every position:
-    those of items shorter than n (the whole item), and those of items too short for the
-    strided scan to be exact (shorter than n + STRIDE - 1).
+    `pairs`: the (entry, unit) pairs found where they count (indices into the index's pair
+    table); `documents`, `items`, `counts`: per document and item it holds, how many pairs."""
+
+    pairs: np.ndarray
+    documents: np.ndarray
+    items: np.ndarray
+    counts: np.ndarray
+
+
+class BenchmarkIndex:
+    """Hashed units of every benchmark item, looked for as a whole and part by part.
+
+    Each item gives *entries*: its whole overlap text (kind WHOLE), and when it has several
+    distinguishing parts (COPA premise and right alternative, BoolQ passage and question, ...)
+    one entry per part. A part of n characters or more stands alone (ALONE: a copied n-gram is
+    evidence enough); a shorter part counts only in a document that holds every part of the
+    item (WITH_OTHERS), so a common short sentence alone never makes an item dirty, while the
+    item written out in its natural form (parts reordered, a connective or a line between them,
+    lm-eval's prompt around them) is found. An item may also bring other forms to look for as a
+    whole (FORM: the prompt lm-evaluation-harness scores, for a one-part item such as SentiNeg,
+    whose short text alone counts only as a whole segment, see `scan_folded`).
+
+    An entry's units are its n-grams, or, when it is shorter than n, the whole entry; a short
+    part is looked for by its stem, all but its last STEM_DROP characters, so that a sentence
+    whose final ending changes when it is joined to the next (시작되었다 -> 시작되어서,
+    시작되었기 때문이다) is still found. A unit is one distinct (length, hash); pairs tie
+    entries to units (`pair_entry`, `pair_unit`, by unit through `unit_ptr`/`unit_pairs`), and
+    `pos_pair` lists the pair at every position of every entry (CSR by `pos_ptr`; -1 where the
+    n-gram is template text, see `_not_boilerplate`) for character coverage.
+
+    Some units carry an anchor, the hash of their first `anchor_length` characters (one length
+    for all), and are looked for at every position: the short ones, and the n-grams of entries
+    too short for the strided scan to be exact (shorter than n + STRIDE - 1).
     """
 
-    def __init__(self, *, ngram, benchmarks, item_ids, lengths, unit_hashes, unit_lengths,
-                 unit_ptr, unit_items, item_ptr, item_units, anchor_length,
-                 anchor_units, anchor_hashes, anchor_keys):  # fmt: skip
+    def __init__(self, *, ngram, benchmarks, item_ids, entry_item, entry_kind, entry_length,
+                 unit_hashes, unit_lengths, unit_ptr, unit_pairs, pair_entry, pair_unit,
+                 pos_ptr, pos_pair, anchor_length, anchor_units, anchor_hashes,
+                 anchor_keys):  # fmt: skip
         self.ngram = int(ngram)
         self.benchmarks = list(benchmarks)
         self.item_ids = list(item_ids)
-        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.entry_item = np.asarray(entry_item, dtype=np.int64)
+        self.entry_kind = np.asarray(entry_kind, dtype=np.int8)
+        self.entry_length = np.asarray(entry_length, dtype=np.int64)  # normalised characters
         self.unit_hashes = np.asarray(unit_hashes, dtype=np.uint64)  # sorted
-        self.unit_lengths = np.asarray(unit_lengths, dtype=np.int64)  # n, or a short item's length
+        self.unit_lengths = np.asarray(unit_lengths, dtype=np.int64)  # n, or a short unit's
         self.unit_ptr = np.asarray(unit_ptr, dtype=np.int64)
-        self.unit_items = np.asarray(unit_items, dtype=np.int64)
-        self.item_ptr = np.asarray(item_ptr, dtype=np.int64)
-        self.item_units = np.asarray(item_units, dtype=np.int64)
+        self.unit_pairs = np.asarray(unit_pairs, dtype=np.int64)
+        self.pair_entry = np.asarray(pair_entry, dtype=np.int64)
+        self.pair_unit = np.asarray(pair_unit, dtype=np.int64)
+        self.pos_ptr = np.asarray(pos_ptr, dtype=np.int64)
+        self.pos_pair = np.asarray(pos_pair, dtype=np.int64)
         self.anchor_length = int(anchor_length)
         self.anchor_units = np.asarray(anchor_units, dtype=np.int64)
         self.anchor_hashes = np.asarray(anchor_hashes, dtype=np.uint64)  # per anchor unit
@@ -228,41 +311,74 @@ class BenchmarkIndex:
 
     @classmethod
     def build(cls, items: Sequence, *, ngram: int = DEFAULT_NGRAM) -> BenchmarkIndex:
-        """Hash every item's n-grams (or whole text, when shorter than `ngram`), all at once."""
+        """Hash every entry's n-grams (or whole text or stem, when shorter than `ngram`)."""
         if ngram < 2:
             raise UserError(f"decontam n-gram length must be at least 2, got {ngram}")
-        chars, doc_starts = fold_texts([item.overlap_text for item in items])
-        lengths = np.diff(doc_starts)
+        texts, entry_item, entry_kind = [], [], []
+        for i, item in enumerate(items):
+            texts.append(item.overlap_text)
+            entry_item.append(i)
+            entry_kind.append(WHOLE)
+            parts = getattr(item, "parts", ())
+            if len(parts) > 1:
+                texts.extend(parts)
+                entry_item.extend([i] * len(parts))
+                entry_kind.extend([ALONE] * len(parts))
+            forms = getattr(item, "forms", ())
+            texts.extend(forms)
+            entry_item.extend([i] * len(forms))
+            entry_kind.extend([FORM] * len(forms))
+        chars, text_starts, _ = fold_texts(texts)
+        lengths = np.diff(text_starts)
+        entry_item, entry_kind = np.array(entry_item), np.array(entry_kind, dtype=np.int8)
+        entry_kind[(entry_kind == ALONE) & (lengths < ngram)] = WITH_OTHERS
         q = prefix_sums(chars)
         long = np.flatnonzero(lengths >= ngram)
         short = np.flatnonzero((lengths > 0) & (lengths < ngram))
-        anchor_length = int(min(ANCHOR, lengths[short].min())) if len(short) else ANCHOR
-        starts = _grid(doc_starts[long], doc_starts[long + 1], ngram, 1)
+        short_widths = lengths[short].copy()
+        stem = (entry_kind[short] == WITH_OTHERS) & (short_widths - STEM_DROP >= STEM_MIN)
+        short_widths[stem] -= STEM_DROP
+        anchor_length = int(min(ANCHOR, short_widths.min())) if len(short) else ANCHOR
+        # Every (entry, position) row: n-grams of long entries, one unit of each short entry.
+        starts = np.concatenate([_grid(text_starts[long], text_starts[long + 1], ngram, 1),
+                                 text_starts[short]])  # fmt: skip
         owners = np.concatenate([np.repeat(long, np.maximum(0, lengths[long] - ngram + 1)), short])
-        widths = np.concatenate([np.full(len(starts), ngram), lengths[short]])
-        starts = np.concatenate([starts, doc_starts[short]])
+        widths = np.concatenate([np.full(len(starts) - len(short), ngram), short_widths])
+        rows = np.lexsort((starts, owners))  # entry by entry, positions in order
+        starts, owners, widths = starts[rows], owners[rows], widths[rows]
         hashes = _hashes_at(q, starts, widths)
         # Units: distinct (hash, width), numbered in hash order so lookups are one searchsorted.
         order = np.lexsort((widths, hashes))
-        hashes, widths, owners, starts = hashes[order], widths[order], owners[order], starts[order]
-        new_unit = np.ones(len(hashes), dtype=bool)
-        new_unit[1:] = (hashes[1:] != hashes[:-1]) | (widths[1:] != widths[:-1])
-        unit_of = np.cumsum(new_unit) - 1
-        unit_hashes, unit_lengths = hashes[new_unit], widths[new_unit]
-        first_start = starts[new_unit]
-        # Item -> units and unit -> items, each pair once.
-        pairs = np.unique(owners * max(len(unit_hashes), 1) + unit_of)
-        pair_items, pair_units = np.divmod(pairs, max(len(unit_hashes), 1))
-        keep = _not_boilerplate(pair_items, pair_units, len(items), len(unit_hashes))
-        pair_items, pair_units = pair_items[keep], pair_units[keep]
-        item_ptr = np.concatenate([[0], np.cumsum(np.bincount(pair_items, minlength=len(items)))])
-        by_unit = np.lexsort((pair_items, pair_units))
-        unit_counts = np.bincount(pair_units, minlength=len(unit_hashes))
-        # Units looked for at every position: whole short items, and the n-grams of items the
+        new_unit = np.ones(len(order), dtype=bool)
+        new_unit[1:] = (hashes[order][1:] != hashes[order][:-1]) | (
+            widths[order][1:] != widths[order][:-1]
+        )
+        unit_of = np.empty(len(order), dtype=np.int64)
+        unit_of[order] = np.cumsum(new_unit) - 1
+        unit_hashes, unit_lengths = hashes[order][new_unit], widths[order][new_unit]
+        first_start = starts[order][new_unit]
+        n_units = max(len(unit_hashes), 1)
+        # Entry <-> unit pairs, each once; template n-grams left out.
+        row_keys = owners * n_units + unit_of
+        pair_keys = np.unique(row_keys)
+        pair_entry, pair_unit = np.divmod(pair_keys, n_units)
+        keep = _specific_pairs(entry_item[pair_entry], pair_unit, unit_lengths == ngram,
+                               len(items), len(unit_hashes))  # fmt: skip
+        new_index = np.cumsum(keep) - 1
+        row_pair = np.searchsorted(pair_keys, row_keys)
+        pos_pair = np.where(keep[row_pair], new_index[row_pair], -1)
+        pos_ptr = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(texts)))])
+        pair_entry, pair_unit = pair_entry[keep], pair_unit[keep]
+        unit_pairs = np.argsort(pair_unit, kind="stable")
+        unit_ptr = np.concatenate(
+            [[0], np.cumsum(np.bincount(pair_unit, minlength=len(unit_hashes)))]
+        )
+        # Units looked for at every position: short ones, and the n-grams of entries the
         # strided scan could miss when copied alone into the middle of a document.
         medium = (lengths >= ngram) & (lengths < ngram + STRIDE - 1)
         anchored = unit_lengths < ngram
-        anchored[pair_units[medium[pair_items]]] = True
+        anchored[pair_unit[medium[pair_entry]]] = True
+        anchored &= np.bincount(pair_unit, minlength=len(unit_hashes)) > 0
         anchor_units = np.flatnonzero(anchored)
         anchor_hashes = _hashes_at(
             q, first_start[anchor_units], np.minimum(anchor_length, unit_lengths[anchor_units])
@@ -273,13 +389,17 @@ class BenchmarkIndex:
             ngram=ngram,
             benchmarks=[i.benchmark for i in items],
             item_ids=[i.item_id for i in items],
-            lengths=lengths,
+            entry_item=entry_item,
+            entry_kind=entry_kind,
+            entry_length=lengths,
             unit_hashes=unit_hashes,
             unit_lengths=unit_lengths,
-            unit_ptr=np.concatenate([[0], np.cumsum(unit_counts)]),
-            unit_items=pair_items[by_unit],
-            item_ptr=item_ptr,
-            item_units=pair_units,
+            unit_ptr=unit_ptr,
+            unit_pairs=unit_pairs,
+            pair_entry=pair_entry,
+            pair_unit=pair_unit,
+            pos_ptr=pos_ptr,
+            pos_pair=pos_pair,
             anchor_length=anchor_length,
             anchor_units=anchor_units,
             anchor_hashes=anchor_hashes,
@@ -287,8 +407,28 @@ class BenchmarkIndex:
         )
 
     def _prepare(self) -> None:
-        """Bit tables over the top hash bits: most windows are ruled out by one memory read."""
-        self.units_per_item = np.diff(self.item_ptr)
+        """Derived tables, and bit tables over the top hash bits (most windows are ruled out by
+        one memory read)."""
+        n_items = len(self.item_ids)
+        self.pairs_per_item = np.bincount(
+            self.entry_item[self.pair_entry], minlength=n_items
+        ).astype(np.int64)
+        # Parts an item needs in one document: those with anything left to find.
+        live = np.bincount(self.pair_entry, minlength=len(self.entry_item)) > 0
+        self._is_part = (self.entry_kind == ALONE) | (self.entry_kind == WITH_OTHERS)
+        self.parts_per_item = np.bincount(self.entry_item[self._is_part & live], minlength=n_items)
+        # Units that count only as a whole segment: the whole text of a short one-part item.
+        # (Shared with another entry, a unit is looked for by that entry's rule instead.)
+        alone = (self.entry_kind == WHOLE) & (self.entry_length < self.ngram)
+        parts = np.bincount(self.entry_item[self._is_part], minlength=n_items)
+        alone &= parts[self.entry_item] == 0
+        per_unit = np.bincount(self.pair_unit, minlength=len(self.unit_hashes))
+        self._segment_units = (
+            np.bincount(self.pair_unit, alone[self.pair_entry], minlength=len(self.unit_hashes))
+            == per_unit
+        ) & (per_unit > 0)
+        # Entry widths in characters covered per position: n, or the whole short entry.
+        self._entry_width = np.minimum(self.entry_length, self.ngram)
         full = self.unit_lengths == self.ngram
         self._full_hashes = self.unit_hashes[full]
         self._full_units = np.flatnonzero(full)
@@ -296,7 +436,6 @@ class BenchmarkIndex:
         order = np.argsort(self.anchor_hashes, kind="stable")
         self._anchor_sorted = self.anchor_hashes[order]
         self._anchor_units = self.anchor_units[order]
-        self._anchor_filter = _BitFilter(self.anchor_hashes)
         bits = int(min(24, max(10, np.ceil(np.log2(max(len(self.anchor_keys), 1) * 64)))))
         self._key_shift = np.uint32(32 - bits)
         self._key_table = np.zeros(1 << bits, dtype=np.uint8)
@@ -304,8 +443,9 @@ class BenchmarkIndex:
 
     # -- persistence ---------------------------------------------------------------------------
 
-    _ARRAYS = ("lengths", "unit_hashes", "unit_lengths", "unit_ptr", "unit_items", "item_ptr",
-               "item_units", "anchor_units", "anchor_hashes", "anchor_keys")  # fmt: skip
+    _ARRAYS = ("entry_item", "entry_kind", "entry_length", "unit_hashes", "unit_lengths",
+               "unit_ptr", "unit_pairs", "pair_entry", "pair_unit", "pos_ptr", "pos_pair",
+               "anchor_units", "anchor_hashes", "anchor_keys")  # fmt: skip
 
     def save(self, path: Path) -> None:
         """One .npz file (no pickles), written to a temporary name and renamed."""
@@ -346,8 +486,13 @@ class BenchmarkIndex:
 
     # -- scanning ------------------------------------------------------------------------------
 
-    def scan_folded(self, chars: np.ndarray, doc_starts: np.ndarray) -> BatchHits:
+    def scan_folded(self, chars: np.ndarray, doc_starts: np.ndarray,
+                    segments: Segments | None = None) -> BatchHits:  # fmt: skip
         """Hits in a batch of folded documents laid end to end (`doc_starts` ends with the end).
+
+        A short item of one part (a SentiNeg review, say) counts only as a whole segment, never
+        inside a longer sentence ("최고네요" is not found in "가성비 최고네요"); without
+        `segments`, only document edges bound it.
 
         Long items: windows are hashed only every STRIDE characters of each document; around
         every window found, its neighbours are checked too. Every copied stretch of at least
@@ -373,7 +518,16 @@ class BenchmarkIndex:
         if len(self.anchor_hashes) and len(chars) >= self.anchor_length:
             pos, units = self._scan_short(chars, q, len(chars))
             doc = np.searchsorted(doc_starts, pos, side="right") - 1
-            inside = pos + self.unit_lengths[units] <= ends[doc]
+            end = pos + self.unit_lengths[units]
+            inside = end <= ends[doc]
+            alone = self._segment_units[units] & inside
+            if alone.any():
+                if segments is None:
+                    ok = (pos[alone] == starts[doc[alone]]) & (end[alone] == ends[doc[alone]])
+                else:
+                    ok = segments.bounded(pos[alone], end[alone], starts[doc[alone]],
+                                          ends[doc[alone]])  # fmt: skip
+                inside[np.flatnonzero(alone)[~ok]] = False
             found_pos.append(pos[inside])
             found_units.append(units[inside])
         if not found_pos:
@@ -429,85 +583,157 @@ class BenchmarkIndex:
 
     def scan_texts(self, texts: Sequence[str]) -> tuple[BatchHits, np.ndarray]:
         """Hits in a batch of texts, and the folded length of each text."""
-        chars, doc_starts = fold_texts(texts)
-        return self.scan_folded(chars, doc_starts), np.diff(doc_starts)
+        chars, doc_starts, segments = fold_texts(texts)
+        return self.scan_folded(chars, doc_starts, segments), np.diff(doc_starts)
 
     # -- per-item results ------------------------------------------------------------------------
 
-    def doc_item_counts(self, hits: BatchHits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(document, item, distinct units of the item in the document) for every pair with hits."""
+    def resolve(self, hits: BatchHits) -> Held:
+        """Apply the part rules to a batch's hits: a short part counts only in a document that
+        holds every part of its item."""
         counts = self.unit_ptr[hits.units + 1] - self.unit_ptr[hits.units]
         docs = np.repeat(hits.documents, counts)
         offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        items = self.unit_items[np.repeat(self.unit_ptr[hits.units], counts) + offsets]
-        keys = docs * len(self.item_ids) + items
-        pairs, n = np.unique(keys, return_counts=True)
-        return pairs // len(self.item_ids), pairs % len(self.item_ids), n
+        pairs = self.unit_pairs[np.repeat(self.unit_ptr[hits.units], counts) + offsets]
+        entries = self.pair_entry[pairs]
+        items = self.entry_item[entries]
+        n_items = max(len(self.item_ids), 1)
+        doc_item = docs * n_items + items
+        needs_others = self.entry_kind[entries] == WITH_OTHERS
+        if needs_others.any():
+            # Documents holding every part of an item: distinct (document, part entry) hits,
+            # counted per (document, item).
+            part = self._is_part[entries]
+            held = np.unique(docs[part] * len(self.entry_item) + entries[part])
+            held_doc, held_entry = np.divmod(held, len(self.entry_item))
+            keys, parts = np.unique(
+                held_doc * n_items + self.entry_item[held_entry], return_counts=True
+            )
+            complete = keys[parts == self.parts_per_item[keys % n_items]]
+            ok = ~needs_others | np.isin(doc_item, complete)
+            pairs, doc_item = pairs[ok], doc_item[ok]
+        keys, counts = np.unique(doc_item, return_counts=True)
+        return Held(np.unique(pairs), keys // n_items, keys % n_items, counts)
 
-    def coverage(self, found: np.ndarray) -> np.ndarray:
-        """Per item: share of its units in `found` (a boolean array over units)."""
-        present = np.zeros(len(self.item_ids), dtype=np.int64)
-        owners = np.repeat(np.arange(len(self.item_ids)), self.units_per_item)
-        np.add.at(present, owners, found[self.item_units].astype(np.int64))
-        return present / np.maximum(self.units_per_item, 1)
+    def item_coverage(self, pair_found: np.ndarray, items: np.ndarray | None = None):
+        """Per item (all, or `items`): the share of its characters found, as the best of its
+        whole text (or another form) and its parts together, and the whole text's share alone.
+
+        A found n-gram covers its n characters, a found short unit its whole entry; characters
+        covered only by template n-grams (`pos_pair` -1) count on neither side of the share."""
+        if items is None:
+            entries = np.arange(len(self.entry_item))
+        else:
+            entries = np.flatnonzero(np.isin(self.entry_item, items))
+        covered, coverable = self._entry_cover(entries, pair_found)
+        n_items = len(self.item_ids)
+        owner = self.entry_item[entries]
+        part = self._is_part[entries]
+        whole_cov = np.zeros(n_items)  # the best of the whole text and its other forms
+        np.maximum.at(whole_cov, owner[~part], covered[~part] / np.maximum(coverable[~part], 1))
+        part_cov = np.bincount(owner[part], covered[part], minlength=n_items) / np.maximum(
+            np.bincount(owner[part], coverable[part], minlength=n_items), 1
+        )
+        best = np.maximum(whole_cov, part_cov)
+        if items is not None:
+            return best[items], whole_cov[items]
+        return best, whole_cov
+
+    def _entry_cover(self, entries: np.ndarray, pair_found: np.ndarray):
+        """(characters covered by found units, characters any unit covers) of each entry."""
+        counts = self.pos_ptr[entries + 1] - self.pos_ptr[entries]
+        local = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        rows = np.repeat(self.pos_ptr[entries], counts) + local
+        owner = np.repeat(np.arange(len(entries)), counts)
+        width = self._entry_width[entries][owner]
+        pair = self.pos_pair[rows]
+        kept = pair >= 0
+        found = kept & pair_found[np.maximum(pair, 0)]
+
+        def union(mask):
+            # Equal-width windows at increasing starts: each adds the gap to the next, at most
+            # its width.
+            o, s, w = owner[mask], local[mask], width[mask]
+            nxt = np.empty_like(s)
+            nxt[:-1], nxt[-1:] = s[1:], -1
+            same = np.zeros(len(o), dtype=bool)
+            same[:-1] = o[1:] == o[:-1]
+            add = np.where(same, np.minimum(nxt - s, w), w)
+            return np.bincount(o, add, minlength=len(entries))
+
+        return union(found), union(kept)
 
     def status(self, coverage: float, *, dirty: float = 0.8, clean: float = 0.2) -> str:
         return "dirty" if coverage >= dirty else "clean" if coverage < clean else "partial"
 
     def check(self, texts: Iterable[str], *, dirty: float = 0.8, clean: float = 0.2,
               batch_chars: int = SCAN_CHARS) -> list[dict]:  # fmt: skip
-        """Per item: coverage over all `texts`, status, and the indices of texts containing it
-        (most of the item first)."""
-        found = np.zeros(len(self.unit_hashes), dtype=bool)
+        """Per item: coverage over all `texts`, status, how it was found (`whole` text or only
+        by `parts`), and the indices of texts holding it (most of the item first)."""
+        found = np.zeros(len(self.pair_entry), dtype=bool)
         per_item: dict[int, list[tuple[float, int]]] = {}
         for offset, batch in batches(texts, batch_chars):
             hits, _ = self.scan_texts(batch)
-            found[hits.units] = True
-            for doc, item, count in zip(*self.doc_item_counts(hits), strict=True):
-                share = count / max(self.units_per_item[item], 1)
+            held = self.resolve(hits)
+            found[held.pairs] = True
+            for doc, item, count in zip(held.documents, held.items, held.counts, strict=True):
+                share = count / max(self.pairs_per_item[item], 1)
                 per_item.setdefault(int(item), []).append((-share, offset + int(doc)))
-        cov = self.coverage(found)
+        cov, whole = self.item_coverage(found)
         out = []
         for i in range(len(self.item_ids)):
             docs = [d for _, d in sorted(per_item.get(i, []))]
+            status = self.status(cov[i], dirty=dirty, clean=clean)
             out.append(
                 {
                     "benchmark": self.benchmarks[i],
                     "item_id": self.item_ids[i],
                     "coverage": round(float(cov[i]), 4),
-                    "status": self.status(cov[i], dirty=dirty, clean=clean),
+                    "status": status,
+                    "found_by": self.found_by(status, whole[i], dirty=dirty, clean=clean),
                     "documents": docs,
                 }
             )
         return out
 
+    def found_by(self, status: str, whole_coverage: float, **thresholds) -> str | None:
+        """`whole` when the item's text as one string gives its status, `parts` when only its
+        parts found in one document do, None for a clean item."""
+        if status == "clean":
+            return None
+        return "whole" if self.status(whole_coverage, **thresholds) == status else "parts"
+
     def matches(self, text: str, *, min_coverage: float) -> list[dict]:
-        """Items of which this one text holds at least `min_coverage` of the units."""
+        """Items of which this one text holds at least `min_coverage` of the characters."""
         hits, _ = self.scan_texts([text])
-        out = []
-        for _, item, count in zip(*self.doc_item_counts(hits), strict=True):
-            share = count / max(self.units_per_item[item], 1)
-            if share >= min_coverage and share > 0:
-                out.append(
-                    {
-                        "benchmark": self.benchmarks[item],
-                        "item_id": self.item_ids[item],
-                        "coverage": round(float(share), 4),
-                    }
-                )
+        held = self.resolve(hits)
+        if not len(held.items):
+            return []
+        found = np.zeros(len(self.pair_entry), dtype=bool)
+        found[held.pairs] = True
+        cov, _ = self.item_coverage(found, held.items)
+        out = [
+            {
+                "benchmark": self.benchmarks[item],
+                "item_id": self.item_ids[item],
+                "coverage": round(float(share), 4),
+            }
+            for item, share in zip(held.items.tolist(), cov.tolist(), strict=True)
+            if share >= min_coverage and share > 0
+        ]
         return sorted(out, key=lambda m: -m["coverage"])
 
     def spans(self, text: str, items: set[int]) -> list[tuple[int, int]]:
         """Character spans of `text` (original positions) covered by units of `items`."""
         text = nfc(text)
-        chars, keep = fold(text)
-        hits = self.scan_folded(chars, np.array([0, len(chars)]))
+        chars, keep, cps = _fold(text)
+        hits = self.scan_folded(chars, np.array([0, len(chars)]), Segments(keep, cps))
         if not len(hits.units):
             return []
-        counts = self.unit_ptr[hits.units + 1] - self.unit_ptr[hits.units]
+        wanted_items = np.fromiter(items, dtype=np.int64, count=len(items))
         wanted = np.array(
-            [bool(items & set(self.unit_items[self.unit_ptr[u] : self.unit_ptr[u] + c].tolist()))
-             for u, c in zip(hits.units, counts, strict=True)], dtype=bool)  # fmt: skip
+            [np.isin(self.entry_item[self.pair_entry[self.unit_pairs[self.unit_ptr[u]:self.unit_ptr[u + 1]]]],
+                     wanted_items).any() for u in hits.units.tolist()], dtype=bool)  # fmt: skip
         original = np.flatnonzero(keep)
         spans = []
         for pos, unit in zip(hits.positions[wanted], hits.units[wanted], strict=True):
@@ -528,6 +754,22 @@ def _occurrences(chars: np.ndarray, pos: int, length: int) -> list[tuple[int, in
             out.append((found // 4, found // 4 + length))
         start = found + 4
     return out
+
+
+def _specific_pairs(pair_items, pair_units, is_ngram, n_items: int, n_units: int) -> np.ndarray:
+    """Which (entry, unit) pairs count: `_not_boilerplate` decided per item over the n-gram
+    units of all its entries (a short unit is a whole part or stem: it is never template text,
+    and a short part counts only beside the item's other parts anyway)."""
+    keep = np.ones(len(pair_items), dtype=bool)
+    ngram = is_ngram[pair_units]
+    if not ngram.any():
+        return keep
+    keys = np.unique(pair_items[ngram] * n_units + pair_units[ngram])
+    items, units = np.divmod(keys, n_units)
+    specific = _not_boilerplate(items, units, n_items, n_units)
+    where = np.searchsorted(keys, pair_items[ngram] * n_units + pair_units[ngram])
+    keep[ngram] = specific[where]
+    return keep
 
 
 def _not_boilerplate(pair_items, pair_units, n_items: int, n_units: int) -> np.ndarray:

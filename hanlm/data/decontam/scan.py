@@ -171,7 +171,8 @@ def _record_text(raw: bytes, kind: str) -> tuple[str | None, str | None]:
 
 
 def scan_job(job: Job, index: BenchmarkIndex | None = None, text_field: str | None = None) -> dict:
-    """Hits of one batch: {source, records, ids, doc, item, count, units, documents, chars, bytes, skipped}."""
+    """Hits of one batch: {source, records, ids, doc, item, count, pairs, documents, chars,
+    bytes, skipped}; `pairs` are the index's (entry, unit) pairs found where they count."""
     global _text_field
     index = index or _index
     if text_field is not None:
@@ -186,12 +187,12 @@ def scan_job(job: Job, index: BenchmarkIndex | None = None, text_field: str | No
         ids.append(doc_id)
         texts.append(text)
         records.append(record)
-    parts, units = [], []
+    parts, pairs = [], []
     for offset, batch in batches(texts):
         hits, _ = index.scan_texts(batch)
-        docs, items, counts = index.doc_item_counts(hits)
-        parts.append((docs + offset, items, counts))
-        units.append(hits.units)
+        held = index.resolve(hits)
+        parts.append((held.documents + offset, held.items, held.counts))
+        pairs.append(held.pairs)
     docs, items, counts = (
         np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64) for k in range(3)
     )
@@ -203,7 +204,7 @@ def scan_job(job: Job, index: BenchmarkIndex | None = None, text_field: str | No
         "doc": np.searchsorted(hit_docs, docs),  # index into records/ids above
         "item": items,
         "count": counts,
-        "units": np.unique(np.concatenate(units)) if units else np.zeros(0, np.int64),
+        "pairs": np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64),
         "documents": len(texts),
         "chars": sum(map(len, texts)),
         "bytes": sum(map(len, job.raw)),
@@ -217,11 +218,11 @@ def scan_job(job: Job, index: BenchmarkIndex | None = None, text_field: str | No
 
 @dataclass
 class ScanResult:
-    """Units found anywhere, and for every document with hits: its source, record, id and the
-    number of distinct units of each item it holds."""
+    """The index's (entry, unit) pairs found where they count, and for every document with
+    hits: its source, record, id and the number of such pairs of each item it holds."""
 
-    n_units: int
-    found: np.ndarray = None  # bool per unit
+    n_pairs: int
+    found: np.ndarray = None  # bool per (entry, unit) pair
     sources: list[str] = field(default_factory=list)
     doc_source: list[np.ndarray] = field(default_factory=list)
     doc_record: list[np.ndarray] = field(default_factory=list)
@@ -234,14 +235,14 @@ class ScanResult:
 
     def __post_init__(self):
         if self.found is None:
-            self.found = np.zeros(self.n_units, dtype=bool)
+            self.found = np.zeros(self.n_pairs, dtype=bool)
 
     @property
     def n_docs(self) -> int:
         return len(self.doc_ids)
 
     def add(self, part: dict) -> None:
-        self.found[part["units"]] = True
+        self.found[part["pairs"]] = True
         offset = self.n_docs
         self.doc_source.append(np.full(len(part["records"]), part["source"], dtype=np.int64))
         self.doc_record.append(np.asarray(part["records"], dtype=np.int64))
@@ -334,7 +335,7 @@ def scan(
     on_batch=None,
 ) -> ScanResult:
     """Scan `files` (or a shard of them) with `workers` processes (1: in this process)."""
-    result = ScanResult(len(index.unit_hashes), sources=[str(f) for f in files])
+    result = ScanResult(len(index.pair_entry), sources=[str(f) for f in files])
     started = time.perf_counter()
     jobs = iter_jobs(files, batch_bytes, shard)
     # Starting processes costs seconds: not worth it for less than a batch per worker.

@@ -74,9 +74,12 @@ def benchmark_specs(specs: list[str], run_dir: Path | None) -> list[tuple[str, P
 
 
 def load_items(benchmarks: list[tuple[str, Path]], text_field: str) -> list[readers.Item]:
+    """Every benchmark item, with the prompt lm-eval scores as a form to look for too."""
+    from hanlm.evals.tasks import with_prompt_form
+
     items: list[readers.Item] = []
     for task, path in benchmarks:
-        items.extend(readers.read(task, path, text_field=text_field))
+        items.extend(with_prompt_form(i) for i in readers.read(task, path, text_field=text_field))
     return items
 
 
@@ -93,15 +96,19 @@ def _file_key(path: Path) -> list:
 class Outcome:
     coverage: np.ndarray  # per item
     status: list[str]
+    found_by: list[str | None]  # per item: "whole", "parts" or None (clean)
     item_docs: list[list[int]]  # per item: documents (indices into the scan) holding it, best first
     flagged: dict[int, set[int]]  # document -> non-clean items it holds part of
 
 
 def decide(index: BenchmarkIndex, result: ScanResult, dirty: float, clean: float) -> Outcome:
-    coverage = index.coverage(result.found)
+    coverage, whole = index.item_coverage(result.found)
     status = [index.status(c, dirty=dirty, clean=clean) for c in coverage]
+    found_by = [
+        index.found_by(s, w, dirty=dirty, clean=clean) for s, w in zip(status, whole, strict=True)
+    ]
     a = result.arrays()
-    share = a["pair_count"] / np.maximum(index.units_per_item[a["pair_item"]], 1)
+    share = a["pair_count"] / np.maximum(index.pairs_per_item[a["pair_item"]], 1)
     order = np.lexsort((a["pair_doc"], -share, a["pair_item"]))
     item_docs: list[list[int]] = [[] for _ in range(len(index))]
     flagged: dict[int, set[int]] = {}
@@ -110,7 +117,7 @@ def decide(index: BenchmarkIndex, result: ScanResult, dirty: float, clean: float
         item_docs[item].append(doc)
         if status[item] != "clean":
             flagged.setdefault(doc, set()).add(item)
-    return Outcome(coverage, status, item_docs, flagged)
+    return Outcome(coverage, status, found_by, item_docs, flagged)
 
 
 def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -> dict:
@@ -123,15 +130,24 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
             "item_id": index.item_ids[i],
             "coverage": round(float(outcome.coverage[i]), 4),
             "status": outcome.status[i],
+            "found_by": outcome.found_by[i],
             "documents": [names[doc] for doc in outcome.item_docs[i][: d.max_documents]],
         }
         lines.append(json.dumps(row, ensure_ascii=False))
     atomic_write_text(out / "items.jsonl", "\n".join(lines) + "\n" if lines else "")
     per_benchmark: dict[str, Counter] = {}
-    for bench, status in zip(index.benchmarks, outcome.status, strict=True):
-        per_benchmark.setdefault(bench, Counter())[status] += 1
+    for bench, status, how in zip(index.benchmarks, outcome.status, outcome.found_by,
+                                  strict=True):  # fmt: skip
+        counts = per_benchmark.setdefault(bench, Counter())
+        counts[status] += 1
+        counts[f"by_{how}"] += how is not None
     benchmarks = {
-        b: {"items": sum(c.values()), **{s: c[s] for s in ("dirty", "partial", "clean")}}
+        b: {
+            "items": sum(c[s] for s in ("dirty", "partial", "clean")),
+            **{s: c[s] for s in ("dirty", "partial", "clean")},
+            "found_whole": c["by_whole"],
+            "found_only_by_parts": c["by_parts"],
+        }
         for b, c in per_benchmark.items()
     }
     stats = result.stats
@@ -152,16 +168,24 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
     }
     atomic_write_json(out / "report.json", report)
     md = [f"# Decontamination ({index.ngram}-character n-grams)", ""]
+    md += [
+        "| benchmark | items | dirty | partial | clean | found as a whole | found only by parts |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for b, c in benchmarks.items():
         md.append(
-            f"- {b}: {c['dirty']:,} / {c['items']:,} dirty ({c['partial']:,} partial, "
-            f"{c['clean']:,} clean)"
+            f"| {b} | {c['items']:,} | {c['dirty']:,} | {c['partial']:,} | {c['clean']:,} | "
+            f"{c['found_whole']:,} | {c['found_only_by_parts']:,} |"
         )
     md += [
         "",
         f"Statuses: dirty = coverage >= {d.dirty_threshold}, clean = coverage < "
-        f"{d.clean_threshold}, partial in between; coverage is the share of an item's "
-        "n-grams found in the training data (items shorter than n: the whole item).",
+        f"{d.clean_threshold}, partial in between. Coverage is the share of an item's "
+        "characters found in the training data: of its text as one string, or of its "
+        "distinguishing parts (COPA premise and right alternative, BoolQ passage and question, "
+        "...), whichever is higher. A part shorter than the n-gram counts only in a document "
+        "that holds every part of the item; a longer one stands alone. 'Found only by parts': "
+        "items the whole-text match alone would have left at a lower status.",
         f"Scanned {stats['documents']:,} documents ({stats['bytes'] / 1e6:,.1f} MB); "
         f"{len(outcome.flagged):,} hold part of a dirty or partial item (action: {d.action}).",
     ]

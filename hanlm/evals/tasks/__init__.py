@@ -153,6 +153,28 @@ def names() -> list[str]:
     return sorted(TASKS)
 
 
+def with_prompt_form(item):
+    """`item` with the context its task scores as another form to look for when it leaks.
+
+    Only for items of one part (a SentiNeg sentence): their bare short text counts as a leak
+    only as a whole segment, so lm-eval's prompt around it ("문장: … 긍부정:") is found through
+    this form; items of several parts are found in the prompt by their parts."""
+    from dataclasses import replace
+
+    task = _task_for_benchmark(item.benchmark)
+    if len(item.parts) != 1 or task is None or not hasattr(task, "context"):
+        return item
+    return replace(item, forms=(task.context(item.fields),))
+
+
+def _task_for_benchmark(benchmark: str) -> Task | None:
+    _load_builtins()
+    for cls in TASKS.values():
+        if cls.benchmark == benchmark:
+            return cls()
+    return None
+
+
 def get(name: str) -> Task:
     _load_builtins()
     if name not in TASKS:
