@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
+import leaks
 from conftest import copy_data_run, korquad_contexts, run_subprocess, write_jsonl
 from hanlm.config import load_config
 from hanlm.data import corpus as corpus_stage
@@ -26,33 +27,11 @@ from hanlm.evals import readers
 # Planting
 
 
-def respace(text: str, rng: random.Random) -> str:
-    """Korean spacing as it varies in the wild: spaces dropped, doubled, words split."""
-    out = []
-    for word in text.split(" "):
-        if len(word) >= 4 and rng.random() < 0.3:
-            cut = rng.randint(1, len(word) - 1)
-            word = f"{word[:cut]} {word[cut:]}"
-        out.append(word)
-    return "".join(w + rng.choice(["", " ", "  "]) for w in out)
-
-
-def strip_punctuation(text: str) -> str:
-    return "".join(c for c in text if not unicodedata.category(c).startswith("P"))
-
-
-def embed(text: str, filler: list[str], rng: random.Random) -> str:
-    """The item in the middle of a long unrelated document."""
-    before = "\n".join(rng.sample(filler, 3))
-    after = "\n".join(rng.sample(filler, 3))
-    return f"{before}\n{text}\n{after}"
-
-
 STYLES = {
     "verbatim": lambda t, filler, rng: t,
-    "spacing": lambda t, filler, rng: respace(t, rng),
-    "punctuation": lambda t, filler, rng: strip_punctuation(t),
-    "embedded": lambda t, filler, rng: embed(t, filler, rng),
+    "spacing": lambda t, filler, rng: leaks.respace(t, rng),
+    "punctuation": lambda t, filler, rng: leaks.strip_punctuation(t),
+    "embedded": lambda t, filler, rng: leaks.embed(t, filler, rng),
 }
 
 
@@ -70,7 +49,7 @@ def plant(items: list, filler: list[str], seed: int = 0) -> tuple[list[dict], di
     for item in items[24:30]:  # the first half of the item, inside a filler document
         text = item.overlap_text
         half = text[: len(text) // 2]
-        docs.append({"id": f"half-{item.item_id}", "text": embed(half, filler, rng)})
+        docs.append({"id": f"half-{item.item_id}", "text": leaks.embed(half, filler, rng)})
         expected[item.item_id] = "partial"
     rng.shuffle(docs)
     return docs, expected
@@ -184,6 +163,123 @@ def test_short_items_matched_whole_and_chat_messages_count(shared_data, tmp_path
     assert rows["kobest_sentineg", short[2].item_id]["status"] == "clean"
     assert rows["kobest_copa", copa[0].item_id]["status"] == "dirty"  # premise + answer, chat
     assert rows["kobest_copa", copa[1].item_id]["status"] == "clean"
+
+
+KOBEST_FOLDERS = {
+    "kobest_boolq": "BoolQ",
+    "kobest_copa": "COPA",
+    "kobest_hellaswag": "HellaSwag",
+    "kobest_sentineg": "SentiNeg",
+    "kobest_wic": "WiC",
+}
+
+
+@pytest.fixture
+def real_items(shared_data):
+    """Every KoBEST dev item and the GSM8K-ko sample, as decontamination reads them."""
+    from hanlm.evals.tasks import with_prompt_form
+
+    items = []
+    for task, folder in KOBEST_FOLDERS.items():
+        items += readers.read(task, shared_data / "kobest" / folder / "dev.tsv")
+    items += readers.read("gsm8k_ko", shared_data / "gsm8k-ko" / "test_first300.jsonl")
+    return [with_prompt_form(i) for i in items]
+
+
+def test_items_found_in_their_natural_forms(real_items, shared_data):
+    """Every leak style, on real items of every task, among real Wikipedia paragraphs: recall
+    >= 0.95 per style and task, and at most 2% of the other items flagged."""
+    filler = korquad_contexts(shared_data)
+    rng = random.Random(0)
+    docs, planted = list(filler), {}
+    per_style = 12
+    for task in [*KOBEST_FOLDERS, "gsm8k_ko"]:
+        pool = [k for k, item in enumerate(real_items) if item.benchmark == task]
+        rng.shuffle(pool)
+        for style in leaks.STYLES:
+            chosen = [k for k in pool if style in leaks.styles_for(real_items[k])][:per_style]
+            for k in chosen:
+                docs.append(leaks.plant(real_items[k], style, filler, rng))
+                planted[k] = style
+                pool.remove(k)
+    rng.shuffle(docs)
+    index = decontam.BenchmarkIndex.build(real_items)
+    rows = index.check(docs)
+    recall: dict[tuple[str, str], list[bool]] = {}
+    false_alarms: dict[str, list[bool]] = {}
+    for k, row in enumerate(rows):
+        task = real_items[k].benchmark
+        if k in planted:
+            style = planted[k]
+            ok = (
+                row["status"] != "clean"
+                if style in leaks.EXPECT_PARTIAL
+                else row["status"] == "dirty"
+            )
+            recall.setdefault((task, style), []).append(ok)
+        else:
+            false_alarms.setdefault(task, []).append(row["status"] != "clean")
+    assert len(recall) >= 35  # every style that applies, for every task
+    for key, hits in recall.items():
+        assert sum(hits) / len(hits) >= 0.95, (key, f"{sum(hits)}/{len(hits)}")
+    for task, flags in false_alarms.items():
+        assert sum(flags) / len(flags) <= 0.02, (task, f"{sum(flags)}/{len(flags)}")
+    by_parts = [r for k, r in enumerate(rows) if planted.get(k) in ("connective", "reordered")]
+    assert all(r["found_by"] == "parts" for r in by_parts if r["benchmark"] == "kobest_copa")
+
+
+def _item(benchmark: str, *parts: str, forms: tuple[str, ...] = ()) -> readers.Item:
+    return readers.Item(benchmark, parts[0][:8], {}, "\n".join(parts), tuple(parts), forms)
+
+
+def test_short_parts_count_only_together():
+    copa = _item("kobest_copa", "전쟁이 시작되었다.", "병사들이 전투에 파견되었다.")
+    other = _item("kobest_copa", "아이가 울음을 터뜨렸다.", "엄마가 아이를 안아 주었다.")
+    index = decontam.BenchmarkIndex.build([copa, other])
+    texts = {
+        "connective": "그날 아침 전쟁이 시작되었다. 그래서 병사들이 전투에 파견되었다. 마을은 조용했다.",
+        "cause first": "전쟁이 시작되어서, 병사들이 전투에 파견되었다.",
+        "because": "병사들이 전투에 파견되었다. 왜냐하면 전쟁이 시작되었기 때문이다.",
+        "lines apart": "병사들이 전투에 파견되었다.\n\n(중략)\n\n전쟁이 시작되었다.",
+    }
+    for name, text in texts.items():
+        (row, _) = index.check([text])
+        assert row["status"] == "dirty" and row["found_by"] == "parts", name
+    # One part alone, or the parts in different documents: nothing.
+    alone = ["전쟁이 시작되었다는 소식이 들렸다.", "병사들이 전투에 파견되었다."]
+    assert [r["status"] for r in index.check(alone)] == ["clean", "clean"]
+    assert index.matches(texts["because"], min_coverage=0.5)[0]["coverage"] == 1.0
+    assert index.matches(alone[1], min_coverage=0.01) == []
+
+
+def test_a_long_part_stands_alone_and_half_a_passage_is_partial():
+    passage = (
+        "세르비아 요리에서 빵은 매끼 식사에 빠지지 않는 기본 음식이며, 빵을 버리는 것은 "
+        "큰 실례로 여겨진다. 종교 의식에서도 빵이 중요한 역할을 한다."
+    )
+    boolq = _item("kobest_boolq", passage, "세르비아 요리에서 빵은 중요한가?")
+    index = decontam.BenchmarkIndex.build([boolq])
+    (row,) = index.check(["관련 없는 글.\n" + passage])
+    assert row["status"] == "dirty" and row["coverage"] >= 0.8
+    (row,) = index.check([passage[: len(passage) // 2]])
+    assert row["status"] == "partial" and 0.35 <= row["coverage"] <= 0.6
+
+
+def test_a_short_one_part_item_counts_only_as_a_whole_segment():
+    review = _item("kobest_sentineg", "최고네요", forms=("문장: 최고네요 긍부정:",))
+    index = decontam.BenchmarkIndex.build([review])
+    found = [
+        "최고네요",
+        "배송 빨라요.\n최고네요!\n또 살게요",
+        "평점: 5, 최고네요.",
+        "문장: 최고네요 긍부정: 긍정",
+    ]
+    not_found = ["가성비 최고네요", "최고네요 진짜", "이 집 떡볶이 최고네요 ㅎㅎ"]
+    assert [r["status"] for r in index.check(found)] == ["dirty"]
+    for text in found:
+        assert index.check([text])[0]["status"] == "dirty", text
+    for text in not_found:
+        assert index.check([text])[0]["status"] == "clean", text
 
 
 # ---------------------------------------------------------------------------------------------
