@@ -58,6 +58,7 @@ STRIDE = 4  # long entries: windows hashed every STRIDE characters, neighbours o
 # a copied stretch of n + STRIDE - 1 = 30 characters is always found (half of a short passage)
 STEM_DROP = 2  # a short part's final characters that may change form (its ending)
 STEM_MIN = 4  # ... as long as this much of it is left to look for
+MIN_PART = 4  # shorter parts (a 3-character COPA premise) are no evidence: the item is whole only
 FORMAT_VERSION = 2
 _BASE = np.uint64(0x9E3779B97F4A7C15)  # odd, so invertible modulo 2^64
 _BASE_INV = np.uint64(pow(0x9E3779B97F4A7C15, -1, 1 << 64))
@@ -319,7 +320,7 @@ class BenchmarkIndex:
             texts.append(item.overlap_text)
             entry_item.append(i)
             entry_kind.append(WHOLE)
-            parts = getattr(item, "parts", ())
+            parts = [p for p in getattr(item, "parts", ()) if len(normalise(p)) >= MIN_PART]
             if len(parts) > 1:
                 texts.extend(parts)
                 entry_item.extend([i] * len(parts))
