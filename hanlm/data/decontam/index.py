@@ -13,6 +13,11 @@ unrelated text practically never shares one (a whole Korean clause), short enoug
 sentence-sized leak still has several. Items whose normalised text is shorter than n are
 matched as a whole.
 
+Items are looked for as one string and part by part (`BenchmarkIndex`): a COPA premise and its
+right answer joined by a connective, cause first ("…되어서, …"), or a line apart are one leak;
+either sentence alone, a common phrase, is none. Coverage is the share of an item's characters
+found, of its whole text or of its parts together, whichever is higher.
+
 Speed (no Python loop per character): a batch of documents becomes one array of code points
 (UTF-32, one table lookup folds and removes). Window hashes come from one prefix sum, so their
 cost does not grow with n: with c_j the characters and B an odd constant,
