@@ -1,10 +1,45 @@
 """IFEval in Korean: verifiable instructions checked on the model's greedy response.
 
-Korean-aware checks: a keyword (or forbidden word) is found at the start of an eojeol and may be
-followed by a particle or ending (금지어는 "사과" also matches "사과를", "사과가"); word counts
-count eojeol (space-separated units); a first word matches with a particle after it. Instruction
-types that depend on English letter case (change_case:*) or on English-only wording
+The checkers follow lm-evaluation-harness's IFEval (`lm_eval/tasks/ifeval`) wherever the language
+does not matter, so a response without Hangul scores as lm-eval scores it, strict and loose
+(`benchmarks/ifeval_agreement.py` measures it, `tests/test_ifeval_agreement.py` keeps it). That
+includes lm-eval's own conventions: an empty response follows nothing; paragraphs for
+`nth_paragraph_first_word` are split on exactly two newlines and its first word is matched
+whole, ignoring case and trailing punctuation; every line starting with `-` or `*` (but not `**`)
+is a bullet, `---` included; `**x**` counts as a highlight; "P. S." is a "P.S."; a closing `"`
+is ignored by `end_checker`; English keywords count anywhere ("apple" in "pineapple"), forbidden
+words only whole ("apples" is not "apple"); English words are `\\w+` runs ("don't" is 2).
+
+Deliberate differences, Korean first:
+
+- A Korean keyword (one with Hangul) is found at the start of an eojeol, whatever follows it
+  (particles, endings): "사과" is found in "사과를", "사과가", but not in "풋사과". lm-eval finds a
+  keyword anywhere ("풋사과" counts) and a forbidden word only between `\\b`s, which never
+  matches before a particle ("사과를" passes a ban on "사과": Hangul is a word character).
+- An English forbidden word followed directly by a particle ("AI는") is found; lm-eval's `\\b`
+  misses it.
+- An eojeol with Hangul is one word ("AI(인공지능)는", "3.5%로": 1 each; lm-eval counts 3 and 2);
+  an eojeol without Hangul counts its `\\w+` runs, as lm-eval.
+- `nth_paragraph_first_word` accepts a particle or ending after a Korean first word ("그래서는"
+  for "그래서"; a typographic quote before it too) and a particle after an English one ("AI는"
+  for "AI"); lm-eval wants the exact word.
+- `letter_frequency` counts a Hangul letter ("가"); lm-eval replaces a letter outside a-z with a
+  random one, so it cannot be compared.
+- `language:response_language` is checked for Korean only: Korean when at least half of the
+  eojeol with letters have Hangul, so Korean with English terms ("GPU 메모리를 줄이려면 gradient
+  checkpointing을 쓰세요.") is Korean; langdetect, which lm-eval uses, calls such text German,
+  Estonian or Vietnamese. A response without letters counts as followed (as lm-eval). Other
+  languages need a language detector and are skipped.
+- `startend:quotation` also accepts typographic quotes “…”; `punctuation:no_comma` also rejects
+  the full-width comma "，". lm-eval knows only the ASCII characters.
+- Keywords, forbidden words, section splitters and postscript markers are literal text; lm-eval
+  reads them as regular expressions ("a.m." matches "alma" there).
+
+Instruction types that depend on English letter case (change_case:*) or on English-only wording
 (detectable_format:constrained_response) are skipped and counted in `skipped_instructions`.
+`length_constraints:number_sentences` splits at . ! ? (and their full-width forms) followed by
+space, and at line breaks; lm-eval uses nltk's English punkt model, whose data no PyPI package
+ships, so this type is not compared.
 
 Strict checks the response as it is; loose also accepts it with its first and/or last line
 removed and with markdown asterisks removed (as IFEval's loose score). Accuracy is reported per
@@ -21,16 +56,37 @@ from hanlm.evals.tasks import Options, Task, register
 
 SKIPPED_PREFIXES = ("change_case:", "detectable_format:constrained_response")
 _BOUNDARY = r"(?<![0-9A-Za-z가-힣])"
+_HANGUL = re.compile(r"[가-힣ㄱ-ㆎ]")
 _RELATIONS = {"less than": lambda n, k: n < k, "at least": lambda n, k: n >= k}
+
+
+def has_hangul(text: str) -> bool:
+    return _HANGUL.search(text) is not None
 
 
 def eojeol(text: str) -> list[str]:
     return text.split()
 
 
+def count_words(text: str) -> int:
+    """An eojeol with Hangul is one word; other text counts its `\\w+` runs (as IFEval)."""
+    return sum(1 if has_hangul(t) else len(re.findall(r"\w+", t)) for t in eojeol(text))
+
+
 def keyword_count(text: str, word: str) -> int:
-    """Occurrences of `word` starting an eojeol, whatever follows it (particles, endings)."""
-    return len(re.findall(_BOUNDARY + re.escape(word), text, flags=re.IGNORECASE))
+    """A Korean keyword: occurrences starting an eojeol, whatever follows (particles, endings).
+    Any other keyword: occurrences anywhere, ignoring case (as IFEval)."""
+    pattern = (_BOUNDARY if has_hangul(word) else "") + re.escape(word)
+    return len(re.findall(pattern, text, flags=re.IGNORECASE))
+
+
+def forbidden_found(text: str, word: str) -> bool:
+    """A Korean word as `keyword_count`; any other as a whole word (IFEval's `\\b`), also when
+    a Korean particle follows it ("AI는")."""
+    if has_hangul(word):
+        return keyword_count(text, word) > 0
+    pattern = r"\b" + re.escape(word) + r"(?:\b|(?=[가-힣]))"
+    return re.search(pattern, text, flags=re.IGNORECASE) is not None
 
 
 def _compare(n: int, relation: str, k: int) -> bool:
@@ -42,17 +98,18 @@ def _sentences(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-def _paragraphs_stars(text: str) -> list[str]:
-    parts = re.split(r"\s?\*\*\*\s?", text)
-    return [p for p in parts if p.strip()]
-
-
-def _paragraphs_blank(text: str) -> list[str]:
-    return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+def _number_paragraphs(r: str, a: dict, prompt: str) -> bool:
+    """Parts between `***` dividers; an empty part is allowed only at either end."""
+    parts = re.split(r"\s?\*\*\*\s?", r)
+    if any(not p.strip() for p in parts[1:-1]):
+        return False
+    return sum(1 for p in parts if p.strip()) == int(a["num_paragraphs"])
 
 
 def _json(text: str) -> bool:
-    body = text.strip().removeprefix("```json").removeprefix("```JSON").removeprefix("```")
+    body = text.strip()
+    for fence in ("```json", "```Json", "```JSON", "```"):
+        body = body.removeprefix(fence)
     body = body.removesuffix("```").strip()
     try:
         json.loads(body)
@@ -61,28 +118,41 @@ def _json(text: str) -> bool:
     return True
 
 
-def _hangul_share(text: str) -> float:
-    letters = [c for c in text if c.isalpha()]
-    if not letters:
-        return 0.0
-    return sum(1 for c in letters if "가" <= c <= "힣" or "ㄱ" <= c <= "ㆎ") / len(letters)
+def korean_share(text: str) -> float | None:
+    """The share of eojeol with letters that contain Hangul; None when none has letters."""
+    worded = [t for t in eojeol(text) if any(c.isalpha() for c in t)]
+    if not worded:
+        return None
+    return sum(has_hangul(t) for t in worded) / len(worded)
 
 
 def _response_language(r: str, a: dict, prompt: str) -> bool | None:
     language = str(a.get("language", "ko")).lower()
     if language not in ("ko", "kor", "korean"):
         return None  # only Korean can be told apart without a language detector
-    return _hangul_share(r) >= 0.5
+    share = korean_share(r)
+    return share is None or share >= 0.5  # no letters: nothing to judge, followed (as IFEval)
 
 
 def _nth_paragraph(r: str, a: dict, prompt: str) -> bool:
-    paragraphs = _paragraphs_blank(r)
+    """Paragraphs are split on exactly two newlines; the nth part must be non-empty."""
+    parts = r.split("\n\n")
+    count = sum(1 for p in parts if p.strip())
     want, nth = int(a["num_paragraphs"]), int(a["nth_paragraph"])
-    if len(paragraphs) != want or not 1 <= nth <= len(paragraphs):
+    if count != want or not 1 <= nth <= count:
         return False
-    words = eojeol(paragraphs[nth - 1])
-    first = str(a.get("first_word", "")).strip()
-    return bool(words) and words[0].strip("\"'“”‘’").startswith(first)
+    paragraph = parts[nth - 1].strip()
+    if not paragraph:
+        return False
+    word = paragraph.split()[0].lower()
+    first = str(a.get("first_word", "")).lower()
+    if has_hangul(first):  # the word with any particle or ending after it
+        return word.lstrip("\"'“‘").startswith(first.strip())
+    word = re.split(r"[.,?!'\"]", word.lstrip("'").lstrip('"'), maxsplit=1)[0]
+    # the exact word (as IFEval), or the word with a Korean particle after it ("AI는")
+    return word == first or (
+        bool(first) and word.startswith(first) and has_hangul(word[len(first) : len(first) + 1])
+    )
 
 
 def _sections(r: str, a: dict, prompt: str) -> bool:
@@ -91,67 +161,86 @@ def _sections(r: str, a: dict, prompt: str) -> bool:
     return len(parts) - 1 >= int(a["num_sections"])
 
 
+def _postscript(r: str, a: dict, prompt: str) -> bool:
+    marker = str(a.get("postscript_marker", "P.S.")).strip()
+    if marker == "P.P.S":
+        pattern = r"\s*p\.\s?p\.\s?s.*$"
+    elif marker == "P.S.":
+        pattern = r"\s*p\.\s?s\..*$"
+    else:
+        pattern = r"\s*" + re.escape(marker.lower()) + r".*$"
+    return re.search(pattern, r.lower(), flags=re.MULTILINE) is not None
+
+
+def _bullets(r: str, a: dict, prompt: str) -> bool:
+    stars = re.findall(r"^\s*\*[^\*].*$", r, flags=re.MULTILINE)
+    dashes = re.findall(r"^\s*-.*$", r, flags=re.MULTILINE)
+    return len(stars) + len(dashes) == int(a["num_bullets"])
+
+
+def _highlights(r: str, a: dict, prompt: str) -> bool:
+    single = [h for h in re.findall(r"\*[^\n\*]*\*", r) if h.strip("*").strip()]
+    double = [h for h in re.findall(r"\*\*[^\n\*]*\*\*", r) if h[2:-2].strip()]
+    return len(single) + len(double) >= int(a["num_highlights"])
+
+
+def _title(r: str, a: dict, prompt: str) -> bool:
+    return any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", r))
+
+
 def _two_responses(r: str, a: dict, prompt: str) -> bool:
-    parts = [p.strip() for p in r.split("******")]
-    return len(parts) == 2 and all(parts) and parts[0] != parts[1]
+    """Two different non-empty responses split by `******`; an empty part only at either end."""
+    parts = r.split("******")
+    if any(not p.strip() for p in parts[1:-1]):
+        return False
+    answers = [p.strip() for p in parts if p.strip()]
+    return len(answers) == 2 and answers[0] != answers[1]
+
+
+def _quotation(r: str, a: dict, prompt: str) -> bool:
+    r = r.strip()
+    return len(r) > 1 and (r[0], r[-1]) in (('"', '"'), ("“", "”"))
 
 
 CHECKERS: dict[str, Callable[[str, dict, str], bool | None]] = {
     "keywords:existence": lambda r, a, p: all(keyword_count(r, w) > 0 for w in a["keywords"]),
-    "keywords:forbidden_words": lambda r, a, p: all(
-        keyword_count(r, w) == 0 for w in a["forbidden_words"]
+    "keywords:forbidden_words": lambda r, a, p: (
+        not any(forbidden_found(r, w) for w in a["forbidden_words"])
     ),
     "keywords:frequency": lambda r, a, p: _compare(
-        keyword_count(r, a["keyword"]), a["relation"], int(a["frequency"])
+        keyword_count(r, str(a["keyword"]).strip()), a["relation"], int(a["frequency"])
     ),
     "keywords:letter_frequency": lambda r, a, p: _compare(
-        r.lower().count(str(a["letter"]).lower()), a["let_relation"], int(a["let_frequency"])
+        r.lower().count(str(a["letter"]).strip().lower()),
+        a["let_relation"],
+        int(a["let_frequency"]),
     ),
     "language:response_language": _response_language,
     "length_constraints:number_words": lambda r, a, p: _compare(
-        len(eojeol(r)), a["relation"], int(a["num_words"])
+        count_words(r), a["relation"], int(a["num_words"])
     ),
     "length_constraints:number_sentences": lambda r, a, p: _compare(
         len(_sentences(r)), a["relation"], int(a["num_sentences"])
     ),
-    "length_constraints:number_paragraphs": lambda r, a, p: (
-        len(_paragraphs_stars(r)) == int(a["num_paragraphs"])
-    ),
+    "length_constraints:number_paragraphs": _number_paragraphs,
     "length_constraints:nth_paragraph_first_word": _nth_paragraph,
     "detectable_content:number_placeholders": lambda r, a, p: (
         len(re.findall(r"\[.*?\]", r)) >= int(a["num_placeholders"])
     ),
-    "detectable_content:postscript": lambda r, a, p: (
-        re.search(
-            r"\s*"
-            + re.escape(str(a.get("postscript_marker", "P.S.")).strip()).replace(r"\ ", r"\s*"),
-            r,
-            flags=re.IGNORECASE | re.MULTILINE,
-        )
-        is not None
-    ),
-    "detectable_format:number_bullet_lists": lambda r, a, p: (
-        len(re.findall(r"^\s*[\*\-]\s+", r, flags=re.MULTILINE)) == int(a["num_bullets"])
-    ),
-    "detectable_format:number_highlighted_sections": lambda r, a, p: (
-        len([h for h in re.findall(r"\*[^\n\*]+\*", r) if h.strip("* ")])
-        >= int(a["num_highlights"])
-    ),
+    "detectable_content:postscript": _postscript,
+    "detectable_format:number_bullet_lists": _bullets,
+    "detectable_format:number_highlighted_sections": _highlights,
     "detectable_format:multiple_sections": _sections,
     "detectable_format:json_format": lambda r, a, p: _json(r),
-    "detectable_format:title": lambda r, a, p: any(
-        t.strip() for t in re.findall(r"<<([^\n]+?)>>", r)
-    ),
+    "detectable_format:title": _title,
     "combination:two_responses": _two_responses,
     "combination:repeat_prompt": lambda r, a, p: (
         r.strip().lower().startswith(str(a["prompt_to_repeat"]).strip().lower())
     ),
     "startend:end_checker": lambda r, a, p: (
-        r.strip().lower().endswith(str(a["end_phrase"]).strip().lower())
+        r.strip().strip('"').lower().endswith(str(a["end_phrase"]).strip().lower())
     ),
-    "startend:quotation": lambda r, a, p: (
-        len(r.strip()) > 1 and r.strip()[0] in '"“' and r.strip()[-1] in '"”'
-    ),
+    "startend:quotation": _quotation,
     "punctuation:no_comma": lambda r, a, p: "," not in r and "，" not in r,
 }
 
@@ -167,11 +256,12 @@ def loose_variants(response: str) -> list[str]:
     both_removed = "\n".join(lines[1:-1]).strip()
     variants = [response, first_removed, last_removed, both_removed]
     variants += [v.replace("*", "") for v in variants]
-    return [v for v in variants if v]
+    return [v for v in variants if v.strip()]
 
 
 def check(instruction_id: str, kwargs: dict, response: str, prompt: str) -> bool | None:
-    """True/False, or None when the instruction type is skipped."""
+    """True/False, or None when the instruction type is skipped. An empty response follows
+    no instruction (as IFEval)."""
     if skipped(instruction_id):
         return None
     kwargs = {k: v for k, v in (kwargs or {}).items() if v is not None}
@@ -179,12 +269,14 @@ def check(instruction_id: str, kwargs: dict, response: str, prompt: str) -> bool
         result = CHECKERS[instruction_id](response, kwargs, prompt)
     except (KeyError, ValueError, TypeError):
         return None  # arguments the checker cannot use: counted as skipped
-    return None if result is None else bool(result)
+    return None if result is None else bool(result) and bool(response.strip())
 
 
 def check_loose(instruction_id: str, kwargs: dict, response: str, prompt: str) -> bool | None:
     results = [check(instruction_id, kwargs, v, prompt) for v in loose_variants(response)]
-    if not results or results[0] is None:
+    if not results:
+        return check(instruction_id, kwargs, response, prompt)  # empty: False, or None
+    if results[0] is None:
         return None
     return any(results)
 
