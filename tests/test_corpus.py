@@ -159,6 +159,94 @@ def test_truncated_compressed_file_counted(tmp_path):
     assert stats["skipped"].get("corrupt_file") == 1
 
 
+def _jsonl_bytes(docs) -> bytes:
+    return "".join(json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in docs).encode()
+
+
+def _truncated_zst(path, docs):
+    """A zstd file cut short mid-frame, as an interrupted download leaves it."""
+    data = zstandard.ZstdCompressor().compress(_jsonl_bytes(docs))
+    path.write_bytes(data[: len(data) * 2 // 3])
+    return path
+
+
+def test_truncated_zst_next_to_a_good_file_is_counted_and_warned(tmp_path, cli):
+    good = write_jsonl(tmp_path / "in" / "good.jsonl", [{"text": d} for d in DOCS[:2]])
+    cut = _truncated_zst(tmp_path / "in" / "cut.jsonl.zst", DOCS[2:] * 30)
+    run = tmp_path / "run"
+    result = cli("corpus", "--run", run, "--input", good, "--input", cut)
+    assert result.code == 0, result.err
+    assert "warning" in result.err and "cut.jsonl.zst is damaged" in result.err
+    assert "truncated" in result.err
+    stats = json.loads((run / "corpus" / "stats.json").read_text())
+    assert stats["skipped"] == {"corrupt_file": 1}
+    [damaged] = stats["damaged_files"]
+    assert damaged["path"] == str(cut) and "truncated" in damaged["error"]
+    assert texts(run)[:2] == DOCS[:2]
+
+
+def test_truncated_zst_under_strict_is_an_error_and_writes_nothing(tmp_path, cli):
+    good = write_jsonl(tmp_path / "good.jsonl", [{"text": d} for d in DOCS])
+    cut = _truncated_zst(tmp_path / "cut.jsonl.zst", DOCS * 30)
+    run = tmp_path / "run"
+    result = cli("corpus", "--run", run, "--input", good, "--input", cut, "--strict")
+    assert_user_error(result, str(cut), "truncated", "--strict")
+    assert not (run / "corpus").exists() and not (run / "corpus.incomplete").exists()
+
+
+def test_damaged_file_alone_names_the_damage(tmp_path, cli):
+    cut = _truncated_zst(tmp_path / "cut.jsonl.zst", DOCS * 30)
+    result = cli("corpus", "--run", tmp_path / "run", "--input", cut)
+    assert_user_error(result, "empty", "1 damaged input files", str(cut), "zstd -t")
+    assert not (tmp_path / "run" / "corpus").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [
+        ("garbage.jsonl.zst", lambda data: b"not zstd at all" + data),
+        ("flipped.jsonl.zst", lambda data: data[:-4] + bytes(b ^ 0xFF for b in data[-4:])),
+        ("crc.jsonl.gz", lambda data: data[:-8] + bytes(b ^ 0xFF for b in data[-8:-4]) + data[-4:]),
+        ("cut.jsonl.gz", lambda data: data[: len(data) // 2]),
+        ("cut.txt.gz", lambda data: data[: len(data) // 2]),
+        ("cut.parquet.zst", lambda data: data[: len(data) // 2]),
+    ],
+)
+def test_every_kind_of_damaged_compressed_input_is_caught(tmp_path, name, damage):
+    docs = DOCS * 30
+    if ".parquet" in name:
+        pq.write_table(pa.table({"text": docs}), tmp_path / "raw.parquet")
+        raw = (tmp_path / "raw.parquet").read_bytes()
+    elif ".txt" in name:
+        raw = "\n\n".join(docs).encode()
+    else:
+        raw = _jsonl_bytes(docs)
+    compressed = (
+        gzip.compress(raw)
+        if name.endswith(".gz")
+        else zstandard.ZstdCompressor(write_checksum=True).compress(raw)
+    )
+    path = tmp_path / name
+    path.write_bytes(damage(compressed))
+    good = write_jsonl(tmp_path / "good.jsonl", [{"text": DOCS[0] + " 좋은 파일"}])
+    stats = corpus.run(make_cfg(tmp_path, [good, path]), tmp_path / "r")
+    assert stats["skipped"].get("corrupt_file") == 1
+    assert [d["path"] for d in stats["damaged_files"]] == [str(path)]
+    with pytest.raises(UserError, match="cannot be read to its end"):
+        corpus.run(make_cfg(tmp_path, [good, path], **{"corpus.strict": True}), tmp_path / "s")
+
+
+def test_concatenated_zstd_frames_and_gzip_members_are_read_whole(tmp_path):
+    frames = b"".join(zstandard.compress(_jsonl_bytes([d])) for d in DOCS[:2])
+    (tmp_path / "frames.jsonl.zst").write_bytes(frames)
+    members = b"".join(gzip.compress(_jsonl_bytes([d])) for d in DOCS[2:])
+    (tmp_path / "members.jsonl.gz").write_bytes(members)
+    inputs = [tmp_path / "frames.jsonl.zst", tmp_path / "members.jsonl.gz"]
+    stats = corpus.run(make_cfg(tmp_path, inputs), tmp_path / "r")
+    assert texts(tmp_path / "r") == DOCS
+    assert stats["skipped"] == {} and stats["damaged_files"] == []
+
+
 # --- bad inputs: exit 2, no traceback, nothing written ---------------------------------------
 
 
@@ -246,6 +334,20 @@ def test_complete_stage_is_skipped_and_config_change_redoes(tmp_path):
     stats = corpus.run(make_cfg(tmp_path, [path], **{"corpus.min_chars": 35}), tmp_path / "r")
     assert marker.stat().st_mtime_ns != before
     assert stats["too_short"] == sum(len(d) < 35 for d in DOCS)
+
+
+def test_rerun_rebuilds_a_finished_corpus_whose_part_was_damaged(tmp_path, cli):
+    path = write_jsonl(tmp_path / "x.jsonl", [{"text": d} for d in DOCS])
+    run = tmp_path / "r"
+    assert cli("corpus", "--run", run, "--input", path).code == 0
+    [part] = corpus.corpus_parts(run / "corpus")
+    record = json.loads((run / "corpus" / "stats.json").read_text())["parts"][0]
+    assert record["size"] == part.stat().st_size and len(record["sha256"]) == 64
+    part.write_bytes(part.read_bytes()[:10])
+    result = cli("corpus", "--run", run, "--input", path)
+    assert result.code == 0, result.err
+    assert "is damaged" in result.err and "building it again" in result.err
+    assert texts(run) == DOCS
 
 
 def test_parts_split_by_characters(tmp_path, shared_data):

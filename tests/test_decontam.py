@@ -519,6 +519,53 @@ def test_bad_inputs_are_user_errors(tmp_path, cli, demo_world):
     assert not (tmp_path / "o" / "decontam").exists()  # nothing half-written
 
 
+def test_merge_checks_every_partial_result_before_use(demo_world, tmp_path, cli):
+    world, paths = demo_world
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": d["text"]} for d in world.documents[:40]])
+    out = tmp_path / "o"
+    common = ["--corpus", data, "--out", out, "--benchmark", f"demo_qa={paths['benchmark']}"]
+    for i in range(2):
+        assert cli("decontam", *common, "--shard", f"{i}/2").code == 0
+    partial = out / "decontam-partial"
+    arrays = partial / "shard-0001-of-0002.npz"
+    good = arrays.read_bytes()
+
+    def refused(*needles):
+        result = cli("decontam", "merge", "--out", out)
+        assert result.code == 2 and "Traceback" not in result.err, result.err
+        for needle in needles:
+            assert needle in result.err, result.err
+        assert not (out / "decontam").exists()
+
+    arrays.write_bytes(good[: len(good) // 2])
+    refused("shard-0001-of-0002 is damaged", "bytes", "--shard 1/2")
+    arrays.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    refused("checksum", "--shard 1/2")
+    arrays.write_bytes(good)
+    meta = partial / "shard-0000-of-0002.json"
+    saved = meta.read_text()
+    meta.write_text(saved[: len(saved) // 2])
+    refused("shard-0000-of-0002.json cannot be read", "--shard 0/2")
+    meta.write_text(saved)
+    index = partial / "index.npz"
+    index.write_bytes(index.read_bytes()[:100])
+    refused("benchmark index", "run any one shard again")
+    assert cli("decontam", *common, "--shard", "1/2").code == 0  # writes the index again
+    assert cli("decontam", "merge", "--out", out).code == 0
+
+
+def test_rerun_scans_again_when_the_cleaned_corpus_was_damaged(data_copy, cli):
+    assert cli("decontam", "--run", data_copy).code == 0  # up to date for this folder
+    part = sorted((data_copy / "decontam" / "corpus").glob("part-*.jsonl.zst"))[0]
+    whole = part.read_bytes()
+    part.unlink()  # a new file, not the one it may share with corpus/ (a hard link)
+    part.write_bytes(whole[: len(whole) // 2])
+    result = cli("decontam", "--run", data_copy)
+    assert result.code == 0, result.err
+    assert "scanning again" in result.err
+    assert part.read_bytes() == whole
+
+
 def test_run_mode_without_corpus_is_a_user_error(tmp_path):
     cfg = load_config(values={"decontam.benchmarks": ["demo_qa=demo"]})
     with pytest.raises(UserError, match="no finished corpus"):

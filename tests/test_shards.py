@@ -8,6 +8,7 @@ from conftest import assert_user_error
 from hanlm.config import load_config
 from hanlm.data import shards, tokenizer
 from hanlm.data.corpus import iter_corpus, training_corpus_dir
+from hanlm.data.shards import WORK_MARKER
 from hanlm.errors import UserError
 
 
@@ -63,7 +64,7 @@ def test_one_and_two_workers_give_identical_shards(demo_run, tmp_path):
             assert np.array_equal(a, b)
 
 
-def test_resume_skips_finished_parts(demo_run, tmp_path):
+def test_resume_skips_finished_parts_and_redoes_damaged_ones(demo_run, tmp_path):
     run_dir = tmp_path / "resume"
     shutil.copytree(demo_run, run_dir)
     cfg = load_config(run_dir=run_dir)
@@ -73,16 +74,69 @@ def test_resume_skips_finished_parts(demo_run, tmp_path):
     (work / "manifest.json").unlink()
     (work / "stage.json").unlink()
     n_parts = len(list(work.glob("part-*.json")))
+    assert n_parts >= 4, "the fixture should have parts to damage and parts to keep"
     for p in sorted(work.glob("part-*.json"))[n_parts // 2 :]:
         p.unlink()
+    expected = {p.name: p.read_bytes() for p in work.glob("*-*.bin")}
     kept = {p.name: p.stat().st_mtime_ns for p in work.glob("train-*.bin")}
-    (work / "train-00000.bin").write_bytes(b"garbage")  # a finished part is trusted, not redone
-    kept.pop("train-00000.bin")
+    # Finished parts that were damaged afterwards: their size or checksum no longer matches.
+    (work / "train-00000.bin").write_bytes(b"garbage")
+    truncated = work / "val-00001.bin"
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    (work / "train-00001.bin").write_bytes(b"\0" * (work / "train-00001.bin").stat().st_size)
+    for name in ("train-00000.bin", "train-00001.bin"):
+        kept.pop(name)
     shards.run(cfg, run_dir)
-    after = {p.name: p.stat().st_mtime_ns for p in (run_dir / "shards").glob("train-*.bin")}
+    out = run_dir / "shards"
+    after = {p.name: p.stat().st_mtime_ns for p in out.glob("train-*.bin")}
     redone = [name for name in kept if after[name] != kept[name]]
-    assert len(redone) == n_parts - n_parts // 2
+    assert len(redone) == n_parts - n_parts // 2  # intact finished parts are reused
+    for name in ("train-00000.bin", "train-00001.bin", "val-00001.bin"):
+        assert (out / name).read_bytes() == expected[name], f"{name} was not encoded again"
     assert not work.exists()
+
+
+def test_resume_redoes_a_part_whose_sidecar_is_damaged(demo_run, tmp_path, cli):
+    run_dir = tmp_path / "resume"
+    shutil.copytree(demo_run, run_dir)
+    work = run_dir / "shards.incomplete"
+    shutil.move(run_dir / "shards", work)
+    (work / "stage.json").unlink()
+    expected = (work / "train-00002.bin").read_bytes()
+    kept = (work / "train-00000.bin").stat().st_mtime_ns
+    (work / "train-00002.bin").write_bytes(b"")
+    sidecar = work / "part-00002.json"
+    sidecar.write_text(sidecar.read_text()[:20])  # cut mid-way: not JSON any more
+    (work / "part-00003.json").write_text("{}")  # JSON, but not a sidecar
+    result = cli("shards", "--run", run_dir)
+    assert result.code == 0, result.err
+    assert "part 3 is encoded again" in result.err
+    assert (run_dir / "shards" / "train-00002.bin").read_bytes() == expected
+    assert (run_dir / "shards" / "train-00000.bin").stat().st_mtime_ns == kept
+
+
+def test_resume_with_an_unreadable_work_marker_starts_over(demo_run, tmp_path, cli):
+    run_dir = tmp_path / "resume"
+    shutil.copytree(demo_run, run_dir)
+    work = run_dir / "shards.incomplete"
+    shutil.move(run_dir / "shards", work)
+    (work / "stage.json").unlink()
+    (work / WORK_MARKER).write_text("{")
+    result = cli("shards", "--run", run_dir)
+    assert result.code == 0, result.err
+    assert manifest(run_dir) == {**manifest(demo_run), "seconds": manifest(run_dir)["seconds"]}
+
+
+def test_rerun_encodes_again_when_finished_shards_are_damaged(demo_run, tmp_path, cli):
+    run_dir = tmp_path / "damaged"
+    shutil.copytree(demo_run, run_dir)
+    part = run_dir / "shards" / "train-00000.bin"
+    expected = part.read_bytes()
+    part.write_bytes(expected[: len(expected) // 2])
+    result = cli("shards", "--run", run_dir)
+    assert result.code == 0, result.err
+    assert "train-00000.bin has" in result.err and "encoding again" in result.err
+    assert part.read_bytes() == expected
 
 
 def test_rerun_skips_and_tokenizer_mismatch_is_refused(demo_run, tmp_path, cli):

@@ -132,3 +132,20 @@ def test_vocab_too_small_and_no_corpus(tmp_path, cli):
     result = cli("tokenizer", "--run", tmp_path / "empty")
     assert_user_error(result, "no finished corpus", "hanlm corpus")
     assert not (tmp_path / "empty" / "tokenizer").exists()
+
+
+def test_rerun_trains_again_when_the_finished_tokenizer_was_damaged(demo_run, tmp_path, cli):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    for stage in ("corpus", "decontam", "demo", "tokenizer"):
+        shutil.copytree(demo_run / stage, run_dir / stage)
+    shutil.copyfile(demo_run / "config.toml", run_dir / "config.toml")
+    assert cli("tokenizer", "--run", run_dir).code == 0  # up to date for this folder
+    path = run_dir / "tokenizer" / "tokenizer.json"
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+    result = cli("tokenizer", "--run", run_dir)
+    assert result.code == 0, result.err
+    assert "fails its sha256 checksum" in result.err and "training it again" in result.err
+    assert path.read_bytes() == whole

@@ -16,7 +16,6 @@ import os
 import re
 import time
 import unicodedata
-import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,8 +25,11 @@ from hanlm.config import Config
 from hanlm.console import info, progress, warn
 from hanlm.errors import UserError
 from hanlm.io import (
+    DamagedCompressedFile,
     atomic_output_dir,
     atomic_write_json,
+    file_mismatch,
+    file_record,
     fingerprint,
     open_text_stream,
     read_json,
@@ -61,6 +63,7 @@ class Skips:
 
     strict: bool
     counts: Counter = field(default_factory=Counter)
+    damaged: list[dict] = field(default_factory=list)  # files that could not be read to the end
 
     def skip(self, reason: str, where: str, detail: str = "") -> None:
         if self.strict:
@@ -70,6 +73,19 @@ class Skips:
                 fix="repair or remove the record, or run without --strict to skip and count it",
             )
         self.counts[reason] += 1
+
+    def damaged_file(self, path: str, detail: str) -> None:
+        """A file that cannot be read to its end: what was read before the damage is kept."""
+        if self.strict:
+            raise UserError(
+                f"the input file cannot be read to its end: {detail}",
+                where=path,
+                fix="copy or download it again (`gzip -t` or `zstd -t` checks a compressed file) "
+                "or leave it out; without --strict it is skipped, counted in stats.json, and the "
+                "documents read before the damage are kept",
+            )
+        self.counts["corrupt_file"] += 1
+        self.damaged.append({"path": path, "error": detail})
 
 
 @dataclass(frozen=True)
@@ -261,13 +277,10 @@ def read_source(source: str | Path, cfg: Config, run_dir: Path, skips: Skips) ->
             yield from _read_jsonl(source, c.text_field, skips)
         else:
             yield from _read_parquet(source, c.text_field, skips)
-    except (EOFError, OSError, zlib.error) as e:
-        # A truncated or damaged compressed file: what was read so far is kept.
-        skips.skip("corrupt_file", str(source), f"{type(e).__name__}: {e}")
-    except Exception as e:
-        if type(e).__name__ != "ZstdError":
-            raise
-        skips.skip("corrupt_file", str(source), str(e))
+    except DamagedCompressedFile as e:  # truncated or failing its checksum
+        skips.damaged_file(str(source), e.detail)
+    except OSError as e:  # unreadable part-way (an I/O error)
+        skips.damaged_file(str(source), f"{type(e).__name__}: {e}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,7 +340,8 @@ class PartWriter:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._writer.close()
-            self.parts[-1].update(documents=self._docs, characters=self._chars)
+            path = self.out_dir / self.parts[-1]["path"]
+            self.parts[-1].update(documents=self._docs, characters=self._chars, **file_record(path))
             self._file = self._writer = None
 
     def write(self, doc: Document) -> None:
@@ -373,8 +387,11 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
     out = run_dir / STAGE
     fp = stage_fp(cfg)
     if not force and stage_fingerprint(out) == fp:
-        info(f"corpus: up to date in {out}, skipped")
-        return read_json(out / "stats.json")
+        problems = damaged_parts(out)
+        if not problems:
+            info(f"corpus: up to date in {out}, skipped")
+            return read_json(out / "stats.json")
+        warn(f"corpus: {out} is damaged ({'; '.join(problems[:3])}); building it again")
 
     c = cfg.corpus
     sources = expand_inputs(c.inputs)
@@ -393,6 +410,8 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
         task = bar.add_task("corpus", total=None)
         writer = PartWriter(tmp, c.part_chars)
         for source in sources:
+            documents_before = stats["documents_in"]
+            damaged_before = len(skips.damaged)
             for doc in read_source(source, cfg, run_dir, skips):
                 stats["documents_in"] += 1
                 stats["characters_in"] += len(doc.text)
@@ -412,14 +431,11 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
                 writer.write(Document(doc.id, text))
                 stats["documents_out"] += 1
                 stats["characters_out"] += len(text)
+            if len(skips.damaged) > damaged_before:
+                skips.damaged[-1]["documents_kept"] = stats["documents_in"] - documents_before
         parts = writer.close()
         if stats["documents_out"] == 0:
-            raise UserError(
-                f"the corpus is empty after cleaning ({stats['documents_in']} documents read, "
-                f"{stats['too_short']} too short, {sum(skips.counts.values())} records skipped)",
-                where=", ".join(c.inputs),
-                fix="check --input, --text-field and corpus.min_chars",
-            )
+            _raise_empty(stats, skips, c.inputs)
         result = {
             "inputs": [str(s) for s in sources],
             **{
@@ -430,19 +446,44 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
             "exact_duplicates": stats["exact_duplicates"],
             "near_duplicates": stats["near_duplicates"] if near else None,
             "skipped": dict(sorted(skips.counts.items())),
+            "damaged_files": skips.damaged,
             "parts": parts,
             "seconds": round(time.perf_counter() - started, 3),
         }
         atomic_write_json(tmp / "stats.json", result)
         write_stage_marker(tmp, STAGE, fp)
-    if skips.counts:
-        warn(f"corpus: skipped records {dict(skips.counts)} (use --strict to fail instead)")
+    for damaged in skips.damaged:
+        warn(
+            f"corpus: {damaged['path']} is damaged ({damaged['error']}); skipped after "
+            f"{damaged['documents_kept']:,} documents (use --strict to fail instead)"
+        )
+    records = {k: n for k, n in skips.counts.items() if k != "corrupt_file"}
+    if records:
+        warn(f"corpus: skipped records {records} (use --strict to fail instead)")
     info(
         f"corpus: {result['documents_out']:,} documents, {result['characters_out']:,} characters "
         f"({result['exact_duplicates']:,} exact and {result['near_duplicates'] or 0:,} near duplicates "
         f"removed) -> {out}"
     )
     return result
+
+
+def _raise_empty(stats: Counter, skips: Skips, inputs: list[str]) -> None:
+    records = sum(n for k, n in skips.counts.items() if k != "corrupt_file")
+    what = (
+        f"the corpus is empty after cleaning ({stats['documents_in']} documents read, "
+        f"{stats['too_short']} too short, {records} records skipped"
+    )
+    fix = "check --input, --text-field and corpus.min_chars"
+    if skips.damaged:
+        named = "; ".join(f"{d['path']}: {d['error']}" for d in skips.damaged[:3])
+        more = f" and {len(skips.damaged) - 3} more" if len(skips.damaged) > 3 else ""
+        what += f", {len(skips.damaged)} damaged input files ({named}{more})"
+        fix = (
+            "copy or download the damaged files again (`gzip -t` or `zstd -t` checks one), "
+            "or leave them out; " + fix
+        )
+    raise UserError(what + ")", where=", ".join(inputs), fix=fix)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,6 +502,20 @@ def training_corpus_dir(run_dir: Path) -> Path:
             f"no finished corpus in {corpus_dir}", fix=f"run `hanlm corpus --run {run_dir}` first"
         )
     return corpus_dir
+
+
+def damaged_parts(corpus_dir: Path) -> list[str]:
+    """What is wrong with the parts a finished corpus folder's stats.json lists (their sizes;
+    see file_mismatch), or an empty list."""
+    try:
+        parts = read_json(Path(corpus_dir) / "stats.json")["parts"]
+        return [
+            problem
+            for part in parts
+            if (problem := file_mismatch(Path(corpus_dir) / part["path"], part, checksum=False))
+        ]
+    except (OSError, ValueError, TypeError, KeyError):
+        return ["stats.json cannot be read"]
 
 
 def corpus_parts(corpus_dir: Path) -> list[Path]:

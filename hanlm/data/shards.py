@@ -1,7 +1,8 @@
 """`hanlm shards`: the corpus tokenised into NumPy memmap files, in parallel worker processes.
 
 One corpus part is one unit of work and gives `train-NNNNN.bin`, `val-NNNNN.bin` and a sidecar
-`part-NNNNN.json` written last, so a killed run resumes by skipping parts whose sidecar exists.
+`part-NNNNN.json` written last, so a killed run resumes by skipping parts whose sidecar exists
+and whose token files still have the size and sha256 it records (others are encoded again).
 Work happens in `shards.incomplete/`; the finished folder is renamed to `shards/` with its
 `manifest.json`. Documents are separated by the end-of-document token; the train/val split is
 decided per document by a seeded hash of its id, so it does not depend on the number of workers.
@@ -20,13 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from hanlm.config import Config
-from hanlm.console import info, progress
+from hanlm.console import info, progress, warn
 from hanlm.data import corpus as corpus_stage
 from hanlm.data import tokenizer as tokenizer_stage
 from hanlm.errors import UserError
 from hanlm.io import (
     atomic_write_bytes,
     atomic_write_json,
+    file_mismatch,
     file_sha256,
     fingerprint,
     read_json,
@@ -106,8 +108,11 @@ def encode_part(job: dict) -> dict:
     for split in SPLITS:
         tokens = np.concatenate(pieces[split]) if pieces[split] else np.zeros(0, dtype=dtype)
         name = f"{split}-{job['index']:05d}.bin"
-        atomic_write_bytes(out_dir / name, tokens.tobytes())
-        sidecar[split] = {"path": name, **counts[split]}
+        data = tokens.tobytes()
+        atomic_write_bytes(out_dir / name, data)
+        # size and checksum: a resumed run reuses the file only if it still matches them
+        record = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        sidecar[split] = {"path": name, **counts[split], **record}
         if split == "train":
             hist = np.bincount(tokens, minlength=int(special_ids.max()) + 1)
             sidecar["special_token_counts"] = hist[special_ids].tolist()
@@ -126,20 +131,28 @@ def _special_tokens(tokenizer_dir: Path) -> dict[str, int]:
     return dict(sorted(names.items(), key=lambda kv: kv[1]))
 
 
-def _sidecar_ok(work: Path, index: int, sha: str) -> dict | None:
+def _reusable_part(work: Path, index: int, sha: str) -> dict | None:
+    """The sidecar of a part encoded by an interrupted run, or None when the part must be
+    encoded again: no sidecar, another tokenizer, or a token file whose size or checksum
+    differs from what was written."""
     path = work / f"part-{index:05d}.json"
     if not path.is_file():
         return None
     try:
         sidecar = read_json(path)
-    except (OSError, ValueError):
+        entries = [sidecar[s] for s in SPLITS]
+        problems = [
+            file_mismatch(work / e["path"], e) if "sha256" in e else f"{e['path']} has no checksum"
+            for e in entries
+        ]
+        if sidecar["tokenizer_sha256"] != sha:
+            problems.append(f"{path.name} names another tokenizer")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        problems = [f"{path.name} cannot be read"]
+    problems = [p for p in problems if p]
+    if problems:
+        warn(f"shards: part {index} is encoded again: {'; '.join(problems)}")
         return None
-    if sidecar.get("tokenizer_sha256") != sha:
-        return None
-    for split in SPLITS:
-        f = work / sidecar[split]["path"]
-        if not f.is_file():
-            return None
     return sidecar
 
 
@@ -165,10 +178,33 @@ def stage_fp(cfg: Config, run_dir: Path) -> str:
     return fingerprint(STAGE, output_settings, cfg.run.seed, sha, upstream)
 
 
+def _damaged_outputs(out: Path) -> list[str]:
+    """What is wrong with the token files of a finished shards folder (sizes only: see
+    file_mismatch), or an empty list."""
+    try:
+        manifest = read_json(out / "manifest.json")
+        dtype = np.dtype(manifest["dtype"])
+        entries = [f for split in SPLITS for f in manifest["splits"][split]["files"]]
+        return [
+            problem
+            for e in entries
+            if (problem := file_mismatch(out / e["path"], {"size": e["tokens"] * dtype.itemsize}))
+        ]
+    except (OSError, ValueError, TypeError, KeyError):
+        return ["manifest.json cannot be read"]
+
+
+def _work_fingerprint(marker: Path) -> str | None:
+    try:
+        return read_json(marker).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _prepare_workdir(work: Path, fp: str) -> None:
     marker = work / WORK_MARKER
-    if work.is_dir() and (not marker.is_file() or read_json(marker).get("fingerprint") != fp):
-        shutil.rmtree(work)  # leftovers of a different configuration
+    if work.is_dir() and _work_fingerprint(marker) != fp:
+        shutil.rmtree(work)  # leftovers of a different configuration (or an unreadable marker)
     work.mkdir(parents=True, exist_ok=True)
     if not marker.is_file():
         atomic_write_json(marker, {"fingerprint": fp})
@@ -205,9 +241,13 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
     fp = stage_fp(cfg, run_dir)
     if not force:
         if stage_fingerprint(out) == fp:
-            info(f"shards: up to date in {out}, skipped")
-            return read_json(out / "manifest.json")
-        _check_existing(out, sha, run_dir)
+            problems = _damaged_outputs(out)
+            if not problems:
+                info(f"shards: up to date in {out}, skipped")
+                return read_json(out / "manifest.json")
+            warn(f"shards: {out} is damaged ({'; '.join(problems[:3])}); encoding again")
+        else:
+            _check_existing(out, sha, run_dir)
 
     corpus_dir = corpus_stage.training_corpus_dir(run_dir)
     parts = corpus_stage.corpus_parts(corpus_dir)
@@ -233,7 +273,7 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
         }
         for i, p in enumerate(parts)
     ]
-    done = {i: sc for i in range(len(jobs)) if (sc := _sidecar_ok(work, i, sha)) is not None}
+    done = {i: sc for i in range(len(jobs)) if (sc := _reusable_part(work, i, sha)) is not None}
     todo = [j for j in jobs if j["index"] not in done]
     workers = max(1, min(s.workers or os.cpu_count() or 1, len(todo) or 1))
     started = time.perf_counter()

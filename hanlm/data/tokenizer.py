@@ -13,12 +13,13 @@ from pathlib import Path
 
 from hanlm.chat.template import ASSISTANT, CHAT_TEMPLATE, END_OF_TURN, SYSTEM, USER
 from hanlm.config import Config
-from hanlm.console import info
+from hanlm.console import info, warn
 from hanlm.data import corpus as corpus_stage
 from hanlm.errors import UserError
 from hanlm.io import (
     atomic_output_dir,
     atomic_write_json,
+    file_mismatch,
     file_sha256,
     fingerprint,
     read_json,
@@ -197,8 +198,11 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
     out = run_dir / STAGE
     fp = stage_fp(cfg, run_dir)
     if not force and stage_fingerprint(out) == fp:
-        info(f"tokenizer: up to date in {out}, skipped")
-        return read_json(out / "stats.json")
+        problem = _damage(out)
+        if problem is None:
+            info(f"tokenizer: up to date in {out}, skipped")
+            return read_json(out / "stats.json")
+        warn(f"tokenizer: {out} is damaged ({problem}); training it again")
     corpus_dir = corpus_stage.training_corpus_dir(run_dir)
     started = time.perf_counter()
     texts, heldout, sample_chars = _sample(corpus_dir, cfg)
@@ -222,6 +226,20 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
         f"{h['bytes_per_token']} bytes/token -> {out}"
     )
     return stats
+
+
+def _damage(out: Path) -> str | None:
+    """What is wrong with a finished tokenizer folder: tokenizer.json must still have the
+    sha256 stats.json records (a small file: always checked in full)."""
+    try:
+        record = {"sha256": read_json(out / "stats.json")["tokenizer_sha256"]}
+    except (OSError, ValueError, TypeError, KeyError):
+        return "stats.json cannot be read"
+    problem = file_mismatch(out / "tokenizer.json", record)
+    missing = [
+        n for n in ("tokenizer_config.json", "special_tokens.json") if not (out / n).is_file()
+    ]
+    return problem or (f"{', '.join(missing)} missing" if missing else None)
 
 
 def finished_path(run_dir: Path) -> Path:

@@ -12,6 +12,7 @@ or .zst; a run's corpus parts are JSONL.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import time
@@ -25,7 +26,13 @@ import numpy as np
 
 from hanlm.data.decontam.index import BenchmarkIndex, batches
 from hanlm.errors import UserError
-from hanlm.io import atomic_write_bytes, atomic_write_json, open_text_stream, read_json
+from hanlm.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    file_mismatch,
+    open_text_stream,
+    read_json,
+)
 from hanlm.io import strip_compression_suffix as _plain_name
 
 SUPPORTED = ".txt, .jsonl (a text field, or chat `messages`), each optionally .gz or .zst"
@@ -283,23 +290,43 @@ class ScanResult:
         a = self.arrays()
         buffer = _io.BytesIO()
         np.savez(buffer, **a)
-        atomic_write_bytes(path.with_suffix(".npz"), buffer.getvalue())
+        data = buffer.getvalue()
+        atomic_write_bytes(path.with_suffix(".npz"), data)
+        # written last, with the arrays' size and checksum: merge checks them before use
+        arrays = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         atomic_write_json(
             path.with_suffix(".json"),
-            {**meta, "sources": self.sources, "doc_ids": self.doc_ids, "stats": self.stats},
-        )
+            {**meta, "arrays": arrays, "sources": self.sources, "doc_ids": self.doc_ids,
+             "stats": self.stats},
+        )  # fmt: skip
 
     @classmethod
-    def load(cls, path: Path) -> tuple[ScanResult, dict]:
-        meta = read_json(path.with_suffix(".json"))
-        with np.load(path.with_suffix(".npz"), allow_pickle=False) as z:
-            a = {k: z[k] for k in z.files}
-        result = cls(len(a["found"]), a["found"], meta.pop("sources"))
-        result.doc_source, result.doc_record = [a["doc_source"]], [a["doc_record"]]
-        result.doc_ids = meta.pop("doc_ids")
-        result.pair_doc, result.pair_item = [a["pair_doc"]], [a["pair_item"]]
-        result.pair_count = [a["pair_count"]]
-        result.stats = meta.pop("stats")
+    def load(cls, path: Path, *, rerun: str = "rerun that shard") -> tuple[ScanResult, dict]:
+        """A saved result; a UserError (with `rerun` as the fix) when its files are damaged:
+        the arrays must match the size and checksum recorded with them."""
+        npz, json_path = path.with_suffix(".npz"), path.with_suffix(".json")
+        try:
+            meta = read_json(json_path)
+            problem = file_mismatch(npz, meta["arrays"]) if "arrays" in meta else "no checksum"
+        except (OSError, ValueError, TypeError) as e:
+            problem = f"{json_path.name} cannot be read ({e})"
+        if problem:
+            raise UserError(f"the partial result {path.name} is damaged: {problem}", fix=rerun)
+        try:
+            with np.load(npz, allow_pickle=False) as z:
+                a = {k: z[k] for k in z.files}
+            result = cls(len(a["found"]), a["found"], meta.pop("sources"))
+            result.doc_source, result.doc_record = [a["doc_source"]], [a["doc_record"]]
+            result.doc_ids = meta.pop("doc_ids")
+            result.pair_doc, result.pair_item = [a["pair_doc"]], [a["pair_item"]]
+            result.pair_count = [a["pair_count"]]
+            result.stats = meta.pop("stats")
+            if not {"fingerprint", "shard"} <= meta.keys():  # merge reads them
+                raise KeyError("fingerprint and shard")
+        except (KeyError, TypeError) as e:  # the arrays match their checksum: the JSON was edited
+            raise UserError(
+                f"the partial result {path.name} lacks {e}", where=str(json_path), fix=rerun
+            ) from None
         return result, meta
 
     def merge(self, other: ScanResult) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from hanlm.config import Config
-from hanlm.console import info, progress
+from hanlm.console import info, progress, warn
 from hanlm.data.decontam.index import FORMAT_VERSION, BenchmarkIndex
 from hanlm.data.decontam.scan import ScanResult, expand_corpus, scan
 from hanlm.errors import UserError
@@ -28,6 +28,8 @@ from hanlm.io import (
     atomic_output_dir,
     atomic_write_json,
     atomic_write_text,
+    file_mismatch,
+    file_record,
     fingerprint,
     open_text_stream,
     read_json,
@@ -295,7 +297,8 @@ def write_corpus(
                     counts["characters_removed"] += len(record["text"])
                     actions[doc] = "dropped"
             w.flush(zstandard.FLUSH_FRAME)
-        parts.append({"path": part.name, "documents": docs, "characters": chars})
+        record = file_record(target)
+        parts.append({"path": part.name, "documents": docs, "characters": chars, **record})
         counts["documents_out"] += docs
         counts["characters_out"] += chars
     stats = {
@@ -423,10 +426,14 @@ def run(
         ensure_demo_world(cfg, run_dir)  # there already when the corpus came from the demo
     benchmarks = benchmark_specs(cfg.decontam.benchmarks, run_dir)
     fp = _fp(cfg, benchmarks, [corpus_fp])
+    from hanlm.data.corpus import corpus_parts, damaged_parts
+
     if shard is None and not force and stage_fingerprint(out) == fp:
-        info(f"decontam: up to date in {out}, skipped")
-        return read_json(out / "report.json")
-    from hanlm.data.corpus import corpus_parts
+        problems = damaged_parts(out / "corpus")
+        if not problems:
+            info(f"decontam: up to date in {out}, skipped")
+            return read_json(out / "report.json")
+        warn(f"decontam: {out / 'corpus'} is damaged ({'; '.join(problems[:3])}); scanning again")
 
     files = corpus_parts(corpus_dir)
     return _scan(cfg, benchmarks, files, run_dir / PARTIAL, out, fp, shard, corpus_dir, "run")
@@ -466,7 +473,11 @@ def _scan(cfg, benchmarks, files, work: Path, out: Path, fp: str, shard, corpus_
 
 def _save_partial(work: Path, result: ScanResult, shard: tuple[int, int], fp: str) -> dict:
     i, n = shard
-    result.save(work / f"shard-{i:04d}-of-{n:04d}", {"fingerprint": fp, "shard": [i, n]})
+    # every shard writes index.npz again: each records the copy it left, for merge to check
+    index = file_record(work / INDEX_FILE)
+    result.save(
+        work / f"shard-{i:04d}-of-{n:04d}", {"fingerprint": fp, "shard": [i, n], "index": index}
+    )
     info(
         f"decontam: shard {i}/{n} scanned {result.stats['documents']:,} documents -> {work}; "
         f"run `hanlm decontam merge` once every shard is done"
@@ -487,7 +498,12 @@ def merge(cfg: Config, *, out_dir: Path | None = None, run_dir: Path | None = No
             f"no partial results in {work}",
             fix="run `hanlm decontam ... --shard I/N` for every I first (same --out or --run)",
         )
-    loaded = [ScanResult.load(m.with_suffix("")) for m in metas]
+    loaded = [
+        ScanResult.load(
+            m.with_suffix(""), rerun=f"run that shard again ({_shard_of(m)}), then merge"
+        )
+        for m in metas
+    ]
     fps = {meta["fingerprint"] for _, meta in loaded}
     n = loaded[0][1]["shard"][1]
     have = sorted(meta["shard"][0] for _, meta in loaded)
@@ -505,12 +521,27 @@ def merge(cfg: Config, *, out_dir: Path | None = None, run_dir: Path | None = No
     result = loaded[0][0]
     for other, _ in loaded[1:]:
         result.merge(other)
+    problems = [file_mismatch(work / INDEX_FILE, meta.get("index", {})) for _, meta in loaded]
+    if all(problems):  # the index must be the copy one of the shards wrote
+        raise UserError(
+            f"the benchmark index in {work} is damaged: {problems[-1] or 'no checksum recorded'}",
+            fix="run any one shard again (it writes the index anew), then merge",
+        )
     index = BenchmarkIndex.load(work / INDEX_FILE)
     corpus_dir = Path(run_dir) / "corpus" if run_dir is not None else None
     meta = {"mode": "run" if run_dir is not None else "standalone", "shards": n}
     report = _finish(root / STAGE, index, result, cfg, fps.pop(), corpus_dir=corpus_dir, meta=meta)
     shutil.rmtree(work, ignore_errors=True)
     return report
+
+
+def _shard_of(meta_path: Path) -> str:
+    """`--shard I/N` for a shard-IIII-of-NNNN.json file name."""
+    try:
+        _, i, _, n = meta_path.stem.split("-")
+        return f"--shard {int(i)}/{int(n)}"
+    except ValueError:
+        return meta_path.stem
 
 
 def load_run_index(run_dir: Path) -> BenchmarkIndex | None:
