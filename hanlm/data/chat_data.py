@@ -76,8 +76,12 @@ def read_conversations(path: Path) -> list[dict]:
             fix="give --data a messages JSONL file (or run the corpus stage on `demo` first)",
         )
     conversations = []
-    with open(path, encoding="utf-8") as f:
-        for number, text in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _line_error(path, number, "the line is not UTF-8 text") from None
             if not text.strip():
                 continue
             try:
