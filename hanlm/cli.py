@@ -9,6 +9,7 @@ from typing import Any
 
 from hanlm import __version__
 from hanlm.errors import UserError
+from hanlm.io import check_folder_path, claim_output_dir, claim_output_file, read_json
 
 DEFAULT_RUN = "runs/demo"
 
@@ -357,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn")
     p.add_argument("--out", type=Path, metavar="FILE.jsonl", help="also write results here")
+    p.add_argument("--force", action="store_true", help="replace an earlier results file at --out")
     _decoding_flags(p)
     p.add_argument("--batch-size", type=int, metavar="B", help="prompts decoded together")
     p.set_defaults(
@@ -450,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inter-host-gbps", type=float, help="network between hosts, Gbit/s")
     p.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
     p.add_argument("--out", type=Path, metavar="FILE", help="also write the plan as JSON here")
+    p.add_argument("--force", action="store_true", help="replace an earlier plan at --out")
     # a run's config.toml is read only when --run is given: plan is mostly used before a run
     p.set_defaults(
         run=None,
@@ -482,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, metavar="DIR")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size-mb", type=float, default=4.0)
+    p.add_argument("--force", action="store_true", help="replace an earlier demo world in --out")
     p.set_defaults(func=_cmd_demo)
     return parser
 
@@ -583,6 +587,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         batch_size=cfg.eval.batch_size,
         dtype=cfg.eval.dtype,
         device=cfg.eval.device,
+        replace_earlier=args.force,
     )
     return 0
 
@@ -597,6 +602,9 @@ def _cmd_decontam(args: argparse.Namespace) -> int:
         raise UserError("--out needs --corpus GLOB", fix="or scan a run's corpus with --run DIR")
     if args.corpus is not None and not standalone:
         raise UserError("--corpus needs --out DIR", fix="pass --out DIR for the results")
+    if standalone:  # the results go to OUT/decontam/: refuse what is in the way before scanning
+        check_folder_path(args.out, "--out")
+        claim_output_dir(args.out / decontam.STAGE, name="the results folder")
     run_dir = None if standalone else args.run
     cfg = load_config(args.config, args.overrides, run_dir, values=_flag_values(args))
     shard = parse_shard(args.shard)
@@ -625,6 +633,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     if bool(args.prompt_texts) == bool(args.prompts_file):
         raise UserError("give prompts with --prompt TEXT (repeatable) or --prompts FILE, not both")
+    if args.out is not None:  # before the model loads: a refusal costs nothing
+        claim_output_file(
+            args.out,
+            is_earlier_output=_is_generate_output,
+            replace_earlier=args.force,
+            name="--out",
+        )
     settings = _decoding_settings(args)
     prompts = args.prompt_texts or read_prompts(args.prompts_file)
     results = generate(load(args.model_dir, settings.device), prompts, settings, chat=args.chat)
@@ -635,6 +650,28 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if args.out is not None:
         write_results(args.out, results)
     return 0
+
+
+def _is_generate_output(path: Path) -> bool:
+    """Whether `path` is a results file `hanlm generate --out` wrote: JSON rows with a prompt
+    and a text each."""
+    import json
+
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = [json.loads(line) for line in lines]
+    except (OSError, ValueError):
+        return False
+    return bool(rows) and all(isinstance(r, dict) and {"prompt", "text"} <= r.keys() for r in rows)
+
+
+def _is_plan_output(path: Path) -> bool:
+    """Whether `path` is a plan `hanlm plan --out` wrote."""
+    try:
+        plan = read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(plan, dict) and {"setup", "model", "memory", "time"} <= plan.keys()
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
@@ -655,6 +692,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     values = _flag_values(args)
     cfg = load_config(args.config, args.overrides, args.run, values=values, recipe_fallback=False)
+    if args.out is not None:
+        claim_output_file(
+            args.out, is_earlier_output=_is_plan_output, replace_earlier=args.force, name="--out"
+        )
     result = plan.make_plan(plan.setup_from_config(cfg))
     if args.out is not None:
         atomic_write_json(args.out, result)
@@ -668,10 +709,30 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from hanlm.console import info
     from hanlm.data import demo
+    from hanlm.io import STAGE_MARKER, fingerprint, write_stage_marker
 
     if args.size_mb <= 0:
         raise UserError(f"--size-mb must be positive, got {args.size_mb}")
+    check_folder_path(args.out, "--out")
+
+    def holds_a_demo_world(_: Path) -> bool:
+        try:
+            return read_json(args.out / STAGE_MARKER).get("stage") == "demo"
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    # the world's files go next to whatever else the folder holds: only they are checked
+    for name in (*demo.FILE_NAMES.values(), STAGE_MARKER):
+        claim_output_file(
+            args.out / name,
+            is_earlier_output=holds_a_demo_world,
+            replace_earlier=args.force,
+            name="--out",
+        )
     paths = demo.write(demo.build(seed=args.seed, size_mb=args.size_mb), args.out)
+    # the same marker a run's demo/ folder has: a later --force knows the files are the demo's
+    fp = fingerprint({"seed": args.seed, "size_mb": args.size_mb})
+    write_stage_marker(args.out, "demo", fp)
     info("demo world written: " + ", ".join(str(p) for p in paths.values()))
     return 0
 
@@ -681,9 +742,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except UserError as e:
+        from rich.markup import escape
+
         from hanlm.console import console
 
-        console.print(f"[bold red]error:[/bold red] {e.message}", soft_wrap=True)
+        # escaped: a message may hold [brackets] (TOML tables, paths) that are not markup
+        console.print(f"[bold red]error:[/bold red] {escape(e.message)}", soft_wrap=True)
         return 2
     except Exception as e:
         from hanlm.train.preemption import Preempted

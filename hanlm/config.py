@@ -5,6 +5,7 @@ Unknown keys and bad values are `UserError`s that name the key and the valid cho
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -13,7 +14,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hanlm.errors import UserError
-from hanlm.io import atomic_write_text
+from hanlm.io import atomic_write_text, check_folder_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -400,8 +401,29 @@ def _read_toml(path: Path) -> dict[str, Any]:
             f"config file {path} does not exist",
             fix=f"give a path to a TOML file or one of the built-in recipes: {', '.join(recipe_names())}",
         ) from None
+    except IsADirectoryError:
+        raise _folder_given_as_config(path) from None
+    except UnicodeDecodeError:
+        raise UserError(
+            f"{path} is not a TOML file: it is not UTF-8 text",
+            fix="give the recipe's .toml file (TOML is UTF-8 text)",
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path} is not valid TOML: {e}", fix="correct the TOML syntax") from None
+    except OSError as e:
+        raise UserError(
+            f"cannot read config file {path}: {e.strerror or e}",
+            fix="check the path and its permissions",
+        ) from None
+
+
+def _folder_given_as_config(path: Path) -> UserError:
+    inside = Path(path) / CONFIG_FILE
+    hint = f"--config {inside}" if inside.is_file() else "a TOML file's path"
+    return UserError(
+        f"--config {path} is a folder, not a TOML file",
+        fix=f"give {hint}, or a built-in recipe: {', '.join(recipe_names())}",
+    )
 
 
 def _run_config_exists(run_dir: Path | None) -> bool:
@@ -415,14 +437,17 @@ def resolve_source(source: str | Path | None, run_dir: Path | None) -> Path:
             return Path(run_dir) / CONFIG_FILE
         return RECIPES_DIR / f"{DEFAULT_RECIPE}.toml"
     text = str(source)
-    if "/" not in text and not text.endswith(".toml"):
-        recipe = RECIPES_DIR / f"{text}.toml"
-        if not recipe.is_file():
-            raise UserError(
-                f"unknown recipe {text!r}",
-                fix=f"use one of {', '.join(recipe_names())} or a path to a .toml file",
-            )
-        return recipe
+    looks_like_recipe = "/" not in text and not text.endswith(".toml")
+    recipe = RECIPES_DIR / f"{text}.toml"
+    if looks_like_recipe and recipe.is_file():
+        return recipe  # a built-in name wins over a file or folder of that name here
+    if Path(text).is_dir():
+        raise _folder_given_as_config(Path(text))
+    if looks_like_recipe and not Path(text).is_file():
+        raise UserError(
+            f"unknown recipe {text!r}",
+            fix=f"use one of {', '.join(recipe_names())} or a path to a .toml file",
+        )
     return Path(text)
 
 
@@ -453,33 +478,57 @@ def _check_path(model: type[BaseModel], keys: list[str], full_key: str) -> None:
             model = annotation
 
 
+def _parse_overrides(overrides: list[str]) -> list[tuple[str, Any, str]]:
+    """(dotted key, value, the text as given) of each `section.key=value` string."""
+    parsed = []
+    for text in overrides:
+        if "=" not in text:
+            raise UserError(
+                f"override {text!r} has no '='", fix="write it as --set section.key=value"
+            )
+        key, raw = text.split("=", 1)
+        parsed.append((key.strip(), _parse_value(raw.strip()), text))
+    return parsed
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
     """Apply `section.key=value` strings (or a {dotted key: value} dict) to raw config data."""
-    items = overrides.items() if isinstance(overrides, dict) else []
-    if not isinstance(overrides, dict):
-        parsed = []
-        for text in overrides:
-            if "=" not in text:
-                raise UserError(
-                    f"override {text!r} has no '='", fix="write it as --set section.key=value"
-                )
-            key, raw = text.split("=", 1)
-            parsed.append((key.strip(), _parse_value(raw.strip())))
-        items = parsed
+    if isinstance(overrides, dict):
+        items = list(overrides.items())
+    else:
+        items = [(key, value) for key, value, _ in _parse_overrides(overrides)]
     for key, value in items:
         keys = key.split(".")
         _check_path(Config, keys, key)
         node = data
-        for k in keys[:-1]:
+        for i, k in enumerate(keys[:-1]):
             node = node.setdefault(k, {})
             if not isinstance(node, dict):
-                raise UserError(f"config key {key!r} is not inside a section")
+                section = ".".join(keys[: i + 1])
+                raise UserError(
+                    f"config key {key!r} cannot be set: the configuration gives {section!r} a "
+                    f"value ({node!r}) where a section belongs",
+                    fix=f"make {section} a [{section}] table in the TOML file",
+                )
         node[keys[-1]] = value
     return data
 
 
-def _format_validation_error(err: ValidationError, source: str) -> UserError:
-    lines = []
+def _setter_of(loc: tuple, set_by: dict[str, str]) -> str | None:
+    """Which override set the value at `loc` (or a section holding it), if one did."""
+    for i in range(len(loc), 0, -1):
+        key = ".".join(str(p) for p in loc[:i])
+        if key in set_by:
+            return set_by[key]
+    return None
+
+
+def _format_validation_error(
+    err: ValidationError, source: str, set_by: dict[str, str] | None = None
+) -> UserError:
+    """One message for every bad value, located where each was set: the file or an override."""
+    set_by = set_by or {}
+    lines, places = [], []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
@@ -493,11 +542,34 @@ def _format_validation_error(err: ValidationError, source: str) -> UserError:
             lines.append(f"unknown key {loc!r} (valid keys: {valid})")
         else:
             lines.append(f"{loc}: {e['msg']} (got {e.get('input')!r})")
-    return UserError(
-        "invalid configuration: " + "; ".join(lines),
-        where=source,
-        fix="correct the key or value in the TOML file or the --set override",
+        place = _setter_of(e["loc"], set_by) or source
+        if place not in places:
+            places.append(place)
+    from_file = source in places
+    fix = (
+        "correct the key or value in the TOML file"
+        if from_file and len(places) == 1
+        else "correct the value given on the command line"
+        if not from_file
+        else "correct the values in the TOML file and on the command line"
     )
+    return UserError("invalid configuration: " + "; ".join(lines), where=", ".join(places), fix=fix)
+
+
+def _warn_ignored_settings(cfg: Config) -> None:
+    """Settings that validate but do nothing in this combination: say so rather than ignore them."""
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, say it once
+        return
+    if cfg.distill.teacher and not cfg.distill.enabled:
+        from rich.markup import escape
+
+        from hanlm.console import warn
+
+        warn(
+            f"distill.teacher is set ({escape(cfg.distill.teacher)}) but distill.enabled is false, so "
+            "training runs without distillation; set distill.enabled=true to distil, or leave "
+            "distill.teacher out"
+        )
 
 
 def load_config(
@@ -514,17 +586,26 @@ def load_config(
     With recipe_fallback=False, no source and no run config start from the documented
     defaults instead of the demo recipe (`hanlm plan` plans real models, not the demo).
     """
+    if run_dir is not None:  # every command resolves its run directory here: check it once
+        check_folder_path(Path(run_dir), "the run directory (--run)")
     if source is None and not recipe_fallback and not _run_config_exists(run_dir):
         path, data = "the defaults", {}
     else:
         path = resolve_source(source, run_dir)
         data = _read_toml(path)
+    set_by = {key: f"the command-line option setting {key}" for key in values or {}}
+    if isinstance(overrides, dict):
+        set_by.update({key: f"the override {key}={value!r}" for key, value in overrides.items()})
+    else:
+        set_by.update({key: f"--set {text}" for key, _, text in _parse_overrides(overrides or [])})
     apply_overrides(data, values or {})
     apply_overrides(data, overrides or [])
     try:
-        return Config.model_validate(data)
+        cfg = Config.model_validate(data)
     except ValidationError as err:
-        raise _format_validation_error(err, str(path)) from None
+        raise _format_validation_error(err, str(path), set_by) from None
+    _warn_ignored_settings(cfg)
+    return cfg
 
 
 def config_to_toml(cfg: Config) -> str:

@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -71,32 +71,194 @@ def _fsync_tree(root: Path) -> None:
         fsync_dir(Path(dirpath))
 
 
-def replace_dir(final: Path, tmp: Path) -> None:
-    """Fsync everything in `tmp`, then put it in place of `final` (kept as `.old` until done)."""
+# --- output paths: never lose what hanlm did not write ----------------------------------------
+#
+# Every folder or file hanlm replaces goes through claim_output_dir or claim_output_file first:
+# a path that holds something else (a user's files, a file where a folder belongs) is refused
+# with a UserError before any work is done, and again just before the swap.
+
+OUTPUT_FILES_KEY = "output_files"  # in a folder's marker: the entries hanlm wrote there
+IN_PROGRESS_TAG = ".hanlm-in-progress"  # inside a temporary folder while hanlm fills it
+LISTED_NAMES = 5  # entries named in a message before "and N more"
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(sorted(names)[:LISTED_NAMES])
+    more = len(names) - LISTED_NAMES
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _first_non_folder(paths) -> Path | None:
+    """The first of `paths` (a path, then the folders above it) that exists but is no folder."""
+    for candidate in paths:
+        if candidate.is_dir():
+            return None
+        if os.path.lexists(candidate):
+            return candidate
+    return None
+
+
+def _blocked_by_file(path: Path, name: str, blocker: Path) -> UserError:
+    what = (
+        f"{name} {path} is a file, not a folder"
+        if blocker == path
+        else f"{name} {path} cannot be created: {blocker} is a file, not a folder"
+    )
+    return UserError(what, fix="choose another path, or move the file away")
+
+
+def check_folder_path(path: Path, name: str) -> None:
+    """UserError when `path`, or a folder above it, exists as something other than a folder
+    (a file, a broken link): nothing could be written there."""
+    path = Path(path)
+    blocker = _first_non_folder((path, *path.parents))
+    if blocker is not None:
+        raise _blocked_by_file(path, name, blocker)
+
+
+def _hanlm_marker(path: Path) -> dict | None:
+    """The marker's record when `path` is one hanlm wrote (a JSON object with a fingerprint)."""
+    try:
+        record = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and "fingerprint" in record else None
+
+
+def claim_output_dir(
+    path: Path,
+    *,
+    marker: str = STAGE_MARKER,
+    replace_earlier: bool = True,
+    name: str = "output folder",
+) -> None:
+    """Refuse (UserError) to write folder `path` unless it is new, empty, or hanlm's own earlier
+    output: it holds hanlm's `marker` and nothing hanlm did not list there when it wrote it.
+
+    replace_earlier=False also refuses hanlm's own earlier output: what a user-named `--out`
+    held is replaced only with --force."""
+    path = Path(path)
+    check_folder_path(path, name)
+    if not path.is_dir():
+        return
+    entries = [p.name for p in path.iterdir()]
+    if not entries:
+        return
+    record = _hanlm_marker(path / marker)
+    if record is None:
+        raise UserError(
+            f"{name} {path} already holds files hanlm did not write ({_listing(entries)}), and "
+            "hanlm replaces only its own earlier output",
+            fix="choose a new or an empty folder, or move those files elsewhere first",
+        )
+    recorded = record.get(OUTPUT_FILES_KEY)
+    if isinstance(recorded, list):  # outputs written before the list was kept: all hanlm's
+        foreign = [e for e in entries if e not in {*recorded, marker}]
+        if foreign:
+            raise UserError(
+                f"{name} {path} holds an earlier hanlm output and also files hanlm did not "
+                f"write there ({_listing(foreign)})",
+                fix="move those files out of the folder first, or choose another folder",
+            )
+    if not replace_earlier:
+        raise UserError(
+            f"{name} {path} holds an earlier hanlm output",
+            fix="pass --force to replace it, or choose another folder",
+        )
+
+
+def claim_output_file(
+    path: Path,
+    *,
+    is_earlier_output: Callable[[Path], bool],
+    replace_earlier: bool,
+    name: str = "output file",
+) -> None:
+    """Refuse (UserError) to write file `path` unless it is new, or an earlier output of the
+    same command (`is_earlier_output(path)`) and replace_earlier is set (--force)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(
+            f"{name} {path} is a folder, not a file", fix="give a file path, e.g. inside it"
+        )
+    blocker = _first_non_folder(path.parents)
+    if blocker is not None:
+        raise _blocked_by_file(path, name, blocker)
+    if not os.path.lexists(path):
+        return
+    if not path.is_file() or not is_earlier_output(path):
+        raise UserError(
+            f"{name} {path} already exists and is not hanlm's output, so it is kept",
+            fix="choose another path, or move the file away first",
+        )
+    if not replace_earlier:
+        raise UserError(f"{name} {path} holds an earlier output", fix="pass --force to replace it")
+
+
+def _record_output_files(folder: Path, marker: str) -> None:
+    """List the folder's entries in its marker, so that a later run can tell them from files
+    someone else puts there."""
+    record = _hanlm_marker(folder / marker)
+    if record is not None:  # without one the folder is not recognised as hanlm's anyway
+        record[OUTPUT_FILES_KEY] = sorted(p.name for p in folder.iterdir())
+        atomic_write_json(folder / marker, record)
+
+
+def replace_dir(
+    final: Path, tmp: Path, *, marker: str = STAGE_MARKER, replace_earlier: bool = True
+) -> None:
+    """Fsync everything in `tmp`, then put it in place of `final` (see claim_output_dir), which
+    is kept under a fresh name until the new folder is in place."""
+    final, tmp = Path(final), Path(tmp)
+    claim_output_dir(final, marker=marker, replace_earlier=replace_earlier)
+    (tmp / IN_PROGRESS_TAG).unlink(missing_ok=True)
+    _record_output_files(tmp, marker)
     _fsync_tree(tmp)
-    old = final.with_name(f"{final.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
+    # a fresh name: a fixed `.old` could be someone's folder
+    old = final.with_name(f"{final.name}.old-{os.getpid()}-{time.time_ns()}")
+    if os.path.lexists(final):
         os.replace(final, old)
     os.replace(tmp, final)
     fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _claim_temporary_dir(tmp: Path) -> None:
+    """An earlier run's leftover `tmp` is removed; anything else at that name is refused."""
+    if not os.path.lexists(tmp):
+        return
+    is_real_dir = tmp.is_dir() and not tmp.is_symlink()
+    if is_real_dir and ((tmp / IN_PROGRESS_TAG).is_file() or not any(tmp.iterdir())):
+        shutil.rmtree(tmp)
+        return
+    raise UserError(
+        f"{tmp} is in the way: hanlm writes its output there before renaming it, and it is not "
+        "a leftover of hanlm's",
+        fix="move or rename it, then run again",
+    )
+
+
 @contextlib.contextmanager
-def atomic_output_dir(final: Path) -> Iterator[Path]:
+def atomic_output_dir(
+    final: Path, *, marker: str = STAGE_MARKER, replace_earlier: bool = True
+) -> Iterator[Path]:
     """Yield an empty temporary folder; on success it replaces `final` in one rename.
 
-    On an exception the temporary folder is removed and `final` (if any) is left untouched.
+    `final` must be new, empty or hanlm's earlier output holding `marker` (claim_output_dir),
+    checked before the work and again before the rename; the body writes `marker` into the
+    temporary folder. On an exception the temporary folder is removed and `final` (if any) is
+    left untouched.
     """
     final = Path(final)
+    claim_output_dir(final, marker=marker, replace_earlier=replace_earlier)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f"{final.name}.incomplete")
-    shutil.rmtree(tmp, ignore_errors=True)
+    _claim_temporary_dir(tmp)
     tmp.mkdir()
+    (tmp / IN_PROGRESS_TAG).touch()
     try:
         yield tmp
-        replace_dir(final, tmp)
+        replace_dir(final, tmp, marker=marker, replace_earlier=replace_earlier)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -39,7 +39,6 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from hanlm.errors import UserError
-from hanlm.train.precision import quiet_torchao_import
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -229,8 +228,7 @@ def build_model(
     model first and initialises the shards.
     """
     device = torch.device(device)
-    # Loading a model class imports torchao through transformers, which logs CUDA-only noise.
-    with quiet_torchao_import(), _seeded_rng(seed, device), device:
+    with _seeded_rng(seed, device), device:
         model = AutoModelForCausalLM.from_config(
             config, **_attention_keywords(config), **{_dtype_keyword(): dtype}
         )

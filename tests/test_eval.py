@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+from user_files import snapshot, user_file, user_folder
 
 from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
 from hanlm.config import load_config
@@ -124,3 +125,34 @@ def test_bad_inputs_are_user_errors(run_dir, cli, tmp_path):
     assert not (tmp_path / "o").exists()
     with pytest.raises(UserError, match="no eval task"):
         eval_run.evaluate([model], [], tmp_path / "o")
+
+
+def test_out_that_is_a_file_or_a_users_folder_is_refused(run_dir, cli, tmp_path):
+    model = run_dir / "pretrain" / "hf"
+    common = ("eval", "--run", run_dir, "--model", model, "--task", "demo_qa", "--limit", "2")
+    file = user_file(tmp_path / "results.json")
+    folder = user_folder(tmp_path / "mine")
+    before = snapshot(tmp_path)
+    assert_user_error(cli(*common, "--out", file), "is a file, not a folder")
+    for force in ([], ["--force"]):
+        result = cli(*common, "--out", folder, *force)
+        assert_user_error(result, "hanlm did not write (README.md, notes)")
+    assert snapshot(tmp_path) == before
+
+
+def test_out_holding_an_earlier_evaluation_is_replaced_only_with_force(run_dir, cli, tmp_path):
+    model = run_dir / "pretrain" / "hf"
+    out = tmp_path / "results"
+    common = ("eval", "--run", run_dir, "--model", model, "--task", "demo_qa", "--out", out)
+    assert cli(*common, "--limit", "2").code == 0
+    assert json.loads((out / "stage.json").read_text())["stage"] == "eval"  # recognisable
+    before = snapshot(out)
+    assert_user_error(cli(*common, "--limit", "3"), "earlier hanlm output", "--force")
+    assert snapshot(out) == before
+    assert cli(*common, "--limit", "3", "--force").code == 0
+    assert json.loads((out / "results.json").read_text())["tasks"]["demo_qa"]["items"] == 3
+    (out / "notes.md").write_text("my notes on these results\n")
+    before = snapshot(out)
+    result = cli(*common, "--limit", "2", "--force")
+    assert_user_error(result, "files hanlm did not write there (notes.md)")
+    assert snapshot(out) == before

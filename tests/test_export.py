@@ -11,8 +11,9 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from user_files import snapshot, user_file, user_folder
 
-from conftest import TINY_PRETRAIN
+from conftest import TINY_PRETRAIN, assert_user_error
 from hanlm.config import load_config
 from hanlm.data import tokenizer as tokenizer_stage
 from hanlm.errors import UserError
@@ -272,3 +273,61 @@ def test_export_of_a_two_rank_fsdp_checkpoint(demo_run, tmp_path):
         logits(export.load_exported(run_dir / "pretrain" / "hf"), ids), expected, atol=1e-5, rtol=0
     )
     assert (logits(build_model(tiny_config(run_dir)), ids) - expected).abs().max() > 1e-2
+
+
+# --- the output folder: nothing a user has is lost ------------------------------------------
+
+
+def export_cli(cli, run_dir, *args):
+    settings = [a for k, v in TINY.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    return cli("export", "--run", run_dir, *settings, *args)
+
+
+def test_out_that_is_a_file_or_a_users_folder_is_refused(run_dir, tmp_path, cli):
+    file = user_file(tmp_path / "model.safetensors")
+    folder = user_folder(tmp_path / "mine")
+    (folder / "config.json").write_text('{"mine": true}')  # even with an export's file names
+    before = snapshot(tmp_path)
+    assert_user_error(export_cli(cli, run_dir, "--out", file), "is a file, not a folder")
+    assert_user_error(export_cli(cli, run_dir, "--out", file / "hf"), "cannot be created")
+    for force in ([], ["--force"]):
+        result = export_cli(cli, run_dir, "--out", folder, *force)
+        assert_user_error(result, "hanlm did not write (README.md, config.json, notes)")
+    assert snapshot(tmp_path) == before
+
+
+def test_out_holding_an_earlier_export_is_replaced_only_with_force(run_dir, tmp_path, cli):
+    out = tmp_path / "hf"
+    out.mkdir()  # an empty folder is fine
+    assert export_cli(cli, run_dir, "--out", out, "--checkpoint", "4").code == 0
+    assert export_cli(cli, run_dir, "--out", out, "--checkpoint", "4").code == 0  # same: skipped
+    before = snapshot(out)
+    assert_user_error(export_cli(cli, run_dir, "--out", out), "earlier hanlm output", "--force")
+    assert snapshot(out) == before
+    assert export_cli(cli, run_dir, "--out", out, "--force").code == 0
+    assert json.loads((out / export.RECORD).read_text())["step"] == 8
+    # a model card the user added is not the export's to delete, --force or not
+    (out / "README.md").write_text("# my model\n")
+    before = snapshot(out)
+    result = export_cli(cli, run_dir, "--out", out, "--checkpoint", "4", "--force")
+    assert_user_error(result, "files hanlm did not write there (README.md)")
+    assert snapshot(out) == before
+
+
+def test_the_runs_own_export_folder_is_updated_without_force(run_dir, cli):
+    assert export_cli(cli, run_dir, "--checkpoint", "4").code == 0
+    assert export_cli(cli, run_dir).code == 0
+    assert json.loads((run_dir / "pretrain" / "hf" / export.RECORD).read_text())["step"] == 8
+
+
+def test_a_checkpoint_without_its_manifest_is_named_as_uncommitted(run_dir, cli):
+    for step in (4, 8):
+        (step_dir(run_dir / "pretrain" / "checkpoints", step) / "manifest.json").unlink()
+    result = export_cli(cli, run_dir)
+    assert_user_error(
+        result,
+        "no committed checkpoint",
+        "step-00000004, step-00000008 have no manifest.json",
+        "--force",  # pretraining is marked finished: only --force trains again
+    )
+    assert "no checkpoint to export" not in result.err  # the old message: "run pretrain first"

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import RepetitionPenaltyLogitsProcessor
 
-from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
+from conftest import TINY_PRETRAIN, assert_user_error, run_subprocess, write_jsonl
 from hanlm.config import GenerateSection, load_config
 from hanlm.evals.tasks import repetition
 from hanlm.generate import (
@@ -224,3 +224,18 @@ def test_generate_cli_bad_inputs(cli, model_dir, tmp_path):
         cli("generate", model_dir, "--prompt", "x", "--set", "generate.top_p=3", *norun),
         "generate.top_p",
     )
+
+
+def test_generate_out_replaces_an_earlier_answers_file_only_with_force(cli, model_dir, tmp_path):
+    out = tmp_path / "answers.jsonl"
+    args = ("generate", model_dir, "--prompt", "서울은", "--max-new-tokens", "3", "--greedy")
+    args += ("--run", tmp_path / "norun", "--out", out)
+    assert cli(*args).code == 0
+    before = out.read_bytes()
+    assert_user_error(cli(*args, "--max-new-tokens", "2"), "earlier output", "--force")
+    assert out.read_bytes() == before
+    # as a user runs it: a real process, where torchao's CUDA-less import noise would show
+    result = run_subprocess(*args, "--max-new-tokens", "2", "--force")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["new_tokens"] <= 2
+    assert "Failed to load" not in result.stderr and "register_constant" not in result.stderr

@@ -1794,6 +1794,16 @@ def _jsonl(rows: Iterable[dict]) -> str:
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
+# The world's files by name, as `write` puts them in a folder.
+FILE_NAMES = {
+    "pretrain": "pretrain.jsonl",
+    "benchmark": "benchmark.jsonl",
+    "chat": "chat.jsonl",
+    "facts": "facts.tsv",
+    "planted": "planted.json",
+}
+
+
 def write(world: DemoWorld, out_dir: Path) -> dict[str, Path]:
     """Write the world's files into `out_dir`, each atomically; returns their paths by name."""
     out_dir = Path(out_dir)
@@ -1802,20 +1812,16 @@ def write(world: DemoWorld, out_dir: Path) -> dict[str, Path]:
         f"{f.subject}\t{f.relation}\t{f.object}\t{f.continent}" for f in world.facts
     ]
     contents = {
-        "pretrain": (
-            "pretrain.jsonl",
-            _jsonl({"id": d["id"], "kind": d["kind"], "text": d["text"]} for d in world.documents),
+        "pretrain": _jsonl(
+            {"id": d["id"], "kind": d["kind"], "text": d["text"]} for d in world.documents
         ),
-        "benchmark": ("benchmark.jsonl", _jsonl(world.benchmark)),
-        "chat": (
-            "chat.jsonl",
-            _jsonl({"id": c["id"], "messages": c["messages"]} for c in world.conversations),
-        ),
-        "facts": ("facts.tsv", "\n".join(facts_rows) + "\n"),
-        "planted": ("planted.json", json.dumps(world.planted, ensure_ascii=False, indent=2) + "\n"),
+        "benchmark": _jsonl(world.benchmark),
+        "chat": _jsonl({"id": c["id"], "messages": c["messages"]} for c in world.conversations),
+        "facts": "\n".join(facts_rows) + "\n",
+        "planted": json.dumps(world.planted, ensure_ascii=False, indent=2) + "\n",
     }
     paths = {}
-    for name, (filename, text) in contents.items():
-        paths[name] = out_dir / filename
+    for name, text in contents.items():
+        paths[name] = out_dir / FILE_NAMES[name]
         atomic_write_text(paths[name], text)
     return paths

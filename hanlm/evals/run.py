@@ -27,6 +27,7 @@ from hanlm.io import (
     atomic_output_dir,
     atomic_write_json,
     atomic_write_text,
+    claim_output_dir,
     fingerprint,
     read_json,
     stage_fingerprint,
@@ -80,9 +81,15 @@ def evaluate(
     dtype: str = "fp32",
     device: str = "auto",
     extra_record: dict | None = None,
+    replace_earlier: bool = True,
 ) -> dict:
-    """Evaluate each model on each task; write OUT/results.json, samples.jsonl, results.md."""
+    """Evaluate each model on each task; write OUT/results.json, samples.jsonl, results.md.
+
+    `out` must be new, empty or an earlier evaluation's folder (replaced only with
+    `replace_earlier`): checked before any model loads.
+    """
     options = options or tasks_lib.Options()
+    claim_output_dir(out, replace_earlier=replace_earlier)
     if not models:
         raise UserError("no model to evaluate", fix="give --model DIR (repeatable) or --run DIR")
     model_dirs = [resolve_model_dir(m) for m in models]
@@ -130,10 +137,11 @@ def evaluate(
         "seconds": round(time.perf_counter() - started, 3),
         **(extra_record or {}),
     }
-    with atomic_output_dir(Path(out)) as tmp:
+    with atomic_output_dir(Path(out), replace_earlier=replace_earlier) as tmp:
         _write_outputs(tmp, record, all_samples)
-        if extra_record and "fingerprint" in extra_record:
-            write_stage_marker(tmp, STAGE, extra_record["fingerprint"])
+        # the marker also tells a later `--out` that this folder is an evaluation's to replace
+        marker_fp = (extra_record or {}).get("fingerprint") or fingerprint(STAGE, record)
+        write_stage_marker(tmp, STAGE, marker_fp)
     info(f"eval: results in {out}")
     return record
 

@@ -20,7 +20,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -29,9 +29,16 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
 from hanlm.console import info
 from hanlm.errors import UserError
-from hanlm.io import atomic_output_dir, atomic_write_json, file_sha256, fingerprint, read_json
+from hanlm.io import (
+    atomic_output_dir,
+    atomic_write_json,
+    claim_output_dir,
+    file_sha256,
+    fingerprint,
+    read_json,
+    stage_fingerprint,
+)
 from hanlm.train import checkpoint as checkpoint_lib
-from hanlm.train.precision import quiet_torchao_import
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -276,11 +283,16 @@ def export_checkpoint(
     tokenizer_dir: Path,
     eos_token_ids: list[int] | None = None,
     dtype: torch.dtype = torch.float32,
+    replace_earlier: bool = True,
 ) -> Path:
-    """Write the checkpoint's model, `dtype` weights, and the tokenizer to `out_dir` (atomically)."""
+    """Write the checkpoint's model, `dtype` weights, and the tokenizer to `out_dir` (atomically).
+
+    `out_dir` must be new, empty or an earlier export (replaced only with `replace_earlier`).
+    """
     from transformers import GenerationConfig
 
     checkpoint_dir, tokenizer_dir = Path(checkpoint_dir), Path(tokenizer_dir)
+    claim_output_dir(out_dir, marker=RECORD, replace_earlier=replace_earlier)
     dtype_name = _checked_dtype(dtype)
     state = trainer_state(checkpoint_dir)
     special = _special_tokens(tokenizer_dir)
@@ -299,7 +311,7 @@ def export_checkpoint(
         setattr(model.config, key, value)
     model.generation_config = GenerationConfig(**ids)
     context_length = getattr(model_config.get_text_config(), "max_position_embeddings", None)
-    with atomic_output_dir(out_dir) as tmp:
+    with atomic_output_dir(out_dir, marker=RECORD, replace_earlier=replace_earlier) as tmp:
         with _no_progress_bars():
             model.save_pretrained(tmp, safe_serialization=True)
         _portable_model_config(tmp / "config.json", dtype_name)
@@ -347,7 +359,7 @@ def load_exported(out_dir: Path) -> PreTrainedModel:
             f"{out_dir} is not an exported model: no {', '.join(missing)}",
             fix="run `hanlm export` first",
         )
-    with quiet_torchao_import(), _no_progress_bars():
+    with _no_progress_bars():
         model = AutoModelForCausalLM.from_pretrained(
             out_dir, trust_remote_code=False, use_safetensors=True
         )
@@ -390,10 +402,7 @@ def _locate_checkpoint(run_dir: Path, checkpoint: str | None) -> Path:
     if checkpoint is None:
         latest = checkpoint_lib.latest(root)
         if latest is None:
-            raise UserError(
-                f"no checkpoint to export in {root}",
-                fix=f"run `hanlm pretrain --run {run_dir}` first",
-            )
+            _no_committed_checkpoint(root, run_dir)
         return latest
     text = str(checkpoint).strip()
     if text.isdigit():
@@ -412,6 +421,24 @@ def _locate_checkpoint(run_dir: Path, checkpoint: str | None) -> Path:
         )
     trainer_state(path)  # a UserError unless it is a committed checkpoint
     return path
+
+
+def _no_committed_checkpoint(root: Path, run_dir: Path) -> NoReturn:
+    """The UserError for a run with nothing to export, saying whether checkpoints were started."""
+    uncommitted = sorted(p.name for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
+    if not uncommitted:
+        raise UserError(
+            f"no checkpoint to export in {root}", fix=f"run `hanlm pretrain --run {run_dir}` first"
+        )
+    # a finished pretraining is skipped when run again: only --force trains (and saves) anew
+    force = " --force" if stage_fingerprint(Path(run_dir) / "pretrain") is not None else ""
+    raise UserError(
+        f"no committed checkpoint to export in {root}: {', '.join(uncommitted)} "
+        f"{'has' if len(uncommitted) == 1 else 'have'} no {checkpoint_lib.MANIFEST}, so the "
+        "save did not finish or the folder was damaged, and its files cannot be trusted",
+        fix=f"put back a complete copy of a checkpoint (with its {checkpoint_lib.MANIFEST}), or "
+        f"train again with `hanlm pretrain --run {run_dir}{force}`, which commits new ones",
+    )
 
 
 def _committed_steps(root: Path) -> str:
@@ -447,6 +474,7 @@ def run(
 
     run_dir = Path(run_dir)
     source = resolve_checkpoint(run_dir, checkpoint)
+    user_named_out = out
     out = Path(out) if out is not None else run_dir / "pretrain" / "hf"
     tokenizer_dir = tokenizer_stage.finished_path(run_dir).parent
     manifest = shards_stage.load_manifest(run_dir)
@@ -459,7 +487,14 @@ def run(
         info(f"export: {out} already holds {source.name}, skipped")
         return {**_summary(previous, out), "skipped": True}
     started = time.perf_counter()
-    export_checkpoint(source, out, model_config=config, tokenizer_dir=tokenizer_dir)
+    # the run's own export folder is hanlm's to update; a folder the user named needs --force
+    export_checkpoint(
+        source,
+        out,
+        model_config=config,
+        tokenizer_dir=tokenizer_dir,
+        replace_earlier=force or user_named_out is None,
+    )
     record = read_json(out / RECORD)
     info(f"export: {source.name} ({record['tokens']:,} tokens seen) -> {out}")
     return {

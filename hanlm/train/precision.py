@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -18,6 +16,7 @@ from types import ModuleType
 import torch
 from torch import nn
 
+from hanlm import import_noise
 from hanlm.errors import UserError
 
 PRECISIONS = ("fp32", "bf16", "fp8", "fp8-emulate", "fp4")
@@ -36,7 +35,6 @@ FP8_DIM_MULTIPLE = 16
 PRECISION_KEY = "pretrain.precision"
 RECIPE_KEY = "pretrain.fp8_recipe"
 ALL_GATHER_KEY = "pretrain.fsdp_float8_all_gather"
-NOISY_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
 
 FP8_NEEDS = "FP8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)"
 FP4_REASON = (
@@ -251,8 +249,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 def import_torchao_float8() -> ModuleType:
     """torchao.float8, imported lazily: only FP8 runs pay for it (or need it installed)."""
     try:
-        with quiet_torchao_import():
-            import torchao.float8 as float8
+        import torchao.float8 as float8
     except ImportError as e:
         raise UserError(
             f"FP8 training needs torchao, which could not be imported ({e})",
@@ -264,20 +261,8 @@ def import_torchao_float8() -> ModuleType:
 
 @contextlib.contextmanager
 def quiet_torchao_import() -> Iterator[None]:
-    """Keep torchao's import-time noise out of the user's terminal; errors still show.
-
-    On a CPU build torchao logs that its CUDA extensions (CUTLASS, MXFP8) failed to load, and
-    torch logs a pytree deprecation for torchao's enums; FP8 training uses neither. Importing
-    transformers imports parts of torchao too, so wrap that import in this as well.
-    """
-    noisy = [logging.getLogger(name) for name in NOISY_IMPORT_LOGGERS]
-    levels = [logger.level for logger in noisy]
-    try:
-        for logger in noisy:
-            logger.setLevel(logging.ERROR)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for logger, level in zip(noisy, levels, strict=True):
-            logger.setLevel(level)
+    """Kept for callers that still wrap a model load in it. torchao's import noise (exactly its
+    CUDA-less extension failures and enum deprecations) is dropped by the filters installed at
+    `import hanlm` (hanlm.import_noise), which also cover imports not wrapped in this."""
+    import_noise.install()
+    yield
