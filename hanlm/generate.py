@@ -189,23 +189,18 @@ def load(model_dir: str | Path, device: str = "auto") -> LoadedModel:
     from the folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = Path(model_dir)
-    if not (path / "config.json").is_file():
-        raise UserError(
-            f"{path} is not a Hugging Face model folder (no config.json)",
-            fix="give the folder `hanlm export` wrote (RUN/pretrain/hf or RUN/sft/hf) or any "
-            "local transformers causal LM folder",
-        )
+    from hanlm.model_folder import TOKENIZER_FIX, check_model_folder
+
+    path = check_model_folder(model_dir)
     torch_device = resolve_device(device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except (OSError, ValueError) as e:
-        raise UserError(
-            f"cannot load a tokenizer from {path}: {e}",
-            fix="the folder needs tokenizer.json (or its model's tokenizer files)",
-        ) from None
+        raise UserError(f"cannot load a tokenizer from {path}: {e}", fix=TOKENIZER_FIX) from None
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, trust_remote_code=False, use_safetensors=True
+        )
     except (OSError, ValueError) as e:
         raise UserError(
             f"cannot load a causal language model from {path}: {e}",
@@ -305,13 +300,48 @@ def _generate_kwargs(loaded: LoadedModel, settings: GenerateSection, prompt_leng
     }
 
 
-def encode(loaded: LoadedModel, texts: list[str]) -> dict[str, torch.Tensor]:
-    batch = loaded.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(
-        loaded.device
-    )
-    if batch["input_ids"].shape[1] == 0:
+def context_length(model) -> int | None:
+    """The most positions the model was built for (None when its config does not say)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = getattr(config or model.config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def prompt_budget(context: int, max_new_tokens: int) -> int:
+    """How many prompt tokens fit: room is left for the answer, but a prompt always keeps at
+    least half the context (an answer longer than that runs past the context, as asked)."""
+    return max(context - max_new_tokens, context // 2, 1)
+
+
+def encode(
+    loaded: LoadedModel, texts: list[str], max_new_tokens: int, *, number_from: int | None = None
+) -> dict[str, torch.Tensor]:
+    """Left-padded token ids of the prompts. A prompt longer than the model's context loses
+    its oldest tokens (the most recent ones are what the answer continues), with a warning
+    naming it "prompt N" (counting from `number_from`) or, without a number, "the prompt"."""
+    from hanlm.console import warn
+
+    # verbose=False: transformers' own too-long warning; the cut and its warning happen here
+    ids = loaded.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+    if any(len(row) == 0 for row in ids):
         raise UserError("a prompt is empty", fix="give at least one character of prompt")
-    return batch
+    context = context_length(loaded.model)
+    if context is not None:
+        budget = prompt_budget(context, max_new_tokens)
+        for number, row in enumerate(ids, number_from or 0):
+            if len(row) > budget:
+                label = "the prompt" if number_from is None else f"prompt {number}"
+                warn(
+                    f"{label} has {len(row):,} tokens, more than fit the model's context of "
+                    f"{context:,} tokens with room for the answer: its first "
+                    f"{len(row) - budget:,} tokens were dropped, the last {budget:,} kept"
+                )
+        ids = [row[-budget:] for row in ids]
+    batch = loaded.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
+    return batch.to(loaded.device)
 
 
 def _finish(loaded: LoadedModel, new_ids: list[int], max_new_tokens: int) -> dict:
@@ -359,7 +389,8 @@ def generate(
     results = []
     for start in range(0, len(texts), settings.batch_size):
         chunk = texts[start : start + settings.batch_size]
-        batch = encode(loaded, chunk)
+        number_from = start + 1 if len(texts) > 1 else None
+        batch = encode(loaded, chunk, settings.max_new_tokens, number_from=number_from)
         prompt_length = batch["input_ids"].shape[1]
         with torch.inference_mode():
             out = loaded.model.generate(
@@ -383,7 +414,7 @@ def stream(
     """Yield the answer's text piece by piece as the model writes it (one prompt)."""
     from transformers import TextIteratorStreamer
 
-    batch = encode(loaded, [prompt_text])
+    batch = encode(loaded, [prompt_text], settings.max_new_tokens)
     streamer = TextIteratorStreamer(loaded.tokenizer, skip_prompt=True, skip_special_tokens=True)
     kwargs = _generate_kwargs(loaded, settings, batch["input_ids"].shape[1])
     if stop is not None:

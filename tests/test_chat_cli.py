@@ -80,6 +80,14 @@ def test_old_turns_are_dropped_when_the_context_is_full(loaded):
     assert session.history[0]["content"] != "첫 번째 질문입니다"
 
 
+def test_a_message_longer_than_the_context_keeps_its_end_with_a_warning(loaded, capsys):
+    session = ChatSession(loaded, GREEDY)
+    answer = session.reply("서울은 한국의 수도이다. " * 8000)  # about 100k characters
+    assert isinstance(answer, str)
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "dropped" in line]
+    assert line.startswith("warning: the prompt has") and "the last 52 kept" in line
+
+
 def test_repl_commands_and_end_of_input(loaded):
     lines = iter(["", "/help", "안녕", "/reset", "안녕"])
 

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 import torch
+from damaged_models import damaged_copy
 
 from conftest import TINY_PRETRAIN, metrics
 from hanlm.config import DistillSection, load_config
@@ -130,6 +131,17 @@ def test_a_different_tokenizer_is_refused(teacher, tmp_path):
     cfg = DistillSection(enabled=True, teacher=str(folder))
     with pytest.raises(UserError, match=r"vocabulary mismatch.*differ at 2 token ids"):
         distill.make_loss_fn(cfg, vocab_size(folder), "cpu", student_tokenizer=other)
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "garbled header", "pickle weights"])
+def test_a_damaged_teacher_is_refused_before_loading(teacher, tmp_path, damage):
+    run_dir, folder = teacher
+    damaged, phrase = damaged_copy(folder, tmp_path / "teacher", damage)
+    cfg = DistillSection(enabled=True, teacher=str(damaged))
+    with pytest.raises(UserError, match=phrase):
+        distill.make_loss_fn(
+            cfg, vocab_size(folder), "cpu", student_tokenizer=run_dir / "tokenizer"
+        )
 
 
 def test_bad_teacher_settings_are_user_errors(tmp_path):

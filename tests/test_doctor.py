@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+from damaged_models import DAMAGES, damaged_copy
 from transformers import GenerationConfig
 
 from conftest import assert_user_error
@@ -90,6 +91,18 @@ def test_template_token_missing_from_the_tokenizer(demo_run, tmp_path):
         for f in report["findings"]
         if f["level"] == "problem"
     )
+
+
+@pytest.fixture(scope="module")
+def healthy(demo_run, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("doctor") / "ok"
+    return write_model(folder, demo_run, eot_untrained=False, pad_is_eot=False, eos_has_eot=True)
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_model_folder_is_a_user_error(healthy, tmp_path, cli, damage):
+    folder, phrase = damaged_copy(healthy, tmp_path / "m", damage)
+    assert_user_error(cli("doctor", folder), phrase)
 
 
 def test_not_a_model_folder(tmp_path, cli):

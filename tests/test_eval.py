@@ -5,12 +5,14 @@ import json
 import shutil
 
 import pytest
+from damaged_models import damaged_copy
 from user_files import snapshot, user_file, user_folder
 
 from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
 from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.evals import run as eval_run
+from hanlm.evals.harness import Model
 from hanlm.train import export, pretrain
 
 EVAL = {
@@ -125,6 +127,29 @@ def test_bad_inputs_are_user_errors(run_dir, cli, tmp_path):
     assert not (tmp_path / "o").exists()
     with pytest.raises(UserError, match="no eval task"):
         eval_run.evaluate([model], [], tmp_path / "o")
+
+
+@pytest.mark.parametrize(
+    "damage", ["truncated weights", "garbled header", "pickle weights", "no tokenizer"]
+)
+def test_a_damaged_model_folder_is_refused_before_anything_runs(run_dir, cli, tmp_path, damage):
+    folder, phrase = damaged_copy(run_dir / "pretrain" / "hf", tmp_path / "model", damage)
+    out = tmp_path / "o"
+    result = cli("eval", "--run", run_dir, "--model", folder, "--task", "demo_qa", "--out", out)
+    assert_user_error(result, phrase)
+    assert not out.exists()
+
+
+def test_prompts_longer_than_the_context_lose_their_first_tokens_with_a_warning(trained, capsys):
+    model = Model(trained / "pretrain" / "hf", device="cpu")
+    long_text = "서울은 한국의 수도이다. " * 8000  # about 100k characters, 64 positions
+    answers = model.generate([long_text, "서울은"], max_new_tokens=4)
+    assert len(answers) == 2
+    err = capsys.readouterr().err
+    assert "1 of 2 prompts are longer than" in err and "first tokens were dropped" in err
+    [(logprob, _)] = model.loglikelihood([(long_text, " 서울")])
+    assert logprob < 0
+    assert "1 of 1 scored texts are longer than" in capsys.readouterr().err
 
 
 def test_out_that_is_a_file_or_a_users_folder_is_refused(run_dir, cli, tmp_path):

@@ -251,6 +251,24 @@ def test_user_errors(run_dir, tmp_path):
     assert not (run_dir / "pretrain" / "hf").exists()
 
 
+def test_a_step_named_explicitly_is_checked_like_the_latest(run_dir, cli):
+    step4 = run_dir / "pretrain" / "checkpoints" / "step-00000004"
+    [shard] = step4.glob("*.distcp")
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 10])
+    cfg = config_for(run_dir)
+    with pytest.raises(UserError, match=r"is damaged: __0_0\.distcp has"):
+        export.run(cfg, run_dir, checkpoint="4")  # committed: its manifest catches it
+    (step4 / "manifest.json").unlink()  # uncommitted: nothing vouches for its files
+    settings = [a for k, v in TINY.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    result = cli("export", "--run", run_dir, "--checkpoint", "4", *settings)
+    assert result.code == 2 and "Traceback" not in result.err, result.err
+    assert "is not committed" in result.err and "committed: 8" in result.err
+    assert not (run_dir / "pretrain" / "hf").exists()
+    # a caller that reads such a folder anyway gets a UserError, not torch's traceback
+    with pytest.raises(UserError, match="checkpoint's files, they are damaged"):
+        export.load_checkpoint_model(step4, tiny_config(run_dir))
+
+
 @pytest.mark.slow
 def test_export_of_a_two_rank_fsdp_checkpoint(demo_run, tmp_path):
     run_dir = tmp_path / "run"

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 import torch
+from damaged_models import DAMAGES, damaged_copy
 from transformers import RepetitionPenaltyLogitsProcessor
 
 from conftest import TINY_PRETRAIN, assert_user_error, run_subprocess, write_jsonl
@@ -14,10 +15,12 @@ from hanlm.evals.tasks import repetition
 from hanlm.generate import (
     FrequencyPresencePenalty,
     SparingRepetitionPenalty,
+    encode,
     exempt_token_ids,
     generate,
     load,
     logits_processors,
+    prompt_budget,
 )
 from hanlm.train import export, pretrain
 
@@ -224,6 +227,46 @@ def test_generate_cli_bad_inputs(cli, model_dir, tmp_path):
         cli("generate", model_dir, "--prompt", "x", "--set", "generate.top_p=3", *norun),
         "generate.top_p",
     )
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_generate_refuses_a_damaged_model_folder(cli, model_dir, tmp_path, damage):
+    folder, phrase = damaged_copy(model_dir, tmp_path / "model", damage)
+    result = cli("generate", folder, "--prompt", "서울은", "--run", tmp_path / "norun")
+    assert_user_error(result, phrase)
+
+
+def test_generate_without_tokenizer_files_says_so(cli, model_dir, tmp_path):
+    folder, _ = damaged_copy(model_dir, tmp_path / "model", "no tokenizer")
+    result = cli("generate", folder, "--prompt", "서울은", "--run", tmp_path / "norun")
+    assert_user_error(result, "has no tokenizer files", "tokenizer.json", "hanlm export")
+    assert "sentencepiece" not in result.err.lower()
+
+
+def test_a_prompt_longer_than_the_context_keeps_its_last_tokens(loaded):
+    context = loaded.model.config.max_position_embeddings
+    text = "서울은 한국의 수도이다. " * 8000  # about 100k characters against 64 positions
+    whole = loaded.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+    budget = prompt_budget(context, GREEDY.max_new_tokens)
+    assert budget == context - GREEDY.max_new_tokens and len(whole) > budget
+    batch = encode(loaded, [text, "서울은"], GREEDY.max_new_tokens)
+    assert batch["input_ids"][0].tolist() == whole[-budget:]  # the most recent tokens
+    assert batch["attention_mask"][1].sum() == len(loaded.tokenizer("서울은")["input_ids"])
+    assert prompt_budget(64, 1000) == 32  # a long answer still leaves half the context
+
+
+def test_generate_cli_warns_how_many_prompt_tokens_were_dropped(cli, model_dir, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("서울은 한국의 수도이다. " * 8000 + "\n서울은\n", encoding="utf-8")
+    out = tmp_path / "answers.jsonl"
+    result = cli(
+        "generate", model_dir, "--prompts", prompts, "--greedy", "--max-new-tokens", "4",
+        "--out", out, "--run", tmp_path / "norun",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    [line] = [line for line in result.err.splitlines() if "dropped" in line]
+    assert line.startswith("warning: prompt 1 has") and "the last 60 kept" in line
+    assert len(out.read_text().splitlines()) == 2
 
 
 def test_generate_out_replaces_an_earlier_answers_file_only_with_force(cli, model_dir, tmp_path):

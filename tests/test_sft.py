@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+from damaged_models import damaged_copy
 
 from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
 from hanlm.config import load_config
@@ -190,6 +191,25 @@ def test_real_decontam_index_when_available(pretrained):
     conversations = chat_data.read_conversations(pretrained / "chat_plain.jsonl")
     _, report = sft.decontaminate(conversations, pretrained, config(pretrained).sft)
     assert report["checked"]
+
+
+def test_a_damaged_source_model_is_refused(pretrained, tmp_path):
+    data = {"sft.data": str(pretrained / "chat_plain.jsonl"), "sft.max_steps": 1}
+    for damage in ("truncated weights", "pickle weights"):
+        folder, phrase = damaged_copy(
+            pretrained / "pretrain" / "hf", tmp_path / damage.replace(" ", "_"), damage
+        )
+        cfg = config(pretrained, **{**data, "sft.model": str(folder)})
+        with pytest.raises(UserError, match=phrase):
+            sft.run(cfg, pretrained, out=tmp_path / "o")
+        assert not (tmp_path / "o" / "stage.json").exists()
+    run_dir = tmp_path / "run"
+    shutil.copytree(pretrained, run_dir, ignore=shutil.ignore_patterns("sft"))
+    [shard] = (run_dir / "pretrain" / "checkpoints" / "step-00000008").glob("*.distcp")
+    shard.write_bytes(shard.read_bytes()[:1000])
+    with pytest.raises(UserError, match=r"pretraining checkpoint .* is damaged"):
+        sft.run(config(run_dir, **data), run_dir)
+    assert not (run_dir / "sft" / "stage.json").exists()
 
 
 def test_bad_inputs(pretrained, tmp_path, cli):

@@ -42,19 +42,11 @@ def _finding(level: str, check: str, what: str, fix: str = "") -> dict:
 def _load(model_dir: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from hanlm.model_folder import check_model_folder
     from hanlm.train.export import _no_progress_bars
     from hanlm.train.precision import quiet_torchao_import
 
-    if not (model_dir / "config.json").is_file():
-        raise UserError(
-            f"{model_dir} is not a Hugging Face model folder (no config.json)",
-            fix="give the folder holding config.json, the weights and the tokenizer",
-        )
-    if not any(model_dir.glob("*.safetensors")):
-        raise UserError(
-            f"{model_dir} has no safetensors weights",
-            fix="save the model with save_pretrained(safe_serialization=True)",
-        )
+    check_model_folder(model_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         with quiet_torchao_import(), _no_progress_bars():

@@ -90,7 +90,9 @@ class Model:
             raise UserError(f"unknown dtype {dtype!r}", fix=f"use one of {', '.join(DTYPES)}")
         if batch_size < 1:
             raise UserError(f"batch size must be at least 1, got {batch_size}")
-        self.path = resolve_model_dir(path)
+        from hanlm.model_folder import check_model_folder
+
+        self.path = check_model_folder(resolve_model_dir(path))
         self.name = self.path.name if self.path.name not in ("hf",) else str(self.path)
         self.device = resolve_device(device)
         self.dtype = DTYPES[dtype]
@@ -100,7 +102,10 @@ class Model:
                 self.path, trust_remote_code=trust_remote_code
             )
             self.model = AutoModelForCausalLM.from_pretrained(
-                self.path, dtype=self.dtype, trust_remote_code=trust_remote_code
+                self.path,
+                dtype=self.dtype,
+                trust_remote_code=trust_remote_code,
+                use_safetensors=True,
             )
         except (OSError, ValueError) as e:
             raise UserError(
@@ -141,7 +146,8 @@ class Model:
         """Token ids as lm-evaluation-harness's `tok_encode` gives them (cached)."""
         ids = self._encode_cache.get(text)
         if ids is None:
-            kwargs: dict[str, Any] = {}
+            # verbose=False: no transformers warning per long text; callers warn once per batch
+            kwargs: dict[str, Any] = {"verbose": False}
             if self._bos_text and text.startswith(self._bos_text):
                 kwargs["add_special_tokens"] = False
             ids = self.tokenizer.encode(text, **kwargs)
@@ -181,6 +187,14 @@ class Model:
             for i, r in enumerate(requests)
             if len(r.context) + len(r.continuation) <= self.max_length + 1
         ]
+        if len(fits) < len(requests):
+            from hanlm.console import warn
+
+            warn(
+                f"{len(requests) - len(fits)} of {len(requests)} scored texts are longer than "
+                f"{self.name}'s context of {self.max_length:,} tokens: they are scored on their "
+                "last tokens only, their first ones dropped"
+            )
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         if fits and self.share_prefixes:
             try:
@@ -351,7 +365,19 @@ class Model:
             eos_token_id=self.model.generation_config.eos_token_id,
             stop_strings=list(stop) or None,
         )
-        encoded = [self.encode(p)[-max(1, self.max_length - max_new_tokens) :] for p in prompts]
+        # as lm-evaluation-harness does: a prompt too long for the context loses its first tokens
+        budget = max(1, self.max_length - max_new_tokens)
+        whole = [self.encode(p) for p in prompts]
+        cut = [len(ids) - budget for ids in whole if len(ids) > budget]
+        if cut:
+            from hanlm.console import warn
+
+            warn(
+                f"{len(cut)} of {len(prompts)} prompts are longer than {self.name}'s context of "
+                f"{self.max_length:,} tokens with {max_new_tokens:,} left for the answer: their "
+                f"first tokens were dropped (up to {max(cut):,} of a prompt)"
+            )
+        encoded = [ids[-budget:] for ids in whole]
         order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
         outputs: list[str] = [""] * len(prompts)
         for start in range(0, len(order), self.batch_size):

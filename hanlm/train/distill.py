@@ -115,8 +115,13 @@ def check_same_vocabulary(
 def load_teacher(cfg: DistillSection, device: torch.device) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
+    from hanlm.model_folder import check_model_folder
+
+    check_model_folder(cfg.teacher, tokenizer=False)  # the vocabulary is checked on its own
     try:
-        teacher = AutoModelForCausalLM.from_pretrained(cfg.teacher, trust_remote_code=False)
+        teacher = AutoModelForCausalLM.from_pretrained(
+            cfg.teacher, trust_remote_code=False, use_safetensors=True
+        )
     except (OSError, ValueError) as e:
         raise UserError(
             f"cannot load the teacher {cfg.teacher}: {e}",
@@ -152,13 +157,9 @@ def make_loss_fn(
             "distillation is enabled but no teacher is given",
             fix="set distill.teacher to a Hugging Face model folder, or distill.enabled=false",
         )
-    teacher_dir = Path(cfg_distill.teacher)
-    if not (teacher_dir / "config.json").is_file():
-        raise UserError(
-            f"the teacher {teacher_dir} is not a Hugging Face model folder (no config.json)",
-            fix="give distill.teacher as the folder `hanlm export` wrote, or another local "
-            "transformers causal LM folder",
-        )
+    from hanlm.model_folder import check_model_folder
+
+    teacher_dir = check_model_folder(cfg_distill.teacher, tokenizer=False)
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(teacher_dir, trust_remote_code=False)

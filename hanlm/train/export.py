@@ -20,10 +20,12 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from pickle import UnpicklingError
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -65,10 +67,27 @@ def _without_process_group() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _damage_is_a_user_error(checkpoint_dir: Path) -> Iterator[None]:
+    """DCP reading a truncated or garbled file raises whatever torch's readers raise."""
+    try:
+        yield
+    except (CheckpointException, RuntimeError, OSError, EOFError, ValueError, UnpicklingError) as e:
+        lines = str(e).strip().splitlines()
+        reason = lines[-1].split(". ")[0] if lines else type(e).__name__  # the gist, not a story
+        raise UserError(
+            f"cannot read the checkpoint's files, they are damaged ({reason})",
+            where=str(checkpoint_dir),
+            fix="use another checkpoint (a committed one is checked against its manifest "
+            "first), or train again",
+        ) from None
+
+
 def checkpoint_tensor_shapes(checkpoint_dir: Path) -> dict[str, tuple[int, ...] | None]:
     """The model tensors a DCP checkpoint holds, by parameter name: their full (unsharded)
     shapes, None for an entry that is not a tensor."""
-    metadata = dcp.FileSystemReader(str(checkpoint_dir)).read_metadata()
+    with _damage_is_a_user_error(checkpoint_dir):
+        metadata = dcp.FileSystemReader(str(checkpoint_dir)).read_metadata()
     shapes = {}
     for key, entry in metadata.state_dict_metadata.items():
         if key.startswith(MODEL_PREFIX):
@@ -133,7 +152,7 @@ def load_checkpoint_model(checkpoint_dir: Path, config: PretrainedConfig) -> Pre
     saved = checkpoint_tensor_shapes(checkpoint_dir)
     _check_fits(state, saved, checkpoint_dir)
     request, aliases = _load_request(state, saved)
-    with _without_process_group():
+    with _without_process_group(), _damage_is_a_user_error(checkpoint_dir):
         # no_dist: every caller reads the whole model, even inside a distributed program
         dcp.load({"model": request}, checkpoint_id=str(checkpoint_dir), no_dist=True)
     _check_ties(request, aliases, checkpoint_dir)
@@ -352,13 +371,9 @@ def load_exported(out_dir: Path) -> PreTrainedModel:
     """The exported model, loaded as any transformers user would; nothing is unpickled."""
     from transformers import AutoModelForCausalLM
 
-    out_dir = Path(out_dir)
-    missing = [n for n in ("config.json", WEIGHTS) if not (out_dir / n).is_file()]
-    if missing:
-        raise UserError(
-            f"{out_dir} is not an exported model: no {', '.join(missing)}",
-            fix="run `hanlm export` first",
-        )
+    from hanlm.model_folder import check_model_folder
+
+    out_dir = check_model_folder(out_dir, tokenizer=False)
     with _no_progress_bars():
         model = AutoModelForCausalLM.from_pretrained(
             out_dir, trust_remote_code=False, use_safetensors=True
@@ -387,13 +402,21 @@ def resolve_checkpoint(run_dir: Path, checkpoint: str | None) -> Path:
     """The checkpoint to export: the latest committed one, a step number, or a folder's path;
     its files are checked against its manifest first."""
     path = _locate_checkpoint(run_dir, checkpoint)
-    if (path / checkpoint_lib.MANIFEST).is_file():
-        problem = checkpoint_lib.verify(path)
-        if problem:
-            raise UserError(
-                f"checkpoint {path} is damaged: {problem}",
-                fix="export an older step with --checkpoint STEP",
-            )
+    root = Path(run_dir) / "pretrain" / "checkpoints"
+    if not (path / checkpoint_lib.MANIFEST).is_file():
+        # a step named explicitly gets the same check as the latest one: no manifest, no export
+        raise UserError(
+            f"checkpoint {path} is not committed: it has no {checkpoint_lib.MANIFEST}, so its "
+            "save did not finish (or the folder was damaged) and its files cannot be checked",
+            fix="export a committed step with --checkpoint STEP "
+            f"(committed: {_committed_steps(root) or 'none yet'})",
+        )
+    problem = checkpoint_lib.verify(path)
+    if problem:
+        raise UserError(
+            f"checkpoint {path} is damaged: {problem}",
+            fix="export an older step with --checkpoint STEP",
+        )
     return path
 
 
@@ -442,14 +465,9 @@ def _no_committed_checkpoint(root: Path, run_dir: Path) -> NoReturn:
 
 
 def _committed_steps(root: Path) -> str:
-    if not root.is_dir():
-        return ""
-    steps = sorted(
-        int(p.name.removeprefix("step-"))
-        for p in root.glob("step-*")
-        if p.name.removeprefix("step-").isdigit() and (p / checkpoint_lib.TRAINER_STATE).is_file()
-    )
-    return ", ".join(map(str, steps))
+    """The steps of the committed checkpoints (those with a manifest), as a list for messages."""
+    steps = (p.name.removeprefix("step-") for p in checkpoint_lib.committed(root))
+    return ", ".join(str(int(step)) for step in steps if step.isdigit())
 
 
 def _previous_record(out: Path) -> dict:

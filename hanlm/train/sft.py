@@ -53,12 +53,9 @@ HELDOUT_SEED = 8  # a stream of its own: the split does not move when other sett
 def source_of(cfg: Config, run_dir: Path | None) -> dict:
     """Where SFT starts: {kind: checkpoint|hf, path, tokenizer_dir, fingerprint}."""
     if cfg.sft.model:
-        path = Path(cfg.sft.model)
-        if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
-            raise UserError(
-                f"{path} is not a Hugging Face model folder (config.json, model.safetensors)",
-                fix="give --model the folder `hanlm export` wrote (e.g. DIR/pretrain/hf)",
-            )
+        from hanlm.model_folder import check_model_folder
+
+        path = check_model_folder(cfg.sft.model)  # its tokenizer is SFT's tokenizer
         return {"kind": "hf", "path": path, "tokenizer_dir": path, "fingerprint": _hf_fp(path)}
     if run_dir is None:
         raise UserError("SFT needs a run directory or --model HF_DIR")
@@ -82,7 +79,10 @@ def source_of(cfg: Config, run_dir: Path | None) -> dict:
 
 def _hf_fp(path: Path) -> str:
     weights = path / "model.safetensors"
-    return fingerprint(str(path.resolve()), weights.stat().st_size, weights.stat().st_mtime_ns)
+    if weights.is_file():
+        return fingerprint(str(path.resolve()), weights.stat().st_size, weights.stat().st_mtime_ns)
+    shards = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.glob("*.safetensors")]
+    return fingerprint(str(path.resolve()), sorted(shards))
 
 
 def load_source_model(source: dict, cfg: Config, run_dir: Path | None):
@@ -95,6 +95,13 @@ def load_source_model(source: dict, cfg: Config, run_dir: Path | None):
     from hanlm.data import shards as shards_stage
     from hanlm.model import model_config
 
+    problem = checkpoint.verify(source["path"])  # its files against its manifest
+    if problem:
+        raise UserError(
+            f"the pretraining checkpoint {source['path']} is damaged: {problem}",
+            fix="move that step folder away (SFT then starts from the previous committed "
+            "checkpoint), or pretrain again",
+        )
     manifest = shards_stage.load_manifest(run_dir)
     seq_len = max(cfg.pretrain.seq_len, cfg.sft.seq_len)
     config = model_config(cfg.pretrain.preset, vocab_size=manifest["vocab_size"], seq_len=seq_len)

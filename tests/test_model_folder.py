@@ -1,0 +1,83 @@
+"""The model-folder check every loader runs first: healthy folders (one file or sharded) pass and
+load; each kind of damage is one UserError naming it, before transformers reads anything."""
+
+import shutil
+
+import pytest
+from damaged_models import DAMAGES, WEIGHT_DAMAGES, damaged_copy
+
+from hanlm.errors import UserError
+from hanlm.generate import load
+from hanlm.model import build_model, model_config
+from hanlm.model_folder import check_model_folder
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens.json")
+
+
+def _write_folder(folder, demo_run, **save_options):
+    vocab = 1024
+    build_model(model_config("tiny", vocab_size=vocab, seq_len=64)).save_pretrained(
+        folder, **save_options
+    )
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(demo_run / "tokenizer" / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def healthy(demo_run, tmp_path_factory):
+    return _write_folder(tmp_path_factory.mktemp("healthy") / "model", demo_run)
+
+
+def test_a_healthy_folder_passes_and_loads(healthy):
+    assert check_model_folder(healthy) == healthy
+    assert load(healthy, device="cpu").vocab_size == 1024
+
+
+def test_a_sharded_folder_passes_and_loads(demo_run, tmp_path):
+    folder = _write_folder(tmp_path / "sharded", demo_run, max_shard_size="200KB")
+    assert (folder / "model.safetensors.index.json").is_file()
+    assert len(list(folder.glob("model-*-of-*.safetensors"))) > 1
+    assert check_model_folder(folder) == folder
+    assert load(folder, device="cpu").vocab_size == 1024
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_each_damage_is_one_user_error(healthy, tmp_path, damage):
+    folder, phrase = damaged_copy(healthy, tmp_path / "m", damage)
+    with pytest.raises(UserError) as caught:
+        check_model_folder(folder)
+    assert phrase in caught.value.message
+    assert caught.value.fix, "every refusal says how to fix it"
+
+
+@pytest.mark.parametrize("damage", ["no tokenizer", "garbled tokenizer"])
+def test_tokenizer_files_are_checked_only_when_needed(healthy, tmp_path, damage):
+    folder, _ = damaged_copy(healthy, tmp_path / "m", damage)
+    assert check_model_folder(folder, tokenizer=False) == folder
+
+
+def test_weight_damages_are_refused_without_a_tokenizer_too(healthy, tmp_path):
+    for damage in WEIGHT_DAMAGES:
+        folder, phrase = damaged_copy(healthy, tmp_path / damage.replace(" ", "_"), damage)
+        with pytest.raises(UserError, match=phrase):
+            check_model_folder(folder, tokenizer=False)
+
+
+def test_pickle_weights_are_refused_with_the_reason_and_the_conversion(healthy, tmp_path):
+    folder, _ = damaged_copy(healthy, tmp_path / "m", "pickle weights")
+    with pytest.raises(UserError) as caught:
+        check_model_folder(folder)
+    message = caught.value.message
+    assert "pytorch_model.bin" in message and "can run any code" in message
+    assert "save_pretrained(DIR, safe_serialization=True)" in message
+
+
+def test_not_a_folder(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        check_model_folder(tmp_path / "nothing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="is a file, not a folder"):
+        check_model_folder(tmp_path / "file")
+    with pytest.raises(UserError, match="not a Hugging Face model folder"):
+        check_model_folder(tmp_path)
