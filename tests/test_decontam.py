@@ -566,6 +566,19 @@ def test_rerun_scans_again_when_the_cleaned_corpus_was_damaged(data_copy, cli):
     assert part.read_bytes() == whole
 
 
+def test_a_damaged_index_is_refused_by_readers_and_rebuilt_by_a_rerun(data_copy, cli):
+    assert cli("decontam", "--run", data_copy).code == 0  # up to date for this folder
+    index = data_copy / "decontam" / "index.npz"
+    whole = index.read_bytes()
+    index.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(UserError, match="decontamination index is damaged"):
+        decontam.load_run_index(data_copy)
+    result = cli("decontam", "--run", data_copy)
+    assert result.code == 0, result.err
+    assert "index.npz cannot be read" in result.err and "scanning again" in result.err
+    assert decontam.load_run_index(data_copy) is not None
+
+
 def test_run_mode_without_corpus_is_a_user_error(tmp_path):
     cfg = load_config(values={"decontam.benchmarks": ["demo_qa=demo"]})
     with pytest.raises(UserError, match="no finished corpus"):

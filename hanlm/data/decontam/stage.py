@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import zipfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -429,7 +430,7 @@ def run(
     from hanlm.data.corpus import corpus_parts, damaged_parts
 
     if shard is None and not force and stage_fingerprint(out) == fp:
-        problems = damaged_parts(out / "corpus")
+        problems = damaged_parts(out / "corpus") + _damaged_index(out / INDEX_FILE)
         if not problems:
             info(f"decontam: up to date in {out}, skipped")
             return read_json(out / "report.json")
@@ -544,11 +545,29 @@ def _shard_of(meta_path: Path) -> str:
         return meta_path.stem
 
 
+def _damaged_index(path: Path) -> list[str]:
+    """What is wrong with a saved index.npz (a zip: every member's CRC is checked), or []."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (OSError, zipfile.BadZipFile, EOFError) as e:
+        return [f"{path.name} cannot be read ({e})"]
+    return [f"{path.name} fails the checksum of {bad}"] if bad else []
+
+
 def load_run_index(run_dir: Path) -> BenchmarkIndex | None:
     """The index the run's decontam stage saved, or None when the run has no decontam output."""
     path = Path(run_dir) / STAGE / INDEX_FILE
     if stage_fingerprint(path.parent) is None or not path.is_file():
         return None
+    problems = _damaged_index(path)
+    if problems:
+        raise UserError(
+            f"the run's decontamination index is damaged: {problems[0]}",
+            where=str(path),
+            fix=f"run `hanlm decontam --run {run_dir}` again (it scans anew when its output is "
+            "damaged)",
+        )
     return BenchmarkIndex.load(path)
 
 
