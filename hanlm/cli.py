@@ -712,7 +712,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from hanlm.io import STAGE_MARKER, fingerprint, write_stage_marker
 
     if args.size_mb <= 0:
-        raise UserError(f"--size-mb must be positive, got {args.size_mb}")
+        raise UserError(
+            f"--size-mb must be positive, got {args.size_mb}",
+            fix="give the size of the demo world's documents in MB, e.g. --size-mb 1",
+        )
     check_folder_path(args.out, "--out")
 
     def holds_a_demo_world(_: Path) -> bool:

@@ -230,9 +230,18 @@ def read_prompts(path: str | Path) -> list[str | list[dict[str, str]]]:
     """Prompts from a file: .jsonl rows with "prompt" (text) or "messages" (a conversation),
     otherwise one prompt per non-empty line."""
     path = Path(path)
+    layout = (
+        'a text file with one prompt per line, or a .jsonl file with "prompt" or "messages" '
+        "on each line"
+    )
     if not path.is_file():
-        raise UserError(f"prompts file {path} does not exist")
-    lines = path.read_text(encoding="utf-8").splitlines()
+        raise UserError(f"prompts file {path} does not exist", fix=f"give {layout}")
+    try:
+        lines = path.read_bytes().decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"prompts file {path} is not UTF-8 text (byte {e.start})", fix=f"give {layout}"
+        ) from None
     if path.suffix != ".jsonl":
         prompts = [line for line in lines if line.strip()]
     else:
@@ -243,7 +252,9 @@ def read_prompts(path: str | Path) -> list[str | list[dict[str, str]]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise UserError(f"invalid JSON: {e.msg}", where=f"{path}:{number}") from None
+                raise UserError(
+                    f"invalid JSON: {e.msg}", where=f"{path}:{number}", fix=f"give {layout}"
+                ) from None
             value = row.get("messages", row.get("prompt")) if isinstance(row, dict) else None
             if not (isinstance(value, str) or _is_conversation(value)):
                 raise UserError(
@@ -252,7 +263,7 @@ def read_prompts(path: str | Path) -> list[str | list[dict[str, str]]]:
                 )
             prompts.append(value)
     if not prompts:
-        raise UserError(f"prompts file {path} holds no prompt")
+        raise UserError(f"prompts file {path} holds no prompt", fix=f"give {layout}")
     return prompts
 
 

@@ -429,6 +429,12 @@ def _cases() -> list[Case]:
     case("generate-prompts-missing")(
         lambda w: ["generate", w.model_dir, "--prompts", w.tmp / "p.txt"]
     )
+    case("generate-prompts-binary")(
+        lambda w: ["generate", w.model_dir, "--prompts", w.file("p.txt", b"\xff\xfe" + BINARY)]
+    )
+    case("generate-prompts-bad-jsonl")(
+        lambda w: ["generate", w.model_dir, "--prompts", w.file("p.jsonl", '{"prompt": 3}\n')]
+    )
     case("generate-prompts-empty")(
         lambda w: ["generate", w.model_dir, "--prompts", w.file("p.txt", "")]
     )
