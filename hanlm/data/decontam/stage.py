@@ -409,7 +409,9 @@ def run(
     run_dir = Path(run_dir)
     out = run_dir / STAGE
     if not cfg.decontam.enabled or not cfg.decontam.benchmarks:
-        if out.exists():  # stale output would otherwise be trained on
+        # A finished earlier output would otherwise be trained on; anything else there is not
+        # hanlm's to delete (and, with no stage marker, is never read as a decontaminated corpus).
+        if stage_fingerprint(out) is not None:
             shutil.rmtree(out)
         why = "disabled" if not cfg.decontam.enabled else "no decontam.benchmarks configured"
         info(f"decontam: {why}; training reads {run_dir / 'corpus'}")
