@@ -5,20 +5,28 @@ layout on disk: the public KoBEST TSV release (`SKT-LSL/KoBEST_datarepo`, v1.0) 
 Face `skt/kobest_v1` layout saved as .jsonl, .json, .parquet or .csv; GSM8K-ko JSONL; IFEval
 JSONL; the demo world's yes/no benchmark; any JSONL with a named text field.
 
-`item_id` is the file's ID column when it has one, else the 0-based row index (header
-excluded), so the same file always gives the same ids. `overlap_text` is what would appear in
-training text if the item leaked: its passage, question and answer text (labels such as a COPA
-choice number are turned into the text they stand for; bare yes/no labels of BoolQ, SentiNeg and
-WiC are not text and are left out). `parts` are the same texts one distinguishing field each
-(COPA premise and right alternative, BoolQ passage and question, ...): decontamination looks for
-each on its own, so an item written into a document in another order or with a connective
-between its parts is still found. Both are natural text: WiC's [target] brackets, which the
-scored prompt keeps, are not in them.
+A KoBEST TSV file is read as skt/kobest_v1's loading script read it, `pandas.read_csv(sep="\t")`
+then `dropna()`: CSV quoting applies (a field that starts with `"` is quoted, `""` inside it is
+one `"`), and a row with a field equal to one of pandas' NA strings ("", "NA", "null", ...) is
+dropped. So the TSV gives the very text the Hugging Face layout holds (docs/kobest.md).
+
+`item_id`: for KoBEST, the 0-based position of the row among the rows skt/kobest_v1 keeps (the
+`doc_id` lm-evaluation-harness gives it), in every layout; the TSV's 1-based ID column is not
+used, so a decontamination report from one layout labels the same items as an eval on another.
+Other benchmarks: the file's ID column when it has one, else the 0-based row index (header
+excluded). `overlap_text` is what would appear in training text if the item leaked: its passage,
+question and answer text (labels such as a COPA choice number are turned into the text they
+stand for; bare yes/no labels of BoolQ, SentiNeg and WiC are not text and are left out). `parts`
+are the same texts one distinguishing field each (COPA premise and right alternative, BoolQ
+passage and question, ...): decontamination looks for each on its own, so an item written into a
+document in another order or with a connective between its parts is still found. Both are
+natural text: WiC's [target] brackets, which the scored prompt keeps, are not in them.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -26,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hanlm.console import warn
 from hanlm.errors import UserError
 from hanlm.io import open_text_stream, strip_compression_suffix
 
@@ -91,32 +100,110 @@ def parse_spec(spec: str) -> tuple[str, str]:
 # Rows from any layout: (where, row) pairs with `where` = "FILE:LINE" for error messages
 
 
-def _rows_tsv(path: Path) -> Iterator[tuple[str, dict]]:
-    # The KoBEST release is tab-separated without quoting: quotes inside text are literal.
-    with open_text_stream(path) as stream:
-        lines = stream.read().decode("utf-8-sig").splitlines()
-    if not lines:
-        return
-    header = [h.strip() for h in lines[0].split("\t")]
-    for line_no, line in enumerate(lines[1:], start=2):
-        if not line.strip():
+# pandas' default NA strings (pandas._libs.parsers.STR_NA_VALUES; "None" joined them in pandas
+# 2.0). read_csv turns a field equal to one of them, quoted or not, into NaN, and skt/kobest_v1's
+# loader then dropped every row with a NaN in any column, used or not.
+PANDAS_NA_STRINGS = frozenset(
+    {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+     "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"}
+)  # fmt: skip
+
+
+def _tsv_records(text: str, path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(first line number, fields) of each record, tokenised as pandas' C parser does with
+    sep="\t" and its defaults: a field that starts with `"` is quoted (tabs and line breaks
+    inside it are text, `""` is one `"`, text after the closing quote is appended), a `"` anywhere
+    else is a literal character, lines end at \n, \r\n or \r, a line that is empty or all
+    spaces is skipped, and a quote still open at the end of the file is an error. Python's csv
+    module tokenises by the same rules; the last two, which it lacks, are checked here."""
+    input_done, last_text = False, ""
+
+    def lines() -> Iterator[str]:
+        nonlocal input_done, last_text
+        for line in io.StringIO(text, newline=""):  # split at \n, \r\n and \r; ends kept
+            last_text = line
+            yield line
+        input_done = True
+
+    reader = csv.reader(lines(), delimiter="\t", quotechar='"', doublequote=True, strict=False)
+    previous_limit = csv.field_size_limit(max(len(text), 131072))  # pandas has no field limit
+    try:
+        last_line = 0
+        for values in reader:
+            first_line = last_line + 1
+            if input_done:  # csv asks for more input only inside a quoted field
+                raise UserError(
+                    "a quoted field opens on this line and never closes",
+                    where=f"{path}:{first_line}",
+                    fix='close the quote, or double a `"` that is part of the text ("")',
+                )
+            one_line = reader.line_num == first_line
+            last_line = reader.line_num
+            if one_line and not last_text.rstrip("\r\n").strip(" "):
+                continue  # empty or spaces only (not `""`, a quoted field): pandas skips it
+            yield first_line, values
+    finally:
+        csv.field_size_limit(previous_limit)
+
+
+def _rows_tsv(path: Path, *, drop_na: bool) -> Iterator[tuple[str, dict]]:
+    text = _decode(path)
+    header: list[str] | None = None
+    dropped: list[int] = []
+    for line_no, values in _tsv_records(text, path):
+        if header is None:
+            header = [h.strip() for h in values]
             continue
-        values = line.split("\t")
         if len(values) != len(header):
             raise UserError(
                 f"line has {len(values)} tab-separated columns, the header has {len(header)}",
                 where=f"{path}:{line_no}",
-                fix="check the file is the unmodified tab-separated release",
+                fix="check the file is the unmodified tab-separated release (a field with a tab "
+                'or a line break in it must be quoted: "...")',
             )
+        if drop_na and any(v in PANDAS_NA_STRINGS for v in values):
+            dropped.append(line_no)
+            continue
         yield f"{path}:{line_no}", dict(zip(header, values, strict=True))
+    if dropped:
+        lines = ", ".join(map(str, dropped[:5])) + (", ..." if len(dropped) > 5 else "")
+        warn(
+            f"{path}: left out {len(dropped)} row(s) with an empty or NA field (lines {lines}), "
+            "as skt/kobest_v1 did (pandas dropna)"
+        )
+
+
+def _decode(path: Path) -> str:
+    with open_text_stream(path) as stream:
+        raw = stream.read()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"not UTF-8 text: {e}", where=str(path), fix="save the file as UTF-8"
+        ) from None
 
 
 def _rows_csv(path: Path) -> Iterator[tuple[str, dict]]:
-    with open_text_stream(path) as stream:
-        text = stream.read().decode("utf-8-sig")
-    reader = csv.DictReader(text.splitlines())
-    for line_no, row in enumerate(reader, start=2):
-        yield f"{path}:{line_no}", dict(row)
+    # newline="": a quoted field may hold line breaks (pandas' and datasets' to_csv quote them)
+    reader = csv.reader(io.StringIO(_decode(path), newline=""))
+    header: list[str] | None = None
+    last_line = 0
+    for values in reader:
+        where = f"{path}:{last_line + 1}"
+        last_line = reader.line_num
+        if not values:
+            continue
+        if header is None:
+            header = values
+            continue
+        if len(values) != len(header):
+            raise UserError(
+                f"line has {len(values)} comma-separated columns, the header has {len(header)}",
+                where=where,
+                fix="check the file is a complete CSV with one header line",
+            )
+        yield where, dict(zip(header, values, strict=True))
 
 
 def _rows_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
@@ -177,7 +264,8 @@ def _rows(path: Path, task: str) -> Iterator[tuple[str, dict]]:
         )
     kind = Path(strip_compression_suffix(path.name)).suffix.lower()
     readers: dict[str, Callable[[Path], Iterator[tuple[str, dict]]]] = {
-        ".tsv": _rows_tsv,
+        # KoBEST TSVs lose their NA rows as the Hugging Face layout did
+        ".tsv": lambda p: _rows_tsv(p, drop_na=task.startswith("kobest_")),
         ".csv": _rows_csv,
         ".jsonl": _rows_jsonl,
         ".json": _rows_json,
@@ -407,7 +495,8 @@ def read(benchmark: str, path: str | Path, *, text_field: str = "text") -> list[
         else:
             fields, parts = _READERS[benchmark](row)
         overlap = _overlap_text(benchmark, fields, parts)
-        item_id = row.item_id(index)
+        # KoBEST: the row's position (lm-evaluation-harness's doc_id), the same in every layout
+        item_id = str(index) if benchmark.startswith("kobest_") else row.item_id(index)
         if item_id in seen:
             raise UserError(
                 f"{benchmark}: item id {item_id!r} appears twice",

@@ -1,6 +1,11 @@
 """KoBEST (BoolQ, COPA, HellaSwag, SentiNeg, WiC) as lm-evaluation-harness's `kobest_*` tasks
 score them: the same prompts, choices (after a space), `acc`, `acc_norm` (HellaSwag: log-likelihood
-divided by the choice's length in characters) and macro F1 over (gold, argmax) pairs."""
+divided by the choice's length in characters) and macro F1 over (gold, argmax) pairs.
+
+The fields come from hanlm.evals.readers, which gives the text of skt/kobest_v1 from either the
+TSV release or the Hugging Face layout, and the row's position there as the item id (lm-eval's
+doc_id). docs/kobest.md writes out, per task, the exact text scored; tests/test_harness.py checks
+it against lm-evaluation-harness request by request."""
 
 from __future__ import annotations
 
@@ -97,7 +102,7 @@ class BoolQ(KobestTask):
     config, folder = "boolq", "BoolQ"
 
     def context(self, f: dict) -> str:
-        return f"{f['paragraph']} 질문: {f['question']} 답변: "
+        return f"{f['paragraph']} 질문: {f['question']} 답변: "  # the trailing space is lm-eval's
 
     def choices(self, f: dict) -> list[str]:
         return ["아니오", "예"]
@@ -107,6 +112,7 @@ class BoolQ(KobestTask):
 class Copa(KobestTask):
     name = "kobest_copa"
     config, folder = "copa", "COPA"
+    # lm-eval's connectors start with a space and are joined after one: "premise  왜냐하면"
     _CONNECTOR: ClassVar[dict[str, str]] = {"원인": " 왜냐하면", "결과": " 그래서"}
 
     def context(self, f: dict) -> str:
