@@ -260,6 +260,7 @@ def read_prompts(path: str | Path) -> list[str | list[dict[str, str]]]:
                 raise UserError(
                     'a row needs "prompt" (a string) or "messages" (a list of {role, content})',
                     where=f"{path}:{number}",
+                    fix=f"give {layout}",
                 )
             prompts.append(value)
     if not prompts:

@@ -206,6 +206,12 @@ def _rows_csv(path: Path) -> Iterator[tuple[str, dict]]:
         yield where, dict(zip(header, values, strict=True))
 
 
+_JSONL_FIX = (
+    "give a JSON Lines file: one JSON object per line, UTF-8 (a .jsonl saved with datasets' "
+    "to_json, or the benchmark's own release)"
+)
+
+
 def _rows_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
     with open_text_stream(path) as stream:
         for line_no, raw in enumerate(stream, start=1):
@@ -216,9 +222,9 @@ def _rows_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
                     continue
                 row = json.loads(line)
             except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise UserError(f"not a JSON line: {e}", where=where) from None
+                raise UserError(f"not a JSON line: {e}", where=where, fix=_JSONL_FIX) from None
             if not isinstance(row, dict):
-                raise UserError("a JSON line is not an object", where=where)
+                raise UserError("a JSON line is not an object", where=where, fix=_JSONL_FIX)
             yield where, row
 
 
@@ -239,7 +245,11 @@ def _rows_json(path: Path) -> Iterator[tuple[str, dict]]:
                 dict(zip(data, values, strict=True)) for values in zip(*data.values(), strict=True)
             ]
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise UserError("JSON file is not a list of records", where=str(path))
+        raise UserError(
+            "JSON file is not a list of records",
+            where=str(path),
+            fix="give a JSON list of objects, a {column: [values]} object, or JSON Lines",
+        )
     for i, row in enumerate(data):
         yield f"{path}:record {i}", row
 
