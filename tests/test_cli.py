@@ -1,9 +1,9 @@
 import json
 
 import pytest
-from user_files import snapshot, user_file, user_folder
 
 from conftest import assert_user_error, run_subprocess
+from user_files import snapshot, user_file, user_folder
 
 
 def test_help_explains_every_command():

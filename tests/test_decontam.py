@@ -13,7 +13,13 @@ import pytest
 import zstandard
 
 import leaks
-from conftest import copy_data_run, korquad_contexts, run_subprocess, write_jsonl
+from conftest import (
+    KOBEST_FOLDERS,
+    copy_data_run,
+    korquad_contexts,
+    run_subprocess,
+    write_jsonl,
+)
 from hanlm.config import load_config
 from hanlm.data import corpus as corpus_stage
 from hanlm.data import decontam, demo
@@ -163,15 +169,6 @@ def test_short_items_matched_whole_and_chat_messages_count(shared_data, tmp_path
     assert rows["kobest_sentineg", short[2].item_id]["status"] == "clean"
     assert rows["kobest_copa", copa[0].item_id]["status"] == "dirty"  # premise + answer, chat
     assert rows["kobest_copa", copa[1].item_id]["status"] == "clean"
-
-
-KOBEST_FOLDERS = {
-    "kobest_boolq": "BoolQ",
-    "kobest_copa": "COPA",
-    "kobest_hellaswag": "HellaSwag",
-    "kobest_sentineg": "SentiNeg",
-    "kobest_wic": "WiC",
-}
 
 
 @pytest.fixture

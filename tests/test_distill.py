@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 import torch
-from damaged_models import damaged_copy
 
 from conftest import TINY_PRETRAIN, metrics
+from damaged_models import damaged_copy
 from hanlm.config import DistillSection, load_config
 from hanlm.errors import UserError
 from hanlm.train import distill, export, pretrain

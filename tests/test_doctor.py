@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 import torch
-from damaged_models import DAMAGES, damaged_copy
 from transformers import GenerationConfig
 
 from conftest import assert_user_error
+from damaged_models import DAMAGES, damaged_copy
 from hanlm.chat import doctor, tokens
 from hanlm.model import build_model, model_config
 

@@ -5,15 +5,15 @@ import json
 import shutil
 
 import pytest
-from damaged_models import damaged_copy
-from user_files import snapshot, user_file, user_folder
 
 from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
+from damaged_models import damaged_copy
 from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.evals import run as eval_run
 from hanlm.evals.harness import Model
 from hanlm.train import export, pretrain
+from user_files import snapshot, user_file, user_folder
 
 EVAL = {
     "eval.tasks": ["demo_qa", "direction"],

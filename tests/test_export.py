@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from user_files import snapshot, user_file, user_folder
 
 from conftest import TINY_PRETRAIN, assert_user_error
 from hanlm.config import load_config
@@ -21,6 +20,7 @@ from hanlm.model import build_model, model_config
 from hanlm.train import export, pretrain
 from hanlm.train.checkpoint import step_dir
 from hanlm.train.optim import adamw
+from user_files import snapshot, user_file, user_folder
 
 # Checkpoints at steps 4 and 8; little logging.
 TINY = {

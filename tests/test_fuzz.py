@@ -13,7 +13,6 @@ import gzip
 import hashlib
 import json
 import shutil
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from damaged_models import DAMAGES
 from hanlm.errors import UserError
 
 # ---------------------------------------------------------------------------------------------
@@ -109,61 +109,15 @@ class World:
         return target
 
 
-# Damaged model folders
-
-
-def truncated_weights(folder: Path) -> None:
-    path = folder / "model.safetensors"
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
-
-
-def garbled_header(folder: Path) -> None:
-    path = folder / "model.safetensors"
-    data = bytearray(path.read_bytes())
-    data[8:40] = b"{not json at all, garbage here!!"
-    path.write_bytes(bytes(data))
-
-
-def header_too_long(folder: Path) -> None:
-    path = folder / "model.safetensors"
-    data = bytearray(path.read_bytes())
-    data[:8] = struct.pack("<Q", 1 << 40)
-    path.write_bytes(bytes(data))
-
-
-def pickle_weights(folder: Path) -> None:
-    (folder / "model.safetensors").unlink()
-    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04\x95pickle-bytes")
+# Damaged model folders: the shared damages, and one more
 
 
 def no_weights(folder: Path) -> None:
     (folder / "model.safetensors").unlink()
 
 
-def no_tokenizer(folder: Path) -> None:
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens.json"):
-        (folder / name).unlink(missing_ok=True)
-
-
-def bad_config_json(folder: Path) -> None:
-    (folder / "config.json").write_text("{ this is not json")
-
-
-def empty_weights(folder: Path) -> None:
-    (folder / "model.safetensors").write_bytes(b"")
-
-
-MODEL_DAMAGE = {
-    "truncated-safetensors": truncated_weights,
-    "garbled-header": garbled_header,
-    "header-size-huge": header_too_long,
-    "pickle-bin": pickle_weights,
-    "no-weights": no_weights,
-    "no-tokenizer": no_tokenizer,
-    "bad-config-json": bad_config_json,
-    "empty-safetensors": empty_weights,
-}
+MODEL_DAMAGE = {name.replace(" ", "-"): damage for name, (damage, _) in DAMAGES.items()}
+MODEL_DAMAGE["no-weights"] = no_weights
 
 
 # Damaged data files
@@ -404,20 +358,17 @@ def _cases() -> list[Case]:
                 "2",
             ]
         )
-    for damage in (
-        "truncated-safetensors",
-        "garbled-header",
-        "pickle-bin",
-        "no-weights",
-        "bad-config-json",
-    ):
+    for damage in ("truncated-weights", "garbled-header", "pickle-weights", "no-weights",
+                   "garbled-config"):  # fmt: skip
         case(f"eval-{damage}")(
             lambda w, d=damage: ["eval", "--model", w.model_copy(MODEL_DAMAGE[d]), "--task",
                                  "demo_qa=" + str(w.demo_run / "demo" / "benchmark.jsonl"), "--limit", "2"]
         )  # fmt: skip
-    for damage in ("truncated-safetensors", "garbled-header", "pickle-bin", "no-weights"):
+    for damage in ("truncated-weights", "garbled-header", "pickle-weights", "no-weights"):
         case(f"doctor-{damage}")(lambda w, d=damage: ["doctor", w.model_copy(MODEL_DAMAGE[d])])
-    case("chat-truncated-safetensors")(lambda w: ["chat", w.model_copy(truncated_weights)])
+    case("chat-truncated-weights")(
+        lambda w: ["chat", w.model_copy(MODEL_DAMAGE["truncated-weights"])]
+    )
     case("generate-model-missing")(lambda w: ["generate", w.tmp / "nope", "--prompt", "안녕"])
     case("generate-model-is-file")(
         lambda w: ["generate", w.file("m.bin", BINARY), "--prompt", "안녕"]

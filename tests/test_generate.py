@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 import torch
-from damaged_models import DAMAGES, damaged_copy
 from transformers import RepetitionPenaltyLogitsProcessor
 
 from conftest import TINY_PRETRAIN, assert_user_error, run_subprocess, write_jsonl
+from damaged_models import DAMAGES, damaged_copy
 from hanlm.config import GenerateSection, load_config
 from hanlm.evals.tasks import repetition
 from hanlm.generate import (

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from user_files import snapshot, user_file, user_folder
 
 from hanlm.errors import UserError
 from hanlm.io import (
@@ -18,6 +17,7 @@ from hanlm.io import (
     claim_output_file,
     write_stage_marker,
 )
+from user_files import snapshot, user_file, user_folder
 
 
 def write_output(final, text="v1", **kwargs):

@@ -4,8 +4,8 @@ load; each kind of damage is one UserError naming it, before transformers reads 
 import shutil
 
 import pytest
-from damaged_models import DAMAGES, WEIGHT_DAMAGES, damaged_copy
 
+from damaged_models import DAMAGES, WEIGHT_DAMAGES, damaged_copy
 from hanlm.errors import UserError
 from hanlm.generate import load
 from hanlm.model import build_model, model_config

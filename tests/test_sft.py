@@ -5,9 +5,9 @@ import json
 import shutil
 
 import pytest
-from damaged_models import damaged_copy
 
 from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
+from damaged_models import damaged_copy
 from hanlm.config import load_config
 from hanlm.data import chat_data
 from hanlm.errors import UserError
