@@ -8,6 +8,7 @@ turns samples into metrics {name: {value, stderr, n}}. A module adds its task wi
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 from collections.abc import Sequence
@@ -167,6 +168,7 @@ def with_prompt_form(item):
     return replace(item, forms=(task.context(item.fields),))
 
 
+@functools.cache
 def _task_for_benchmark(benchmark: str) -> Task | None:
     _load_builtins()
     for cls in TASKS.values():
