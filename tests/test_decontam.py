@@ -9,6 +9,7 @@ import random
 import unicodedata
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zstandard
 
@@ -372,6 +373,24 @@ def test_index_save_load_check_and_matches(demo_world, tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"not an index")
     with pytest.raises(UserError, match="cannot read the decontamination index"):
         decontam.BenchmarkIndex.load(tmp_path / "bad.npz")
+
+
+def test_batches_fold_as_their_nfc_texts():
+    """The fast path (no character NFC could change) and the slow one fold alike."""
+    from hanlm.data.decontam.index import fold, fold_texts, nfc
+
+    texts = [
+        "가나다 라마.",  # NFC already
+        unicodedata.normalize("NFD", "한국어 문장"),  # decomposed Hangul
+        "cafe\u0301 Å \u212b",  # a combining accent, the Angstrom sign
+        "이모지 😀 와 한자 \uf900",  # beyond the BMP, a compatibility ideograph
+        "",
+    ]
+    for batch in ([texts[0]], texts, texts[1:2], texts[3:]):
+        chars, starts, _ = fold_texts(batch)
+        expected = [fold(nfc(t))[0] for t in batch]
+        assert chars.tolist() == [c for e in expected for c in e.tolist()]
+        assert np.diff(starts).tolist() == [len(e) for e in expected]
 
 
 def test_normalise():
