@@ -135,8 +135,7 @@ def demo_run(tmp_path_factory) -> Path:
     return run_dir
 
 
-# KoBEST: each task's shared-data folder, and the Hugging Face skt/kobest_v1 row its publisher's
-# loading script (kobest_v1.py) built from one TSV row.
+# KoBEST: each task's shared-data folder.
 KOBEST_FOLDERS = {
     "kobest_boolq": "BoolQ",
     "kobest_copa": "COPA",
@@ -146,38 +145,11 @@ KOBEST_FOLDERS = {
 }
 
 
-def _false_is_zero(values) -> list[int]:
-    return [0 if str(v) == "False" else 1 for v in values]
-
-
-_PUBLISHED_COLUMNS = {
-    "kobest_boolq": lambda df: {
-        "paragraph": df["Text"], "question": df["Question"], "label": _false_is_zero(df["Answer"])
-    },
-    "kobest_copa": lambda df: {
-        "premise": df["sentence"], "question": df["question"], "alternative_1": df["1"],
-        "alternative_2": df["2"], "label": df["Answer"] - 1,
-    },
-    "kobest_hellaswag": lambda df: {
-        "context": df["context"], **{f"ending_{i}": df[f"choice{i}"] for i in range(1, 5)},
-        "label": df["label"],
-    },
-    "kobest_sentineg": lambda df: {"sentence": df["Text"], "label": df["Label"]},
-    "kobest_wic": lambda df: {
-        "word": df["Target"], "context_1": df["SENTENCE1"], "context_2": df["SENTENCE2"],
-        "label": _false_is_zero(df["ANSWER"]),
-    },
-}  # fmt: skip
-
-
 def kobest_as_published(tsv: Path, task: str):
-    """skt/kobest_v1's split built from a KoBEST TSV the way its publisher built it, as a
-    `datasets.Dataset`: pandas `read_csv(sep="\\t")` (CSV quoting and NA strings included),
-    `dropna()` over every column, then the task's columns renamed and its label mapped. Built
-    from the TSV, never from hanlm's items, so it checks hanlm's reader instead of echoing it.
-    pandas and datasets are test-only dependencies: the test skips without them."""
-    pd = pytest.importorskip("pandas")
-    datasets = pytest.importorskip("datasets")
-    frame = pd.read_csv(tsv, sep="\t").dropna()
-    published = pd.DataFrame(_PUBLISHED_COLUMNS[task](frame)).reset_index(drop=True)
-    return datasets.Dataset.from_pandas(published, preserve_index=False)
+    """skt/kobest_v1's split as its publisher built it from `tsv` (tests/kobest_reference.py);
+    the test skips without pandas and datasets (dev-only dependencies)."""
+    pytest.importorskip("pandas")
+    pytest.importorskip("datasets")
+    from kobest_reference import publish
+
+    return publish(tsv, task)

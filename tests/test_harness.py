@@ -12,6 +12,7 @@ from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import Model, cut_at_stop
 from hanlm.train import export, pretrain
+from kobest_reference import kobest_task_manager, lm_eval_task
 
 # The sample each task is scored on: (split, row positions). The first dev and train rows, and
 # train rows whose TSV text pandas' CSV quoting changes (a field opens with `"`; docs/kobest.md),
@@ -39,35 +40,6 @@ def model_dir(demo_run, tmp_path_factory):
 @pytest.fixture(scope="module")
 def model(model_dir):
     return Model(model_dir, device="cpu", batch_size=8)
-
-
-def kobest_task_manager():
-    """lm-evaluation-harness's task index of its kobest folder alone (all of it takes ~1 min)."""
-    from pathlib import Path
-
-    import lm_eval
-    from lm_eval.tasks import TaskManager
-
-    folder = Path(lm_eval.__file__).parent / "tasks" / "kobest"
-    return TaskManager(include_path=str(folder), include_defaults=False)
-
-
-def _lm_eval_task(manager, name, data_file):
-    from lm_eval.api.task import ConfigurableTask
-
-    # the task's own YAML (prompts, choices, metrics) with the data read from a local file
-    overrides = {
-        "dataset_path": "json",
-        "dataset_name": None,
-        "dataset_kwargs": {"data_files": {"validation": str(data_file)}},
-        "training_split": None,
-        "test_split": None,
-        "validation_split": "validation",
-    }
-    config = manager._factory._load_full_config(manager._entry(name), overrides)
-    for key in ("tag", "group", "task_list"):
-        config.pop(key, None)
-    return ConfigurableTask(config=config)
 
 
 def _quoted_in_tsv(tsv, position: int) -> bool:
@@ -104,7 +76,7 @@ def test_kobest_matches_lm_evaluation_harness(model, model_dir, shared_data, tmp
         ours[name] = task.evaluate(model, items, tasks_lib.Options())
         data_file = tmp_path / f"{name}.jsonl"
         concatenate_datasets(published).to_json(data_file, force_ascii=False)
-        lm_tasks[name] = _lm_eval_task(manager, name, data_file)
+        lm_tasks[name] = lm_eval_task(manager, name, data_file)
     out = lm_evaluate(lm=baseline, task_dict=lm_tasks, log_samples=True, verbosity="ERROR")
     for name in KOBEST_FOLDERS:
         task = tasks_lib.get(name)
