@@ -283,28 +283,14 @@ def _cases() -> list[Case]:
         lambda w: ["export", "--run", w.trained_copy(), "--checkpoint", w.file("ck.pt", BINARY)]
     )
     case("sft-without-pretrain")(lambda w: ["sft", "--run", w.run_copy()])
-    case("sft-data-missing")(
-        lambda w: [
-            "sft",
-            "--run",
-            w.run_copy(),
-            "--model",
-            w.model_dir,
-            "--data",
-            w.tmp / "none.jsonl",
-        ]
-    )
-    case("sft-data-binary")(
-        lambda w: [
-            "sft",
-            "--run",
-            w.run_copy(),
-            "--model",
-            w.model_dir,
-            "--data",
-            w.file("chat.jsonl", BINARY),
-        ]
-    )
+    sft_data = {
+        "sft-data-missing": lambda w: w.tmp / "none.jsonl",
+        "sft-data-binary": lambda w: w.file("chat.jsonl", BINARY),
+    }
+    for name, data in sft_data.items():
+        case(name)(
+            lambda w, d=data: ["sft", "--run", w.run_copy(), "--model", w.model_dir, "--data", d(w)]
+        )
 
     # --- output paths that hold the user's files ---
     case("export-out-is-user-file")(
