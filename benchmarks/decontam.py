@@ -52,8 +52,8 @@ KOBEST = {
 
 
 def benchmark_items(tmp: Path) -> list:
-    from hanlm.data import demo
-    from hanlm.evals import readers
+    from hanlm import demo
+    from hanlm.testsets import readers
 
     if (SHARED / "kobest").is_dir():
         items = []
@@ -69,7 +69,7 @@ def benchmark_items(tmp: Path) -> list:
 
 
 def korean_documents(megabytes: float, seed: int = 0, same_domain: bool = False) -> list[str]:
-    from hanlm.data import demo
+    from hanlm import demo
 
     rng = random.Random(seed)
     docs, size = [], 0
@@ -80,7 +80,7 @@ def korean_documents(megabytes: float, seed: int = 0, same_domain: bool = False)
         data = json.loads(korquad.read_text(encoding="utf-8"))
         paragraphs = [p["context"] for a in data["data"] for p in a["paragraphs"]]
     if same_domain and (SHARED / "kobest").is_dir():
-        from hanlm.evals import readers
+        from hanlm.testsets import readers
 
         for task, folder in KOBEST.items():
             train = readers.read(task, SHARED / "kobest" / folder / "train.tsv")

@@ -51,9 +51,9 @@ def build_model(out: Path, preset: str, vocab: int) -> Path:
     import torch
 
     from hanlm.data import tokenizer as tok_lib
-    from hanlm.evals import readers
     from hanlm.model import build_model as build
     from hanlm.model import model_config
+    from hanlm.testsets import readers
 
     texts = []
     for name, folder in TASKS.items():

@@ -41,7 +41,7 @@ def korean_documents(source: str, megabytes: float, seed: int = 0) -> list[str]:
             docs.append(doc)
             size += len(doc.encode("utf-8"))
         return docs
-    from hanlm.data import demo
+    from hanlm import demo
 
     return [d["text"] for d in demo.build(seed=seed, size_mb=megabytes).documents]
 

@@ -39,8 +39,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from hanlm import model as model_lib
-    from hanlm.catalogue import device_peak_flops
     from hanlm.data.loader import TokenLoader
+    from hanlm.plan.catalogue import device_peak_flops
     from hanlm.train import parallel, precision
     from hanlm.train.optim import adamw
     from hanlm.train.trainer import Schedule, Trainer, TrainerSettings

@@ -9,7 +9,7 @@ from typing import Any
 
 from hanlm import __version__
 from hanlm.errors import UserError
-from hanlm.io import check_folder_path, claim_output_dir, claim_output_file, read_json
+from hanlm.files import check_folder_path, claim_output_dir, claim_output_file, read_json
 
 DEFAULT_RUN = "runs/demo"
 
@@ -685,10 +685,10 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from hanlm import plan
     from hanlm.config import load_config
-    from hanlm.io import atomic_write_json
-    from hanlm.plan_report import print_plan
+    from hanlm.files import atomic_write_json
+    from hanlm.plan import estimate as plan
+    from hanlm.plan.table import print_plan
 
     values = _flag_values(args)
     cfg = load_config(args.config, args.overrides, args.run, values=values, recipe_fallback=False)
@@ -707,9 +707,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from hanlm import demo
     from hanlm.console import info
-    from hanlm.data import demo
-    from hanlm.io import STAGE_MARKER, fingerprint, write_stage_marker
+    from hanlm.files import STAGE_MARKER, fingerprint, write_stage_marker
 
     if args.size_mb <= 0:
         raise UserError(

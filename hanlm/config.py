@@ -14,7 +14,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hanlm.errors import UserError
-from hanlm.io import atomic_write_text, check_folder_path
+from hanlm.files import atomic_write_text, check_folder_path
 
 if sys.version_info >= (3, 11):
     import tomllib

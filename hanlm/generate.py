@@ -451,7 +451,7 @@ def stream(
 
 def write_results(path: str | Path, results: list[dict]) -> Path:
     """The results as JSONL (prompt, text, token_ids, new_tokens, finish_reason), atomically."""
-    from hanlm.io import atomic_write_text
+    from hanlm.files import atomic_write_text
 
     lines = [json.dumps(r, ensure_ascii=False) for r in results]
     atomic_write_text(Path(path), "\n".join(lines) + "\n")

@@ -13,7 +13,7 @@ from hanlm.errors import UserError
 
 # name -> module with `run(cfg, run_dir, *, force) -> dict`
 STAGES: dict[str, str] = {
-    "plan": "hanlm.plan",
+    "plan": "hanlm.plan.estimate",
     "preflight": "hanlm.preflight",
     "corpus": "hanlm.data.corpus",
     "decontam": "hanlm.data.decontam",
@@ -23,7 +23,7 @@ STAGES: dict[str, str] = {
     "export": "hanlm.train.export",
     "sft": "hanlm.train.sft",
     "eval": "hanlm.evals.run",
-    "report": "hanlm.report",
+    "report": "hanlm.report.card",
 }
 
 

@@ -21,14 +21,15 @@ from conftest import (
     run_subprocess,
     write_jsonl,
 )
+from hanlm import demo
 from hanlm.config import load_config
 from hanlm.data import corpus as corpus_stage
-from hanlm.data import decontam, demo
+from hanlm.data import decontam
 from hanlm.data import tokenizer as tokenizer_stage
 from hanlm.data.decontam import index as index_module
 from hanlm.data.decontam.index import DEFAULT_NGRAM, STRIDE, normalise
 from hanlm.errors import UserError
-from hanlm.evals import readers
+from hanlm.testsets import readers
 
 # ---------------------------------------------------------------------------------------------
 # Planting

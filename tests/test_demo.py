@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from hanlm.data import demo
+from hanlm import demo
 
 SMALL_MB = 0.3
 
@@ -49,7 +49,7 @@ def test_same_seed_gives_byte_identical_files(tmp_path):
 
 def test_determinism_does_not_depend_on_the_hash_seed():
     script = (
-        "import hashlib, json; from hanlm.data import demo; w = demo.build(3, 0.05); "
+        "import hashlib, json; from hanlm import demo; w = demo.build(3, 0.05); "
         "print(hashlib.sha256(json.dumps([w.documents, w.benchmark, w.conversations], "
         "ensure_ascii=False).encode()).hexdigest())"
     )
@@ -104,7 +104,7 @@ def test_bad_arguments_are_rejected():
 
 
 def test_import_is_light():
-    code = "import sys, hanlm.data.demo; print('torch' in sys.modules or 'numpy' in sys.modules)"
+    code = "import sys, hanlm.demo; print('torch' in sys.modules or 'numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

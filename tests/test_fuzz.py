@@ -550,7 +550,7 @@ SUFFIXES = (".tsv", ".jsonl", ".json", ".csv", ".parquet", ".jsonl.gz", ".jsonl.
     suffix=st.sampled_from(SUFFIXES),
 )  # fmt: skip
 def test_readers_give_items_or_a_user_error(tmp_path, data, benchmark, suffix):
-    from hanlm.evals import readers
+    from hanlm.testsets import readers
 
     path = tmp_path / f"bench{suffix}"
     if suffix.endswith(".gz"):

@@ -10,9 +10,9 @@ import torch
 from transformers import LlamaConfig
 
 from conftest import assert_user_error
-from hanlm import plan
-from hanlm.memtrace import measure_step
 from hanlm.model import PRESETS, build_model, model_config
+from hanlm.plan import estimate as plan
+from hanlm.plan.memtrace import measure_step
 from hanlm.train import precision as precision_lib
 from hanlm.train.optim import adamw
 

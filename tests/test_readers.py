@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import KOBEST_FOLDERS, assert_user_error, kobest_as_published, write_jsonl
-from hanlm.data import demo
+from hanlm import demo
 from hanlm.errors import UserError
-from hanlm.evals import readers
 from hanlm.evals import tasks as tasks_lib
+from hanlm.testsets import readers
 
 SPLITS = ("train", "dev")
 DEV_ROWS = {

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from hanlm.errors import UserError
-from hanlm.io import read_json
+from hanlm.files import read_json
 
 TEMPLATE_TOKENS = ("system", "user", "assistant", "eot")
 INFO_TOKENS = ("pad", "eod", "bos")

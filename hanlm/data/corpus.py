@@ -24,7 +24,7 @@ from pathlib import Path
 from hanlm.config import Config
 from hanlm.console import info, progress, warn
 from hanlm.errors import UserError
-from hanlm.io import (
+from hanlm.files import (
     DamagedCompressedFile,
     atomic_output_dir,
     atomic_write_json,
@@ -249,7 +249,7 @@ def expand_inputs(inputs: list[str]) -> list[str | Path]:
 
 def ensure_demo_world(cfg: Config, run_dir: Path) -> Path:
     """Write the demo world into `run_dir/demo/` once; later stages (SFT, eval) read it there."""
-    from hanlm.data import demo
+    from hanlm import demo
 
     demo_dir = Path(run_dir) / "demo"
     fp = fingerprint(cfg.demo.model_dump())

@@ -25,7 +25,7 @@ from hanlm.console import info, progress, warn
 from hanlm.data import corpus as corpus_stage
 from hanlm.data import tokenizer as tokenizer_stage
 from hanlm.errors import UserError
-from hanlm.io import (
+from hanlm.files import (
     atomic_write_bytes,
     atomic_write_json,
     file_mismatch,

@@ -16,7 +16,7 @@ from hanlm.config import Config
 from hanlm.console import info, warn
 from hanlm.data import corpus as corpus_stage
 from hanlm.errors import UserError
-from hanlm.io import (
+from hanlm.files import (
     atomic_output_dir,
     atomic_write_json,
     file_mismatch,

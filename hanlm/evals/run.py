@@ -23,7 +23,7 @@ from hanlm.errors import UserError
 from hanlm.evals import contamination as contamination_lib
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import Model, resolve_model_dir
-from hanlm.io import (
+from hanlm.files import (
     atomic_output_dir,
     atomic_write_json,
     atomic_write_text,

@@ -43,7 +43,7 @@ import torch.distributed as dist
 from hanlm.config import Config
 from hanlm.console import info
 from hanlm.errors import UserError
-from hanlm.io import atomic_write_json, fingerprint, read_json
+from hanlm.files import atomic_write_json, fingerprint, read_json
 from hanlm.preflight import collectives, data, devices, storage, table, verdict
 from hanlm.train import parallel
 from hanlm.train.parallel import Dist

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from hanlm.catalogue import find, measured_cpu_peak_flops
 from hanlm.errors import UserError
+from hanlm.plan.catalogue import find, measured_cpu_peak_flops
 
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper onwards have FP8 tensor cores
 

@@ -51,7 +51,7 @@ def storage_reports(report: dict) -> list[dict]:
 def planned_peak(report: dict, precision: str) -> tuple[float, float | None, str]:
     """The slowest device's peak FLOP/s for the planned precision, the plan's usual MFU for it
     (None: the plan's default), and where the figures come from."""
-    from hanlm import plan
+    from hanlm.plan import estimate as plan
 
     devices = all_devices(report)
     if not devices:
@@ -78,7 +78,7 @@ def planned_peak(report: dict, precision: str) -> tuple[float, float | None, str
 
 def project(cfg: Config, report: dict) -> dict:
     """Step, communication and checkpoint figures of the planned run on these hosts."""
-    from hanlm.plan import step_profile
+    from hanlm.plan.estimate import step_profile
 
     world_size = report["world_size"]
     peak, usual_mfu, source = planned_peak(report, cfg.pretrain.precision)

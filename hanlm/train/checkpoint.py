@@ -38,7 +38,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from hanlm.console import info, warn
 from hanlm.errors import UserError
-from hanlm.io import atomic_write_json, atomic_write_text, fsync_dir, read_json
+from hanlm.files import atomic_write_json, atomic_write_text, fsync_dir, read_json
 from hanlm.train.parallel import Dist, barrier
 
 LATEST = "latest"

@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
 from hanlm.console import info
 from hanlm.errors import UserError
-from hanlm.io import (
+from hanlm.files import (
     atomic_output_dir,
     atomic_write_json,
     claim_output_dir,

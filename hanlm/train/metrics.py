@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from hanlm.console import console, progress
-from hanlm.io import atomic_write_text
+from hanlm.files import atomic_write_text
 
 
 def peak_memory_gb(device: torch.device) -> float:

@@ -12,20 +12,20 @@ from pathlib import Path
 
 import torch
 
-from hanlm.catalogue import device_peak_flops
 from hanlm.config import Config, PretrainSection
 from hanlm.console import info, warn
 from hanlm.data import shards as shards_stage
 from hanlm.data import tokenizer as tokenizer_stage
 from hanlm.data.loader import TokenLoader
 from hanlm.errors import UserError
-from hanlm.io import (
+from hanlm.files import (
     atomic_write_json,
     fingerprint,
     read_json,
     stage_fingerprint,
     write_stage_marker,
 )
+from hanlm.plan.catalogue import device_peak_flops
 from hanlm.train import checkpoint, distill, parallel, precision
 from hanlm.train.optim import adamw
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings

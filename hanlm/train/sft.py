@@ -31,7 +31,7 @@ from hanlm.config import Config, SftSection
 from hanlm.console import info, warn
 from hanlm.data import chat_data
 from hanlm.errors import UserError
-from hanlm.io import (
+from hanlm.files import (
     atomic_write_json,
     file_sha256,
     fingerprint,
@@ -264,8 +264,8 @@ def train_once(
             val_loader = chat_data.ChatLoader(*rows["heldout"], shuffle=False, **common)
         except UserError:
             val_loader = None
-        from hanlm.catalogue import device_peak_flops
         from hanlm.model import flops_per_token
+        from hanlm.plan.catalogue import device_peak_flops
 
         model_fp = fingerprint("sft-model", source["fingerprint"], data_fp, cfg.run.seed, init)
         settings = TrainerSettings(

@@ -457,7 +457,7 @@ class BenchmarkIndex:
         """One .npz file (no pickles), written to a temporary name and renamed."""
         import io as _io
 
-        from hanlm.io import atomic_write_bytes
+        from hanlm.files import atomic_write_bytes
 
         buffer = _io.BytesIO()
         np.savez(

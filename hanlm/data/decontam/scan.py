@@ -26,14 +26,14 @@ import numpy as np
 
 from hanlm.data.decontam.index import BenchmarkIndex, batches
 from hanlm.errors import UserError
-from hanlm.io import (
+from hanlm.files import (
     atomic_write_bytes,
     atomic_write_json,
     file_mismatch,
     open_text_stream,
     read_json,
 )
-from hanlm.io import strip_compression_suffix as _plain_name
+from hanlm.files import strip_compression_suffix as _plain_name
 
 SUPPORTED = ".txt, .jsonl (a text field, or chat `messages`), each optionally .gz or .zst"
 

@@ -24,8 +24,7 @@ from hanlm.console import info, progress, warn
 from hanlm.data.decontam.index import FORMAT_VERSION, BenchmarkIndex
 from hanlm.data.decontam.scan import ScanResult, expand_corpus, scan
 from hanlm.errors import UserError
-from hanlm.evals import readers
-from hanlm.io import (
+from hanlm.files import (
     atomic_output_dir,
     atomic_write_json,
     atomic_write_text,
@@ -37,6 +36,7 @@ from hanlm.io import (
     stage_fingerprint,
     write_stage_marker,
 )
+from hanlm.testsets import readers
 
 STAGE = "decontam"
 PARTIAL = "decontam-partial"

@@ -1,6 +1,6 @@
 """The task registry and what every task shares.
 
-A task turns benchmark items (hanlm.evals.readers.Item) into harness calls and each item into a
+A task turns benchmark items (hanlm.testsets.readers.Item) into harness calls and each item into a
 sample (`item_id`, the model's output, `prediction`, `gold`, per-item `scores`); `aggregate`
 turns samples into metrics {name: {value, stderr, n}}. A module adds its task with the
 `@register` decorator; `get(name)` imports the built-in task modules on first use.
@@ -49,7 +49,7 @@ class Task:
         return None
 
     def load(self, source: str | None, *, run_dir: Path | None, options: Options) -> list:
-        from hanlm.evals import readers
+        from hanlm.testsets import readers
 
         source = source or self.default_source(run_dir)
         if source is None:

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hanlm.data.demo import josa
 from hanlm.errors import UserError
 from hanlm.evals.tasks import Options, Task, register
+from hanlm.korean import josa
 
 COLUMNS = ("subject", "relation", "object")
 # relation -> (name in prompts, what the subject is)

@@ -2,7 +2,7 @@
 score them: the same prompts, choices (after a space), `acc`, `acc_norm` (HellaSwag: log-likelihood
 divided by the choice's length in characters) and macro F1 over (gold, argmax) pairs.
 
-The fields come from hanlm.evals.readers, which gives the text of skt/kobest_v1 from either the
+The fields come from hanlm.testsets.readers, which gives the text of skt/kobest_v1 from either the
 TSV release or the Hugging Face layout, and the row's position there as the item id (lm-eval's
 doc_id). docs/kobest.md writes out, per task, the exact text scored; tests/test_harness.py checks
 it against lm-evaluation-harness request by request."""

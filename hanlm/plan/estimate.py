@@ -8,7 +8,7 @@ states; bf16/FP8 compute under autocast or FSDP2's bf16 parameters):
 - working copies: the bf16 weights the compute reads: autocast's casts of every matmul weight
   (single process and DDP), or FSDP2's gathered layers (two in flight) and its root (embedding).
 - activations: the bytes autograd saves per token of a decoder layer, counted from the tensors
-  a Llama layer saves (see `_layer_activation_bytes`); `hanlm.memtrace` observes the same step
+  a Llama layer saves (see `_layer_activation_bytes`); `hanlm.plan.memtrace` observes the same step
   on fake tensors and the tests hold the two within a few percent.
 - logits and loss: the forward's logits plus the float32 log-softmax and its gradient.
 - framework: a stated allowance for the CUDA context, cuBLAS/NCCL workspaces and allocator
@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hanlm.catalogue import CATALOGUE, find
 from hanlm.errors import UserError
+from hanlm.plan.catalogue import CATALOGUE, find
 
 GIB = 1 << 30
 FRAMEWORK_GIB = 1.5  # CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces, kernels
@@ -293,7 +293,7 @@ def default_mfu(gpu: str | None, precision: str) -> tuple[float, str]:
 
 def peak_flops(gpu: str | None, precision: str) -> float:
     if gpu == "cpu" or gpu is None:
-        from hanlm.catalogue import measured_cpu_peak_flops
+        from hanlm.plan.catalogue import measured_cpu_peak_flops
 
         return measured_cpu_peak_flops()
     entry = find(gpu)
@@ -572,8 +572,8 @@ def step_profile(
 def run(cfg, run_dir: Path, *, force: bool = False) -> dict[str, Any]:
     """The pipeline's `plan` stage: the recipe's plan, written to DIR/plan.json."""
     from hanlm.console import info
-    from hanlm.io import atomic_write_json, fingerprint, read_json
-    from hanlm.plan_report import print_plan
+    from hanlm.files import atomic_write_json, fingerprint, read_json
+    from hanlm.plan.table import print_plan
 
     setup = setup_from_config(cfg)
     fp = fingerprint("plan", asdict(setup))

@@ -16,7 +16,7 @@ from typing import Any
 
 from hanlm.config import Config
 from hanlm.console import info
-from hanlm.io import atomic_write_text, read_json
+from hanlm.files import atomic_write_text, read_json
 
 STAGE = "report"
 GIB = 1 << 30
@@ -65,8 +65,8 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _plan_section(run_dir: Path, plots: Path) -> str:
-    from hanlm import plan as plan_lib
-    from hanlm import report_plots
+    from hanlm.plan import estimate as plan_lib
+    from hanlm.report import plots as report_plots
 
     out = ["## 1. Plan: will it fit, what will it cost\n\n"]
     out.append(
@@ -216,7 +216,7 @@ def _data_section(run_dir: Path) -> str:
 
 
 def _training_section(run_dir: Path, plots: Path) -> str:
-    from hanlm import report_plots
+    from hanlm.report import plots as report_plots
 
     out = ["## 4. Pretraining: loss, throughput and MFU\n\n"]
     out.append(
@@ -278,7 +278,7 @@ def _model_label(name: str) -> str:
 
 
 def _contamination_section(run_dir: Path, plots: Path) -> str:
-    from hanlm import report_plots
+    from hanlm.report import plots as report_plots
 
     out = ["## 5. Clean versus contaminated scores\n\n"]
     out.append(
@@ -348,7 +348,7 @@ def _contamination_section(run_dir: Path, plots: Path) -> str:
 
 
 def _closure_section(run_dir: Path, plots: Path) -> str:
-    from hanlm import report_plots
+    from hanlm.report import plots as report_plots
 
     out = ["## 6. Chat answers that end: closure rate by initialisation\n\n"]
     out.append(
@@ -393,7 +393,7 @@ def _closure_section(run_dir: Path, plots: Path) -> str:
 
 
 def _direction_section(run_dir: Path, plots: Path) -> str:
-    from hanlm import report_plots
+    from hanlm.report import plots as report_plots
 
     out = ["## 7. Knowledge in both directions\n\n"]
     out.append(
@@ -454,7 +454,7 @@ def _direction_section(run_dir: Path, plots: Path) -> str:
 
 
 def _repetition_section(run_dir: Path, plots: Path) -> str:
-    from hanlm import report_plots
+    from hanlm.report import plots as report_plots
 
     out = ["## 8. Repetition with and without the decoding penalty\n\n"]
     out.append(

@@ -1,4 +1,4 @@
-"""Printing a plan (from `hanlm.plan.make_plan`) as tables on the terminal."""
+"""Printing a plan (from `hanlm.plan.estimate.make_plan`) as tables on the terminal."""
 
 from __future__ import annotations
 

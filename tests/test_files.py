@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hanlm.errors import UserError
-from hanlm.io import (
+from hanlm.files import (
     IN_PROGRESS_TAG,
     OUTPUT_FILES_KEY,
     STAGE_MARKER,

@@ -36,7 +36,7 @@ from typing import Any
 
 from hanlm.console import warn
 from hanlm.errors import UserError
-from hanlm.io import open_text_stream, strip_compression_suffix
+from hanlm.files import open_text_stream, strip_compression_suffix
 
 
 @dataclass(frozen=True)
@@ -468,10 +468,16 @@ def _demo_qa(r: _Row) -> tuple[dict, str]:
     return fields, (fields["passage"], fields["question"])
 
 
+_ANSWER_TEXT = {True: "예", False: "아니요"}
+
+
+def item_text(item: dict) -> str:
+    """A demo benchmark item as it would appear in training text; planted verbatim copies are this."""
+    return f"{item['passage']}\n{item['question']}\n{_ANSWER_TEXT[bool(item['answer'])]}"
+
+
 def _overlap_text(benchmark: str, fields: dict, parts: tuple[str, ...]) -> str:
     if benchmark == "demo_qa":
-        from hanlm.data.demo import item_text
-
         return item_text(fields)  # what the demo world plants: passage, question and answer
     return _join(*parts)
 

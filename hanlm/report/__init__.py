@@ -1,0 +1,1 @@
+"""The run's report card: report.md (card) and its figures (plots)."""

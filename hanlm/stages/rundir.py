@@ -1,0 +1,146 @@
+"""The run directory's layout: every path of `runs/NAME/` is spelled here and nowhere else.
+
+Stages get their inputs and outputs from a `RunDir`; the libraries below them take explicit paths
+and never learn where a run keeps anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hanlm.config import CONFIG_FILE
+from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
+
+CHECKPOINTS = "checkpoints"
+EXPORT = "hf"  # the Hugging Face folder a training stage exports into
+
+
+@dataclass(frozen=True)
+class TrainingDirs:
+    """What one training stage (pretrain or sft) keeps under its folder."""
+
+    root: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CHECKPOINTS
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def export(self) -> Path:
+        return self.root / EXPORT
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """`runs/NAME/`: one folder per stage plus the run's config, plan, preflight and report."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    def stage(self, name: str) -> Path:
+        """The folder a stage writes (and marks complete) under the run."""
+        return self.root / name
+
+    # --- the run as a whole ---------------------------------------------------------------
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def plan(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def preflight(self) -> Path:
+        return self.root / "preflight.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def plots(self) -> Path:
+        return self.root / "plots"
+
+    # --- data -----------------------------------------------------------------------------
+    @property
+    def demo(self) -> Path:
+        return self.stage("demo")
+
+    def demo_file(self, kind: str) -> Path:
+        """One of the demo world's files: pretrain, benchmark, chat, facts or planted."""
+        return self.demo / DEMO_FILE_NAMES[kind]
+
+    @property
+    def corpus(self) -> Path:
+        return self.stage("corpus")
+
+    @property
+    def corpus_stats(self) -> Path:
+        return self.corpus / "stats.json"
+
+    @property
+    def decontam(self) -> Path:
+        return self.stage("decontam")
+
+    @property
+    def decontam_report(self) -> Path:
+        return self.decontam / "report.json"
+
+    @property
+    def decontam_items(self) -> Path:
+        return self.decontam / "items.jsonl"
+
+    @property
+    def decontam_corpus(self) -> Path:
+        """The corpus with the leaked passages removed (when decontam's action changes text)."""
+        return self.decontam / "corpus"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.stage("tokenizer")
+
+    @property
+    def tokenizer_json(self) -> Path:
+        return self.tokenizer / "tokenizer.json"
+
+    @property
+    def shards(self) -> Path:
+        return self.stage("shards")
+
+    @property
+    def shards_manifest(self) -> Path:
+        return self.shards / "manifest.json"
+
+    # --- training -------------------------------------------------------------------------
+    @property
+    def pretrain(self) -> TrainingDirs:
+        return TrainingDirs(self.stage("pretrain"))
+
+    @property
+    def sft(self) -> TrainingDirs:
+        return TrainingDirs(self.stage("sft"))
+
+    # --- evaluation -----------------------------------------------------------------------
+    @property
+    def eval(self) -> Path:
+        return self.stage("eval")
+
+    @property
+    def eval_results(self) -> Path:
+        return self.eval / "results.json"
+
+    @property
+    def eval_samples(self) -> Path:
+        return self.eval / "samples.jsonl"
