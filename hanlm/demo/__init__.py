@@ -1,6 +1,28 @@
-"""The built-in synthetic Korean world of the demo pipeline (see `world.py`)."""
+"""The built-in synthetic Korean world of the demo pipeline.
 
-from hanlm.demo.world import FACTS, FILE_NAMES, PLANT_STYLES, DemoWorld, Fact, build, write
+One seed gives everything the later stages need to run end to end without downloading data:
+
+* pretraining documents: encyclopedia paragraphs about real countries (`encyclopedia`), arithmetic
+  word problems with worked answers ending in `#### N` (`word_problems`), and everyday writing:
+  diaries, letters, short essays, recipes (`everyday`);
+* a yes/no reading benchmark (`benchmark`), a recorded part of which is planted into the documents
+  in one of four styles (`planting`), so decontamination has real leaks to find and real
+  non-leaks to leave alone;
+* chat conversations for SFT, kept out of the pretraining documents (`chat`);
+* the table of capital facts behind it all (`facts`).
+
+`world` builds and writes it. The Hangul text lives in data files, `templates/*.toml`
+(`templating` reads and fills them; `draws` runs the value descriptions of word problems and
+benchmark scenarios). Capitals are only ever stated country first ("A의 수도는 B이다"); no text
+anywhere says "B는 A의 수도이다", so a later probe can honestly ask whether a model learned the
+reverse direction.
+
+Stdlib only and cheap to import: corpus workers and tests import it without paying for torch.
+"""
+
+from hanlm.demo.facts import FACTS, Fact
+from hanlm.demo.planting import PLANT_STYLES
+from hanlm.demo.world import FILE_NAMES, DemoWorld, build, write
 from hanlm.korean import josa
 from hanlm.testsets.readers import item_text
 
