@@ -1,6 +1,8 @@
+import importlib.resources
 import itertools
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -10,6 +12,8 @@ from collections import Counter
 import pytest
 
 from hanlm import demo
+from hanlm.demo import benchmark, draws, templating, word_problems
+from hanlm.demo import facts as demo_facts
 
 SMALL_MB = 0.3
 
@@ -396,3 +400,82 @@ def test_write_produces_parseable_files(world, tmp_path):
         i["item_id"] for i in world.benchmark if i["planted"]
     }
     assert not list((tmp_path / "demo").glob(".*tmp*"))  # no temporary files left behind
+
+
+# --- template files --------------------------------------------------------------------------
+
+
+def strings_in(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings_in(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings_in(v)]
+    return []
+
+
+@pytest.mark.parametrize("name", templating.FILES)
+def test_template_files_load_and_name_known_particles(name):
+    data = templating.load(name)
+    texts = strings_in(data)
+    assert texts, name
+    for text in texts:
+        assert text == unicodedata.normalize("NFC", text), text
+        for _slot, pair in templating.slots(text):
+            if pair is not None:
+                demo.josa("서울", pair)  # raises on a pair josa does not know
+
+
+def test_template_files_ship_with_the_package():
+    folder = importlib.resources.files("hanlm.demo").joinpath("templates")
+    assert {f"{name}.toml" for name in templating.FILES} == {
+        entry.name for entry in folder.iterdir() if entry.name.endswith(".toml")
+    }
+
+
+def test_every_word_problem_kind_fills_its_slots_and_checks_out():
+    assert len(word_problems.KINDS) == 18
+    for kind in word_problems.KINDS:
+        for seed in range(40):
+            problem = kind.make(random.Random(seed))
+            text = f"{problem.question}\n{problem.solution()}"
+            assert "{" not in text and "}" not in text, text
+            assert check_worked_solutions(text) == 1
+
+
+def test_every_scenario_fills_its_slots_and_answers_both_ways():
+    atlas = demo_facts.Atlas.of(demo.FACTS)
+    for scenario in benchmark.SCENARIOS:
+        answers = set()
+        for seed in range(40):
+            passage, candidates = scenario.make(random.Random(seed), atlas)
+            for text in [passage, *(q for q, _ in candidates)]:
+                assert "{" not in text and "}" not in text, text
+            answers |= {a for _, a in candidates}
+            assert all(isinstance(a, bool) for _, a in candidates)
+        assert answers == {True, False}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "x = __import__('os')",
+        "x = names.pop()",
+        "x = open('/etc/passwd')",
+        "x = [n for n in names]",
+        "x = lambda: 1",
+    ],
+)
+def test_template_values_cannot_run_code(line):
+    with pytest.raises(ValueError):
+        draws.draw(random.Random(0), draws.parse_assignments([line]), {"names": ["민수"]})
+
+
+def test_template_values_draw_in_the_written_order():
+    lines = ["a = randint(1, 100)", "b = pick([a, a + 1]) if a > 50 else a", "c = randint(1, 9)"]
+    got = draws.draw(random.Random(5), draws.parse_assignments(lines), {})
+    rng = random.Random(5)
+    a = rng.randint(1, 100)
+    b = rng.choice([a, a + 1]) if a > 50 else a
+    assert got == {"a": a, "b": b, "c": rng.randint(1, 9)}
