@@ -9,7 +9,7 @@ import re
 import unicodedata
 
 # pair -> (form after a final consonant, form after a vowel). The first six are the public API;
-# the rest are forms the templates below need.
+# the rest are forms the demo world's templates need (hanlm/demo/templates).
 _PARTICLES = {
     "은/는": ("은", "는"),
     "이/가": ("이", "가"),

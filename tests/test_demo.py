@@ -440,8 +440,8 @@ def test_every_word_problem_kind_fills_its_slots_and_checks_out():
         for seed in range(40):
             problem = kind.make(random.Random(seed))
             text = f"{problem.question}\n{problem.solution()}"
-            assert "{" not in text and "}" not in text, text
-            assert check_worked_solutions(text) == 1
+            assert "{" not in text and "}" not in text, (kind.id, text)
+            assert check_worked_solutions(text) == 1, kind.id
 
 
 def test_every_scenario_fills_its_slots_and_answers_both_ways():
@@ -451,10 +451,10 @@ def test_every_scenario_fills_its_slots_and_answers_both_ways():
         for seed in range(40):
             passage, candidates = scenario.make(random.Random(seed), atlas)
             for text in [passage, *(q for q, _ in candidates)]:
-                assert "{" not in text and "}" not in text, text
+                assert "{" not in text and "}" not in text, (scenario.id, text)
             answers |= {a for _, a in candidates}
             assert all(isinstance(a, bool) for _, a in candidates)
-        assert answers == {True, False}
+        assert answers == {True, False}, scenario.id
 
 
 @pytest.mark.parametrize(

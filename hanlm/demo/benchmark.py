@@ -16,10 +16,8 @@ from hanlm.demo.facts import Atlas
 from hanlm.demo.templating import fill, fill_all, load
 
 _TEXT = load("benchmark")
-# What a scenario's values may read besides their own: the word lists of the file, and names.
-_NAMES = {"names": load("names")["names"]} | {
-    key: value for key, value in _TEXT.items() if key != "scenario"
-}
+# What a scenario's values may read besides their own (and `countries`, see `make`).
+_NAMES = {"names": load("names")["names"], **_TEXT["words"]}
 
 # Benchmark items are kept well below the corpus stage's near-duplicate threshold (Jaccard 0.85
 # over character 5-grams) from one another: two planted items that differ in a name or two
@@ -53,6 +51,7 @@ class _Part:
 class Scenario:
     """One [[scenario]] of the file, parsed once."""
 
+    id: str
     values: tuple[draws.Assignment, ...]
     passage: tuple[_Part, ...]
     candidates: tuple[tuple[str, bool | ast.expr], ...]
@@ -65,7 +64,7 @@ class Scenario:
             (question, answer if isinstance(answer, bool) else draws.parse_expression(answer))
             for question, answer in entry["candidates"]
         )
-        return cls(values, parts, candidates)
+        return cls(entry["id"], values, parts, candidates)
 
     def make(self, rng: random.Random, atlas: Atlas) -> tuple[str, list[tuple[str, bool]]]:
         """A passage and its candidate (question, answer) pairs."""

@@ -14,10 +14,8 @@ from hanlm.demo.facts import Atlas
 from hanlm.demo.templating import fill, load
 
 _TEXT = load("word_problems")
-# What a problem's values may read besides their own: the word lists of the file, and names.
-_NAMES = {"names": load("names")["names"]} | {
-    key: value for key, value in _TEXT.items() if isinstance(value, list) and key != "problem"
-}
+# What a problem's values may read besides their own.
+_NAMES = {"names": load("names")["names"], **_TEXT["words"]}
 
 
 @dataclass(frozen=True)
@@ -33,18 +31,19 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class _Kind:
+class ProblemKind:
     """One [[problem]] of the file, its values parsed once."""
 
+    id: str
     values: tuple[draws.Assignment, ...]
     question: str | list[str]  # a list: one is picked after the values
     steps: list[str]
     answer: str
 
     @classmethod
-    def of(cls, entry: dict) -> _Kind:
+    def of(cls, entry: dict) -> ProblemKind:
         values = draws.parse_assignments(entry["values"])
-        return cls(values, entry["question"], entry["steps"], entry["answer"])
+        return cls(entry["id"], values, entry["question"], entry["steps"], entry["answer"])
 
     def make(self, rng: random.Random) -> Problem:
         values = draws.draw(rng, self.values, _NAMES)
@@ -53,7 +52,7 @@ class _Kind:
         return Problem(fill(question, **values), steps, values[self.answer])
 
 
-KINDS: tuple[_Kind, ...] = tuple(_Kind.of(entry) for entry in _TEXT["problem"])
+KINDS: tuple[ProblemKind, ...] = tuple(ProblemKind.of(entry) for entry in _TEXT["problem"])
 
 
 def word_problem(rng: random.Random) -> Problem:
