@@ -629,7 +629,8 @@ def _decoding_settings(args: argparse.Namespace):
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from hanlm.generate import generate, load, read_prompts, write_results
+    from hanlm.generate import read_prompts, write_results
+    from hanlm.inference import generate, load  # deferred: torch and transformers
 
     if bool(args.prompt_texts) == bool(args.prompts_file):
         raise UserError("give prompts with --prompt TEXT (repeatable) or --prompts FILE, not both")
@@ -676,7 +677,7 @@ def _is_plan_output(path: Path) -> bool:
 
 def _cmd_chat(args: argparse.Namespace) -> int:
     from hanlm.chat.session import run_repl
-    from hanlm.generate import load
+    from hanlm.inference import load
 
     settings = _decoding_settings(args)
     return run_repl(load(args.model_dir, settings.device), settings, system=args.system)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from safetensors import SafetensorError, safe_open
+
 from hanlm.errors import UserError
 
 CONFIG = "config.json"
@@ -177,8 +179,6 @@ def _check_sharded(folder: Path) -> None:
 def check_safetensors(path: Path) -> set[str]:
     """The tensor names in a safetensors file, after safetensors itself has checked its header
     against the file (every tensor's shape, type and byte range, and the file's length)."""
-    from safetensors import SafetensorError, safe_open
-
     try:
         with safe_open(str(path), framework="pt") as f:
             return set(f.keys())

@@ -15,7 +15,7 @@ import pytest
 from conftest import TINY_PRETRAIN
 from hanlm.chat.session import PROMPT, ChatSession, run_repl
 from hanlm.config import GenerateSection, load_config
-from hanlm.generate import chat_prompt, generate, load
+from hanlm.inference import chat_prompt, generate, load
 from hanlm.train import export, pretrain
 
 GREEDY = GenerateSection(greedy=True, repetition_penalty=1.3, max_new_tokens=12)

@@ -12,7 +12,7 @@ from conftest import TINY_PRETRAIN, assert_user_error, run_subprocess, write_jso
 from damaged_models import DAMAGES, damaged_copy
 from hanlm.config import GenerateSection, load_config
 from hanlm.evals.tasks import repetition
-from hanlm.generate import (
+from hanlm.inference import (
     FrequencyPresencePenalty,
     SparingRepetitionPenalty,
     encode,

@@ -7,7 +7,7 @@ import pytest
 
 from damaged_models import DAMAGES, WEIGHT_DAMAGES, damaged_copy
 from hanlm.errors import UserError
-from hanlm.generate import load
+from hanlm.inference import load
 from hanlm.model import build_model, model_config
 from hanlm.model_folder import check_model_folder
 

@@ -1,7 +1,7 @@
 """The closure check: does the chat model end its answers?
 
 For held-out conversations, everything before the last assistant turn is the prompt (chat
-template with the generation prompt); greedy decoding with transformers' `generate` runs until
+template with the generation prompt); greedy decoding (hanlm.inference's batched loop) runs until
 the end-of-turn token or `max_new_tokens`. The closure rate is the share of answers that end
 with the end-of-turn token. A model whose <|eot|> was never trained keeps talking to the limit.
 """
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
+from transformers import GenerationConfig
 
 from hanlm.errors import UserError
+from hanlm.inference import generate_ids
 
 
 def prompt_of(messages: Sequence[dict]) -> tuple[list[dict], str]:
@@ -21,7 +22,6 @@ def prompt_of(messages: Sequence[dict]) -> tuple[list[dict], str]:
     return list(messages[:last]), messages[last]["content"]
 
 
-@torch.no_grad()
 def check(
     model,
     tokenizer,
@@ -35,13 +35,10 @@ def check(
     init: str | None = None,
 ) -> dict:
     """{closed, total, rate, init, max_new_tokens, examples} for greedy answers to the prompts."""
-    from transformers import GenerationConfig
-
     if not conversations:
         raise UserError("the closure check has no held-out conversations", fix="raise sft.heldout")
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     config = GenerationConfig(
         do_sample=False,
         max_new_tokens=max_new_tokens,
@@ -60,22 +57,8 @@ def check(
             )
             for p, _ in prompts
         ]
-        width = max(len(e) for e in encoded)
-        # left padding: every prompt ends where generation starts
-        input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(encoded), width), dtype=torch.long)
-        for row, ids in enumerate(encoded):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids)
-            attention[row, width - len(ids) :] = 1
-        output = model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=attention.to(device),
-            generation_config=config,
-        )
-        for row, (conversation, (messages, reference)) in enumerate(
-            zip(batch, prompts, strict=True)
-        ):
-            new = output[row, width:].tolist()
+        answers = generate_ids(model, encoded, pad_id=pad_id, generation_config=config)
+        for conversation, (messages, reference), new in zip(batch, prompts, answers, strict=True):
             closed = end_of_turn_id in new
             answer = new[: new.index(end_of_turn_id)] if closed else new
             answer = [t for t in answer if t != pad_id]

@@ -22,8 +22,11 @@ import json
 import re
 from pathlib import Path
 
+from rich.table import Table
+
 from hanlm.chat import tokens
-from hanlm.errors import UserError
+from hanlm.console import console
+from hanlm.inference import load_folder
 
 MARK = "HANLM_DOCTOR_ANSWER"
 # special-looking pieces of rendered template text: <|eot|>, <|im_end|>, <s>, [INST]
@@ -37,25 +40,6 @@ SAMPLE = [
 
 def _finding(level: str, check: str, what: str, fix: str = "") -> dict:
     return {"level": level, "check": check, "what": what, "fix": fix}
-
-
-def _load(model_dir: Path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from hanlm.model_folder import check_model_folder
-    from hanlm.train.export import _no_progress_bars
-    from hanlm.train.precision import quiet_torchao_import
-
-    check_model_folder(model_dir)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        with quiet_torchao_import(), _no_progress_bars():
-            model = AutoModelForCausalLM.from_pretrained(
-                str(model_dir), trust_remote_code=False, use_safetensors=True
-            )
-    except (OSError, ValueError, KeyError) as e:
-        raise UserError(f"cannot load {model_dir}: {e}", fix="check the folder's files") from e
-    return model.eval(), tokenizer
 
 
 def _ids(value) -> list[int]:
@@ -105,8 +89,10 @@ def _special_dict(tokenizer, template_tokens: list[str], end_ids: list[int]) -> 
 
 def diagnose(model_dir: Path) -> dict:
     model_dir = Path(model_dir)
-    model, tokenizer = _load(model_dir)
-    findings: list[dict] = []
+    loaded = load_folder(
+        model_dir, quiet=True, failure="cannot load {path}", fix="check the folder's files"
+    )
+    model, tokenizer = loaded.model, loaded.tokenizer
     generation_path = model_dir / "generation_config.json"
     generation = json.loads(generation_path.read_text()) if generation_path.is_file() else {}
     eos_ids = _ids(generation.get("eos_token_id", model.config.eos_token_id))
@@ -115,136 +101,11 @@ def diagnose(model_dir: Path) -> dict:
         + _ids(model.config.pad_token_id)
         + _ids(generation.get("pad_token_id"))
     )
-
-    # the chat template against the tokenizer
-    eot_id, eot_token = None, None
-    template_tokens: list[str] = []
-    if not tokenizer.chat_template:
-        findings.append(
-            _finding(
-                "note",
-                "chat template",
-                "the tokenizer has no chat template (a base model?)",
-                "add one to tokenizer_config.json before chat fine-tuning",
-            )
-        )
-    else:
-        template = tokenizer.chat_template
-        template = template if isinstance(template, str) else json.dumps(template)
-        vocab = tokenizer.get_vocab()
-        try:
-            rendered = tokenizer.apply_chat_template(SAMPLE, tokenize=False)
-        except Exception:  # some templates refuse a system turn
-            rendered = tokenizer.apply_chat_template(SAMPLE[1:], tokenize=False)
-        template_tokens = sorted(set(TOKEN_PATTERN.findall(template + "\n" + rendered)))
-        missing = [t for t in template_tokens if t not in vocab]
-        if missing:
-            findings.append(
-                _finding(
-                    "problem",
-                    "chat template",
-                    f"the template writes {', '.join(missing)}, which the tokenizer lacks: "
-                    "they become several ordinary tokens",
-                    "add them as special tokens (and rows to the model), or fix the template",
-                )
-            )
-        try:
-            eot_id, eot_token = _end_of_turn(tokenizer)
-        except Exception as e:  # a template that cannot render is itself the finding
-            findings.append(_finding("problem", "chat template", f"does not render: {e}"))
-        if eot_id is None and not missing:
-            findings.append(
-                _finding(
-                    "problem",
-                    "chat template",
-                    "an assistant answer is not followed by a special end-of-turn token",
-                    "end each assistant turn with a reserved token such as <|eot|>",
-                )
-            )
-        else:
-            findings.append(_finding("ok", "chat template", f"turns end with {eot_token}"))
-
-    # padding against the end tokens
+    findings, eot_id, eot_token, template_tokens = _check_template(tokenizer)
     ends = set(eos_ids) | ({eot_id} if eot_id is not None else set())
-    clash = sorted(pad_ids & ends)
-    if clash:
-        findings.append(
-            _finding(
-                "problem",
-                "padding",
-                f"the padding token {tokenizer.convert_ids_to_tokens(clash[0])} (id {clash[0]}) "
-                "is also an end token: collators that mask padding drop it from the loss",
-                "use a dedicated padding token (hanlm: <|pad|>) in tokenizer_config.json, "
-                "config.json and generation_config.json",
-            )
-        )
-    elif pad_ids:
-        findings.append(_finding("ok", "padding", "padding differs from every end token"))
-
-    # generation_config eos against the template's end-of-turn
-    if eot_id is not None:
-        if eot_id in eos_ids:
-            findings.append(_finding("ok", "generation_config", f"eos includes {eot_token}"))
-        else:
-            findings.append(
-                _finding(
-                    "problem",
-                    "generation_config",
-                    f"eos_token_id {eos_ids} lacks the end-of-turn {eot_token} (id {eot_id}): "
-                    "generation runs on to the token limit",
-                    f"set generation_config.json eos_token_id to [{eot_id}"
-                    + "".join(f", {i}" for i in eos_ids if i != eot_id)
-                    + "]",
-                )
-            )
-
-    # under-trained tokens
-    end_ids = sorted(ends)
-    special = _special_dict(tokenizer, template_tokens, end_ids)
-    judged = {v["id"]: v["token"] for k, v in special.items() if k.startswith("end_")}
-    noted = {
-        v["id"]: v["token"]
-        for k, v in special.items()
-        if k.startswith("template_") and v["id"] not in judged
-    }
-    ids = list(judged) + list(noted)
-    if ids:
-        geo = tokens.geometry(model, ids, special)
-        for token_id, flag in zip(ids, geo["under_trained"], strict=True):
-            name = judged.get(token_id) or noted[token_id]
-            if flag is None:
-                continue
-            if flag and token_id in judged:
-                findings.append(
-                    _finding(
-                        "problem",
-                        "under-trained",
-                        f"the end token {name} looks untrained (its rows sit with the unused "
-                        "tokens'): the model will not emit it",
-                        "initialise it before SFT (hanlm sft --init mean) and train it on "
-                        "every assistant turn's end",
-                    )
-                )
-            elif flag:
-                findings.append(
-                    _finding(
-                        "note",
-                        "under-trained",
-                        f"the role token {name} has rows like the unused tokens' (it is only "
-                        "ever an input, so this matters only if SFT never saw it)",
-                        "initialise role tokens before SFT (hanlm sft --init mean)",
-                    )
-                )
-            elif token_id in judged:
-                findings.append(_finding("ok", "under-trained", f"{name} looks trained"))
-        if all(f is None for f in geo["under_trained"]):
-            findings.append(
-                _finding(
-                    "note",
-                    "under-trained",
-                    "no unused reference tokens to compare rows with; not checked",
-                )
-            )
+    findings += _check_padding(tokenizer, pad_ids, ends)
+    findings += _check_generation_eos(eos_ids, eot_id, eot_token)
+    findings += _check_under_trained(model, tokenizer, template_tokens, sorted(ends))
     problems = sum(f["level"] == "problem" for f in findings)
     return {
         "model": str(model_dir),
@@ -256,11 +117,147 @@ def diagnose(model_dir: Path) -> dict:
     }
 
 
+def _check_template(tokenizer) -> tuple[list[dict], int | None, str | None, list[str]]:
+    """The chat template against the tokenizer: (findings, end-of-turn id and token, the
+    special-looking tokens the template writes)."""
+    if not tokenizer.chat_template:
+        note = _finding(
+            "note",
+            "chat template",
+            "the tokenizer has no chat template (a base model?)",
+            "add one to tokenizer_config.json before chat fine-tuning",
+        )
+        return [note], None, None, []
+    findings: list[dict] = []
+    eot_id, eot_token = None, None
+    template = tokenizer.chat_template
+    template = template if isinstance(template, str) else json.dumps(template)
+    vocab = tokenizer.get_vocab()
+    try:
+        rendered = tokenizer.apply_chat_template(SAMPLE, tokenize=False)
+    except Exception:  # some templates refuse a system turn
+        rendered = tokenizer.apply_chat_template(SAMPLE[1:], tokenize=False)
+    template_tokens = sorted(set(TOKEN_PATTERN.findall(template + "\n" + rendered)))
+    missing = [t for t in template_tokens if t not in vocab]
+    if missing:
+        findings.append(
+            _finding(
+                "problem",
+                "chat template",
+                f"the template writes {', '.join(missing)}, which the tokenizer lacks: "
+                "they become several ordinary tokens",
+                "add them as special tokens (and rows to the model), or fix the template",
+            )
+        )
+    try:
+        eot_id, eot_token = _end_of_turn(tokenizer)
+    except Exception as e:  # a template that cannot render is itself the finding
+        findings.append(_finding("problem", "chat template", f"does not render: {e}"))
+    if eot_id is None and not missing:
+        findings.append(
+            _finding(
+                "problem",
+                "chat template",
+                "an assistant answer is not followed by a special end-of-turn token",
+                "end each assistant turn with a reserved token such as <|eot|>",
+            )
+        )
+    else:
+        findings.append(_finding("ok", "chat template", f"turns end with {eot_token}"))
+    return findings, eot_id, eot_token, template_tokens
+
+
+def _check_padding(tokenizer, pad_ids: set[int], ends: set[int]) -> list[dict]:
+    """Padding against the end tokens."""
+    clash = sorted(pad_ids & ends)
+    if clash:
+        return [
+            _finding(
+                "problem",
+                "padding",
+                f"the padding token {tokenizer.convert_ids_to_tokens(clash[0])} (id {clash[0]}) "
+                "is also an end token: collators that mask padding drop it from the loss",
+                "use a dedicated padding token (hanlm: <|pad|>) in tokenizer_config.json, "
+                "config.json and generation_config.json",
+            )
+        ]
+    if pad_ids:
+        return [_finding("ok", "padding", "padding differs from every end token")]
+    return []
+
+
+def _check_generation_eos(eos_ids: list[int], eot_id: int | None, eot_token) -> list[dict]:
+    """generation_config's eos against the template's end-of-turn."""
+    if eot_id is None:
+        return []
+    if eot_id in eos_ids:
+        return [_finding("ok", "generation_config", f"eos includes {eot_token}")]
+    return [
+        _finding(
+            "problem",
+            "generation_config",
+            f"eos_token_id {eos_ids} lacks the end-of-turn {eot_token} (id {eot_id}): "
+            "generation runs on to the token limit",
+            f"set generation_config.json eos_token_id to [{eot_id}"
+            + "".join(f", {i}" for i in eos_ids if i != eot_id)
+            + "]",
+        )
+    ]
+
+
+def _check_under_trained(model, tokenizer, template_tokens: list[str], end_ids: list[int]):
+    """End tokens judged, role tokens noted, by their rows against the unused tokens'."""
+    special = _special_dict(tokenizer, template_tokens, end_ids)
+    judged = {v["id"]: v["token"] for k, v in special.items() if k.startswith("end_")}
+    noted = {
+        v["id"]: v["token"]
+        for k, v in special.items()
+        if k.startswith("template_") and v["id"] not in judged
+    }
+    ids = list(judged) + list(noted)
+    if not ids:
+        return []
+    findings: list[dict] = []
+    geo = tokens.geometry(model, ids, special)
+    for token_id, flag in zip(ids, geo["under_trained"], strict=True):
+        name = judged.get(token_id) or noted[token_id]
+        if flag is None:
+            continue
+        if flag and token_id in judged:
+            findings.append(
+                _finding(
+                    "problem",
+                    "under-trained",
+                    f"the end token {name} looks untrained (its rows sit with the unused "
+                    "tokens'): the model will not emit it",
+                    "initialise it before SFT (hanlm sft --init mean) and train it on "
+                    "every assistant turn's end",
+                )
+            )
+        elif flag:
+            findings.append(
+                _finding(
+                    "note",
+                    "under-trained",
+                    f"the role token {name} has rows like the unused tokens' (it is only "
+                    "ever an input, so this matters only if SFT never saw it)",
+                    "initialise role tokens before SFT (hanlm sft --init mean)",
+                )
+            )
+        elif token_id in judged:
+            findings.append(_finding("ok", "under-trained", f"{name} looks trained"))
+    if all(f is None for f in geo["under_trained"]):
+        findings.append(
+            _finding(
+                "note",
+                "under-trained",
+                "no unused reference tokens to compare rows with; not checked",
+            )
+        )
+    return findings
+
+
 def print_report(report: dict) -> None:
-    from rich.table import Table
-
-    from hanlm.console import console
-
     table = Table(title=f"doctor: {report['model']}")
     for column in ("", "check", "finding", "fix"):
         table.add_column(column)

@@ -12,8 +12,11 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from transformers import set_seed
+
 from hanlm.config import GenerateSection
-from hanlm.generate import LoadedModel, StopFlag, chat_prompt, stream
+from hanlm.console import info
+from hanlm.inference import LoadedModel, StopFlag, chat_prompt, context_length, stream
 
 PROMPT = "you> "
 HELP = "/reset forgets the conversation, /exit or Ctrl-D quits"
@@ -36,7 +39,7 @@ class ChatSession:
 
     def _fitted_prompt(self) -> str:
         """The template text, dropping the oldest exchanges until prompt + answer fit."""
-        limit = getattr(self.loaded.model.config, "max_position_embeddings", None)
+        limit = context_length(self.loaded.model)
         while True:
             text = chat_prompt(self.loaded, self.messages())
             if limit is None or len(self.history) <= 1:
@@ -74,13 +77,9 @@ def run_repl(
     out: TextIO | None = None,
 ) -> int:
     """The interactive loop; returns the exit status (0 on /exit, Ctrl-D or Ctrl-C)."""
-    from transformers import set_seed
-
     out = out or sys.stdout
     set_seed(settings.seed)
     session = ChatSession(loaded, settings, system)
-    from hanlm.console import info
-
     info(f"chat with {loaded.path} ({HELP})")
     while True:
         try:

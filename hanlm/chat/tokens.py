@@ -36,7 +36,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rich.table import Table
 
+from hanlm.console import console
 from hanlm.errors import UserError
 from hanlm.files import read_json
 
@@ -215,10 +217,6 @@ def audit(model, special: dict, pretrain_counts: dict[str, int] | None) -> dict:
 
 
 def print_audit(report: dict, title: str = "special-token audit") -> None:
-    from rich.table import Table
-
-    from hanlm.console import console
-
     table = Table(title=f"{title} ({'tied' if report['tied'] else 'untied'} head)")
     columns = ["token", "id", "pretrain count", "emb norm/med", "emb cos mean"]
     if not report["tied"]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hanlm.chat.template import ASSISTANT, END_OF_TURN, SYSTEM, USER
+from hanlm.chat_template import ASSISTANT, END_OF_TURN, SYSTEM, USER
 from hanlm.errors import UserError
 
 IGNORE = -100
@@ -129,7 +129,7 @@ def tokenize(tokenizer, messages: Sequence[Mapping], end_of_turn_id: int) -> tup
             f"conversation with {turns} assistant turns",
             where="tokenizer_config.json chat_template",
             fix="put each assistant answer and its end-of-turn token inside {% generation %} "
-            "(hanlm.chat.template.CHAT_TEMPLATE does)",
+            "(hanlm.chat_template.CHAT_TEMPLATE does)",
         )
     return ids, mask
 

@@ -11,7 +11,7 @@ import random
 import time
 from pathlib import Path
 
-from hanlm.chat.template import ASSISTANT, CHAT_TEMPLATE, END_OF_TURN, SYSTEM, USER
+from hanlm.chat_template import ASSISTANT, CHAT_TEMPLATE, END_OF_TURN, SYSTEM, USER
 from hanlm.config import Config
 from hanlm.console import info, warn
 from hanlm.data import corpus as corpus_stage

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import GenerationConfig
 
+from hanlm.console import warn
 from hanlm.errors import UserError
+from hanlm.inference import generate_ids, left_padded, load_folder, resolve_dtype
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 DEFAULT_MAX_LENGTH = 2048  # lm-evaluation-harness's fallback when the config names none
 _LENGTH_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
 
@@ -51,18 +54,6 @@ def resolve_model_dir(path: str | Path) -> Path:
     )
 
 
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError(
-            "--device cuda was asked for but no CUDA device is available", fix="use cpu"
-        )
-    if device not in ("cpu", "cuda"):
-        raise UserError(f"unknown device {device!r}", fix="use auto, cpu or cuda")
-    return torch.device(device)
-
-
 @dataclass
 class Request:
     """One (context, continuation) pair, tokenised."""
@@ -81,38 +72,23 @@ class Model:
         device: str = "auto",
         dtype: str = "fp32",
         batch_size: int = 32,
-        trust_remote_code: bool = False,
         share_prefixes: bool = True,
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if dtype not in DTYPES:
-            raise UserError(f"unknown dtype {dtype!r}", fix=f"use one of {', '.join(DTYPES)}")
+        resolve_dtype(dtype)  # a wrong dtype is refused before the folder is looked at
         if batch_size < 1:
             raise UserError(f"batch size must be at least 1, got {batch_size}")
-        from hanlm.model_folder import check_model_folder
-
-        self.path = check_model_folder(resolve_model_dir(path))
+        loaded = load_folder(
+            resolve_model_dir(path),
+            device=device,
+            setting="eval.device",
+            dtype=dtype,
+            failure="cannot load the model in {path}",
+            fix="give a folder written by `hanlm export` or `save_pretrained`",
+        )
+        self.path, self.model, self.tokenizer = loaded.path, loaded.model, loaded.tokenizer
         self.name = self.path.name if self.path.name not in ("hf",) else str(self.path)
-        self.device = resolve_device(device)
-        self.dtype = DTYPES[dtype]
+        self.device = loaded.device
         self.batch_size = batch_size
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(
-                self.path, trust_remote_code=trust_remote_code
-            )
-            self.model = AutoModelForCausalLM.from_pretrained(
-                self.path,
-                dtype=self.dtype,
-                trust_remote_code=trust_remote_code,
-                use_safetensors=True,
-            )
-        except (OSError, ValueError) as e:
-            raise UserError(
-                f"cannot load the model in {self.path}: {e}",
-                fix="give a folder written by `hanlm export` or `save_pretrained`",
-            ) from None
-        self.model.to(self.device).eval()
         self.max_length = self._max_length()
         bos, eos = self.tokenizer.bos_token_id, self.tokenizer.eos_token_id
         self.prefix_token_id = bos if bos is not None else eos
@@ -130,6 +106,8 @@ class Model:
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
 
     def _max_length(self) -> int:
+        # lm-evaluation-harness's rule (its key order, then the tokenizer's limit, then 2048),
+        # not hanlm.inference.context_length: scores must match lm-eval's
         config = self.model.config
         for key in _LENGTH_KEYS:
             value = getattr(config, key, None)
@@ -188,8 +166,6 @@ class Model:
             if len(r.context) + len(r.continuation) <= self.max_length + 1
         ]
         if len(fits) < len(requests):
-            from hanlm.console import warn
-
             warn(
                 f"{len(requests) - len(fits)} of {len(requests)} scored texts are longer than "
                 f"{self.name}'s context of {self.max_length:,} tokens: they are scored on their "
@@ -353,8 +329,6 @@ class Model:
         self, prompts: Sequence[str], *, stop: Sequence[str] = (), max_new_tokens: int = 256
     ) -> list[str]:
         """Greedy continuations, cut at the first stop sequence (not included)."""
-        from transformers import GenerationConfig
-
         pad = self.tokenizer.pad_token_id
         if pad is None:
             pad = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
@@ -370,8 +344,6 @@ class Model:
         whole = [self.encode(p) for p in prompts]
         cut = [len(ids) - budget for ids in whole if len(ids) > budget]
         if cut:
-            from hanlm.console import warn
-
             warn(
                 f"{len(cut)} of {len(prompts)} prompts are longer than {self.name}'s context of "
                 f"{self.max_length:,} tokens with {max_new_tokens:,} left for the answer: their "
@@ -382,21 +354,13 @@ class Model:
         outputs: list[str] = [""] * len(prompts)
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
-            width = max(len(encoded[i]) for i in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for j, i in enumerate(batch):
-                ids[j, width - len(encoded[i]) :] = torch.tensor(encoded[i])
-                mask[j, width - len(encoded[i]) :] = 1
+            rows = [encoded[i] for i in batch]
             with _quiet_generation():
-                generated = self.model.generate(
-                    input_ids=ids.to(self.device),
-                    attention_mask=mask.to(self.device),
-                    generation_config=config,
-                    tokenizer=self.tokenizer,
+                new = generate_ids(
+                    self.model, rows, pad_id=pad, generation_config=config, tokenizer=self.tokenizer
                 )
-            for j, i in enumerate(batch):
-                text = self.tokenizer.decode(generated[j, width:], skip_special_tokens=True)
+            for i, ids in zip(batch, new, strict=True):
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 outputs[i] = cut_at_stop(text, stop)
         return outputs
 
@@ -416,12 +380,7 @@ def _output_cache(output):
 def _left_padded(rows: Sequence[Sequence[int]]):
     """Token ids, attention mask and position ids of rows padded on the left; positions count
     from each row's first real token, as if it were not padded."""
-    width = max(len(r) for r in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row)
-        mask[i, width - len(row) :] = 1
+    ids, mask = left_padded(rows, 0)
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
@@ -444,8 +403,6 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
 
 @contextlib.contextmanager
 def _quiet_generation():
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from hanlm.config import DistillSection
 from hanlm.errors import UserError
+from hanlm.inference import load_folder, resolve_device
 
 IGNORE = -100
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
@@ -113,30 +114,22 @@ def check_same_vocabulary(
 
 
 def load_teacher(cfg: DistillSection, device: torch.device) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
-
-    from hanlm.model_folder import check_model_folder
-
-    check_model_folder(cfg.teacher, tokenizer=False)  # the vocabulary is checked on its own
-    try:
-        teacher = AutoModelForCausalLM.from_pretrained(
-            cfg.teacher, trust_remote_code=False, use_safetensors=True
-        )
-    except (OSError, ValueError) as e:
-        raise UserError(
-            f"cannot load the teacher {cfg.teacher}: {e}",
-            fix="give distill.teacher as a local Hugging Face causal LM folder",
-        ) from None
+    # the vocabulary is checked on its own (check_same_vocabulary): no tokenizer needed here
+    teacher = load_folder(
+        cfg.teacher,
+        tokenizer=False,
+        device=device,
+        failure="cannot load the teacher {path}",
+        fix="give distill.teacher as a local Hugging Face causal LM folder",
+    ).model
     teacher.requires_grad_(False)
-    return teacher.to(device).eval()
+    return teacher
 
 
 def _teacher_device(name: str, student_device) -> torch.device:
     if name == "same":
         return torch.device(student_device)
-    from hanlm.generate import resolve_device
-
-    return resolve_device(name)
+    return resolve_device(name, setting="distill.teacher_device")
 
 
 def make_loss_fn(

@@ -40,6 +40,7 @@ from hanlm.files import (
     read_json,
     stage_fingerprint,
 )
+from hanlm.inference import load_folder, no_progress_bars
 from hanlm.train import checkpoint as checkpoint_lib
 
 if TYPE_CHECKING:
@@ -331,7 +332,7 @@ def export_checkpoint(
     model.generation_config = GenerationConfig(**ids)
     context_length = getattr(model_config.get_text_config(), "max_position_embeddings", None)
     with atomic_output_dir(out_dir, marker=RECORD, replace_earlier=replace_earlier) as tmp:
-        with _no_progress_bars():
+        with no_progress_bars():
             model.save_pretrained(tmp, safe_serialization=True)
         _portable_model_config(tmp / "config.json", dtype_name)
         _copy_tokenizer(tokenizer_dir, tmp, context_length)
@@ -369,33 +370,10 @@ def _portable_model_config(path: Path, dtype_name: str) -> None:
 
 def load_exported(out_dir: Path) -> PreTrainedModel:
     """The exported model, loaded as any transformers user would; nothing is unpickled."""
-    from transformers import AutoModelForCausalLM
-
-    from hanlm.model_folder import check_model_folder
-
-    out_dir = check_model_folder(out_dir, tokenizer=False)
-    with _no_progress_bars():
-        model = AutoModelForCausalLM.from_pretrained(
-            out_dir, trust_remote_code=False, use_safetensors=True
-        )
-    return model.eval()
+    return load_folder(out_dir, tokenizer=False, quiet=True).model
 
 
 # --- the stage ------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _no_progress_bars():
-    """transformers draws a tqdm bar for every save and load; hanlm prints its own summary."""
-    from transformers.utils import logging as hf_logging
-
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            hf_logging.enable_progress_bar()
 
 
 def resolve_checkpoint(run_dir: Path, checkpoint: str | None) -> Path:

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from hanlm.errors import UserError
+from hanlm.inference import resolve_device
 
 
 @dataclass(frozen=True)
@@ -37,16 +38,11 @@ class Dist:
 
 
 def _pick_device(preference: str, local_rank: int) -> torch.device:
-    if preference == "cuda" or (preference == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise UserError(
-                "pretrain.device is cuda but no CUDA GPU is visible",
-                fix="set --set pretrain.device=cpu, or check the driver with nvidia-smi",
-            )
-        index = local_rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+    """This process's device by hanlm.inference's rule; `cuda` is the local rank's GPU."""
+    device = resolve_device(preference, setting="pretrain.device", local_rank=local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
 
 
 def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:

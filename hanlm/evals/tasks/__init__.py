@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import math
+import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from hanlm.errors import UserError
+from hanlm.testsets import readers
 
 TASKS: dict[str, type[Task]] = {}
 # Built-in task modules, imported on first lookup; one that is not there (yet) is skipped.
@@ -49,8 +52,6 @@ class Task:
         return None
 
     def load(self, source: str | None, *, run_dir: Path | None, options: Options) -> list:
-        from hanlm.testsets import readers
-
         source = source or self.default_source(run_dir)
         if source is None:
             raise UserError(
@@ -105,14 +106,11 @@ def macro_f1(golds: Sequence[int], preds: Sequence[int]) -> float:
 
 def fetch_hf(source: str, task: str, where_to_get: str) -> Path:
     """`hf:NAME[:CONFIG][:SPLIT]` -> a local JSONL copy (needs network and `datasets`)."""
-    import json
-    import tempfile
-
     parts = source.removeprefix("hf:").split(":")
     name, config = parts[0], (parts[1] if len(parts) > 1 and parts[1] else None)
     split = parts[2] if len(parts) > 2 and parts[2] else "validation"
     try:
-        import datasets
+        import datasets  # deferred: optional, heavy, and only for hf: sources
     except ImportError:
         raise UserError(
             f"{task}: {source} needs the `datasets` package",
@@ -160,8 +158,6 @@ def with_prompt_form(item):
     Only for items of one part (a SentiNeg sentence): their bare short text counts as a leak
     only as a whole segment, so lm-eval's prompt around it ("문장: … 긍부정:") is found through
     this form; items of several parts are found in the prompt by their parts."""
-    from dataclasses import replace
-
     task = _task_for_benchmark(item.benchmark)
     if len(item.parts) != 1 or task is None or not hasattr(task, "context"):
         return item

@@ -18,6 +18,7 @@ class DemoQA(MultipleChoiceTask):
         "`hanlm demo --out DIR` writes DIR/benchmark.jsonl"
     )
     target_delimiter = "\n"
+    labels = ("아니요", "예")
 
     def default_source(self, run_dir: Path | None) -> str | None:
         if run_dir is None:
@@ -26,9 +27,6 @@ class DemoQA(MultipleChoiceTask):
 
     def context(self, f: dict) -> str:
         return f"{f['passage']}\n{f['question']}"
-
-    def choices(self, f: dict) -> list[str]:
-        return ["아니요", "예"]
 
     def gold(self, f: dict) -> int:
         return int(bool(f["answer"]))

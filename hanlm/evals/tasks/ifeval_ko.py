@@ -52,7 +52,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 
-from hanlm.evals.tasks import Options, Task, register
+from hanlm.evals.tasks import Options, Task, mean_metric, register
 
 SKIPPED_PREFIXES = ("change_case:", "detectable_format:constrained_response")
 _BOUNDARY = r"(?<![0-9A-Za-z가-힣])"
@@ -323,8 +323,6 @@ class IfevalKo(Task):
         return samples
 
     def aggregate(self, samples: Sequence[dict]) -> dict[str, dict]:
-        from hanlm.evals.tasks import mean_metric
-
         checked = [s for s in samples if s["prediction"]["strict"]]
         metrics = {}
         for mode in ("strict", "loose"):

@@ -15,6 +15,7 @@ from typing import ClassVar
 from hanlm.evals.tasks import Options, Task, macro_f1, register
 
 KOBEST_HF = "hf:skt/kobest_v1:{config}:validation"
+NO_YES = ("아니오", "예")
 WHERE = (
     "the KoBEST TSV release (github.com/SKT-LSL/KoBEST_datarepo, v1.0/{folder}/dev.tsv) or "
     "the Hugging Face dataset skt/kobest_v1 ({config}); online, --task {name} alone reads it"
@@ -27,12 +28,16 @@ class MultipleChoiceTask(Task):
     target_delimiter: ClassVar[str] = " "
     has_acc_norm: ClassVar[bool] = False
     has_f1: ClassVar[bool] = True
+    # the answer words when every item has the same ones (yes/no tasks); else choices() says
+    labels: ClassVar[tuple[str, ...]] = ()
 
     def context(self, fields: dict) -> str:
         raise NotImplementedError
 
     def choices(self, fields: dict) -> list[str]:
-        raise NotImplementedError
+        if not self.labels:
+            raise NotImplementedError
+        return list(self.labels)
 
     def gold(self, fields: dict) -> int:
         return int(fields["label"])
@@ -87,31 +92,28 @@ class KobestTask(MultipleChoiceTask):
     config: ClassVar[str]
     folder: ClassVar[str]
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, *, config: str, folder: str, **kwargs):
+        """`config`: skt/kobest_v1's configuration, `folder`: the TSV release's; the task is
+        lm-eval's `kobest_<config>`."""
         super().__init_subclass__(**kwargs)
-        cls.benchmark = cls.name
-        cls.where_to_get = WHERE.format(folder=cls.folder, config=cls.config, name=cls.name)
+        cls.name = cls.benchmark = f"kobest_{config}"
+        cls.config, cls.folder = config, folder
+        cls.where_to_get = WHERE.format(folder=folder, config=config, name=cls.name)
 
     def default_source(self, run_dir) -> str:
         return KOBEST_HF.format(config=self.config)
 
 
 @register
-class BoolQ(KobestTask):
-    name = "kobest_boolq"
-    config, folder = "boolq", "BoolQ"
+class BoolQ(KobestTask, config="boolq", folder="BoolQ"):
+    labels = NO_YES
 
     def context(self, f: dict) -> str:
         return f"{f['paragraph']} 질문: {f['question']} 답변: "  # the trailing space is lm-eval's
 
-    def choices(self, f: dict) -> list[str]:
-        return ["아니오", "예"]
-
 
 @register
-class Copa(KobestTask):
-    name = "kobest_copa"
-    config, folder = "copa", "COPA"
+class Copa(KobestTask, config="copa", folder="COPA"):
     # lm-eval's connectors start with a space and are joined after one: "premise  왜냐하면"
     _CONNECTOR: ClassVar[dict[str, str]] = {"원인": " 왜냐하면", "결과": " 그래서"}
 
@@ -128,9 +130,7 @@ class Copa(KobestTask):
 
 
 @register
-class HellaSwag(KobestTask):
-    name = "kobest_hellaswag"
-    config, folder = "hellaswag", "HellaSwag"
+class HellaSwag(KobestTask, config="hellaswag", folder="HellaSwag"):
     has_acc_norm = True
 
     def context(self, f: dict) -> str:
@@ -141,27 +141,19 @@ class HellaSwag(KobestTask):
 
 
 @register
-class SentiNeg(KobestTask):
-    name = "kobest_sentineg"
-    config, folder = "sentineg", "SentiNeg"
+class SentiNeg(KobestTask, config="sentineg", folder="SentiNeg"):
+    labels = ("부정", "긍정")
 
     def context(self, f: dict) -> str:
         return f"문장: {f['sentence']} 긍부정:"
 
-    def choices(self, f: dict) -> list[str]:
-        return ["부정", "긍정"]
-
 
 @register
-class WiC(KobestTask):
-    name = "kobest_wic"
-    config, folder = "wic", "WiC"
+class WiC(KobestTask, config="wic", folder="WiC"):
+    labels = NO_YES
 
     def context(self, f: dict) -> str:
         return (
             f"문장1: {f['context_1']} 문장2: {f['context_2']} "
             f"두 문장에서 {f['word']}가 같은 뜻으로 쓰였나?"
         )
-
-    def choices(self, f: dict) -> list[str]:
-        return ["아니오", "예"]

@@ -15,9 +15,15 @@ side by side.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
+
+from hanlm.config import GenerateSection
+from hanlm.errors import UserError
+from hanlm.evals.tasks import Options, Task, register
+from hanlm.generate import read_prompts
 
 NAME = "repetition"
 SEQ_REP_NS = (2, 3, 4)
@@ -78,9 +84,7 @@ def metrics(sequences: Sequence[Sequence[Hashable]]) -> dict[str, float | None]:
 # --- the task ------------------------------------------------------------------------------------
 
 
-def _settings(value):
-    from hanlm.config import GenerateSection
-
+def _settings(value) -> GenerateSection:
     if isinstance(value, GenerateSection):
         return value
     return GenerateSection.model_validate(value or {})
@@ -101,7 +105,8 @@ def evaluate(
     Returns {"task", "prompts", "without": {metric: value}, "with": {...}, "delta": {with -
     without}, "settings": {...}, "samples": first `samples` prompts' answers under both}.
     """
-    from hanlm.generate import generate, load
+    # deferred: torch and transformers load only when the task runs, not when tasks are listed
+    from hanlm.inference import generate, load
 
     without, with_penalty = _settings(settings_without), _settings(settings_with)
     loaded = load(model_dir, device=with_penalty.device)
@@ -158,93 +163,82 @@ DEFAULT_PROMPTS = 20
 PROMPT_CHARS = 40
 
 
-def _register() -> None:
-    from hanlm.evals.tasks import Options, Task, register
+@register
+class RepetitionTask(Task):
+    """Free continuations of prompts, decoded greedily without and with the penalties of the
+    `generate` config section; each metric reported under both (`seq_rep_4/with`, ...)."""
 
-    @register
-    class RepetitionTask(Task):
-        """Free continuations of prompts, decoded greedily without and with the penalties of the
-        `generate` config section; each metric reported under both (`seq_rep_4/with`, ...)."""
+    name = NAME
+    where_to_get = (
+        'a prompts file: .jsonl rows with "prompt", or one prompt per line; in a run, '
+        "the openings of the demo world's documents"
+    )
 
-        name = NAME
-        where_to_get = (
-            'a prompts file: .jsonl rows with "prompt", or one prompt per line; in a run, '
-            "the openings of the demo world's documents"
+    def default_source(self, run_dir: Path | None) -> str | None:
+        if run_dir is None:
+            return None
+        return str(Path(run_dir) / "demo" / "pretrain.jsonl")
+
+    def load(self, source, *, run_dir, options: Options) -> list:
+        source = source or self.default_source(run_dir)
+        if source is None or not Path(source).is_file():
+            raise UserError(
+                f"repetition: prompts file {source} does not exist",
+                fix=f"give --task repetition=PATH: {self.where_to_get}",
+            )
+        path = Path(source)
+        if path.name == "pretrain.jsonl":  # demo documents: their openings
+            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+            count = options.limit or DEFAULT_PROMPTS
+            prompts = [r["text"][:PROMPT_CHARS] for r in rows if r.get("kind") != "planted"]
+            prompts = prompts[:count]
+        else:
+            prompts = read_prompts(path)
+        return [{"item_id": str(i), "prompt": p} for i, p in enumerate(prompts)]
+
+    def evaluate(self, model, items, options: Options) -> list[dict]:
+        decoding = dict(options.extra.get("generate", {}))
+        # fixed-length continuations: the metrics compare like with like, and the model
+        # runs where the eval runs
+        decoding.update(
+            greedy=True,
+            max_new_tokens=options.max_new_tokens,
+            min_new_tokens=options.max_new_tokens,
+            device=str(model.device),
         )
-
-        def default_source(self, run_dir: Path | None) -> str | None:
-            if run_dir is None:
-                return None
-            return str(Path(run_dir) / "demo" / "pretrain.jsonl")
-
-        def load(self, source, *, run_dir, options: Options) -> list:
-            import json
-
-            from hanlm.errors import UserError
-            from hanlm.generate import read_prompts
-
-            source = source or self.default_source(run_dir)
-            if source is None or not Path(source).is_file():
-                raise UserError(
-                    f"repetition: prompts file {source} does not exist",
-                    fix=f"give --task repetition=PATH: {self.where_to_get}",
-                )
-            path = Path(source)
-            if path.name == "pretrain.jsonl":  # demo documents: their openings
-                rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-                count = options.limit or DEFAULT_PROMPTS
-                prompts = [r["text"][:PROMPT_CHARS] for r in rows if r.get("kind") != "planted"]
-                prompts = prompts[:count]
-            else:
-                prompts = read_prompts(path)
-            return [{"item_id": str(i), "prompt": p} for i, p in enumerate(prompts)]
-
-        def evaluate(self, model, items, options: Options) -> list[dict]:
-            decoding = dict(options.extra.get("generate", {}))
-            # fixed-length continuations: the metrics compare like with like, and the model
-            # runs where the eval runs
-            decoding.update(
-                greedy=True,
-                max_new_tokens=options.max_new_tokens,
-                min_new_tokens=options.max_new_tokens,
-                device=str(model.device),
-            )
-            penalties_off = {
-                **decoding,
-                "repetition_penalty": 1.0,
-                "no_repeat_ngram_size": 0,
-                "frequency_penalty": 0.0,
-                "presence_penalty": 0.0,
+        penalties_off = {
+            **decoding,
+            "repetition_penalty": 1.0,
+            "no_repeat_ngram_size": 0,
+            "frequency_penalty": 0.0,
+            "presence_penalty": 0.0,
+        }
+        result = evaluate(
+            model.path,
+            [item["prompt"] for item in items],
+            penalties_off,
+            decoding,
+            samples=len(items),
+        )
+        self.last_result = result
+        return [
+            {
+                "item_id": item["item_id"],
+                "prompt": item["prompt"],
+                "prediction": {"without": s["without"], "with": s["with"]},
+                "gold": None,
+                "scores": {},
             }
-            result = evaluate(
-                model.path,
-                [item["prompt"] for item in items],
-                penalties_off,
-                decoding,
-                samples=len(items),
-            )
-            self.last_result = result
-            return [
-                {
-                    "item_id": item["item_id"],
-                    "prompt": item["prompt"],
-                    "prediction": {"without": s["without"], "with": s["with"]},
-                    "gold": None,
-                    "scores": {},
-                }
-                for item, s in zip(items, result["samples"], strict=True)
-            ]
+            for item, s in zip(items, result["samples"], strict=True)
+        ]
 
-        def aggregate(self, samples) -> dict[str, dict]:
-            result = getattr(self, "last_result", None)
-            if result is None:
-                return {}
-            out = {}
-            for side in ("without", "with"):
-                for key, value in result[side].items():
-                    if value is not None:
-                        out[f"{key}/{side}"] = {"value": value, "stderr": None, "n": len(samples)}
-            return out
-
-
-_register()
+    def aggregate(self, samples) -> dict[str, dict]:
+        result = getattr(self, "last_result", None)
+        if result is None:
+            return {}
+        out = {}
+        for side in ("without", "with"):
+            for key, value in result[side].items():
+                if value is not None:
+                    out[f"{key}/{side}"] = {"value": value, "stderr": None, "n": len(samples)}
+        return out

@@ -1,0 +1,142 @@
+"""Loading a Hugging Face causal LM folder, safely, onto a device.
+
+Every model hanlm loads (generate, chat, eval, doctor, SFT's closure check, a distillation
+teacher) comes through `load_folder`: the folder is checked first (hanlm.model_folder: config,
+safetensors weights, tokenizer files), transformers loads it with `trust_remote_code=False` and
+`use_safetensors=True` from the local folder only (`local_files_only`: nothing is downloaded), and a failure is one UserError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
+
+from hanlm.chat_template import END_OF_TURN
+from hanlm.errors import UserError
+from hanlm.inference.devices import resolve_device, resolve_dtype
+from hanlm.model_folder import TOKENIZER_FIX, check_model_folder
+
+TOKENIZER_FAILURE = "cannot load a tokenizer from {path}"
+MODEL_FAILURE = "cannot load a causal language model from {path}"
+MODEL_FIX = "give a folder holding a decoder-only model's config.json and weights"
+
+
+@dataclass
+class LoadedModel:
+    """A model in eval mode and its tokenizer (None when the caller asked for none)."""
+
+    model: Any
+    tokenizer: Any
+    path: Path
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def end_token_ids(self) -> list[int]:
+        """Tokens that end an answer: the model's eos ids, the tokenizer's eos and <|eot|>."""
+        ids: list[int] = []
+        eos = self.model.generation_config.eos_token_id
+        ids.extend(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.append(self.tokenizer.eos_token_id)
+        eot = self.tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        if isinstance(eot, int) and eot != self.tokenizer.unk_token_id:
+            ids.append(eot)
+        return sorted(set(ids))
+
+    def pad_token_id(self) -> int:
+        if self.tokenizer.pad_token_id is not None:
+            return self.tokenizer.pad_token_id
+        return self.end_token_ids()[0]
+
+
+@contextlib.contextmanager
+def no_progress_bars():
+    """transformers draws a tqdm bar for every save and load; hanlm prints its own summary."""
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def load_folder(
+    path: str | Path,
+    *,
+    tokenizer: bool = True,
+    device: str | torch.device = "cpu",
+    setting: str = "device",
+    dtype: str = "auto",
+    quiet: bool = False,
+    failure: str | None = None,
+    fix: str | None = None,
+) -> LoadedModel:
+    """The checked folder's model (in eval mode, on `device`, in `dtype`) and, with `tokenizer`,
+    its tokenizer. The device is resolved after the folder is checked (hanlm.inference.devices;
+    `setting` names it in errors). `quiet` hides transformers' loading bar. A load that fails
+    is a UserError "`failure`: reason" (`failure` may name {path}) with `fix`; by default they
+    say whether the tokenizer or the model failed."""
+    torch_dtype = resolve_dtype(dtype)
+    path = check_model_folder(path, tokenizer=tokenizer)
+    torch_device = resolve_device(device, setting=setting)
+
+    def refuse(default_failure: str, default_fix: str, error: Exception) -> UserError:
+        what = (failure or default_failure).format(path=path)
+        return UserError(f"{what}: {error}", fix=fix or default_fix)
+
+    loaded_tokenizer = None
+    if tokenizer:
+        try:
+            loaded_tokenizer = AutoTokenizer.from_pretrained(
+                path, trust_remote_code=False, local_files_only=True
+            )
+        except (OSError, ValueError, KeyError) as e:
+            raise refuse(TOKENIZER_FAILURE, TOKENIZER_FIX, e) from None
+    keywords: dict[str, Any] = {} if torch_dtype is None else {"dtype": torch_dtype}
+    try:
+        with no_progress_bars() if quiet else contextlib.nullcontext():
+            model = AutoModelForCausalLM.from_pretrained(
+                path,
+                trust_remote_code=False,
+                use_safetensors=True,
+                local_files_only=True,
+                **keywords,
+            )
+    except (OSError, ValueError, KeyError) as e:
+        raise refuse(MODEL_FAILURE, MODEL_FIX, e) from None
+    return LoadedModel(model.to(torch_device).eval(), loaded_tokenizer, path)
+
+
+def load(
+    model_dir: str | Path, device: str = "auto", *, setting: str = "generate.device"
+) -> LoadedModel:
+    """A model folder ready for generation: its tokenizer pads on the left (batches end where
+    generation continues) and has a padding token."""
+    loaded = load_folder(model_dir, device=device, setting=setting)
+    loaded.tokenizer.padding_side = "left"
+    if loaded.tokenizer.pad_token is None and loaded.tokenizer.eos_token is not None:
+        loaded.tokenizer.pad_token = loaded.tokenizer.eos_token  # masked out: any token will do
+    return loaded
+
+
+def context_length(model) -> int | None:
+    """The most positions the model was built for (None when its config does not say)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = getattr(config or model.config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
