@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from hanlm.errors import UserError
@@ -567,25 +566,3 @@ def step_profile(
         "checkpoint_bytes": state["weights"] + state["optimizer"],
         "tokens_per_s_needed": tokens_per_step / compute_s,
     }
-
-
-def run(cfg, run_dir: Path, *, force: bool = False) -> dict[str, Any]:
-    """The pipeline's `plan` stage: the recipe's plan, written to DIR/plan.json."""
-    from hanlm.console import info
-    from hanlm.files import atomic_write_json, fingerprint, read_json
-    from hanlm.plan.table import print_plan
-
-    setup = setup_from_config(cfg)
-    fp = fingerprint("plan", asdict(setup))
-    path = Path(run_dir) / "plan.json"
-    if not force and path.is_file():
-        previous = read_json(path)
-        if previous.get("fingerprint") == fp:
-            info(f"plan: up to date in {path}, skipped")
-            return previous
-    plan = {**make_plan(setup), "fingerprint": fp}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, plan)
-    print_plan(plan)
-    info(f"plan: written to {path}")
-    return plan

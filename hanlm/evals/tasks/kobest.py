@@ -92,7 +92,7 @@ class KobestTask(MultipleChoiceTask):
         cls.benchmark = cls.name
         cls.where_to_get = WHERE.format(folder=cls.folder, config=cls.config, name=cls.name)
 
-    def default_source(self, run_dir) -> str:
+    def default_source(self, demo_files) -> str:
         return KOBEST_HF.format(config=self.config)
 
 
