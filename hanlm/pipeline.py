@@ -47,7 +47,7 @@ def _pipeline_store():
             fix="launch it with torchrun (e.g. torchrun --nproc_per_node 8 -m hanlm run "
             "--run-dir DIR), or run the stages one by one",
         )
-    from torch.distributed import PrefixStore, TCPStore
+    from torch.distributed import PrefixStore, TCPStore  # deferred: torch, only under torchrun
 
     store = TCPStore(
         os.environ["MASTER_ADDR"],

@@ -223,7 +223,7 @@ class ChatLoader:
         return np.random.default_rng([self.seed, epoch]).permutation(self.rows)
 
     def _batch(self, rows: np.ndarray):
-        import torch
+        import torch  # deferred: the data package imports without torch (tokenizer, shards)
 
         return (
             torch.from_numpy(np.ascontiguousarray(self.inputs[rows])),

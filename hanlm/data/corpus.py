@@ -189,7 +189,7 @@ def _read_hf(spec: str, text_field: str, skips: Skips) -> Iterator[Document]:
         )
     name, config, split = (parts[0], None, parts[1]) if len(parts) == 2 else parts
     try:
-        import datasets
+        import datasets  # deferred: optional (hanlm[hf]) and heavy
     except ImportError:
         raise UserError(
             f"reading {spec} needs the `datasets` package", fix="pip install 'hanlm[hf]'"

@@ -221,7 +221,7 @@ class TokenLoader:
         return windows
 
     def _to_batch(self, windows: np.ndarray) -> Batch:
-        import torch
+        import torch  # deferred: the data package imports without torch (preflight, shards)
 
         inputs = torch.from_numpy(np.ascontiguousarray(windows[:, :-1], dtype=np.int64))
         labels = torch.from_numpy(np.ascontiguousarray(windows[:, 1:], dtype=np.int64))

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from hanlm.config import ShardsSection
 from hanlm.console import info, progress, warn
@@ -61,8 +62,6 @@ def _init_worker(tokenizer_path: str) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["RAYON_NUM_THREADS"] = "1"
     global _worker_tokenizer
-    from tokenizers import Tokenizer
-
     _worker_tokenizer = Tokenizer.from_file(tokenizer_path)
 
 

@@ -11,6 +11,8 @@ import random
 import time
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
 from hanlm.chat.template import ASSISTANT, CHAT_TEMPLATE, END_OF_TURN, SYSTEM, USER
 from hanlm.config import Config
 from hanlm.data import corpus as corpus_stage
@@ -54,8 +56,6 @@ def round_up(n: int, multiple: int = VOCAB_MULTIPLE) -> int:
 
 def build_untrained():
     """The tokenizer pipeline: NFC, digits one by one, GPT-2 style byte-level split."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -102,8 +102,6 @@ def _sample(corpus_dir: Path, cfg: Config) -> tuple[list[str], list[str], int]:
 
 def train(texts: list[str], vocab_size: int, min_frequency: int, reserved: int):
     """Train and pad the vocabulary to a multiple of 64 with extra reserved tokens."""
-    from tokenizers import pre_tokenizers, trainers
-
     specials = [*core_special_tokens().values()] + [reserved_token(i) for i in range(reserved)]
     target = round_up(vocab_size)
     if target < len(specials) + 256 + VOCAB_MULTIPLE:
@@ -219,8 +217,6 @@ def damage(folder: Path) -> str | None:
 
 def load(tokenizer_json: Path):
     """A trained tokenizer.json as a `tokenizers.Tokenizer` (fast, no transformers import)."""
-    from tokenizers import Tokenizer  # deferred: keeps `import hanlm.data.tokenizer` light
-
     return Tokenizer.from_file(str(tokenizer_json))
 
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from hanlm.errors import UserError
-from hanlm.plan.catalogue import CATALOGUE, find
+from hanlm.plan.catalogue import CATALOGUE, find, measured_cpu_peak_flops
 
 GIB = 1 << 30
 FRAMEWORK_GIB = 1.5  # CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces, kernels
@@ -122,7 +122,7 @@ class Shapes:
 
 
 def model_shapes(model: str, *, vocab_size: int, seq_len: int) -> Shapes:
-    from hanlm import model as model_lib
+    from hanlm import model as model_lib  # deferred: torch and transformers; the plan runs without
 
     config = model_lib.model_config(model, vocab_size=vocab_size, seq_len=seq_len)
     text = config.get_text_config()
@@ -292,8 +292,6 @@ def default_mfu(gpu: str | None, precision: str) -> tuple[float, str]:
 
 def peak_flops(gpu: str | None, precision: str) -> float:
     if gpu == "cpu" or gpu is None:
-        from hanlm.plan.catalogue import measured_cpu_peak_flops
-
         return measured_cpu_peak_flops()
     entry = find(gpu)
     if precision == "fp8":
