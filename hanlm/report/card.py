@@ -88,9 +88,9 @@ class RunFiles:
     eval_samples: Path
 
 
-def _heading(title: str, field_report: str) -> list[str]:
+def _heading(title: str, field_report: str) -> str:
     """A section's title and the field report's lesson it measures."""
-    return [f"## {title}\n\n", f"> **Field report:** {field_report}\n\n"]
+    return f"## {title}\n\n> **Field report:** {field_report}\n\n"
 
 
 # --- sections -----------------------------------------------------------------------------------
@@ -99,12 +99,7 @@ def _heading(title: str, field_report: str) -> list[str]:
 def _plan_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
-    out = _heading(
-        "1. Plan: will it fit, what will it cost",
-        "a 1.35B model with its AdamW states needs more than 25 GB: one "
-        "RTX 5090 (32 GB) cannot train it; 8 of them trained ~22B tokens in about 590 GPU-hours, "
-        "~240 USD at 0.40 USD per GPU-hour.",
-    )
+    out: list[str] = []
     field = plan_lib.FIELD_REPORT
     shapes = plan_lib.model_shapes(field.model, vocab_size=field.vocab_size, seq_len=field.seq_len)
     one = plan_lib.memory(field, shapes)
@@ -152,14 +147,10 @@ def _plan_section(files: RunFiles) -> str:
 
 
 def _preflight_section(files: RunFiles) -> str:
-    out = _heading(
-        "2. Preflight: GO or NO-GO before the money is spent",
-        "on a GPU marketplace, 3 of 4 non-datacenter hosts could not even "
-        "start training because of their network.",
-    )
     report = _read(files.preflight)
     if report is None:
-        return "".join(out) + _missing("preflight")
+        return _missing("preflight")
+    out: list[str] = []
     out.append(
         f"**Verdict: {report['verdict']}** ({report['world_size']} process(es) on "
         f"{len(report.get('hosts', []))} host(s)).\n\n"
@@ -193,15 +184,10 @@ def _preflight_section(files: RunFiles) -> str:
 
 
 def _data_section(files: RunFiles) -> str:
-    out = _heading(
-        "3. Corpus and contamination",
-        f"Wikipedia-heavy pretraining data overlapped the benchmarks: "
-        f"{FIELD_BOOLQ[0]:,} of KoBEST BoolQ's {FIELD_BOOLQ[1]:,} test questions substantially "
-        f"matched training data ({FIELD_BOOLQ[0] / FIELD_BOOLQ[1]:.0%}).",
-    )
     stats = _read(files.corpus_stats)
     if stats is None:
-        return "".join(out) + _missing("corpus")
+        return _missing("corpus")
+    out: list[str] = []
     near = stats.get("near_duplicates")
     out.append(
         f"Corpus: {stats['documents_in']:,} documents in, {stats['documents_out']:,} out "
@@ -245,16 +231,12 @@ def _data_section(files: RunFiles) -> str:
 def _training_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
-    out = _heading(
-        "4. Pretraining: loss, throughput and MFU",
-        "FP8 was the realistic precision on RTX 5090s; FP4 looked faster in "
-        "isolation but was slower end to end. hanlm trains in bf16 or FP8 and refuses FP4.",
-    )
     records = _jsonl(files.pretrain_metrics)
     train = [(r["step"], r["loss"]) for r in records if "loss" in r]
     val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
     if not train:
-        return "".join(out) + _missing("pretrain")
+        return _missing("pretrain")
+    out: list[str] = []
     curves = {"train": tuple(zip(*train, strict=True))}
     if val:
         curves["validation"] = tuple(zip(*val, strict=True))
@@ -307,14 +289,10 @@ def _model_label(name: str) -> str:
 def _contamination_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
-    out = _heading(
-        "5. Clean versus contaminated scores",
-        "the model's KoBEST lead over gemma-3-1b came from contaminated "
-        "items; once they were removed the lead vanished.",
-    )
     results = _eval_results(files)
     if results is None:
-        return "".join(out) + _missing("eval")
+        return _missing("eval")
+    out: list[str] = []
     rows, groups, plotted = [], {}, None
     for model, tasks in results["results"].items():
         label = _model_label(model)
@@ -377,16 +355,10 @@ def _contamination_section(files: RunFiles) -> str:
 def _closure_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
-    out = _heading(
-        "6. Chat answers that end: closure rate by initialisation",
-        f"pretraining never saw the chat template's special tokens and their "
-        f"embeddings were never initialised: after SFT the model closed "
-        f"{FIELD_CLOSURE['none'][0]} of {FIELD_CLOSURE['none'][1]} answers; with those vectors "
-        f"initialised separately, {FIELD_CLOSURE['mean'][0]} of {FIELD_CLOSURE['mean'][1]}.",
-    )
     by_init = _read(files.closure_by_init)
     if by_init is None:
-        return "".join(out) + _missing("sft")
+        return _missing("sft")
+    out: list[str] = []
     rows = []
     for init in by_init:
         check = _read(files.closure) if files.closure.is_file() else None
@@ -421,15 +393,10 @@ def _closure_section(files: RunFiles) -> str:
 def _direction_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
-    out = _heading(
-        "7. Knowledge in both directions",
-        f'"A\'s capital is B" was learned, "B is the capital of which '
-        f'country" much less: mean log-prob of the right answer {FIELD_DIRECTION["forward"]} '
-        f"forward, {FIELD_DIRECTION['reverse']} reverse.",
-    )
     samples = [s for s in _jsonl(files.eval_samples) if s.get("task") == "direction"]
     if not samples:
-        return "".join(out) + _missing("eval (direction)")
+        return _missing("eval (direction)")
+    out: list[str] = []
     by_model: dict[str, list[dict]] = {}
     for s in samples:
         by_model.setdefault(s.get("model", "model"), []).append(s)
@@ -480,11 +447,6 @@ def _direction_section(files: RunFiles) -> str:
 def _repetition_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
-    out = _heading(
-        "8. Repetition with and without the decoding penalty",
-        "long generations fell into repeating words; data changes did not "
-        "cure it, a decoding-time repetition penalty did.",
-    )
     results = _eval_results(files)
     rows, groups = [], {}
     for model, tasks in (results or {}).get("results", {}).items():
@@ -501,7 +463,8 @@ def _repetition_section(files: RunFiles) -> str:
                     "with penalty": with_penalty,
                 }
     if not rows:
-        return "".join(out) + _missing("eval (repetition)")
+        return _missing("eval (repetition)")
+    out: list[str] = []
     penalty = ""
     if files.config.is_file():
         g = load_config(files.config).generate
@@ -531,6 +494,63 @@ def _distillation_section() -> str:
     )
 
 
+SECTIONS = (  # (title, the field report's lesson, the body measured in this run)
+    (
+        "1. Plan: will it fit, what will it cost",
+        "a 1.35B model with its AdamW states needs more than 25 GB: one "
+        "RTX 5090 (32 GB) cannot train it; 8 of them trained ~22B tokens in about 590 GPU-hours, "
+        "~240 USD at 0.40 USD per GPU-hour.",
+        _plan_section,
+    ),
+    (
+        "2. Preflight: GO or NO-GO before the money is spent",
+        "on a GPU marketplace, 3 of 4 non-datacenter hosts could not even "
+        "start training because of their network.",
+        _preflight_section,
+    ),
+    (
+        "3. Corpus and contamination",
+        f"Wikipedia-heavy pretraining data overlapped the benchmarks: "
+        f"{FIELD_BOOLQ[0]:,} of KoBEST BoolQ's {FIELD_BOOLQ[1]:,} test questions substantially "
+        f"matched training data ({FIELD_BOOLQ[0] / FIELD_BOOLQ[1]:.0%}).",
+        _data_section,
+    ),
+    (
+        "4. Pretraining: loss, throughput and MFU",
+        "FP8 was the realistic precision on RTX 5090s; FP4 looked faster in "
+        "isolation but was slower end to end. hanlm trains in bf16 or FP8 and refuses FP4.",
+        _training_section,
+    ),
+    (
+        "5. Clean versus contaminated scores",
+        "the model's KoBEST lead over gemma-3-1b came from contaminated "
+        "items; once they were removed the lead vanished.",
+        _contamination_section,
+    ),
+    (
+        "6. Chat answers that end: closure rate by initialisation",
+        f"pretraining never saw the chat template's special tokens and their "
+        f"embeddings were never initialised: after SFT the model closed "
+        f"{FIELD_CLOSURE['none'][0]} of {FIELD_CLOSURE['none'][1]} answers; with those vectors "
+        f"initialised separately, {FIELD_CLOSURE['mean'][0]} of {FIELD_CLOSURE['mean'][1]}.",
+        _closure_section,
+    ),
+    (
+        "7. Knowledge in both directions",
+        f'"A\'s capital is B" was learned, "B is the capital of which '
+        f'country" much less: mean log-prob of the right answer {FIELD_DIRECTION["forward"]} '
+        f"forward, {FIELD_DIRECTION['reverse']} reverse.",
+        _direction_section,
+    ),
+    (
+        "8. Repetition with and without the decoding penalty",
+        "long generations fell into repeating words; data changes did not "
+        "cure it, a decoding-time repetition penalty did.",
+        _repetition_section,
+    ),
+)
+
+
 # --- the whole card -----------------------------------------------------------------------------
 
 
@@ -541,14 +561,7 @@ def build(files: RunFiles) -> str:
         "Each section sets a lesson of the field report (a 1.35B Korean model pretrained from "
         "scratch on ~22B tokens for about 240 USD on 4-8 RTX 5090s) beside what this run "
         f"measured. Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n",
-        _plan_section(files),
-        _preflight_section(files),
-        _data_section(files),
-        _training_section(files),
-        _contamination_section(files),
-        _closure_section(files),
-        _direction_section(files),
-        _repetition_section(files),
+        *(_heading(title, lesson) + section(files) for title, lesson, section in SECTIONS),
         _distillation_section(),
     ]
     return "\n".join(parts)

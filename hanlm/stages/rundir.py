@@ -11,9 +11,19 @@ from pathlib import Path
 
 from hanlm.config import CONFIG_FILE
 from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
+from hanlm.errors import UserError
+from hanlm.files import stage_fingerprint
 
 CHECKPOINTS = "checkpoints"
 EXPORT = "hf"  # the Hugging Face folder a training stage exports into
+
+
+def finished_output(path: Path, what: str, fix: str) -> Path:
+    """`path`, a file of a stage whose folder is marked complete; else a UserError saying there
+    is no finished `what` in that folder, and `fix`."""
+    if stage_fingerprint(path.parent) is None or not path.is_file():
+        raise UserError(f"no finished {what} in {path.parent}", fix=fix)
+    return path
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from hanlm.files import (
 )
 from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.corpus import training_corpus_dir
-from hanlm.stages.rundir import RunDir
+from hanlm.stages.rundir import RunDir, finished_output
 
 STAGE = "shards"
 
@@ -79,11 +79,7 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
 def load_manifest(run: RunDir | Path) -> dict:
     """The run's shard manifest, checked against the run's tokenizer."""
     run = RunDir.of(run)
-    path = run.shards_manifest
-    if stage_fingerprint(path.parent) is None or not path.is_file():
-        raise UserError(
-            f"no finished shards in {path.parent}", fix=f"run `hanlm shards --run {run.root}`"
-        )
+    path = finished_output(run.shards_manifest, "shards", f"run `hanlm shards --run {run.root}`")
     manifest = read_json(path)
     _check_existing(run, file_sha256(run.tokenizer_json))
     return manifest

@@ -8,7 +8,6 @@ from pathlib import Path
 from hanlm.config import Config
 from hanlm.console import info, warn
 from hanlm.data import tokenizer
-from hanlm.errors import UserError
 from hanlm.files import (
     atomic_output_dir,
     fingerprint,
@@ -17,7 +16,7 @@ from hanlm.files import (
     write_stage_marker,
 )
 from hanlm.stages.corpus import training_corpus_dir
-from hanlm.stages.rundir import RunDir
+from hanlm.stages.rundir import RunDir, finished_output
 
 STAGE = "tokenizer"
 
@@ -26,6 +25,18 @@ def stage_fp(cfg: Config, run: RunDir | Path) -> str:
     corpus_dir = training_corpus_dir(run)
     upstream = stage_fingerprint(corpus_dir) or stage_fingerprint(corpus_dir.parent)
     return fingerprint(STAGE, cfg.tokenizer.model_dump(), cfg.run.seed, upstream)
+
+
+def finished_path(run: RunDir | Path) -> Path:
+    """The run's tokenizer.json; a UserError when the tokenizer stage has not finished."""
+    run = RunDir.of(run)
+    fix = f"run `hanlm tokenizer --run {run.root}` first"
+    return finished_output(run.tokenizer_json, "tokenizer", fix)
+
+
+def load(run: RunDir | Path):
+    """The run's trained tokenizer as a `tokenizers.Tokenizer`."""
+    return tokenizer.load(finished_path(run))
 
 
 def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
@@ -48,20 +59,3 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
         f"{h['bytes_per_token']} bytes/token -> {out}"
     )
     return stats
-
-
-def finished_path(run: RunDir | Path) -> Path:
-    """The run's tokenizer.json; a UserError when the tokenizer stage has not finished."""
-    run = RunDir.of(run)
-    path = run.tokenizer_json
-    if stage_fingerprint(path.parent) is None or not path.is_file():
-        raise UserError(
-            f"no finished tokenizer in {path.parent}",
-            fix=f"run `hanlm tokenizer --run {run.root}` first",
-        )
-    return path
-
-
-def load(run: RunDir | Path):
-    """The run's trained tokenizer as a `tokenizers.Tokenizer`."""
-    return tokenizer.load(finished_path(run))
