@@ -5,10 +5,10 @@
 the reports and the cleaned corpus. The `hanlm decontam` stage and its standalone, shard and
 merge modes are in hanlm.stages.decontam.
 
-From Python (SFT, eval, any later training stage):
+From Python (SFT, eval, any later training stage), with an index a decontam folder saved
+(a run's: `load_run_index` of the decontam stage) or one built from benchmark items:
 
-    from hanlm.stages.decontam import load_run_index
-    index = load_run_index(run_dir)                    # or BenchmarkIndex.build(items)
+    index = BenchmarkIndex.build(items)                # or BenchmarkIndex.load(path)
     for row in index.check(texts): ...                 # per item: coverage, status, documents
 """
 
