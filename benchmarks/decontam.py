@@ -168,6 +168,7 @@ def main() -> None:
     from hanlm.config import load_config
     from hanlm.data import decontam
     from hanlm.data.decontam.index import fold_table
+    from hanlm.stages import decontam as decontam_stage
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -204,7 +205,7 @@ def main() -> None:
             cfg = load_config(values={"decontam.benchmarks": [f"jsonl={bench_dir}"],
                                       "decontam.workers": workers})  # fmt: skip
             t0 = time.perf_counter()
-            decontam.standalone(cfg, [str(path)], tmp / f"out{workers}", force=True)
+            decontam_stage.standalone(cfg, [str(path)], tmp / f"out{workers}", force=True)
             e2e[workers] = total_mb / (time.perf_counter() - t0)
 
     def found(key, style, hanlm: bool) -> bool:

@@ -141,7 +141,7 @@ def main() -> None:
         folder, task, items[name], published = TASKS[name], tasks_lib.get(name), [], []
         for split in splits:
             tsv = KOBEST / folder / f"{split}.tsv"
-            loaded = task.load(str(tsv), run_dir=None, options=tasks_lib.Options())  # the TSV
+            loaded = task.load(str(tsv), demo_files=None, options=tasks_lib.Options())  # the TSV
             dataset = publish(tsv, name)  # skt/kobest_v1 as published, for lm-eval
             if not args.all_items:
                 loaded, dataset = loaded[: args.items], dataset.select(range(args.items))

@@ -55,7 +55,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from hanlm.config import load_config
-    from hanlm.data import corpus, shards, tokenizer
+    from hanlm.data import corpus
+    from hanlm.stages import corpus as corpus_stage
+    from hanlm.stages import shards as shards_stage
+    from hanlm.stages import tokenizer as tokenizer_stage
 
     docs = korean_documents(args.source, args.mb)
     text_mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
@@ -75,14 +78,14 @@ def main() -> None:
             "shards.val_fraction": 0.0,
         }
         cfg = load_config("demo", values=values)
-        corpus.run(cfg, run)
-        tokenizer.run(cfg, run)
+        corpus_stage.run(cfg, run)
+        tokenizer_stage.run(cfg, run)
         texts = [d["text"] for d in corpus.iter_corpus(run / "corpus")]
         text_mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
 
         # Raw floor: one thread, like one shard worker.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-        tok = tokenizer.load(run)
+        tok = tokenizer_stage.load(run)
 
         def raw_encode() -> int:
             n = 0
@@ -93,7 +96,7 @@ def main() -> None:
             return n
 
         def hanlm_shards(workers: int) -> dict:
-            return shards.run(
+            return shards_stage.run(
                 load_config("demo", values={**values, "shards.workers": workers}), run, force=True
             )
 

@@ -557,7 +557,7 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from hanlm import preflight
+    from hanlm.stages import preflight
 
     report = preflight.check(_load(args), args.run)
     if args.json and os.environ.get("RANK", "0") == "0":
@@ -567,22 +567,24 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from hanlm.evals import run as eval_run
+    from hanlm.stages import eval as eval_stage
 
     cfg = _load(args)
     if args.out is None:
         from hanlm.config import save_config
 
-        eval_run.run(cfg, args.run, force=args.force)
+        eval_stage.run(cfg, args.run, force=args.force)
         save_config(cfg, args.run)
         return 0
-    run_dir = args.run if args.run.is_dir() else None
-    models = cfg.eval.models or eval_run.default_models(args.run)
+    in_run = args.run.is_dir()  # a run's demo world and decontam report serve as defaults
+    models = cfg.eval.models or eval_stage.default_models(args.run)
     eval_run.evaluate(
         models,
         cfg.eval.tasks,
         args.out,
-        run_dir=run_dir,
-        contamination=cfg.eval.contamination,
+        demo_files=eval_stage.demo_files(args.run) if in_run else None,
+        contamination=cfg.eval.contamination
+        or (eval_stage.default_contamination(args.run) if in_run else None),
         options=eval_run.options_from(cfg),
         batch_size=cfg.eval.batch_size,
         dtype=cfg.eval.dtype,
@@ -594,8 +596,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _cmd_decontam(args: argparse.Namespace) -> int:
     from hanlm.config import load_config, save_config
-    from hanlm.data import decontam
     from hanlm.data.decontam.scan import parse_shard
+    from hanlm.stages import decontam
 
     standalone = args.out is not None
     if standalone and args.corpus is None and not args.merge:

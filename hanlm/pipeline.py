@@ -11,19 +11,19 @@ from hanlm.config import Config, save_config
 from hanlm.console import info
 from hanlm.errors import UserError
 
-# name -> module with `run(cfg, run_dir, *, force) -> dict`
+# name -> module with `run(cfg, run, *, force) -> dict` (run: a RunDir or its path)
 STAGES: dict[str, str] = {
-    "plan": "hanlm.plan.estimate",
-    "preflight": "hanlm.preflight",
-    "corpus": "hanlm.data.corpus",
-    "decontam": "hanlm.data.decontam",
-    "tokenizer": "hanlm.data.tokenizer",
-    "shards": "hanlm.data.shards",
+    "plan": "hanlm.stages.plan",
+    "preflight": "hanlm.stages.preflight",
+    "corpus": "hanlm.stages.corpus",
+    "decontam": "hanlm.stages.decontam",
+    "tokenizer": "hanlm.stages.tokenizer",
+    "shards": "hanlm.stages.shards",
     "pretrain": "hanlm.train.pretrain",
     "export": "hanlm.train.export",
     "sft": "hanlm.train.sft",
-    "eval": "hanlm.evals.run",
-    "report": "hanlm.report.card",
+    "eval": "hanlm.stages.eval",
+    "report": "hanlm.stages.report",
 }
 
 
@@ -47,7 +47,7 @@ def _pipeline_store():
             fix="launch it with torchrun (e.g. torchrun --nproc_per_node 8 -m hanlm run "
             "--run-dir DIR), or run the stages one by one",
         )
-    from torch.distributed import PrefixStore, TCPStore
+    from torch.distributed import PrefixStore, TCPStore  # deferred: torch, only under torchrun
 
     store = TCPStore(
         os.environ["MASTER_ADDR"],

@@ -23,12 +23,14 @@ from conftest import (
 )
 from hanlm import demo
 from hanlm.config import load_config
-from hanlm.data import corpus as corpus_stage
+from hanlm.data import corpus as corpus_lib
 from hanlm.data import decontam
-from hanlm.data import tokenizer as tokenizer_stage
 from hanlm.data.decontam import index as index_module
 from hanlm.data.decontam.index import DEFAULT_NGRAM, STRIDE, normalise
 from hanlm.errors import UserError
+from hanlm.stages import corpus as corpus_stage
+from hanlm.stages import decontam as decontam_stage
+from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.testsets import readers
 
 # ---------------------------------------------------------------------------------------------
@@ -123,7 +125,7 @@ def test_planted_demo_items_found_in_every_style(demo_world, tmp_path):
     docs, expected = plant(items, filler)
     path = write_jsonl(tmp_path / "train.jsonl", docs)
     cfg = load_config(values={"decontam.benchmarks": [f"demo_qa={paths['benchmark']}"]})
-    decontam.standalone(cfg, [str(path)], tmp_path / "o")
+    decontam_stage.standalone(cfg, [str(path)], tmp_path / "o")
     check_planted(tmp_path / "o", items, expected)
 
 
@@ -407,7 +409,7 @@ def test_normalise():
 def test_run_mode_finds_the_demo_plants_and_training_reads_the_clean_corpus(demo_run):
     out = demo_run / "decontam"
     planted = json.loads((demo_run / "demo" / "planted.json").read_text())
-    kept_ids = {d["id"] for d in corpus_stage.iter_corpus(demo_run / "corpus")}
+    kept_ids = {d["id"] for d in corpus_lib.iter_corpus(demo_run / "corpus")}
     survivors = [p for p in planted if p["document_id"] in kept_ids]  # dedup may drop a few
     assert {p["plant_style"] for p in survivors} == set(demo.PLANT_STYLES)
     rows = status_of(out / "items.jsonl")
@@ -418,7 +420,7 @@ def test_run_mode_finds_the_demo_plants_and_training_reads_the_clean_corpus(demo
     assert max(r["coverage"] for i, r in rows.items() if i not in dirty) < 0.5
     # The decontaminated corpus: no planted document, every other one, and training reads it.
     assert corpus_stage.training_corpus_dir(demo_run) == out / "corpus"
-    clean_ids = {d["id"] for d in corpus_stage.iter_corpus(out / "corpus")}
+    clean_ids = {d["id"] for d in corpus_lib.iter_corpus(out / "corpus")}
     flagged = (out / "flagged.jsonl").read_text().splitlines()
     dropped = {json.loads(line)["document"] for line in flagged}
     assert clean_ids == kept_ids - dropped
@@ -428,7 +430,7 @@ def test_run_mode_finds_the_demo_plants_and_training_reads_the_clean_corpus(demo
     manifest = json.loads((demo_run / "shards" / "manifest.json").read_text())
     splits = manifest["splits"]
     assert splits["train"]["documents"] + splits["val"]["documents"] == len(clean_ids)
-    assert decontam.load_run_index(demo_run) is not None
+    assert decontam_stage.load_run_index(demo_run) is not None
     report = json.loads((out / "report.json").read_text())
     assert report["documents_dropped"] == len(dropped)
 
@@ -440,23 +442,23 @@ def data_copy(demo_run, tmp_path) -> Path:
 
 def test_cut_mode_removes_the_items_and_keeps_the_rest(data_copy):
     cfg = load_config(run_dir=data_copy, values={"decontam.action": "cut"})
-    report = decontam.run(cfg, data_copy)
+    report = decontam_stage.run(cfg, data_copy)
     assert report["documents_cut"] > 0
-    index = decontam.load_run_index(data_copy)
-    texts = [d["text"] for d in corpus_stage.iter_corpus(data_copy / "decontam" / "corpus")]
+    index = decontam_stage.load_run_index(data_copy)
+    texts = [d["text"] for d in corpus_lib.iter_corpus(data_copy / "decontam" / "corpus")]
     assert all(r["status"] == "clean" for r in index.check(texts))
-    original = sum(1 for _ in corpus_stage.iter_corpus(data_copy / "corpus"))
+    original = sum(1 for _ in corpus_lib.iter_corpus(data_copy / "corpus"))
     assert len(texts) == original - report["documents_dropped"]
 
 
 def test_disabled_stage_trains_on_the_plain_corpus(data_copy):
     before = tokenizer_stage.stage_fp(load_config(run_dir=data_copy), data_copy)
     cfg = load_config(run_dir=data_copy, values={"decontam.enabled": False})
-    assert decontam.run(cfg, data_copy) == {"enabled": False}
+    assert decontam_stage.run(cfg, data_copy) == {"enabled": False}
     assert not (data_copy / "decontam").exists()
     assert corpus_stage.training_corpus_dir(data_copy) == data_copy / "corpus"
     assert tokenizer_stage.stage_fp(cfg, data_copy) != before  # the tokenizer will be redone
-    assert decontam.load_run_index(data_copy) is None
+    assert decontam_stage.load_run_index(data_copy) is None
 
 
 def test_run_mode_shards_and_merge(data_copy, cli):
@@ -589,17 +591,17 @@ def test_a_damaged_index_is_refused_by_readers_and_rebuilt_by_a_rerun(data_copy,
     whole = index.read_bytes()
     index.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(UserError, match="decontamination index is damaged"):
-        decontam.load_run_index(data_copy)
+        decontam_stage.load_run_index(data_copy)
     result = cli("decontam", "--run", data_copy)
     assert result.code == 0, result.err
     assert "index.npz cannot be read" in result.err and "scanning again" in result.err
-    assert decontam.load_run_index(data_copy) is not None
+    assert decontam_stage.load_run_index(data_copy) is not None
 
 
 def test_run_mode_without_corpus_is_a_user_error(tmp_path):
     cfg = load_config(values={"decontam.benchmarks": ["demo_qa=demo"]})
     with pytest.raises(UserError, match="no finished corpus"):
-        decontam.run(cfg, tmp_path / "empty")
+        decontam_stage.run(cfg, tmp_path / "empty")
 
 
 def test_subprocess_exit_code(tmp_path):
@@ -623,6 +625,6 @@ def test_run_mode_on_a_text_corpus_writes_the_demo_benchmark_it_needs(tmp_path):
         }
     )
     corpus_stage.run(cfg, tmp_path / "run")
-    report = decontam.run(cfg, tmp_path / "run")  # the demo recipe's demo_qa=demo
+    report = decontam_stage.run(cfg, tmp_path / "run")  # the demo recipe's demo_qa=demo
     assert report["benchmarks"]["demo_qa"]["dirty"] == 1
     assert report["documents_dropped"] == 1

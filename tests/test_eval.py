@@ -12,6 +12,7 @@ from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.evals import run as eval_run
 from hanlm.evals.harness import Model
+from hanlm.stages import eval as eval_stage
 from hanlm.train import export, pretrain
 from user_files import snapshot, user_file, user_folder
 
@@ -62,7 +63,7 @@ def test_stage_writes_results_with_contamination_splits(run_dir):
             for it, s in zip(items, statuses, strict=True)
         ],
     )
-    result = eval_run.run(_config(run_dir), run_dir)
+    result = eval_stage.run(_config(run_dir), run_dir)
     out = run_dir / "eval"
     record = json.loads((out / "results.json").read_text())
     model = record["models"][0]
@@ -83,7 +84,7 @@ def test_stage_writes_results_with_contamination_splits(run_dir):
     assert len(qa_sample["loglikelihoods"]) == 2 and qa_sample["contamination"] in statuses
     assert "| demo_qa | clean | acc |" in (out / "results.md").read_text()
     assert not result["skipped"]
-    assert eval_run.run(_config(run_dir), run_dir)["skipped"]
+    assert eval_stage.run(_config(run_dir), run_dir)["skipped"]
 
 
 def test_cli_side_by_side_models_and_kobest(run_dir, cli, shared_data, tmp_path):

@@ -14,9 +14,9 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from conftest import TINY_PRETRAIN, assert_user_error
 from hanlm.config import load_config
-from hanlm.data import tokenizer as tokenizer_stage
 from hanlm.errors import UserError
 from hanlm.model import build_model, model_config
+from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.train import export, pretrain
 from hanlm.train.checkpoint import step_dir
 from hanlm.train.optim import adamw

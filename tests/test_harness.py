@@ -66,7 +66,7 @@ def test_kobest_matches_lm_evaluation_harness(model, model_dir, shared_data, tmp
         items, published = [], []
         for split, positions in SAMPLE[name]:
             tsv = shared_data / "kobest" / folder / f"{split}.tsv"
-            loaded = task.load(str(tsv), run_dir=None, options=tasks_lib.Options())
+            loaded = task.load(str(tsv), demo_files=None, options=tasks_lib.Options())
             items += [loaded[k] for k in positions]
             assert [loaded[k].item_id for k in positions] == [str(k) for k in positions]
             published.append(kobest_as_published(tsv, name).select(positions))

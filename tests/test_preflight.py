@@ -14,10 +14,10 @@ import time
 import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run
-from hanlm import preflight
 from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.preflight import collectives, verdict
+from hanlm.stages import preflight as preflight_stage
 
 # Small, quick measurements; a checkpoint interval long enough for any healthy disk; the MFU a
 # tiny model gets on a CPU; a throughput floor that a busy shared test disk still clears.
@@ -56,7 +56,7 @@ def settings_args(values: dict) -> list[str]:
 
 def check(run_dir, **extra):
     cfg = load_config(run_dir=run_dir, values={**SETTINGS, **extra})
-    return preflight.check(cfg, run_dir)
+    return preflight_stage.check(cfg, run_dir)
 
 
 def failures(report: dict, check_name: str) -> list[dict]:
@@ -215,18 +215,18 @@ def test_gpu_findings_fp8_capability_and_slow_matmul(run_dir):
 
 def test_stage_stops_the_pipeline_on_no_go_and_reuses_a_go(run_dir, monkeypatch):
     cfg = load_config(run_dir=run_dir, values=SETTINGS)
-    first = preflight.run(cfg, run_dir)
+    first = preflight_stage.run(cfg, run_dir)
     assert first["verdict"] == "GO"
-    again = preflight.run(cfg, run_dir)
+    again = preflight_stage.run(cfg, run_dir)
     assert again["created_at"] == first["created_at"]  # same settings and host: reused
 
     monkeypatch.setenv("HANLM_FAULT_FREE_BYTES", "0")
-    assert preflight.run(cfg, run_dir)["created_at"] == first["created_at"]
+    assert preflight_stage.run(cfg, run_dir)["created_at"] == first["created_at"]
     with pytest.raises(UserError, match=r"NO-GO: storage: .* GB free") as err:
-        preflight.run(cfg, run_dir, force=True)
+        preflight_stage.run(cfg, run_dir, force=True)
     assert "keep_last" in err.value.fix and "fail_on_no_go" in err.value.fix
     lenient = load_config(run_dir=run_dir, values={**SETTINGS, "preflight.fail_on_no_go": False})
-    assert preflight.run(lenient, run_dir)["verdict"] == "NO-GO"
+    assert preflight_stage.run(lenient, run_dir)["verdict"] == "NO-GO"
 
 
 def test_bad_settings_are_user_errors(run_dir, cli):

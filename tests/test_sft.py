@@ -162,7 +162,7 @@ def test_doctor_on_the_trained_models(sft_run, tmp_path, cli):
 
 
 def test_contaminated_conversations_are_dropped_or_refused(pretrained, monkeypatch, tmp_path):
-    import hanlm.data.decontam as decontam
+    import hanlm.stages.decontam as decontam
 
     class Index:  # the decontam index's API: matches(text, min_coverage) -> hits
         def matches(self, text, *, min_coverage):
@@ -184,7 +184,7 @@ def test_contaminated_conversations_are_dropped_or_refused(pretrained, monkeypat
 
 def test_real_decontam_index_when_available(pretrained):
     """With the run's real decontam index (when the decontam stage has run), the check runs."""
-    from hanlm.data.decontam import load_run_index
+    from hanlm.stages.decontam import load_run_index
 
     if load_run_index(pretrained) is None:
         pytest.skip("this run has no decontam index")

@@ -6,10 +6,13 @@ import pytest
 
 from conftest import assert_user_error
 from hanlm.config import load_config
-from hanlm.data import shards, tokenizer
-from hanlm.data.corpus import iter_corpus, training_corpus_dir
+from hanlm.data import shards
+from hanlm.data.corpus import iter_corpus
 from hanlm.data.shards import WORK_MARKER
 from hanlm.errors import UserError
+from hanlm.stages import shards as shards_stage
+from hanlm.stages import tokenizer as tokenizer_stage
+from hanlm.stages.corpus import training_corpus_dir
 
 
 def manifest(run_dir):
@@ -23,7 +26,7 @@ def read_split(run_dir, split):
 
 
 def test_totals_equal_direct_encoding(demo_run):
-    tok = tokenizer.load(demo_run)
+    tok = tokenizer_stage.load(demo_run)
     m = manifest(demo_run)
     eod = m["eod_id"]
     expected = {"train": [], "val": []}
@@ -57,7 +60,7 @@ def test_one_and_two_workers_give_identical_shards(demo_run, tmp_path):
     other = tmp_path / "one"
     shutil.copytree(demo_run, other)
     cfg = load_config(run_dir=other, values={"shards.workers": 1})
-    shards.run(cfg, other, force=True)
+    shards_stage.run(cfg, other, force=True)
     assert manifest(other)["workers"] == 1
     for split in ("train", "val"):
         for a, b in zip(read_split(demo_run, split), read_split(other, split), strict=True):
@@ -86,7 +89,7 @@ def test_resume_skips_finished_parts_and_redoes_damaged_ones(demo_run, tmp_path)
     (work / "train-00001.bin").write_bytes(b"\0" * (work / "train-00001.bin").stat().st_size)
     for name in ("train-00000.bin", "train-00001.bin"):
         kept.pop(name)
-    shards.run(cfg, run_dir)
+    shards_stage.run(cfg, run_dir)
     out = run_dir / "shards"
     after = {p.name: p.stat().st_mtime_ns for p in out.glob("train-*.bin")}
     redone = [name for name in kept if after[name] != kept[name]]
@@ -147,12 +150,12 @@ def test_rerun_skips_and_tokenizer_mismatch_is_refused(demo_run, tmp_path, cli):
     assert cli("shards", "--run", run_dir).code == 0
     assert marker.read_text() == before
     cfg = load_config(run_dir=run_dir, values={"tokenizer.vocab_size": 768})
-    tokenizer.run(cfg, run_dir)
+    tokenizer_stage.run(cfg, run_dir)
     result = cli("shards", "--run", run_dir, "--set", "tokenizer.vocab_size=768")
     assert_user_error(result, "another tokenizer", "--force")
     assert marker.read_text() == before  # the old shards are untouched
     with pytest.raises(UserError, match="another tokenizer"):
-        shards.load_manifest(run_dir)
+        shards_stage.load_manifest(run_dir)
     assert cli("shards", "--run", run_dir, "--set", "tokenizer.vocab_size=768", "--force").code == 0
     assert manifest(run_dir)["vocab_size"] == 768
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from hanlm.chat_template import ASSISTANT, END_OF_TURN, SYSTEM, USER
+from hanlm.data.loader import position_state
 from hanlm.errors import UserError
 
 IGNORE = -100
@@ -223,7 +224,7 @@ class ChatLoader:
         return np.random.default_rng([self.seed, epoch]).permutation(self.rows)
 
     def _batch(self, rows: np.ndarray):
-        import torch
+        import torch  # deferred: the data package imports without torch (tokenizer, shards)
 
         return (
             torch.from_numpy(np.ascontiguousarray(self.inputs[rows])),
@@ -248,13 +249,9 @@ class ChatLoader:
             yield self._batch(np.arange(start, start + self.micro_batch))
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "version": STATE_VERSION,
-            "fingerprint": self.fingerprint,
-            "seed": self.seed,
-            "epoch": self._epoch,
-            "consumed": self._consumed,
-        }
+        return position_state(
+            STATE_VERSION, self.fingerprint, self.seed, self._epoch, self._consumed
+        )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if not isinstance(state, Mapping) or state.get("fingerprint") != self.fingerprint:

@@ -21,24 +21,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hanlm.config import Config
-from hanlm.console import info, progress, warn
+import zstandard
+
+from hanlm.config import CorpusSection
+from hanlm.console import progress, warn
 from hanlm.errors import UserError
 from hanlm.files import (
     DamagedCompressedFile,
-    atomic_output_dir,
-    atomic_write_json,
     file_mismatch,
     file_record,
-    fingerprint,
     open_text_stream,
     read_json,
-    stage_fingerprint,
     strip_compression_suffix,
-    write_stage_marker,
 )
 
 STAGE = "corpus"
+STATS_FILE = "stats.json"
 PART_GLOB = "part-*.jsonl.zst"
 SUPPORTED = ".txt, .jsonl, .parquet (each optionally .gz or .zst), hf:NAME[:CONFIG]:SPLIT, demo"
 
@@ -149,7 +147,7 @@ def _read_txt(path: Path, doc_per_line: bool, skips: Skips) -> Iterator[Document
 
 
 def _read_parquet(path: Path, text_field: str, skips: Skips) -> Iterator[Document]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # deferred: pyarrow is heavy and only parquet inputs need it
 
     if strip_compression_suffix(path.name) != path.name:
         with open_text_stream(path) as stream:
@@ -191,7 +189,7 @@ def _read_hf(spec: str, text_field: str, skips: Skips) -> Iterator[Document]:
         )
     name, config, split = (parts[0], None, parts[1]) if len(parts) == 2 else parts
     try:
-        import datasets
+        import datasets  # deferred: optional (hanlm[hf]) and heavy
     except ImportError:
         raise UserError(
             f"reading {spec} needs the `datasets` package", fix="pip install 'hanlm[hf]'"
@@ -247,24 +245,13 @@ def expand_inputs(inputs: list[str]) -> list[str | Path]:
     return expanded
 
 
-def ensure_demo_world(cfg: Config, run_dir: Path) -> Path:
-    """Write the demo world into `run_dir/demo/` once; later stages (SFT, eval) read it there."""
-    from hanlm import demo
-
-    demo_dir = Path(run_dir) / "demo"
-    fp = fingerprint(cfg.demo.model_dump())
-    if stage_fingerprint(demo_dir) != fp:
-        world = demo.build(seed=cfg.demo.seed, size_mb=cfg.demo.size_mb)
-        with atomic_output_dir(demo_dir) as tmp:
-            demo.write(world, tmp)
-            write_stage_marker(tmp, "demo", fp)
-    return demo_dir
-
-
-def read_source(source: str | Path, cfg: Config, run_dir: Path, skips: Skips) -> Iterator[Document]:
-    c = cfg.corpus
+def read_source(
+    source: str | Path, c: CorpusSection, skips: Skips, *, demo_file: Path | None = None
+) -> Iterator[Document]:
+    """The documents of one input; `demo` is read from `demo_file` (the demo world's pretraining
+    text, which the caller has written)."""
     if source == "demo":
-        yield from _read_jsonl(ensure_demo_world(cfg, run_dir) / "pretrain.jsonl", "text", skips)
+        yield from _read_jsonl(demo_file, "text", skips)
         return
     if isinstance(source, str):
         yield from _read_hf(source, c.text_field, skips)
@@ -291,7 +278,7 @@ class NearDuplicateFilter:
     """MinHash LSH over character shingles of the whitespace-free text (Korean spacing varies)."""
 
     def __init__(self, threshold: float, num_perm: int, ngram: int, seed: int):
-        from datasketch import MinHash, MinHashLSH
+        from datasketch import MinHash, MinHashLSH  # deferred: pulls in scipy; near_dedup only
 
         self._minhash = MinHash
         self._lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
@@ -319,8 +306,6 @@ class PartWriter:
     """Compressed JSONL parts of about `part_chars` characters each."""
 
     def __init__(self, out_dir: Path, part_chars: int):
-        import zstandard
-
         self._compressor = zstandard.ZstdCompressor(level=3)
         self.out_dir, self.part_chars = out_dir, part_chars
         self.parts: list[dict] = []
@@ -360,10 +345,11 @@ class PartWriter:
 
 
 # ---------------------------------------------------------------------------------------------
-# The stage
+# Cleaning: every source through normalisation, length and duplicate filters into parts
 
 
-def _input_fingerprint(sources: list[str | Path]) -> list:
+def input_fingerprint(sources: list[str | Path]) -> list:
+    """What stands for the inputs' content: each file's resolved path, size and time."""
     out: list = []
     for s in sources:
         if isinstance(s, Path):
@@ -374,84 +360,92 @@ def _input_fingerprint(sources: list[str | Path]) -> list:
     return out
 
 
-def stage_fp(cfg: Config) -> str:
-    sources = expand_inputs(cfg.corpus.inputs)
-    demo_cfg = cfg.demo.model_dump() if "demo" in cfg.corpus.inputs else None
-    return fingerprint(
-        STAGE, cfg.corpus.model_dump(), demo_cfg, cfg.run.seed, _input_fingerprint(sources)
-    )
+class _Cleaner:
+    """Normalise each document, drop short and (exact or near) duplicate ones, count why."""
 
-
-def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
-    run_dir = Path(run_dir)
-    out = run_dir / STAGE
-    fp = stage_fp(cfg)
-    if not force and stage_fingerprint(out) == fp:
-        problems = damaged_parts(out)
-        if not problems:
-            info(f"corpus: up to date in {out}, skipped")
-            return read_json(out / "stats.json")
-        warn(f"corpus: {out} is damaged ({'; '.join(problems[:3])}); building it again")
-
-    c = cfg.corpus
-    sources = expand_inputs(c.inputs)
-    skips = Skips(strict=c.strict)
-    seen: set[bytes] = set()
-    near = (
-        NearDuplicateFilter(
-            c.near_dedup_threshold, c.near_dedup_num_perm, c.near_dedup_ngram, cfg.run.seed
+    def __init__(self, c: CorpusSection, seed: int):
+        self.min_chars = c.min_chars
+        self.seen: set[bytes] = set()
+        self.near = (
+            NearDuplicateFilter(
+                c.near_dedup_threshold, c.near_dedup_num_perm, c.near_dedup_ngram, seed
+            )
+            if c.near_dedup
+            else None
         )
-        if c.near_dedup
-        else None
-    )
-    stats = Counter()
+        self.stats = Counter()
+
+    def clean(self, doc: Document) -> Document | None:
+        """The document to keep (normalised), or None with the reason counted."""
+        stats = self.stats
+        stats["documents_in"] += 1
+        stats["characters_in"] += len(doc.text)
+        text = normalise(doc.text)
+        if len(text) < self.min_chars:
+            stats["too_short"] += 1
+            return None
+        key = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+        if key in self.seen:
+            stats["exact_duplicates"] += 1
+            return None
+        self.seen.add(key)
+        if self.near is not None and self.near.is_duplicate(text):
+            stats["near_duplicates"] += 1
+            return None
+        stats["documents_out"] += 1
+        stats["characters_out"] += len(text)
+        return Document(doc.id, text)
+
+
+def build(
+    sources: list[str | Path],
+    c: CorpusSection,
+    seed: int,
+    out: Path,
+    skips: Skips,
+    *,
+    demo_file: Path | None = None,
+) -> dict:
+    """Clean every source into compressed parts in `out`; the stats (stats.json's content).
+
+    A corpus with no document left is a UserError naming why."""
+    cleaner = _Cleaner(c, seed)
+    stats = cleaner.stats
     started = time.perf_counter()
-    with atomic_output_dir(out) as tmp, progress() as bar:
+    with progress() as bar:
         task = bar.add_task("corpus", total=None)
-        writer = PartWriter(tmp, c.part_chars)
+        writer = PartWriter(out, c.part_chars)
         for source in sources:
             documents_before = stats["documents_in"]
             damaged_before = len(skips.damaged)
-            for doc in read_source(source, cfg, run_dir, skips):
-                stats["documents_in"] += 1
-                stats["characters_in"] += len(doc.text)
+            for doc in read_source(source, c, skips, demo_file=demo_file):
                 bar.advance(task)
-                text = normalise(doc.text)
-                if len(text) < c.min_chars:
-                    stats["too_short"] += 1
-                    continue
-                key = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
-                if key in seen:
-                    stats["exact_duplicates"] += 1
-                    continue
-                seen.add(key)
-                if near is not None and near.is_duplicate(text):
-                    stats["near_duplicates"] += 1
-                    continue
-                writer.write(Document(doc.id, text))
-                stats["documents_out"] += 1
-                stats["characters_out"] += len(text)
+                kept = cleaner.clean(doc)
+                if kept is not None:
+                    writer.write(kept)
             if len(skips.damaged) > damaged_before:
                 skips.damaged[-1]["documents_kept"] = stats["documents_in"] - documents_before
         parts = writer.close()
-        if stats["documents_out"] == 0:
-            _raise_empty(stats, skips, c.inputs)
-        result = {
-            "inputs": [str(s) for s in sources],
-            **{
-                k: stats[k]
-                for k in ("documents_in", "characters_in", "documents_out", "characters_out")
-            },
-            "too_short": stats["too_short"],
-            "exact_duplicates": stats["exact_duplicates"],
-            "near_duplicates": stats["near_duplicates"] if near else None,
-            "skipped": dict(sorted(skips.counts.items())),
-            "damaged_files": skips.damaged,
-            "parts": parts,
-            "seconds": round(time.perf_counter() - started, 3),
-        }
-        atomic_write_json(tmp / "stats.json", result)
-        write_stage_marker(tmp, STAGE, fp)
+    if stats["documents_out"] == 0:
+        _raise_empty(stats, skips, c.inputs)
+    return {
+        "inputs": [str(s) for s in sources],
+        **{
+            k: stats[k]
+            for k in ("documents_in", "characters_in", "documents_out", "characters_out")
+        },
+        "too_short": stats["too_short"],
+        "exact_duplicates": stats["exact_duplicates"],
+        "near_duplicates": stats["near_duplicates"] if cleaner.near else None,
+        "skipped": dict(sorted(skips.counts.items())),
+        "damaged_files": skips.damaged,
+        "parts": parts,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def warn_skipped(skips: Skips) -> None:
+    """Say which inputs were damaged and which records were skipped (without --strict)."""
     for damaged in skips.damaged:
         warn(
             f"corpus: {damaged['path']} is damaged ({damaged['error']}); skipped after "
@@ -460,12 +454,6 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
     records = {k: n for k, n in skips.counts.items() if k != "corrupt_file"}
     if records:
         warn(f"corpus: skipped records {records} (use --strict to fail instead)")
-    info(
-        f"corpus: {result['documents_out']:,} documents, {result['characters_out']:,} characters "
-        f"({result['exact_duplicates']:,} exact and {result['near_duplicates'] or 0:,} near duplicates "
-        f"removed) -> {out}"
-    )
-    return result
 
 
 def _raise_empty(stats: Counter, skips: Skips, inputs: list[str]) -> None:
@@ -487,28 +475,14 @@ def _raise_empty(stats: Counter, skips: Skips, inputs: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading the stage's output (tokenizer, shards and decontam use these)
-
-
-def training_corpus_dir(run_dir: Path) -> Path:
-    """The corpus later stages train on: the decontaminated one when that stage has run."""
-    run_dir = Path(run_dir)
-    cleaned = run_dir / "decontam" / "corpus"
-    if stage_fingerprint(run_dir / "decontam") is not None and cleaned.is_dir():
-        return cleaned
-    corpus_dir = run_dir / STAGE
-    if stage_fingerprint(corpus_dir) is None:
-        raise UserError(
-            f"no finished corpus in {corpus_dir}", fix=f"run `hanlm corpus --run {run_dir}` first"
-        )
-    return corpus_dir
+# Reading a corpus folder (tokenizer, shards and decontam use these)
 
 
 def damaged_parts(corpus_dir: Path) -> list[str]:
     """What is wrong with the parts a finished corpus folder's stats.json lists (their sizes;
     see file_mismatch), or an empty list."""
     try:
-        parts = read_json(Path(corpus_dir) / "stats.json")["parts"]
+        parts = read_json(Path(corpus_dir) / STATS_FILE)["parts"]
         return [
             problem
             for part in parts

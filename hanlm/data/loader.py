@@ -52,6 +52,18 @@ STATE_KEYS = ("version", "fingerprint", "seed", "epoch", "consumed")
 _REBUILD_SHARDS = "re-run `hanlm shards --force` to rebuild the shards"
 
 
+def position_state(version: int, fingerprint: str, seed: int, epoch: int, consumed: int) -> dict:
+    """A loader's saved state: where in which data (its fingerprint) and order (its seed) it is;
+    the token and chat loaders save the same fields."""
+    return {
+        "version": version,
+        "fingerprint": fingerprint,
+        "seed": seed,
+        "epoch": epoch,
+        "consumed": consumed,
+    }
+
+
 class TokenLoader:
     """Batches of `(inputs, labels)` int64 tensors of shape `(micro_batch, seq_len)` for one rank.
 
@@ -221,7 +233,7 @@ class TokenLoader:
         return windows
 
     def _to_batch(self, windows: np.ndarray) -> Batch:
-        import torch
+        import torch  # deferred: the data package imports without torch (preflight, shards)
 
         inputs = torch.from_numpy(np.ascontiguousarray(windows[:, :-1], dtype=np.int64))
         labels = torch.from_numpy(np.ascontiguousarray(windows[:, 1:], dtype=np.int64))
@@ -250,13 +262,9 @@ class TokenLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """Global position in the stream; the same on every rank, so saving rank 0's suffices."""
-        return {
-            "version": STATE_VERSION,
-            "fingerprint": self.fingerprint,
-            "seed": self.seed,
-            "epoch": self._epoch,
-            "consumed": self._consumed,
-        }
+        return position_state(
+            STATE_VERSION, self.fingerprint, self.seed, self._epoch, self._consumed
+        )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue at the saved global position.

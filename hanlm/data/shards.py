@@ -19,28 +19,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 
-from hanlm.config import Config
+from hanlm.config import ShardsSection
 from hanlm.console import info, progress, warn
-from hanlm.data import corpus as corpus_stage
-from hanlm.data import tokenizer as tokenizer_stage
+from hanlm.data.corpus import corpus_parts, iter_part
+from hanlm.data.loader import MANIFEST_NAME
+from hanlm.data.tokenizer import END_OF_DOCUMENT
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_bytes,
     atomic_write_json,
     file_mismatch,
-    file_sha256,
-    fingerprint,
     read_json,
-    replace_dir,
-    stage_fingerprint,
-    write_stage_marker,
 )
 
 STAGE = "shards"
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")
 WORK_MARKER = "work.json"
+MANIFEST_FILE = MANIFEST_NAME  # the loader reads what this stage writes
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -64,14 +62,12 @@ def _init_worker(tokenizer_path: str) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["RAYON_NUM_THREADS"] = "1"
     global _worker_tokenizer
-    from tokenizers import Tokenizer
-
     _worker_tokenizer = Tokenizer.from_file(tokenizer_path)
 
 
 def _batches(part: Path, size: int) -> Iterator[list[dict]]:
     batch: list[dict] = []
-    for doc in corpus_stage.iter_part(part):
+    for doc in iter_part(part):
         batch.append(doc)
         if len(batch) == size:
             yield batch
@@ -156,33 +152,20 @@ def _reusable_part(work: Path, index: int, sha: str) -> dict | None:
     return sidecar
 
 
-def _check_existing(out: Path, sha: str, run_dir: Path) -> None:
-    manifest = out / "manifest.json"
-    if manifest.is_file():
-        made_with = read_json(manifest).get("tokenizer_sha256")
-        if made_with != sha:
-            raise UserError(
-                f"the shards in {out} were made with another tokenizer (sha256 {str(made_with)[:12]}…) "
-                f"than the run's ({sha[:12]}…)",
-                fix=f"rebuild them with `hanlm shards --run {run_dir} --force` "
-                "(or `hanlm run --from tokenizer`)",
-            )
+def made_with_tokenizer(shards_dir: Path) -> str | None:
+    """The sha256 of the tokenizer a shards folder's manifest says it was made with (None when
+    the folder has no manifest)."""
+    manifest = shards_dir / MANIFEST_FILE
+    if not manifest.is_file():
+        return None
+    return str(read_json(manifest).get("tokenizer_sha256"))
 
 
-def stage_fp(cfg: Config, run_dir: Path) -> str:
-    tokenizer_dir = Path(run_dir) / tokenizer_stage.STAGE
-    corpus_dir = corpus_stage.training_corpus_dir(run_dir)
-    upstream = stage_fingerprint(corpus_dir) or stage_fingerprint(corpus_dir.parent)
-    output_settings = cfg.shards.model_dump(exclude={"workers", "batch_docs"})
-    sha = file_sha256(tokenizer_dir / "tokenizer.json")
-    return fingerprint(STAGE, output_settings, cfg.run.seed, sha, upstream)
-
-
-def _damaged_outputs(out: Path) -> list[str]:
+def damaged_outputs(out: Path) -> list[str]:
     """What is wrong with the token files of a finished shards folder (sizes only: see
     file_mismatch), or an empty list."""
     try:
-        manifest = read_json(out / "manifest.json")
+        manifest = read_json(out / MANIFEST_FILE)
         dtype = np.dtype(manifest["dtype"])
         entries = [f for split in SPLITS for f in manifest["splits"][split]["files"]]
         return [
@@ -226,47 +209,38 @@ def _manifest(
         "dtype": dtype.name,
         "vocab_size": vocab_size,
         "tokenizer_sha256": sha,
-        "eod_id": special[tokenizer_stage.END_OF_DOCUMENT],
+        "eod_id": special[END_OF_DOCUMENT],
         "splits": splits,
         "special_token_counts": {t: int(n) for t, n in zip(special, totals, strict=True)},
     }
 
 
-def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
-    run_dir = Path(run_dir)
-    out = run_dir / STAGE
-    tokenizer_json = tokenizer_stage.finished_path(run_dir)
+def encode_corpus(
+    corpus_dir: Path,
+    tokenizer_json: Path,
+    sha: str,
+    s: ShardsSection,
+    seed: int,
+    work: Path,
+    fp: str,
+) -> dict:
+    """Encode every part of a corpus folder into `work` (keeping the parts an interrupted run of
+    the same fingerprint finished) and write its manifest.json; the manifest."""
     tokenizer_dir = tokenizer_json.parent
-    sha = file_sha256(tokenizer_json)
-    fp = stage_fp(cfg, run_dir)
-    if not force:
-        if stage_fingerprint(out) == fp:
-            problems = _damaged_outputs(out)
-            if not problems:
-                info(f"shards: up to date in {out}, skipped")
-                return read_json(out / "manifest.json")
-            warn(f"shards: {out} is damaged ({'; '.join(problems[:3])}); encoding again")
-        else:
-            _check_existing(out, sha, run_dir)
-
-    corpus_dir = corpus_stage.training_corpus_dir(run_dir)
-    parts = corpus_stage.corpus_parts(corpus_dir)
+    parts = corpus_parts(corpus_dir)
     special = _special_tokens(tokenizer_dir)
     vocab_size = read_json(tokenizer_dir / "special_tokens.json")["vocab_size"]
     dtype = token_dtype(vocab_size)
-    work = out.with_name(f"{STAGE}.incomplete")
     _prepare_workdir(work, fp)
-
-    s = cfg.shards
     jobs = [
         {
             "part": str(p),
             "index": i,
             "out_dir": str(work),
-            "eod_id": special[tokenizer_stage.END_OF_DOCUMENT],
+            "eod_id": special[END_OF_DOCUMENT],
             "dtype": dtype.name,
             "val_fraction": s.val_fraction,
-            "seed": cfg.run.seed,
+            "seed": seed,
             "batch_docs": s.batch_docs,
             "special_ids": list(special.values()),
             "tokenizer_sha256": sha,
@@ -290,14 +264,7 @@ def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
         raise UserError(f"no training tokens from {corpus_dir}", fix="give the corpus more text")
     manifest["seconds"] = round(time.perf_counter() - started, 3)
     manifest["workers"] = workers
-    atomic_write_json(work / "manifest.json", manifest)
-    write_stage_marker(work, STAGE, fp)
-    replace_dir(out, work)
-    tr = manifest["splits"]["train"]
-    info(
-        f"shards: {tr['tokens']:,} train tokens in {tr['documents']:,} documents, "
-        f"{manifest['splits']['val']['tokens']:,} val tokens ({dtype.name}) -> {out}"
-    )
+    atomic_write_json(work / MANIFEST_FILE, manifest)
     return manifest
 
 
@@ -321,17 +288,3 @@ def _encode(jobs: list[dict], workers: int, tokenizer_path: Path) -> Iterator[di
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers, initializer=_init_worker, initargs=(str(tokenizer_path),)) as pool:
         yield from pool.imap_unordered(encode_part, jobs)
-
-
-def load_manifest(run_dir: Path) -> dict:
-    """The run's shard manifest, checked against the run's tokenizer."""
-    run_dir = Path(run_dir)
-    path = run_dir / STAGE / "manifest.json"
-    if stage_fingerprint(path.parent) is None or not path.is_file():
-        raise UserError(
-            f"no finished shards in {path.parent}", fix=f"run `hanlm shards --run {run_dir}`"
-        )
-    manifest = read_json(path)
-    sha = file_sha256(run_dir / tokenizer_stage.STAGE / "tokenizer.json")
-    _check_existing(path.parent, sha, run_dir)
-    return manifest

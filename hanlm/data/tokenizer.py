@@ -11,23 +11,22 @@ import random
 import time
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
 from hanlm.chat_template import ASSISTANT, CHAT_TEMPLATE, END_OF_TURN, SYSTEM, USER
 from hanlm.config import Config
-from hanlm.console import info, warn
 from hanlm.data import corpus as corpus_stage
 from hanlm.errors import UserError
 from hanlm.files import (
-    atomic_output_dir,
     atomic_write_json,
     file_mismatch,
     file_sha256,
-    fingerprint,
     read_json,
-    stage_fingerprint,
-    write_stage_marker,
 )
 
 STAGE = "tokenizer"
+TOKENIZER_FILE = "tokenizer.json"
+STATS_FILE = "stats.json"
 BOS = "<|bos|>"
 END_OF_DOCUMENT = "<|endoftext|>"
 PAD = "<|pad|>"
@@ -57,8 +56,6 @@ def round_up(n: int, multiple: int = VOCAB_MULTIPLE) -> int:
 
 def build_untrained():
     """The tokenizer pipeline: NFC, digits one by one, GPT-2 style byte-level split."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -105,8 +102,6 @@ def _sample(corpus_dir: Path, cfg: Config) -> tuple[list[str], list[str], int]:
 
 def train(texts: list[str], vocab_size: int, min_frequency: int, reserved: int):
     """Train and pad the vocabulary to a multiple of 64 with extra reserved tokens."""
-    from tokenizers import pre_tokenizers, trainers
-
     specials = [*core_special_tokens().values()] + [reserved_token(i) for i in range(reserved)]
     target = round_up(vocab_size)
     if target < len(specials) + 256 + VOCAB_MULTIPLE:
@@ -187,77 +182,42 @@ def compression(tok, texts: list[str]) -> dict:
     }
 
 
-def stage_fp(cfg: Config, run_dir: Path) -> str:
-    corpus_dir = corpus_stage.training_corpus_dir(run_dir)
-    upstream = stage_fingerprint(corpus_dir) or stage_fingerprint(corpus_dir.parent)
-    return fingerprint(STAGE, cfg.tokenizer.model_dump(), cfg.run.seed, upstream)
-
-
-def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
-    run_dir = Path(run_dir)
-    out = run_dir / STAGE
-    fp = stage_fp(cfg, run_dir)
-    if not force and stage_fingerprint(out) == fp:
-        problem = _damage(out)
-        if problem is None:
-            info(f"tokenizer: up to date in {out}, skipped")
-            return read_json(out / "stats.json")
-        warn(f"tokenizer: {out} is damaged ({problem}); training it again")
-    corpus_dir = corpus_stage.training_corpus_dir(run_dir)
+def build(corpus_dir: Path, cfg: Config, out: Path) -> dict:
+    """Train on a sample of the corpus folder, save into `out` with stats.json; the stats."""
     started = time.perf_counter()
     texts, heldout, sample_chars = _sample(corpus_dir, cfg)
     t = cfg.tokenizer
     tok = train(texts, t.vocab_size, t.min_frequency, t.reserved_tokens)
-    with atomic_output_dir(out) as tmp:
-        special = save(tok, tmp)
-        stats = {
-            "vocab_size": special["vocab_size"],
-            "sample_documents": len(texts),
-            "sample_characters": sample_chars,
-            "heldout": compression(tok, heldout),
-            "tokenizer_sha256": file_sha256(tmp / "tokenizer.json"),
-            "seconds": round(time.perf_counter() - started, 3),
-        }
-        atomic_write_json(tmp / "stats.json", stats)
-        write_stage_marker(tmp, STAGE, fp)
-    h = stats["heldout"]
-    info(
-        f"tokenizer: {stats['vocab_size']:,} tokens; held-out {h['chars_per_token']} chars/token, "
-        f"{h['bytes_per_token']} bytes/token -> {out}"
-    )
+    special = save(tok, out)
+    stats = {
+        "vocab_size": special["vocab_size"],
+        "sample_documents": len(texts),
+        "sample_characters": sample_chars,
+        "heldout": compression(tok, heldout),
+        "tokenizer_sha256": file_sha256(out / TOKENIZER_FILE),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    atomic_write_json(out / STATS_FILE, stats)
     return stats
 
 
-def _damage(out: Path) -> str | None:
+def damage(folder: Path) -> str | None:
     """What is wrong with a finished tokenizer folder: tokenizer.json must still have the
     sha256 stats.json records (a small file: always checked in full)."""
     try:
-        record = {"sha256": read_json(out / "stats.json")["tokenizer_sha256"]}
+        record = {"sha256": read_json(folder / STATS_FILE)["tokenizer_sha256"]}
     except (OSError, ValueError, TypeError, KeyError):
         return "stats.json cannot be read"
-    problem = file_mismatch(out / "tokenizer.json", record)
+    problem = file_mismatch(folder / TOKENIZER_FILE, record)
     missing = [
-        n for n in ("tokenizer_config.json", "special_tokens.json") if not (out / n).is_file()
+        n for n in ("tokenizer_config.json", "special_tokens.json") if not (folder / n).is_file()
     ]
     return problem or (f"{', '.join(missing)} missing" if missing else None)
 
 
-def finished_path(run_dir: Path) -> Path:
-    """The run's tokenizer.json; a UserError when the tokenizer stage has not finished."""
-    path = Path(run_dir) / STAGE / "tokenizer.json"
-    if stage_fingerprint(path.parent) is None or not path.is_file():
-        raise UserError(
-            f"no finished tokenizer in {path.parent}",
-            fix=f"run `hanlm tokenizer --run {run_dir}` first",
-        )
-    return path
-
-
-def load(run_dir: Path):
-    """The run's trained tokenizer as a `tokenizers.Tokenizer` (fast, no transformers import)."""
-    from tokenizers import Tokenizer
-
-    return Tokenizer.from_file(str(finished_path(run_dir)))
+def load(tokenizer_json: Path):
+    """A trained tokenizer.json as a `tokenizers.Tokenizer` (fast, no transformers import)."""
+    return Tokenizer.from_file(str(tokenizer_json))
 
 
 def token_byte_lengths(tok) -> list[int]:

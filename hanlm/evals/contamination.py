@@ -20,13 +20,6 @@ SPLITS = ("full", "clean", "dirty", "partial")
 ITEMS_FILE = "items.jsonl"
 
 
-def default_report(run_dir: Path | None) -> Path | None:
-    if run_dir is None:
-        return None
-    path = Path(run_dir) / "decontam" / ITEMS_FILE
-    return path if path.is_file() else None
-
-
 def load_statuses(path: str | Path) -> dict[tuple[str, str], str]:
     """(benchmark, item_id) -> status, from a decontamination items.jsonl."""
     path = Path(path)

@@ -1,9 +1,9 @@
 """`hanlm eval`: run tasks on one or more models and write results.json, samples.jsonl and
 results.md, every score split into full / clean / dirty when a decontamination report exists.
 
-Two ways in: the `eval` stage, `run(cfg, run_dir)`, evaluates a run's own models (its
-pretraining and SFT exports, side by side) into run_dir/eval/; `evaluate(...)` evaluates any model folders
-into any output folder (the CLI's --model/--out mode).
+`evaluate(...)` evaluates model folders into an output folder: the `eval` stage
+(hanlm.stages.eval) calls it with a run's own models (its pretraining and SFT exports, side by
+side), the CLI's --model/--out mode with any.
 
 results.json: {"models": [...], "tasks": {task: {"benchmark", "source", "items"}},
 "contamination": path or null, "results": {model: {task: {split: {metric: {value, stderr, n}}}}},
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hanlm.config import Config
@@ -29,8 +29,6 @@ from hanlm.files import (
     atomic_write_text,
     claim_output_dir,
     fingerprint,
-    read_json,
-    stage_fingerprint,
     write_stage_marker,
 )
 
@@ -51,9 +49,12 @@ def options_from(cfg: Config) -> tasks_lib.Options:
 
 
 def load_tasks(
-    specs: Sequence[str], run_dir: Path | None, options: tasks_lib.Options
+    specs: Sequence[str], demo_files: Mapping[str, Path] | None, options: tasks_lib.Options
 ) -> list[tuple[tasks_lib.Task, str | None, list]]:
-    """Every task with its items (limited), read before any model loads so bad data fails fast."""
+    """Every task with its items (limited), read before any model loads so bad data fails fast.
+
+    `demo_files` (the demo world's files by kind, in a run) give tasks named without a path
+    their default data."""
     if not specs:
         raise UserError(
             "no eval task given", fix=f"add --task NAME, one of {', '.join(tasks_lib.names())}"
@@ -62,10 +63,10 @@ def load_tasks(
     for spec in specs:
         name, source = tasks_lib.parse_task_spec(spec)
         task = tasks_lib.get(name)
-        items = task.load(source, run_dir=run_dir, options=options)
+        items = task.load(source, demo_files=demo_files, options=options)
         if options.limit is not None:
             items = items[: options.limit]
-        loaded.append((task, source or task.default_source(run_dir), items))
+        loaded.append((task, source or task.default_source(demo_files), items))
     return loaded
 
 
@@ -74,7 +75,7 @@ def evaluate(
     task_specs: Sequence[str],
     out: Path,
     *,
-    run_dir: Path | None = None,
+    demo_files: Mapping[str, Path] | None = None,
     contamination: str | Path | None = None,
     options: tasks_lib.Options | None = None,
     batch_size: int = 32,
@@ -93,8 +94,8 @@ def evaluate(
     if not models:
         raise UserError("no model to evaluate", fix="give --model DIR (repeatable) or --run DIR")
     model_dirs = [resolve_model_dir(m) for m in models]
-    loaded = load_tasks(task_specs, run_dir, options)
-    report = Path(contamination) if contamination else contamination_lib.default_report(run_dir)
+    loaded = load_tasks(task_specs, demo_files, options)
+    report = Path(contamination) if contamination else None
     statuses = contamination_lib.load_statuses(report) if report else None
     names = _model_names(model_dirs)
     results: dict[str, dict] = {}
@@ -211,79 +212,3 @@ def results_markdown(record: dict) -> str:
             + ", ".join(f"{t}: {n}" for t, n in unchecked.items()),
         ]
     return "\n".join(lines) + "\n"
-
-
-# --- the stage --------------------------------------------------------------------------------
-
-
-def _in_run(run_dir: Path, model: str) -> Path:
-    """A relative model path names a folder of the run (e.g. `pretrain/hf`) when one is there."""
-    path = Path(model)
-    if not path.is_absolute() and (run_dir / path).exists():
-        return run_dir / path
-    return path
-
-
-def default_models(run_dir: Path) -> list[Path]:
-    """Every export the run has, side by side: the base model, then the chat model."""
-    found = [
-        candidate
-        for candidate in (run_dir / "pretrain" / "hf", run_dir / "sft" / "hf")
-        if (candidate / "config.json").is_file()
-    ]
-    if found:
-        return found
-    raise UserError(
-        f"no exported model in {run_dir} (looked for sft/hf and pretrain/hf)",
-        fix=f"run `hanlm export --run {run_dir}` first, or give --model DIR",
-    )
-
-
-def _model_identity(model_dir: Path) -> list:
-    # weights are large: their names, sizes and times stand for their content
-    files = sorted(p for p in model_dir.iterdir() if p.is_file())
-    return [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-
-
-def _data_identity(path: str | None) -> list | str | None:
-    if path is None or path.startswith("hf:") or not Path(path).exists():
-        return path
-    p = Path(path)
-    return [str(p), p.stat().st_size, p.stat().st_mtime_ns]
-
-
-def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
-    """The eval stage: the run's model (or cfg.eval.models) on cfg.eval.tasks -> run_dir/eval/."""
-    run_dir = Path(run_dir)
-    out = run_dir / STAGE
-    models = [_in_run(run_dir, m) for m in cfg.eval.models] or default_models(run_dir)
-    model_dirs = [resolve_model_dir(m) for m in models]
-    report = cfg.eval.contamination or contamination_lib.default_report(run_dir)
-    sources = []
-    for spec in cfg.eval.tasks:
-        name, source = tasks_lib.parse_task_spec(spec)
-        sources.append(source or tasks_lib.get(name).default_source(run_dir))
-    fp = fingerprint(
-        cfg.eval.model_dump(mode="json"),
-        cfg.generate.model_dump(mode="json"),  # the repetition task's penalties
-        cfg.run.seed,
-        [_model_identity(d) for d in model_dirs],
-        [_data_identity(s) for s in sources],
-        _data_identity(str(report) if report else None),
-    )
-    if not force and stage_fingerprint(out) == fp:
-        info(f"eval: {out} is complete, skipped")
-        return {**read_json(out / "results.json"), "skipped": True}
-    record = evaluate(
-        model_dirs,
-        cfg.eval.tasks,
-        out,
-        run_dir=run_dir,
-        contamination=report,
-        options=options_from(cfg),
-        batch_size=cfg.eval.batch_size,
-        dtype=cfg.eval.dtype,
-        device=cfg.eval.device,
-        extra_record={"fingerprint": fp},
-    )
-    return {**record, "skipped": False}

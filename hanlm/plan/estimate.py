@@ -24,11 +24,10 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from hanlm.errors import UserError
-from hanlm.plan.catalogue import CATALOGUE, find
+from hanlm.plan.catalogue import CATALOGUE, find, measured_cpu_peak_flops
 
 GIB = 1 << 30
 FRAMEWORK_GIB = 1.5  # CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces, kernels
@@ -123,7 +122,7 @@ class Shapes:
 
 
 def model_shapes(model: str, *, vocab_size: int, seq_len: int) -> Shapes:
-    from hanlm import model as model_lib
+    from hanlm import model as model_lib  # deferred: torch and transformers; the plan runs without
 
     config = model_lib.model_config(model, vocab_size=vocab_size, seq_len=seq_len)
     text = config.get_text_config()
@@ -293,8 +292,6 @@ def default_mfu(gpu: str | None, precision: str) -> tuple[float, str]:
 
 def peak_flops(gpu: str | None, precision: str) -> float:
     if gpu == "cpu" or gpu is None:
-        from hanlm.plan.catalogue import measured_cpu_peak_flops
-
         return measured_cpu_peak_flops()
     entry = find(gpu)
     if precision == "fp8":
@@ -567,25 +564,3 @@ def step_profile(
         "checkpoint_bytes": state["weights"] + state["optimizer"],
         "tokens_per_s_needed": tokens_per_step / compute_s,
     }
-
-
-def run(cfg, run_dir: Path, *, force: bool = False) -> dict[str, Any]:
-    """The pipeline's `plan` stage: the recipe's plan, written to DIR/plan.json."""
-    from hanlm.console import info
-    from hanlm.files import atomic_write_json, fingerprint, read_json
-    from hanlm.plan.table import print_plan
-
-    setup = setup_from_config(cfg)
-    fp = fingerprint("plan", asdict(setup))
-    path = Path(run_dir) / "plan.json"
-    if not force and path.is_file():
-        previous = read_json(path)
-        if previous.get("fingerprint") == fp:
-            info(f"plan: up to date in {path}, skipped")
-            return previous
-    plan = {**make_plan(setup), "fingerprint": fp}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, plan)
-    print_plan(plan)
-    info(f"plan: written to {path}")
-    return plan

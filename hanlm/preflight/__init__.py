@@ -12,16 +12,16 @@ or alone (one process: every visible GPU is tested, collectives are not). It che
   matmul against the catalogue peak;
 - collectives (collectives.py): all-reduce, all-gather, reduce-scatter verified and timed (bus
   bandwidth), and the planned model's communication per step against its compute;
-- storage (storage.py): at the checkpoint folder (DIR/pretrain/checkpoints or --checkpoint-dir;
-  one rank per host): write throughput with fsync, fsync latency, read-back, free space against
+- storage (storage.py): at the checkpoint folder (the run's pretraining checkpoints or
+  --checkpoint-dir; one rank per host): write throughput with fsync, fsync latency, read-back, free space against
   the checkpoint size, save time against the checkpoint interval;
 - data (data.py): tokens/s from the run's shards against what a step needs (skipped without shards).
 
 verdict.py turns the measurements into findings, each with a reason and a fix; rank 0 writes
-DIR/preflight.json atomically and prints the table (table.py); `hanlm preflight` exits 0 for GO,
-1 for NO-GO.
-As a pipeline stage, `run` stops with `PreflightNoGo` (a UserError) unless
-preflight.fail_on_no_go is false.
+the report (DIR/preflight.json) atomically and prints the table (table.py); `hanlm preflight`
+exits 0 for GO, 1 for NO-GO.
+As a pipeline stage (hanlm.stages.preflight), a NO-GO stops with `PreflightNoGo` (a UserError)
+unless preflight.fail_on_no_go is false.
 
 Fault injection for tests (environment variables, read by every rank):
   HANLM_FAULT_SLOW_DISK_S=SECONDS   sleep that long on every storage write (a slow disk)
@@ -41,24 +41,17 @@ import torch
 import torch.distributed as dist
 
 from hanlm.config import Config
-from hanlm.console import info
 from hanlm.errors import UserError
-from hanlm.files import atomic_write_json, fingerprint, read_json
+from hanlm.files import atomic_write_json, fingerprint
 from hanlm.preflight import collectives, data, devices, storage, table, verdict
 from hanlm.train import parallel
 from hanlm.train.parallel import Dist
 
 STAGE = "preflight"
-REPORT_FILE = "preflight.json"
 
 
 class PreflightNoGo(UserError):
     """The measured hosts cannot run the planned training; the reasons and fixes are attached."""
-
-
-def checkpoint_folder(cfg: Config, run_dir: Path, override: str | Path | None = None) -> Path:
-    chosen = override or cfg.preflight.checkpoint_dir
-    return Path(chosen) if chosen else Path(run_dir) / "pretrain" / "checkpoints"
 
 
 def rendezvous_address() -> str | None:
@@ -97,7 +90,7 @@ def _guarded(measure, *args, **kwargs) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def _measure_rank(cfg: Config, run_dir: Path, d: Dist, folder: Path) -> dict:
+def _measure_rank(cfg: Config, shards_dir: Path, d: Dist, folder: Path) -> dict:
     pf = cfg.preflight
     result = {
         "rank": d.rank,
@@ -120,7 +113,7 @@ def _measure_rank(cfg: Config, run_dir: Path, d: Dist, folder: Path) -> dict:
     result["data"] = _guarded(
         data.measure,
         cfg,
-        run_dir,
+        shards_dir,
         rank=d.rank,
         world_size=d.world_size,
         seconds=pf.data_seconds,
@@ -135,14 +128,12 @@ def report_fingerprint(cfg: Config, folder: Path) -> str:
     return fingerprint(STAGE, sections, socket.gethostname(), world, str(folder))
 
 
-def check(cfg: Config, run_dir: Path, *, checkpoint_dir: str | Path | None = None) -> dict:
-    """Measure, judge, write DIR/preflight.json (rank 0) and print the table; every rank gets
-    the whole report."""
-    run_dir = Path(run_dir)
-    folder = checkpoint_folder(cfg, run_dir, checkpoint_dir)
+def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> dict:
+    """Measure (storage at the checkpoint `folder`, data loading from `shards_dir`), judge,
+    write `report_path` (rank 0) and print the table; every rank gets the whole report."""
     d, rendezvous_failure = _join(cfg)
     try:
-        mine = _measure_rank(cfg, run_dir, d, folder)
+        mine = _measure_rank(cfg, shards_dir, d, folder)
         ranks = [mine]
         if d.distributed:
             ranks = [None] * d.world_size
@@ -161,7 +152,7 @@ def check(cfg: Config, run_dir: Path, *, checkpoint_dir: str | Path | None = Non
         verdict.judge(cfg, report)
         try:
             if d.rank == 0:
-                atomic_write_json(run_dir / REPORT_FILE, report)
+                atomic_write_json(report_path, report)
             if d.rank == 0 or rendezvous_failure:  # alone, every rank tells its own story
                 table.print_report(report)
         finally:  # no rank exits (and makes torchrun stop the others) before rank 0 is done
@@ -171,33 +162,12 @@ def check(cfg: Config, run_dir: Path, *, checkpoint_dir: str | Path | None = Non
         parallel.shutdown(d)
 
 
-def no_go_error(report: dict, run_dir: Path) -> PreflightNoGo:
+def no_go_error(report: dict, report_path: Path) -> PreflightNoGo:
     failed = [f for f in report["findings"] if f["severity"] == verdict.FAIL]
     fixes = [f["fix"] for f in failed if f["fix"]]
     return PreflightNoGo(
         "preflight says NO-GO: " + "; ".join(f"{f['check']}: {f['reason']}" for f in failed),
-        where=str(Path(run_dir) / REPORT_FILE),
+        where=str(report_path),
         fix="; ".join(dict.fromkeys(fixes))
         + " (or set preflight.fail_on_no_go=false to train anyway)",
     )
-
-
-def run(cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
-    """The pipeline stage: a GO report for the same settings and host is reused; NO-GO stops the
-    pipeline unless preflight.fail_on_no_go is false."""
-    run_dir = Path(run_dir)
-    path = run_dir / REPORT_FILE
-    folder = checkpoint_folder(cfg, run_dir)
-    if not force and path.is_file():
-        try:
-            previous = read_json(path)
-        except (OSError, ValueError):
-            previous = {}
-        same = previous.get("fingerprint") == report_fingerprint(cfg, folder)
-        if same and previous.get("verdict") == "GO":
-            info(f"preflight: GO on {previous.get('created_at')} for these settings, skipped")
-            return previous
-    report = check(cfg, run_dir)
-    if report["verdict"] != "GO" and cfg.preflight.fail_on_no_go:
-        raise no_go_error(report, run_dir)
-    return report

@@ -1,4 +1,4 @@
-"""Data loading: tokens per second this rank reads from the run's shards.
+"""Data loading: tokens per second this rank reads from a shards folder.
 
 The training loader reads in the training process between steps, so its rate must stay well
 above what a step consumes; the verdict compares the two.
@@ -16,8 +16,7 @@ from hanlm.errors import UserError
 MIN_BATCHES = 3
 
 
-def measure(cfg: Config, run_dir: Path, *, rank: int, world_size: int, seconds: float) -> dict:
-    shards_dir = Path(run_dir) / "shards"
+def measure(cfg: Config, shards_dir: Path, *, rank: int, world_size: int, seconds: float) -> dict:
     if not (shards_dir / MANIFEST_NAME).is_file():
         return {"skipped": f"no shards yet in {shards_dir} (run `hanlm shards` first)"}
     p = cfg.pretrain

@@ -22,7 +22,7 @@ FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper onwards have FP8 tensor cores
 def driver_version() -> str | None:
     """The NVIDIA driver version, from NVML when installed, else the kernel module's banner."""
     try:
-        import pynvml
+        import pynvml  # deferred: optional, GPU hosts only
 
         pynvml.nvmlInit()
         version = pynvml.nvmlSystemGetDriverVersion()

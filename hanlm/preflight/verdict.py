@@ -17,6 +17,7 @@ import math
 
 from hanlm.config import Config
 from hanlm.errors import UserError
+from hanlm.plan import estimate as plan
 
 FAIL, WARN, NOTE = "fail", "warn", "note"
 CHECKS = ("rendezvous", "devices", "collectives", "communication", "storage", "data")
@@ -51,8 +52,6 @@ def storage_reports(report: dict) -> list[dict]:
 def planned_peak(report: dict, precision: str) -> tuple[float, float | None, str]:
     """The slowest device's peak FLOP/s for the planned precision, the plan's usual MFU for it
     (None: the plan's default), and where the figures come from."""
-    from hanlm.plan import estimate as plan
-
     devices = all_devices(report)
     if not devices:
         return math.nan, None, "no device measured"
@@ -78,15 +77,13 @@ def planned_peak(report: dict, precision: str) -> tuple[float, float | None, str
 
 def project(cfg: Config, report: dict) -> dict:
     """Step, communication and checkpoint figures of the planned run on these hosts."""
-    from hanlm.plan.estimate import step_profile
-
     world_size = report["world_size"]
     peak, usual_mfu, source = planned_peak(report, cfg.pretrain.precision)
     mfu = cfg.preflight.mfu or usual_mfu
     out: dict = {"peak_flops": peak, "peak_source": source, "mfu": mfu}
     if not math.isfinite(peak):
         return out
-    profile = step_profile(cfg, world_size=world_size, peak_flops=peak, mfu=mfu)
+    profile = plan.step_profile(cfg, world_size=world_size, peak_flops=peak, mfu=mfu)
     out.update(profile)
     mode = parallel_mode(cfg, world_size)
     out["mode"] = mode
@@ -233,74 +230,74 @@ def _communication_findings(cfg: Config, proj: dict) -> list[dict]:
     return []
 
 
+FASTER_STORAGE = (
+    "put checkpoints on a fast local disk (NVMe) with --checkpoint-dir, and set "
+    "checkpoint.mirror for the remote copy"
+)
+
+
+def _disk_problems(cfg: Config, proj: dict, s: dict) -> list[tuple[str, str]]:
+    """(reason, fix) of each failed check of one host's checkpoint disk."""
+    pf, where = cfg.preflight, s["probe_dir"]
+    if not s.get("writable", False):
+        return [
+            (
+                f"checkpoint folder {s['folder']} is not writable: {s.get('error')}",
+                f"make {where} writable (chmod / chown) or choose another --checkpoint-dir",
+            )
+        ]
+    problems = []
+    if s.get("error"):
+        problems.append(
+            (
+                f"writing in {where} failed: {s['error']}",
+                "free space or fix the disk, or choose another --checkpoint-dir",
+            )
+        )
+    needed = proj.get("free_bytes_needed")
+    if needed is not None and s.get("free_bytes") is not None and s["free_bytes"] < needed:
+        problems.append(
+            (
+                f"{where} has {s['free_bytes'] / 1e9:.3g} GB free; checkpoints need "
+                f"{needed / 1e9:.3g} GB ({cfg.checkpoint.keep_last} kept + 1 being written, "
+                f"{proj['checkpoint_bytes'] / 1e9:.3g} GB each)",
+                "free space, lower checkpoint.keep_last, or choose a larger --checkpoint-dir",
+            )
+        )
+    if "write_mb_s" not in s:
+        return problems
+    if not s["read_back_ok"]:
+        problems.append(
+            (
+                f"{where}: {s['read_back_bad_blocks']} blocks read back differ from those written",
+                "the disk or file system corrupts data: use another disk",
+            )
+        )
+    if s["write_mb_s"] < pf.min_write_mb_s:
+        problems.append(
+            (
+                f"{where} writes {s['write_mb_s']:.3g} MB/s with fsync "
+                f"(< {pf.min_write_mb_s:g} MB/s)",
+                FASTER_STORAGE,
+            )
+        )
+    if s["fsync_ms_max"] > pf.max_fsync_ms:
+        problems.append(
+            (
+                f"{where}: an fsync took {s['fsync_ms_max']:.0f} ms (> {pf.max_fsync_ms:g} ms)",
+                FASTER_STORAGE,
+            )
+        )
+    return problems
+
+
 def _storage_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
-    found, pf = [], cfg.preflight
-    faster = "put checkpoints on a fast local disk (NVMe) with --checkpoint-dir, and set "
-    faster += "checkpoint.mirror for the remote copy"
-    for s in storage_reports(report):
-        where = s["probe_dir"]
-        if not s.get("writable", False):
-            found.append(
-                finding(
-                    "storage",
-                    FAIL,
-                    f"checkpoint folder {s['folder']} is not writable: {s.get('error')}",
-                    f"make {where} writable (chmod / chown) or choose another --checkpoint-dir",
-                )
-            )
-            continue
-        if s.get("error"):
-            found.append(
-                finding(
-                    "storage",
-                    FAIL,
-                    f"writing in {where} failed: {s['error']}",
-                    "free space or fix the disk, or choose another --checkpoint-dir",
-                )
-            )
-        needed = proj.get("free_bytes_needed")
-        if needed is not None and s.get("free_bytes") is not None and s["free_bytes"] < needed:
-            found.append(
-                finding(
-                    "storage",
-                    FAIL,
-                    f"{where} has {s['free_bytes'] / 1e9:.3g} GB free; checkpoints need "
-                    f"{needed / 1e9:.3g} GB ({cfg.checkpoint.keep_last} kept + 1 being written, "
-                    f"{proj['checkpoint_bytes'] / 1e9:.3g} GB each)",
-                    "free space, lower checkpoint.keep_last, or choose a larger --checkpoint-dir",
-                )
-            )
-        if "write_mb_s" not in s:
-            continue
-        if not s["read_back_ok"]:
-            found.append(
-                finding(
-                    "storage",
-                    FAIL,
-                    f"{where}: {s['read_back_bad_blocks']} blocks read back differ from those "
-                    "written",
-                    "the disk or file system corrupts data: use another disk",
-                )
-            )
-        if s["write_mb_s"] < pf.min_write_mb_s:
-            found.append(
-                finding(
-                    "storage",
-                    FAIL,
-                    f"{where} writes {s['write_mb_s']:.3g} MB/s with fsync "
-                    f"(< {pf.min_write_mb_s:g} MB/s)",
-                    faster,
-                )
-            )
-        if s["fsync_ms_max"] > pf.max_fsync_ms:
-            found.append(
-                finding(
-                    "storage",
-                    FAIL,
-                    f"{where}: an fsync took {s['fsync_ms_max']:.0f} ms (> {pf.max_fsync_ms:g} ms)",
-                    faster,
-                )
-            )
+    found = [
+        finding("storage", FAIL, reason, fix)
+        for s in storage_reports(report)
+        for reason, fix in _disk_problems(cfg, proj, s)
+    ]
+    pf = cfg.preflight
     save_s, interval = proj.get("save_s"), proj.get("checkpoint_interval_s")
     if save_s is not None and interval and save_s > pf.max_save_fraction * interval:
         found.append(
@@ -310,7 +307,7 @@ def _storage_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
                 f"a checkpoint save would take {save_s:.3g} s, more than "
                 f"{pf.max_save_fraction:.0%} of the {interval:.3g} s between saves",
                 "save less often (raise pretrain.checkpoint_every or checkpoint.every_minutes), or "
-                + faster,
+                + FASTER_STORAGE,
             )
         )
     return found

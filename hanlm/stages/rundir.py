@@ -11,9 +11,19 @@ from pathlib import Path
 
 from hanlm.config import CONFIG_FILE
 from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
+from hanlm.errors import UserError
+from hanlm.files import stage_fingerprint
 
 CHECKPOINTS = "checkpoints"
 EXPORT = "hf"  # the Hugging Face folder a training stage exports into
+
+
+def finished_output(path: Path, what: str, fix: str) -> Path:
+    """`path`, a file of a stage whose folder is marked complete; else a UserError saying there
+    is no finished `what` in that folder, and `fix`."""
+    if stage_fingerprint(path.parent) is None or not path.is_file():
+        raise UserError(f"no finished {what} in {path.parent}", fix=fix)
+    return path
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,23 @@ class TrainingDirs:
     def export(self) -> Path:
         return self.root / EXPORT
 
+    # --- what SFT adds (its closure check, token audit and initialisation ablation) -------
+    @property
+    def closure(self) -> Path:
+        return self.root / "closure.json"
+
+    @property
+    def closure_by_init(self) -> Path:
+        return self.root / "closure_by_init.json"
+
+    @property
+    def audit(self) -> Path:
+        return self.root / "audit.json"
+
+    def ablation_closure(self, init: str) -> Path:
+        """The closure check of the SFT ablation arm with that initialisation."""
+        return self.root / "ablation" / init / "closure.json"
+
 
 @dataclass(frozen=True)
 class RunDir:
@@ -47,6 +74,11 @@ class RunDir:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
+
+    @classmethod
+    def of(cls, run: RunDir | Path | str) -> RunDir:
+        """A RunDir for a stage's `run` argument, which may also be a plain path."""
+        return run if isinstance(run, RunDir) else cls(Path(run))
 
     def stage(self, name: str) -> Path:
         """The folder a stage writes (and marks complete) under the run."""
@@ -103,6 +135,15 @@ class RunDir:
         return self.decontam / "items.jsonl"
 
     @property
+    def decontam_index(self) -> Path:
+        return self.decontam / "index.npz"
+
+    @property
+    def decontam_partial(self) -> Path:
+        """Where `--shard I/N` scans leave their partial results until `decontam merge`."""
+        return self.stage("decontam-partial")
+
+    @property
     def decontam_corpus(self) -> Path:
         """The corpus with the leaked passages removed (when decontam's action changes text)."""
         return self.decontam / "corpus"
@@ -122,6 +163,11 @@ class RunDir:
     @property
     def shards_manifest(self) -> Path:
         return self.shards / "manifest.json"
+
+    @property
+    def shards_incomplete(self) -> Path:
+        """Where the shards stage encodes until every part is done (then renamed to shards/)."""
+        return self.stage("shards.incomplete")
 
     # --- training -------------------------------------------------------------------------
     @property

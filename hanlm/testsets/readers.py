@@ -255,7 +255,7 @@ def _rows_json(path: Path) -> Iterator[tuple[str, dict]]:
 
 
 def _rows_parquet(path: Path) -> Iterator[tuple[str, dict]]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # deferred: heavy; only parquet benchmark files need it
 
     try:
         table = pq.read_table(path)

@@ -1,34 +1,18 @@
 """Decontamination: find benchmark items in training data, report them, remove them.
 
 `index` normalises and hashes (the matching rules and the choice of n are documented there),
-`scan` streams training data through the index in several processes, `stage` is the
-`hanlm decontam` stage and its standalone, shard and merge modes.
+`scan` streams training data through the index in several processes, `outputs` turns a scan into
+the reports and the cleaned corpus. The `hanlm decontam` stage and its standalone, shard and
+merge modes are in hanlm.stages.decontam.
 
-From Python (SFT, eval, any later training stage):
+From Python (SFT, eval, any later training stage), with an index a decontam folder saved
+(a run's: `load_run_index` of the decontam stage) or one built from benchmark items:
 
-    from hanlm.data import decontam
-    index = decontam.load_run_index(run_dir)          # or BenchmarkIndex.build(readers.read(...))
+    index = BenchmarkIndex.build(items)                # or BenchmarkIndex.load(path)
     for row in index.check(texts): ...                 # per item: coverage, status, documents
 """
 
 from hanlm.data.decontam.index import DEFAULT_NGRAM, BenchmarkIndex, normalise
-from hanlm.data.decontam.stage import (
-    STAGE,
-    load_run_index,
-    merge,
-    run,
-    standalone,
-    training_corpus_dir,
-)
+from hanlm.data.decontam.outputs import STAGE
 
-__all__ = [
-    "DEFAULT_NGRAM",
-    "STAGE",
-    "BenchmarkIndex",
-    "load_run_index",
-    "merge",
-    "normalise",
-    "run",
-    "standalone",
-    "training_corpus_dir",
-]
+__all__ = ["DEFAULT_NGRAM", "STAGE", "BenchmarkIndex", "normalise"]

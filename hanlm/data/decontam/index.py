@@ -42,6 +42,7 @@ leaked item does not make every item built from the same template partial.
 from __future__ import annotations
 
 import functools
+import io
 import itertools
 import unicodedata
 from collections import Counter
@@ -52,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from hanlm.errors import UserError
+from hanlm.files import atomic_write_bytes
 
 DEFAULT_NGRAM = 27
 ANCHOR = 8  # at most this many first characters of a short item locate candidate places
@@ -263,6 +265,56 @@ class Held:
     counts: np.ndarray
 
 
+def _entries(items: Sequence) -> tuple[list[str], list[int], list[int]]:
+    """Every text to index, with its item and kind: the whole text, the distinguishing parts
+    (when there are several), the prompt forms."""
+    texts, entry_item, entry_kind = [], [], []
+    for i, item in enumerate(items):
+        texts.append(item.overlap_text)
+        entry_item.append(i)
+        entry_kind.append(WHOLE)
+        parts = [p for p in getattr(item, "parts", ()) if len(normalise(p)) >= MIN_PART]
+        if len(parts) > 1:
+            texts.extend(parts)
+            entry_item.extend([i] * len(parts))
+            entry_kind.extend([ALONE] * len(parts))
+        forms = getattr(item, "forms", ())
+        texts.extend(forms)
+        entry_item.extend([i] * len(forms))
+        entry_kind.extend([FORM] * len(forms))
+    return texts, entry_item, entry_kind
+
+
+def _number_units(hashes: np.ndarray, widths: np.ndarray, starts: np.ndarray):
+    """Units: distinct (hash, width), numbered in hash order so lookups are one searchsorted.
+    Per row its unit; per unit its hash, width and the first row's start."""
+    order = np.lexsort((widths, hashes))
+    new_unit = np.ones(len(order), dtype=bool)
+    new_unit[1:] = (hashes[order][1:] != hashes[order][:-1]) | (
+        widths[order][1:] != widths[order][:-1]
+    )
+    unit_of = np.empty(len(order), dtype=np.int64)
+    unit_of[order] = np.cumsum(new_unit) - 1
+    unit_hashes, unit_lengths = hashes[order][new_unit], widths[order][new_unit]
+    return unit_of, unit_hashes, unit_lengths, starts[order][new_unit]
+
+
+def _pair_tables(owners, unit_of, full_ngram, entry_item, n_texts: int, n_items: int):
+    """Entry <-> unit pairs, each once, template n-grams left out; per row its pair (-1: left
+    out) and per entry where its rows start."""
+    n_units = max(len(full_ngram), 1)
+    row_keys = owners * n_units + unit_of
+    pair_keys = np.unique(row_keys)
+    pair_entry, pair_unit = np.divmod(pair_keys, n_units)
+    keep = _specific_pairs(entry_item[pair_entry], pair_unit, full_ngram, n_items,
+                           len(full_ngram))  # fmt: skip
+    new_index = np.cumsum(keep) - 1
+    row_pair = np.searchsorted(pair_keys, row_keys)
+    pos_pair = np.where(keep[row_pair], new_index[row_pair], -1)
+    pos_ptr = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=n_texts))])
+    return pair_entry[keep], pair_unit[keep], pos_ptr, pos_pair
+
+
 class BenchmarkIndex:
     """Hashed units of every benchmark item, looked for as a whole and part by part.
 
@@ -320,20 +372,7 @@ class BenchmarkIndex:
         """Hash every entry's n-grams (or whole text or stem, when shorter than `ngram`)."""
         if ngram < 2:
             raise UserError(f"decontam n-gram length must be at least 2, got {ngram}")
-        texts, entry_item, entry_kind = [], [], []
-        for i, item in enumerate(items):
-            texts.append(item.overlap_text)
-            entry_item.append(i)
-            entry_kind.append(WHOLE)
-            parts = [p for p in getattr(item, "parts", ()) if len(normalise(p)) >= MIN_PART]
-            if len(parts) > 1:
-                texts.extend(parts)
-                entry_item.extend([i] * len(parts))
-                entry_kind.extend([ALONE] * len(parts))
-            forms = getattr(item, "forms", ())
-            texts.extend(forms)
-            entry_item.extend([i] * len(forms))
-            entry_kind.extend([FORM] * len(forms))
+        texts, entry_item, entry_kind = _entries(items)
         chars, text_starts, _ = fold_texts(texts)
         lengths = np.diff(text_starts)
         entry_item, entry_kind = np.array(entry_item), np.array(entry_kind, dtype=np.int8)
@@ -353,28 +392,10 @@ class BenchmarkIndex:
         rows = np.lexsort((starts, owners))  # entry by entry, positions in order
         starts, owners, widths = starts[rows], owners[rows], widths[rows]
         hashes = _hashes_at(q, starts, widths)
-        # Units: distinct (hash, width), numbered in hash order so lookups are one searchsorted.
-        order = np.lexsort((widths, hashes))
-        new_unit = np.ones(len(order), dtype=bool)
-        new_unit[1:] = (hashes[order][1:] != hashes[order][:-1]) | (
-            widths[order][1:] != widths[order][:-1]
+        unit_of, unit_hashes, unit_lengths, first_start = _number_units(hashes, widths, starts)
+        pair_entry, pair_unit, pos_ptr, pos_pair = _pair_tables(
+            owners, unit_of, unit_lengths == ngram, entry_item, len(texts), len(items)
         )
-        unit_of = np.empty(len(order), dtype=np.int64)
-        unit_of[order] = np.cumsum(new_unit) - 1
-        unit_hashes, unit_lengths = hashes[order][new_unit], widths[order][new_unit]
-        first_start = starts[order][new_unit]
-        n_units = max(len(unit_hashes), 1)
-        # Entry <-> unit pairs, each once; template n-grams left out.
-        row_keys = owners * n_units + unit_of
-        pair_keys = np.unique(row_keys)
-        pair_entry, pair_unit = np.divmod(pair_keys, n_units)
-        keep = _specific_pairs(entry_item[pair_entry], pair_unit, unit_lengths == ngram,
-                               len(items), len(unit_hashes))  # fmt: skip
-        new_index = np.cumsum(keep) - 1
-        row_pair = np.searchsorted(pair_keys, row_keys)
-        pos_pair = np.where(keep[row_pair], new_index[row_pair], -1)
-        pos_ptr = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(texts)))])
-        pair_entry, pair_unit = pair_entry[keep], pair_unit[keep]
         unit_pairs = np.argsort(pair_unit, kind="stable")
         unit_ptr = np.concatenate(
             [[0], np.cumsum(np.bincount(pair_unit, minlength=len(unit_hashes)))]
@@ -455,11 +476,7 @@ class BenchmarkIndex:
 
     def save(self, path: Path) -> None:
         """One .npz file (no pickles), written to a temporary name and renamed."""
-        import io as _io
-
-        from hanlm.files import atomic_write_bytes
-
-        buffer = _io.BytesIO()
+        buffer = io.BytesIO()
         np.savez(
             buffer,
             format=np.array([FORMAT_VERSION, self.ngram, self.anchor_length], dtype=np.int64),

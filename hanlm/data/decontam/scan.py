@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import io
 import json
+import multiprocessing
 import os
 import time
 from collections import deque
@@ -285,10 +287,8 @@ class ScanResult:
         ]
 
     def save(self, path: Path, meta: dict) -> None:
-        import io as _io
-
         a = self.arrays()
-        buffer = _io.BytesIO()
+        buffer = io.BytesIO()
         np.savez(buffer, **a)
         data = buffer.getvalue()
         atomic_write_bytes(path.with_suffix(".npz"), data)
@@ -373,8 +373,6 @@ def scan(
             if on_batch:
                 on_batch(job)
     else:
-        import multiprocessing
-
         # spawn: safe whatever threads the parent holds; each worker loads the saved index once.
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(

@@ -13,7 +13,7 @@ import importlib
 import json
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -45,14 +45,18 @@ class Task:
     name: ClassVar[str]
     # the readers benchmark (also the name decontamination reports items under)
     benchmark: ClassVar[str | None] = None
-    # data used when --task names no path: a function of the run directory, or an hf: id
+    # data used when --task names no path: a file of the run's demo world, or an hf: id
     where_to_get: ClassVar[str] = ""
 
-    def default_source(self, run_dir: Path | None) -> str | None:
+    def default_source(self, demo_files: Mapping[str, Path] | None) -> str | None:
+        """The data used when --task names no path; `demo_files` are the demo world's files by
+        kind (pretrain, benchmark, facts, ...) when the task runs in a run, else None."""
         return None
 
-    def load(self, source: str | None, *, run_dir: Path | None, options: Options) -> list:
-        source = source or self.default_source(run_dir)
+    def load(
+        self, source: str | None, *, demo_files: Mapping[str, Path] | None, options: Options
+    ) -> list:
+        source = source or self.default_source(demo_files)
         if source is None:
             raise UserError(
                 f"task {self.name} needs data and none was given",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from hanlm.evals.tasks import register
@@ -20,10 +21,8 @@ class DemoQA(MultipleChoiceTask):
     target_delimiter = "\n"
     labels = ("아니요", "예")
 
-    def default_source(self, run_dir: Path | None) -> str | None:
-        if run_dir is None:
-            return None
-        return str(Path(run_dir) / "demo" / "benchmark.jsonl")
+    def default_source(self, demo_files: Mapping[str, Path] | None) -> str | None:
+        return None if demo_files is None else str(demo_files["benchmark"])
 
     def context(self, f: dict) -> str:
         return f"{f['passage']}\n{f['question']}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,11 +78,11 @@ class Direction(Task):
     benchmark = None  # facts, not benchmark items: decontamination does not list them
     where_to_get = "a TSV of subject, relation, object (the demo world writes RUN/demo/facts.tsv)"
 
-    def default_source(self, run_dir: Path | None) -> str | None:
-        return None if run_dir is None else str(Path(run_dir) / "demo" / "facts.tsv")
+    def default_source(self, demo_files: Mapping[str, Path] | None) -> str | None:
+        return None if demo_files is None else str(demo_files["facts"])
 
-    def load(self, source, *, run_dir, options: Options) -> list:
-        source = source or self.default_source(run_dir)
+    def load(self, source, *, demo_files, options: Options) -> list:
+        source = source or self.default_source(demo_files)
         if source is None:
             raise UserError(
                 "task direction needs a facts table",

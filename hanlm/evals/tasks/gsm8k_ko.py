@@ -61,8 +61,8 @@ class Gsm8kKo(Task):
     def __init__(self):
         self.shots: list[dict] = []
 
-    def load(self, source, *, run_dir, options: Options) -> list:
-        items = super().load(source, run_dir=run_dir, options=options)
+    def load(self, source, *, demo_files, options: Options) -> list:
+        items = super().load(source, demo_files=demo_files, options=options)
         k = options.num_fewshot
         self.shots = [item.fields for item in items[:k]]
         return items[k:]

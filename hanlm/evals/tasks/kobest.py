@@ -100,7 +100,7 @@ class KobestTask(MultipleChoiceTask):
         cls.config, cls.folder = config, folder
         cls.where_to_get = WHERE.format(folder=folder, config=config, name=cls.name)
 
-    def default_source(self, run_dir) -> str:
+    def default_source(self, demo_files) -> str:
         return KOBEST_HF.format(config=self.config)
 
 

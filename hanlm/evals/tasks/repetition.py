@@ -16,7 +16,7 @@ side by side.
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,13 +174,11 @@ class RepetitionTask(Task):
         "the openings of the demo world's documents"
     )
 
-    def default_source(self, run_dir: Path | None) -> str | None:
-        if run_dir is None:
-            return None
-        return str(Path(run_dir) / "demo" / "pretrain.jsonl")
+    def default_source(self, demo_files: Mapping[str, Path] | None) -> str | None:
+        return None if demo_files is None else str(demo_files["pretrain"])
 
-    def load(self, source, *, run_dir, options: Options) -> list:
-        source = source or self.default_source(run_dir)
+    def load(self, source, *, demo_files, options: Options) -> list:
+        source = source or self.default_source(demo_files)
         if source is None or not Path(source).is_file():
             raise UserError(
                 f"repetition: prompts file {source} does not exist",

@@ -1,10 +1,11 @@
-"""`hanlm decontam`: the stage (`--run`), the standalone scan (`--corpus --out`), shards and merge.
+"""What a decontamination scan leaves: per-item outcomes, the reports and the cleaned corpus.
 
-Outputs in DIR/decontam/: index.npz (the benchmark index, reusable from Python), items.jsonl
+Outputs in a decontam folder: index.npz (the benchmark index, reusable from Python), items.jsonl
 (per item: benchmark, item_id, coverage, status, a few matching document ids), report.json,
 report.md, flagged.jsonl (every document holding part of a dirty or partial item, and what was
-done to it), and in `--run` mode corpus/: the decontaminated corpus in the corpus stage's format
-(untouched parts hard-linked, not copied), which the tokenizer and shards stages then read.
+done to it), and for a run's corpus corpus/: the decontaminated corpus in the corpus stage's
+format (untouched parts hard-linked, not copied), which the tokenizer and shards stages then read.
+A sharded scan leaves partial results in a work folder until they are merged.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import zstandard
 
 from hanlm.config import Config
-from hanlm.console import info, progress, warn
-from hanlm.data.decontam.index import FORMAT_VERSION, BenchmarkIndex
-from hanlm.data.decontam.scan import ScanResult, expand_corpus, scan
+from hanlm.console import info, progress
+from hanlm.data.corpus import corpus_parts
+from hanlm.data.decontam.index import BenchmarkIndex
+from hanlm.data.decontam.scan import ScanResult, scan
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_output_dir,
@@ -30,65 +33,13 @@ from hanlm.files import (
     atomic_write_text,
     file_mismatch,
     file_record,
-    fingerprint,
     open_text_stream,
     read_json,
-    stage_fingerprint,
     write_stage_marker,
 )
-from hanlm.testsets import readers
 
-STAGE = "decontam"
-PARTIAL = "decontam-partial"
+STAGE = "decontam"  # the name its stage marker carries
 INDEX_FILE = "index.npz"
-
-
-# ---------------------------------------------------------------------------------------------
-# Benchmarks
-
-
-def benchmark_specs(specs: list[str], run_dir: Path | None) -> list[tuple[str, Path]]:
-    """TASK=PATH specs -> (task, file); PATH `demo` is the run's demo world benchmark."""
-    out = []
-    for spec in specs:
-        task, path = readers.parse_spec(spec)
-        if path == "demo":
-            if run_dir is None:
-                raise UserError(
-                    f"benchmark {spec!r} names the demo world, which only a run has",
-                    fix="use --run DIR, or give the file: `hanlm demo --out D` writes "
-                    "D/benchmark.jsonl",
-                )
-            out.append((task, Path(run_dir) / "demo" / "benchmark.jsonl"))
-        else:
-            out.append((task, Path(path).expanduser()))
-        if not out[-1][1].is_file():
-            raise UserError(
-                f"benchmark file for {task} not found: {out[-1][1]}",
-                where=spec,
-                fix=f"get it from {readers.WHERE_TO_GET[task]}",
-            )
-    if not out:
-        raise UserError(
-            "no benchmarks to decontaminate against",
-            fix="pass --benchmark TASK=PATH (repeatable) or set decontam.benchmarks",
-        )
-    return out
-
-
-def load_items(benchmarks: list[tuple[str, Path]], text_field: str) -> list[readers.Item]:
-    """Every benchmark item, with the prompt lm-eval scores as a form to look for too."""
-    from hanlm.evals.tasks import with_prompt_form
-
-    items: list[readers.Item] = []
-    for task, path in benchmarks:
-        items.extend(with_prompt_form(i) for i in readers.read(task, path, text_field=text_field))
-    return items
-
-
-def _file_key(path: Path) -> list:
-    st = path.stat()
-    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,8 +74,7 @@ def decide(index: BenchmarkIndex, result: ScanResult, dirty: float, clean: float
     return Outcome(coverage, status, found_by, item_docs, flagged)
 
 
-def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -> dict:
-    d = cfg.decontam
+def _items_jsonl(index, result, outcome: Outcome, max_documents: int) -> str:
     names = result.doc_names()
     lines = []
     for i in range(len(index)):
@@ -134,17 +84,20 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
             "coverage": round(float(outcome.coverage[i]), 4),
             "status": outcome.status[i],
             "found_by": outcome.found_by[i],
-            "documents": [names[doc] for doc in outcome.item_docs[i][: d.max_documents]],
+            "documents": [names[doc] for doc in outcome.item_docs[i][:max_documents]],
         }
         lines.append(json.dumps(row, ensure_ascii=False))
-    atomic_write_text(out / "items.jsonl", "\n".join(lines) + "\n" if lines else "")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _per_benchmark(index, outcome: Outcome) -> dict[str, dict]:
     per_benchmark: dict[str, Counter] = {}
     for bench, status, how in zip(index.benchmarks, outcome.status, outcome.found_by,
                                   strict=True):  # fmt: skip
         counts = per_benchmark.setdefault(bench, Counter())
         counts[status] += 1
         counts[f"by_{how}"] += how is not None
-    benchmarks = {
+    return {
         b: {
             "items": sum(c[s] for s in ("dirty", "partial", "clean")),
             **{s: c[s] for s in ("dirty", "partial", "clean")},
@@ -153,9 +106,65 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
         }
         for b, c in per_benchmark.items()
     }
+
+
+def _report_markdown(report: dict, outcome: Outcome, extra: dict) -> str:
+    stats_docs, stats_bytes = report["documents_scanned"], report["bytes_scanned"]
+    md = [f"# Decontamination ({report['ngram']}-character n-grams)", ""]
+    md += [
+        "| benchmark | items | dirty | partial | clean | found as a whole | found only by parts |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for b, c in report["benchmarks"].items():
+        md.append(
+            f"| {b} | {c['items']:,} | {c['dirty']:,} | {c['partial']:,} | {c['clean']:,} | "
+            f"{c['found_whole']:,} | {c['found_only_by_parts']:,} |"
+        )
+    md += [
+        "",
+        f"Statuses: dirty = coverage >= {report['dirty_threshold']}, clean = coverage < "
+        f"{report['clean_threshold']}, partial in between. Coverage is the share of an item's "
+        "characters found in the training data: of its text as one string, or of its "
+        "distinguishing parts (COPA premise and right alternative, BoolQ passage and question, "
+        "...), whichever is higher. A part shorter than the n-gram counts only in a document "
+        "that holds every part of the item; a longer one stands alone. 'Found only by parts': "
+        "items the whole-text match alone would have left at a lower status.",
+        f"Scanned {stats_docs:,} documents ({stats_bytes / 1e6:,.1f} MB); "
+        f"{len(outcome.flagged):,} hold part of a dirty or partial item "
+        f"(action: {report['action']}).",
+    ]
+    if extra.get("documents_dropped") is not None:
+        md.append(
+            f"Decontaminated corpus: {extra['documents_dropped']:,} documents dropped, "
+            f"{extra['documents_cut']:,} cut ({extra['characters_removed']:,} characters removed)."
+        )
+    return "\n".join(md) + "\n"
+
+
+def _flagged_jsonl(index, result, outcome: Outcome, actions: dict[int, str]) -> str:
+    names = result.doc_names()
+    arrays = result.arrays()
+    lines = []
+    for doc in sorted(outcome.flagged):
+        held = sorted(outcome.flagged[doc])
+        record = {
+            "document": names[doc],
+            "source": result.sources[int(arrays["doc_source"][doc])],
+            "record": int(arrays["doc_record"][doc]),
+            "items": [[index.benchmarks[i], index.item_ids[i]] for i in held],
+            "action": actions.get(doc, "flagged"),
+        }
+        lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+    return "".join(lines)
+
+
+def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -> dict:
+    """items.jsonl, report.json, report.md and flagged.jsonl into `out`; the report."""
+    d = cfg.decontam
+    atomic_write_text(out / "items.jsonl", _items_jsonl(index, result, outcome, d.max_documents))
     stats = result.stats
     report = {
-        "benchmarks": benchmarks,
+        "benchmarks": _per_benchmark(index, outcome),
         "ngram": index.ngram,
         "dirty_threshold": d.dirty_threshold,
         "clean_threshold": d.clean_threshold,
@@ -170,52 +179,9 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
         **{k: v for k, v in extra.items() if k != "document_actions"},
     }
     atomic_write_json(out / "report.json", report)
-    md = [f"# Decontamination ({index.ngram}-character n-grams)", ""]
-    md += [
-        "| benchmark | items | dirty | partial | clean | found as a whole | found only by parts |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for b, c in benchmarks.items():
-        md.append(
-            f"| {b} | {c['items']:,} | {c['dirty']:,} | {c['partial']:,} | {c['clean']:,} | "
-            f"{c['found_whole']:,} | {c['found_only_by_parts']:,} |"
-        )
-    md += [
-        "",
-        f"Statuses: dirty = coverage >= {d.dirty_threshold}, clean = coverage < "
-        f"{d.clean_threshold}, partial in between. Coverage is the share of an item's "
-        "characters found in the training data: of its text as one string, or of its "
-        "distinguishing parts (COPA premise and right alternative, BoolQ passage and question, "
-        "...), whichever is higher. A part shorter than the n-gram counts only in a document "
-        "that holds every part of the item; a longer one stands alone. 'Found only by parts': "
-        "items the whole-text match alone would have left at a lower status.",
-        f"Scanned {stats['documents']:,} documents ({stats['bytes'] / 1e6:,.1f} MB); "
-        f"{len(outcome.flagged):,} hold part of a dirty or partial item (action: {d.action}).",
-    ]
-    if extra.get("documents_dropped") is not None:
-        md.append(
-            f"Decontaminated corpus: {extra['documents_dropped']:,} documents dropped, "
-            f"{extra['documents_cut']:,} cut ({extra['characters_removed']:,} characters removed)."
-        )
-    atomic_write_text(out / "report.md", "\n".join(md) + "\n")
-    flagged_lines = []
+    atomic_write_text(out / "report.md", _report_markdown(report, outcome, extra))
     actions = extra.get("document_actions", {})
-    arrays = result.arrays()
-    for doc in sorted(outcome.flagged):
-        held = sorted(outcome.flagged[doc])
-        flagged_lines.append(
-            json.dumps(
-                {
-                    "document": names[doc],
-                    "source": result.sources[int(arrays["doc_source"][doc])],
-                    "record": int(arrays["doc_record"][doc]),
-                    "items": [[index.benchmarks[i], index.item_ids[i]] for i in held],
-                    "action": actions.get(doc, "flagged"),
-                },
-                ensure_ascii=False,
-            )
-        )
-    atomic_write_text(out / "flagged.jsonl", "".join(line + "\n" for line in flagged_lines))
+    atomic_write_text(out / "flagged.jsonl", _flagged_jsonl(index, result, outcome, actions))
     return report
 
 
@@ -245,10 +211,6 @@ def write_corpus(
     tmp: Path, corpus_dir: Path, index, result: ScanResult, outcome: Outcome, cfg: Config
 ) -> dict:
     """Copy the corpus into tmp/corpus without the flagged documents (or their matching spans)."""
-    import zstandard
-
-    from hanlm.data.corpus import corpus_parts
-
     out = tmp / "corpus"
     out.mkdir()
     a = result.arrays()
@@ -333,31 +295,18 @@ def _part_meta(corpus_dir: Path, name: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Entry points
+# Scanning, finishing, and the partial results of a sharded scan
 
 
-def _workers(cfg: Config) -> int:
-    return cfg.decontam.workers or os.cpu_count() or 1
-
-
-def _check_thresholds(cfg: Config) -> None:
-    d = cfg.decontam
-    if not d.clean_threshold <= d.dirty_threshold:
-        raise UserError(
-            f"decontam.clean_threshold {d.clean_threshold} is above decontam.dirty_threshold "
-            f"{d.dirty_threshold}",
-            fix="keep clean_threshold <= dirty_threshold",
-        )
-
-
-def _scan_files(cfg, index, index_path, files, shard) -> ScanResult:
+def scan_files(cfg: Config, index, index_path: Path, files, shard) -> ScanResult:
+    """Scan the files (this shard's share of them) with a progress bar."""
     with progress() as bar:
         task = bar.add_task("decontam", total=None)
         return scan(
             index,
             index_path,
             files,
-            workers=_workers(cfg),
+            workers=cfg.decontam.workers or os.cpu_count() or 1,
             batch_bytes=cfg.decontam.batch_bytes,
             text_field=cfg.decontam.text_field,
             shard=shard,
@@ -365,7 +314,7 @@ def _scan_files(cfg, index, index_path, files, shard) -> ScanResult:
         )
 
 
-def _finish(out: Path, index, result, cfg, fp, *, corpus_dir: Path | None, meta: dict) -> dict:
+def finish(out: Path, index, result, cfg, fp, *, corpus_dir: Path | None, meta: dict) -> dict:
     """Write every output of a complete scan into `out` (atomically) and mark it done."""
     outcome = decide(index, result, cfg.decontam.dirty_threshold, cfg.decontam.clean_threshold)
     with atomic_output_dir(out) as tmp:
@@ -381,100 +330,7 @@ def _finish(out: Path, index, result, cfg, fp, *, corpus_dir: Path | None, meta:
     return report
 
 
-def _prepare_index(cfg, benchmarks, work: Path) -> tuple[BenchmarkIndex, Path]:
-    items = load_items(benchmarks, cfg.decontam.text_field)
-    index = BenchmarkIndex.build(items, ngram=cfg.decontam.ngram)
-    work.mkdir(parents=True, exist_ok=True)
-    path = work / INDEX_FILE
-    index.save(path)
-    return index, path
-
-
-def _fp(cfg: Config, benchmarks, inputs: list) -> str:
-    d = cfg.decontam.model_dump(exclude={"workers", "batch_bytes", "enabled"})
-    return fingerprint(
-        STAGE,
-        FORMAT_VERSION,
-        d,
-        cfg.corpus.min_chars,
-        [[t, *_file_key(p)] for t, p in benchmarks],
-        inputs,
-    )
-
-
-def run(
-    cfg: Config, run_dir: Path, *, force: bool = False, shard: tuple[int, int] | None = None
-) -> dict:
-    """The stage between corpus and tokenizer: scan the run's corpus, write DIR/decontam/."""
-    run_dir = Path(run_dir)
-    out = run_dir / STAGE
-    if not cfg.decontam.enabled or not cfg.decontam.benchmarks:
-        # A finished earlier output would otherwise be trained on; anything else there is not
-        # hanlm's to delete (and, with no stage marker, is never read as a decontaminated corpus).
-        if stage_fingerprint(out) is not None:
-            shutil.rmtree(out)
-        why = "disabled" if not cfg.decontam.enabled else "no decontam.benchmarks configured"
-        info(f"decontam: {why}; training reads {run_dir / 'corpus'}")
-        return {"enabled": False}
-    _check_thresholds(cfg)
-    corpus_dir = run_dir / "corpus"
-    corpus_fp = stage_fingerprint(corpus_dir)
-    if corpus_fp is None:
-        raise UserError(
-            f"no finished corpus in {corpus_dir}", fix=f"run `hanlm corpus --run {run_dir}` first"
-        )
-    if any(readers.parse_spec(spec)[1] == "demo" for spec in cfg.decontam.benchmarks):
-        from hanlm.data.corpus import ensure_demo_world
-
-        ensure_demo_world(cfg, run_dir)  # there already when the corpus came from the demo
-    benchmarks = benchmark_specs(cfg.decontam.benchmarks, run_dir)
-    fp = _fp(cfg, benchmarks, [corpus_fp])
-    from hanlm.data.corpus import corpus_parts, damaged_parts
-
-    if shard is None and not force and stage_fingerprint(out) == fp:
-        problems = damaged_parts(out / "corpus") + _damaged_index(out / INDEX_FILE)
-        if not problems:
-            info(f"decontam: up to date in {out}, skipped")
-            return read_json(out / "report.json")
-        warn(f"decontam: {out / 'corpus'} is damaged ({'; '.join(problems[:3])}); scanning again")
-
-    files = corpus_parts(corpus_dir)
-    return _scan(cfg, benchmarks, files, run_dir / PARTIAL, out, fp, shard, corpus_dir, "run")
-
-
-def standalone(
-    cfg: Config,
-    corpus: list[str],
-    out_dir: Path,
-    *,
-    force: bool = False,
-    shard: tuple[int, int] | None = None,
-) -> dict:
-    """Scan any training data (`--corpus` globs) against the benchmarks into OUT/decontam/."""
-    _check_thresholds(cfg)
-    files = expand_corpus(corpus)
-    benchmarks = benchmark_specs(cfg.decontam.benchmarks, None)
-    out_dir = Path(out_dir)
-    out = out_dir / STAGE
-    fp = _fp(cfg, benchmarks, [_file_key(f) for f in files])
-    if shard is None and not force and stage_fingerprint(out) == fp:
-        info(f"decontam: up to date in {out}, skipped")
-        return read_json(out / "report.json")
-    return _scan(cfg, benchmarks, files, out_dir / PARTIAL, out, fp, shard, None, "standalone")
-
-
-def _scan(cfg, benchmarks, files, work: Path, out: Path, fp: str, shard, corpus_dir, mode: str):
-    """Index, scan, then either save this shard's partial result or finish the reports."""
-    index, index_path = _prepare_index(cfg, benchmarks, work)
-    result = _scan_files(cfg, index, index_path, files, shard)
-    if shard is not None:
-        return _save_partial(work, result, shard, fp)
-    report = _finish(out, index, result, cfg, fp, corpus_dir=corpus_dir, meta={"mode": mode})
-    shutil.rmtree(work, ignore_errors=True)
-    return report
-
-
-def _save_partial(work: Path, result: ScanResult, shard: tuple[int, int], fp: str) -> dict:
+def save_partial(work: Path, result: ScanResult, shard: tuple[int, int], fp: str) -> dict:
     i, n = shard
     # every shard writes index.npz again: each records the copy it left, for merge to check
     index = file_record(work / INDEX_FILE)
@@ -488,13 +344,9 @@ def _save_partial(work: Path, result: ScanResult, shard: tuple[int, int], fp: st
     return {"shard": [i, n], **result.stats}
 
 
-def merge(cfg: Config, *, out_dir: Path | None = None, run_dir: Path | None = None) -> dict:
-    """Combine every shard's partial result in DIR/decontam-partial/ into DIR/decontam/.
-
-    Each `--shard I/N` run writes shard-I-of-N.{npz,json} and index.npz there; on machines that
-    do not share DIR, copy every shard's files into one DIR/decontam-partial/ first."""
-    root = Path(run_dir if run_dir is not None else out_dir)
-    work = root / PARTIAL
+def load_partials(work: Path) -> tuple[BenchmarkIndex, ScanResult, str, int]:
+    """Every shard's partial result in `work`, checked and combined: the index, the merged
+    scan result, the scan's fingerprint and the shard count."""
     metas = sorted(work.glob("shard-*-of-*.json"))
     if not metas:
         raise UserError(
@@ -530,12 +382,7 @@ def merge(cfg: Config, *, out_dir: Path | None = None, run_dir: Path | None = No
             f"the benchmark index in {work} is damaged: {problems[-1] or 'no checksum recorded'}",
             fix="run any one shard again (it writes the index anew), then merge",
         )
-    index = BenchmarkIndex.load(work / INDEX_FILE)
-    corpus_dir = Path(run_dir) / "corpus" if run_dir is not None else None
-    meta = {"mode": "run" if run_dir is not None else "standalone", "shards": n}
-    report = _finish(root / STAGE, index, result, cfg, fps.pop(), corpus_dir=corpus_dir, meta=meta)
-    shutil.rmtree(work, ignore_errors=True)
-    return report
+    return BenchmarkIndex.load(work / INDEX_FILE), result, fps.pop(), n
 
 
 def _shard_of(meta_path: Path) -> str:
@@ -547,7 +394,7 @@ def _shard_of(meta_path: Path) -> str:
         return meta_path.stem
 
 
-def _damaged_index(path: Path) -> list[str]:
+def damaged_index(path: Path) -> list[str]:
     """What is wrong with a saved index.npz (a zip: every member's CRC is checked), or []."""
     try:
         with zipfile.ZipFile(path) as archive:
@@ -555,26 +402,3 @@ def _damaged_index(path: Path) -> list[str]:
     except (OSError, zipfile.BadZipFile, EOFError) as e:
         return [f"{path.name} cannot be read ({e})"]
     return [f"{path.name} fails the checksum of {bad}"] if bad else []
-
-
-def load_run_index(run_dir: Path) -> BenchmarkIndex | None:
-    """The index the run's decontam stage saved, or None when the run has no decontam output."""
-    path = Path(run_dir) / STAGE / INDEX_FILE
-    if stage_fingerprint(path.parent) is None or not path.is_file():
-        return None
-    problems = _damaged_index(path)
-    if problems:
-        raise UserError(
-            f"the run's decontamination index is damaged: {problems[0]}",
-            where=str(path),
-            fix=f"run `hanlm decontam --run {run_dir}` again (it scans anew when its output is "
-            "damaged)",
-        )
-    return BenchmarkIndex.load(path)
-
-
-def training_corpus_dir(run_dir: Path) -> Path:
-    """The corpus training reads: DIR/decontam/corpus when that stage finished, else DIR/corpus."""
-    from hanlm.data.corpus import training_corpus_dir as from_corpus
-
-    return from_corpus(run_dir)

@@ -1,0 +1,73 @@
+"""The corpus stage: the configured inputs cleaned into `RUN/corpus/` (see hanlm.data.corpus)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hanlm.config import Config
+from hanlm.console import info, warn
+from hanlm.data import corpus
+from hanlm.errors import UserError
+from hanlm.files import (
+    atomic_output_dir,
+    atomic_write_json,
+    fingerprint,
+    read_json,
+    stage_fingerprint,
+    write_stage_marker,
+)
+from hanlm.stages.demo import ensure_demo_world
+from hanlm.stages.rundir import RunDir
+
+STAGE = "corpus"
+
+
+def stage_fp(cfg: Config) -> str:
+    sources = corpus.expand_inputs(cfg.corpus.inputs)
+    demo_cfg = cfg.demo.model_dump() if "demo" in cfg.corpus.inputs else None
+    return fingerprint(
+        STAGE, cfg.corpus.model_dump(), demo_cfg, cfg.run.seed, corpus.input_fingerprint(sources)
+    )
+
+
+def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
+    run = RunDir.of(run)
+    out = run.corpus
+    fp = stage_fp(cfg)
+    if not force and stage_fingerprint(out) == fp:
+        problems = corpus.damaged_parts(out)
+        if not problems:
+            info(f"corpus: up to date in {out}, skipped")
+            return read_json(run.corpus_stats)
+        warn(f"corpus: {out} is damaged ({'; '.join(problems[:3])}); building it again")
+
+    c = cfg.corpus
+    sources = corpus.expand_inputs(c.inputs)
+    demo_file = None
+    if "demo" in sources:
+        ensure_demo_world(cfg, run)
+        demo_file = run.demo_file("pretrain")
+    skips = corpus.Skips(strict=c.strict)
+    with atomic_output_dir(out) as tmp:
+        result = corpus.build(sources, c, cfg.run.seed, tmp, skips, demo_file=demo_file)
+        atomic_write_json(tmp / corpus.STATS_FILE, result)
+        write_stage_marker(tmp, STAGE, fp)
+    corpus.warn_skipped(skips)
+    info(
+        f"corpus: {result['documents_out']:,} documents, {result['characters_out']:,} characters "
+        f"({result['exact_duplicates']:,} exact and {result['near_duplicates'] or 0:,} near duplicates "
+        f"removed) -> {out}"
+    )
+    return result
+
+
+def training_corpus_dir(run: RunDir | Path) -> Path:
+    """The corpus later stages train on: the decontaminated one when that stage has run."""
+    run = RunDir.of(run)
+    if stage_fingerprint(run.decontam) is not None and run.decontam_corpus.is_dir():
+        return run.decontam_corpus
+    if stage_fingerprint(run.corpus) is None:
+        raise UserError(
+            f"no finished corpus in {run.corpus}", fix=f"run `hanlm corpus --run {run.root}` first"
+        )
+    return run.corpus

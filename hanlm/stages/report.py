@@ -1,0 +1,47 @@
+"""The report stage: the report card `RUN/report.md` with its figures in `RUN/plots/`
+(see hanlm.report.card)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hanlm.config import Config
+from hanlm.console import info
+from hanlm.files import atomic_write_text
+from hanlm.report import card
+from hanlm.stages.rundir import RunDir
+
+
+def run_files(run: RunDir) -> card.RunFiles:
+    """Where the report finds what each stage wrote in the run."""
+    return card.RunFiles(
+        name=run.root.name,
+        root=run.root,
+        plots=run.plots,
+        config=run.config,
+        plan=run.plan,
+        preflight=run.preflight,
+        corpus_stats=run.corpus_stats,
+        decontam_report=run.decontam_report,
+        decontam_items=run.decontam_items,
+        planted=run.demo_file("planted"),
+        pretrain_metrics=run.pretrain.metrics,
+        pretrain_summary=run.pretrain.summary,
+        sft_metrics=run.sft.metrics,
+        closure=run.sft.closure,
+        closure_by_init=run.sft.closure_by_init,
+        ablation_closure=run.sft.ablation_closure,
+        audit=run.sft.audit,
+        eval_results=run.eval_results,
+        eval_samples=run.eval_samples,
+    )
+
+
+def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
+    """Always rebuilt: it only reads, and the stages before it may have changed."""
+    run = RunDir.of(run)
+    text = card.build(run_files(run))
+    atomic_write_text(run.report, text)
+    plots = sorted(p.name for p in run.plots.glob("*.png"))
+    info(f"report: {run.report} with {len(plots)} plots in {run.plots}")
+    return {"report": str(run.report), "plots": plots}
