@@ -19,9 +19,9 @@ STAGES: dict[str, str] = {
     "decontam": "hanlm.data.decontam",
     "tokenizer": "hanlm.data.tokenizer",
     "shards": "hanlm.data.shards",
-    "pretrain": "hanlm.train.pretrain",
-    "export": "hanlm.train.export",
-    "sft": "hanlm.train.sft",
+    "pretrain": "hanlm.stages.pretrain",
+    "export": "hanlm.stages.export",
+    "sft": "hanlm.stages.sft",
     "eval": "hanlm.evals.run",
     "report": "hanlm.report.card",
 }

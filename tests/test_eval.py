@@ -12,7 +12,7 @@ from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.evals import run as eval_run
 from hanlm.evals.harness import Model
-from hanlm.train import export, pretrain
+from hanlm.stages import export, pretrain
 from user_files import snapshot, user_file, user_folder
 
 EVAL = {

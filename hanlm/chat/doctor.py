@@ -42,14 +42,14 @@ def _finding(level: str, check: str, what: str, fix: str = "") -> dict:
 def _load(model_dir: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from hanlm.model import no_progress_bars
     from hanlm.model_folder import check_model_folder
-    from hanlm.train.export import _no_progress_bars
     from hanlm.train.precision import quiet_torchao_import
 
     check_model_folder(model_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        with quiet_torchao_import(), _no_progress_bars():
+        with quiet_torchao_import(), no_progress_bars():
             model = AutoModelForCausalLM.from_pretrained(
                 str(model_dir), trust_remote_code=False, use_safetensors=True
             )

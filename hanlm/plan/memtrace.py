@@ -45,8 +45,7 @@ def measure_step(
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from hanlm.model import build_model
-    from hanlm.train.parallel import enable_activation_checkpointing
+    from hanlm.model import build_model, enable_activation_checkpointing  # deferred: transformers
 
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")

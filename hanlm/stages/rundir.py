@@ -40,6 +40,31 @@ class TrainingDirs:
 
 
 @dataclass(frozen=True)
+class SftDirs(TrainingDirs):
+    """SFT's folder: a training folder plus its audit, data report and closure checks, and one
+    training folder per compared initialisation."""
+
+    @property
+    def audit(self) -> Path:
+        return self.root / "audit.json"
+
+    @property
+    def data_report(self) -> Path:
+        return self.root / "data.json"
+
+    @property
+    def closure(self) -> Path:
+        return self.root / "closure.json"
+
+    @property
+    def closure_by_init(self) -> Path:
+        return self.root / "closure_by_init.json"
+
+    def ablation(self, init: str) -> SftDirs:
+        return SftDirs(self.root / "ablation" / init)
+
+
+@dataclass(frozen=True)
 class RunDir:
     """`runs/NAME/`: one folder per stage plus the run's config, plan, preflight and report."""
 
@@ -129,8 +154,8 @@ class RunDir:
         return TrainingDirs(self.stage("pretrain"))
 
     @property
-    def sft(self) -> TrainingDirs:
-        return TrainingDirs(self.stage("sft"))
+    def sft(self) -> SftDirs:
+        return SftDirs(self.stage("sft"))
 
     # --- evaluation -----------------------------------------------------------------------
     @property

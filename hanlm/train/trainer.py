@@ -89,20 +89,18 @@ class Trainer:
         dist: parallel.Dist,
         mode: str,
         plan,
-        out_dir: Path,
+        metrics_path: Path,
+        checkpoints: checkpoint.CheckpointManager,
         token_bytes: torch.Tensor | None = None,
         after_optimizer_step=None,
-        checkpoints: checkpoint.CheckpointManager | None = None,
         every_minutes: float = 0,
         loss_fn=None,
     ):
         self.model, self.optimizer = model, optimizer
         self.train_loader, self.val_loader = train_loader, val_loader
         self.schedule, self.s, self.d, self.mode, self.plan = schedule, settings, dist, mode, plan
-        self.out_dir = Path(out_dir)
-        self.checkpoints = checkpoints or checkpoint.CheckpointManager(
-            self.out_dir / "checkpoints", dist, checkpoint.Policy()
-        )
+        self.metrics_path = Path(metrics_path)
+        self.checkpoints = checkpoints
         self.every_minutes = every_minutes
         self.preemption = PreemptionWatch()
         self.token_bytes = token_bytes.to(dist.device) if token_bytes is not None else None
@@ -265,7 +263,7 @@ class Trainer:
         s, total = self.s, self.schedule.total_steps
         start = self.state.step
         log = MetricsLog(
-            self.out_dir / "metrics.jsonl",
+            self.metrics_path,
             enabled=self.d.is_main,
             total_steps=total,
             start_step=start,
