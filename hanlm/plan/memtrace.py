@@ -42,6 +42,7 @@ def measure_step(
 
     bf16_params builds the model in bf16, as FSDP2's mixed precision gathers it for compute.
     """
+    # deferred: torch's private tracing modules, loaded only when a step is traced
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 

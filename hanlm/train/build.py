@@ -2,8 +2,9 @@
 
 Each config component builds its part: [optimizer] the AdamW and its schedule, [checkpoint] the
 checkpoint manager, [logging] the loop's cadence, [distill] the loss; [parallel] starts the
-processes. A stage module hands over what is its own (the model, the loaders, the step count,
-the fingerprints and the output paths) and gets a Trainer ready to resume and fit.
+processes. A training hands over what is its own (the model, placed and parallelised, the
+loaders, the step count, the fingerprints and the output paths) and gets a Trainer ready to
+resume and fit.
 """
 
 from __future__ import annotations
@@ -16,21 +17,53 @@ from pathlib import Path
 
 import torch
 
-from hanlm.config import CheckpointSection, DistillSection, LoggingSection, OptimizerSection
+from hanlm.config import (
+    CheckpointSection,
+    Config,
+    DistillSection,
+    LoggingSection,
+    OptimizerSection,
+)
 from hanlm.train import checkpoint, distill, parallel
 from hanlm.train.optim import adamw
+from hanlm.train.precision import PrecisionPlan
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
 
 
+@dataclass(frozen=True)
+class Components:
+    """The config sections a training is assembled from."""
+
+    optimizer: OptimizerSection
+    checkpoint: CheckpointSection
+    logging: LoggingSection
+    distill: DistillSection
+
+    @classmethod
+    def pretraining(cls, cfg: Config) -> Components:
+        return cls(cfg.optimizer, cfg.checkpoint, cfg.logging, cfg.distill)
+
+    @classmethod
+    def sft(cls, cfg: Config) -> Components:
+        # [checkpoint] says how checkpoints are written and kept; [sft.checkpoint] how often
+        cadence = cfg.sft.checkpoint.model_dump()
+        checkpoints = cfg.checkpoint.model_copy(update=cadence)
+        return cls(cfg.sft.optimizer, checkpoints, cfg.sft.logging, cfg.distill)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the model trains: this rank, the parallel mode and the number formats."""
+
+    d: parallel.Dist
+    mode: str
+    plan: PrecisionPlan
+
+
 def build_optimizer(section: OptimizerSection, model: torch.nn.Module, device) -> torch.optim.AdamW:
-    return adamw(
-        model,
-        lr=section.lr,
-        weight_decay=section.weight_decay,
-        betas=(section.beta1, section.beta2),
-        eps=section.eps,
-        device=device,
-    )
+    betas = (section.beta1, section.beta2)
+    wd = section.weight_decay
+    return adamw(model, lr=section.lr, weight_decay=wd, betas=betas, eps=section.eps, device=device)
 
 
 def build_schedule(section: OptimizerSection, total_steps: int) -> Schedule:
@@ -74,7 +107,7 @@ def start_fresh(d: parallel.Dist, paths: list[Path]) -> None:
 
 @dataclass(frozen=True)
 class TrainingJob:
-    """What a training stage brings that the config sections do not say."""
+    """What a training brings that the config sections do not say."""
 
     total_steps: int
     accumulation: int
@@ -92,50 +125,44 @@ class TrainingJob:
     configure_optimizer: Callable[[torch.optim.Optimizer], None] | None = None
 
 
-def build_trainer(
-    model: torch.nn.Module,
-    job: TrainingJob,
-    *,
-    d: parallel.Dist,
-    mode: str,
-    plan,
-    optimizer: OptimizerSection,
-    checkpoints: CheckpointSection,
-    logging: LoggingSection,
-    distillation: DistillSection,
-) -> Trainer:
-    """The Trainer of a model already placed and parallelised, from its components' sections."""
-    adam = build_optimizer(optimizer, model, d.device)
-    if job.configure_optimizer is not None:
-        job.configure_optimizer(adam)
-    settings = TrainerSettings(
+def trainer_settings(job: TrainingJob, components: Components) -> TrainerSettings:
+    return TrainerSettings(
         accumulation=job.accumulation,
-        grad_clip=optimizer.grad_clip,
-        **logging.model_dump(),
-        checkpoint_every=checkpoints.every,
+        grad_clip=components.optimizer.grad_clip,
+        checkpoint_every=components.checkpoint.every,
         flops_per_token=job.flops_per_token,
         peak_flops=job.peak_flops,
         fingerprint=job.fingerprint,
         settings=job.settings,
+        **components.logging.model_dump(),  # log_every, eval_every, eval_batches
     )
+
+
+def build_trainer(
+    model: torch.nn.Module, job: TrainingJob, at: Placement, components: Components
+) -> Trainer:
+    """The Trainer of a model already placed and parallelised, from its components' sections."""
+    adam = build_optimizer(components.optimizer, model, at.d.device)
+    if job.configure_optimizer is not None:
+        job.configure_optimizer(adam)
     vocab_size = parallel.unwrap(model).config.get_text_config().vocab_size
+    loss_fn = distill.make_loss_fn(  # distillation, when enabled, applies to SFT as to pretraining
+        components.distill, vocab_size, at.d.device, student_tokenizer=job.student_tokenizer
+    )
     return Trainer(
         model=model,
         optimizer=adam,
         train_loader=job.train_loader,
         val_loader=job.val_loader,
-        schedule=build_schedule(optimizer, job.total_steps),
-        settings=settings,
-        dist=d,
-        mode=mode,
-        plan=plan,
+        schedule=build_schedule(components.optimizer, job.total_steps),
+        settings=trainer_settings(job, components),
+        dist=at.d,
+        mode=at.mode,
+        plan=at.plan,
         metrics_path=job.metrics_path,
         token_bytes=job.token_bytes,
         after_optimizer_step=job.after_optimizer_step,
-        checkpoints=build_checkpoints(checkpoints, job.checkpoints_dir, d),
-        every_minutes=checkpoints.every_minutes,
-        # distillation, when enabled, applies to SFT as to pretraining
-        loss_fn=distill.make_loss_fn(
-            distillation, vocab_size, d.device, student_tokenizer=job.student_tokenizer
-        ),
+        checkpoints=build_checkpoints(components.checkpoint, job.checkpoints_dir, at.d),
+        every_minutes=components.checkpoint.every_minutes,
+        loss_fn=loss_fn,
     )

@@ -121,12 +121,14 @@ def parallelize(
         for layer in decoder_layers(model):
             layer.compile()
     if mode == "ddp":
+        # deferred: DDP and FSDP2 are needed only under torchrun
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [d.device.index] if d.device.type == "cuda" else None
         # Gradients live in the reducer's buckets: no second copy of them (4 bytes a parameter).
         return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
     if mode == "fsdp":
+        # deferred: see DDP above
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 

@@ -22,7 +22,14 @@ from hanlm.errors import UserError
 from hanlm.files import fingerprint
 from hanlm.plan.catalogue import device_peak_flops
 from hanlm.train import parallel, precision
-from hanlm.train.build import TrainingJob, build_trainer, processes, start_fresh
+from hanlm.train.build import (
+    Components,
+    Placement,
+    TrainingJob,
+    build_trainer,
+    processes,
+    start_fresh,
+)
 
 
 def accumulation_steps(p: PretrainSection, world_size: int) -> int:
@@ -93,6 +100,28 @@ def _loaders(
     return train_loader, val_loader
 
 
+def _built_model(cfg: Config, vocab_size: int, at: Placement):
+    """(the model config, the new model converted to FP8 where asked and parallelised, the
+    names of the layers converted)."""
+    par = cfg.parallel
+    mconfig = model_lib.model_config(
+        cfg.model.preset, vocab_size=vocab_size, seq_len=cfg.pretrain.seq_len
+    )
+    model = model_lib.build_model(mconfig, seed=cfg.run.seed, device=at.d.device)
+    converted = precision.apply_fp8(
+        model, at.plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather
+    )
+    model = parallel.parallelize(
+        model,
+        at.d,
+        at.mode,
+        compute_dtype=at.plan.compute_dtype,
+        activation_checkpointing=par.activation_checkpointing,
+        compile_blocks=par.compile,
+    )
+    return mconfig, model, converted
+
+
 def pretrain(
     cfg: Config,
     data: PretrainData,
@@ -114,21 +143,7 @@ def pretrain(
         if force or cfg.checkpoint.resume == "never":
             start_fresh(d, [outputs.checkpoints, *outputs.discard_on_fresh_start])
 
-        mconfig = model_lib.model_config(
-            cfg.model.preset, vocab_size=data.vocab_size, seq_len=p.seq_len
-        )
-        model = model_lib.build_model(mconfig, seed=cfg.run.seed, device=d.device)
-        converted = precision.apply_fp8(
-            model, plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather
-        )
-        model = parallel.parallelize(
-            model,
-            d,
-            mode,
-            compute_dtype=plan.compute_dtype,
-            activation_checkpointing=par.activation_checkpointing,
-            compile_blocks=par.compile,
-        )
+        mconfig, model, converted = _built_model(cfg, data.vocab_size, Placement(d, mode, plan))
         train_loader, val_loader = _loaders(cfg, data, d)
         peak, peak_source = device_peak_flops(d.device, cfg.precision.mode)
 
@@ -150,17 +165,7 @@ def pretrain(
             token_bytes=torch.tensor(data.token_byte_lengths, dtype=torch.float64),
             after_optimizer_step=after_step,
         )
-        trainer = build_trainer(
-            model,
-            job,
-            d=d,
-            mode=mode,
-            plan=plan,
-            optimizer=cfg.optimizer,
-            checkpoints=cfg.checkpoint,
-            logging=cfg.logging,
-            distillation=cfg.distill,
-        )
+        trainer = build_trainer(model, job, Placement(d, mode, plan), Components.pretraining(cfg))
         if cfg.checkpoint.resume == "auto" and not force:  # forced: never back from the mirror
             trainer.resume()
         if d.is_main:

@@ -36,8 +36,7 @@ from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint, read_json
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.train import checkpoint, export, parallel, precision
-from hanlm.train.build import TrainingJob, build_trainer, processes, start_fresh
+from hanlm.train import build, checkpoint, export, parallel, precision
 
 if TYPE_CHECKING:
     from hanlm.data.decontam.index import BenchmarkIndex
@@ -235,11 +234,6 @@ def _row_step_scale(s: SftSection, model, ids: list[int], init: str, mode: str):
     )
 
 
-def checkpoint_settings(cfg: Config):
-    """[checkpoint] (how checkpoints are written and kept) with SFT's own cadence."""
-    return cfg.checkpoint.model_copy(update=cfg.sft.checkpoint.model_dump())
-
-
 def train_once(
     cfg: Config,
     *,
@@ -256,17 +250,17 @@ def train_once(
     """Initialise, train and checkpoint one SFT into `outputs`; returns the trainer's summary
     and the model config (the weights are in the latest checkpoint)."""
     s = cfg.sft
-    with processes(cfg.parallel.device) as d:
+    with build.processes(cfg.parallel.device) as d:
         chosen = cfg.precision.mode if cfg.precision.mode in SFT_PRECISIONS else "bf16"
         plan = precision.resolve(chosen, d.device)
         mode = parallel.resolve_mode(cfg.parallel.mode, d)
         accumulation = _accumulation(s, d.world_size)
         if force or s.checkpoint.resume == "never":
-            start_fresh(d, [outputs.checkpoints, outputs.metrics])
+            build.start_fresh(d, [outputs.checkpoints, outputs.metrics])
         model, mconfig, ids, done = _initialised_model(cfg, source, audit, special, init)
         model = parallel.parallelize(model.to(d.device), d, mode, compute_dtype=plan.compute_dtype)
         train_loader, val_loader = _chat_loaders(rows, cfg.run.seed, s.micro_batch, d)
-        job = TrainingJob(
+        job = build.TrainingJob(
             total_steps=s.max_steps,
             accumulation=accumulation,
             train_loader=train_loader,
@@ -280,16 +274,8 @@ def train_once(
             student_tokenizer=Path(source.tokenizer_dir),
             configure_optimizer=_row_step_scale(s, model, ids, init, mode),
         )
-        trainer = build_trainer(
-            model,
-            job,
-            d=d,
-            mode=mode,
-            plan=plan,
-            optimizer=s.optimizer,
-            checkpoints=checkpoint_settings(cfg),
-            logging=s.logging,
-            distillation=cfg.distill,
+        trainer = build.build_trainer(
+            model, job, build.Placement(d, mode, plan), build.Components.sft(cfg)
         )
         resumed = s.checkpoint.resume == "auto" and not force and trainer.resume()
         if d.is_main:
