@@ -598,8 +598,9 @@ def _get_path(data: dict[str, Any], keys: list[str]) -> tuple[bool, Any]:
 
 
 def migrate_moved_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """Move old keys of a configuration file to their new places, warning about each; an old
-    and a new key with different values is a UserError naming the new key."""
+    """Move old keys of a configuration file to their new places, with one warning listing
+    them; an old and a new key with different values is a UserError naming the new key."""
+    moved = []
     for old, new in MOVED_KEYS.items():
         found, value = _pop_path(data, old.split("."))
         if not found:
@@ -613,9 +614,14 @@ def migrate_moved_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
                     where=where,
                     fix=f"keep only {key}",
                 )
-        _warn_moved(old, new, where)
+        moved.append(_moved_message(old, new))
         for key in new:
             _set_key(data, key, value)
+    if moved and os.environ.get("RANK", "0") == "0":  # under torchrun, say it once
+        warn(
+            f"{escape(where)} uses keys that have moved; they still work, but write the new "
+            f"ones: {'; '.join(moved)}"
+        )
     return data
 
 
