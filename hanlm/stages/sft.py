@@ -5,6 +5,7 @@ source model and data. hanlm.train.sft does the work.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from hanlm.config import Config, SftSection
@@ -101,7 +102,7 @@ def with_model_config(cfg: Config, source: sft_lib.SftSource, run: RunDir | None
     manifest = shards_stage.load_manifest(run.root)
     seq_len = max(cfg.pretrain.seq_len, cfg.sft.seq_len)
     config = model_config(cfg.model.preset, vocab_size=manifest["vocab_size"], seq_len=seq_len)
-    return sft_lib.SftSource(**{**source.__dict__, "model_config": config})
+    return dataclasses.replace(source, model_config=config)
 
 
 def data_path(cfg: Config, run: RunDir | None) -> Path:
