@@ -65,7 +65,7 @@ def main() -> None:
                 dist=d,
                 mode="single",
                 plan=precision.resolve("fp32", d.device),
-                out_dir=Path(tmp) / mode,
+                metrics_path=Path(tmp) / mode / "metrics.jsonl",
                 checkpoints=manager,
             )
             blocked, step_times = [], []

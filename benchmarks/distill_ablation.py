@@ -36,12 +36,12 @@ TRAIN = {
     "pretrain.seq_len": 64,
     "pretrain.micro_batch": 8,
     "pretrain.global_batch_tokens": 1024,
-    "pretrain.precision": "fp32",
-    "pretrain.warmup_steps": 5,
-    "pretrain.log_every": 20,
-    "pretrain.eval_batches": 8,
-    "pretrain.checkpoint_every": 0,
-    "pretrain.device": "cpu",
+    "precision.mode": "fp32",
+    "optimizer.warmup_steps": 5,
+    "logging.log_every": 20,
+    "logging.eval_batches": 8,
+    "checkpoint.every": 0,
+    "parallel.device": "cpu",
     "checkpoint.async_save": False,
 }
 
@@ -53,7 +53,7 @@ def config(values: dict):
 
 
 def train(base: Path, name: str, values: dict) -> tuple[Path, dict, float]:
-    from hanlm.train import pretrain
+    from hanlm.stages import pretrain
 
     run_dir = base / name
     if not run_dir.exists():  # an existing one resumes, or is skipped when finished
@@ -77,7 +77,7 @@ def main() -> None:
 
     from hanlm.config import load_config
     from hanlm.pipeline import run_pipeline
-    from hanlm.train import export
+    from hanlm.stages import export
 
     base = args.work or Path(tempfile.mkdtemp(prefix="hanlm-distill-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -86,10 +86,10 @@ def main() -> None:
     seed = {"run.seed": args.seed}
     teacher_values = {
         **seed,
-        "pretrain.preset": "demo",
+        "model.preset": "demo",
         "pretrain.max_steps": args.teacher_steps,
-        "pretrain.lr": args.teacher_lr,
-        "pretrain.eval_every": args.teacher_steps,
+        "optimizer.lr": args.teacher_lr,
+        "logging.eval_every": args.teacher_steps,
     }
     teacher_dir, teacher, _ = train(base, "teacher", teacher_values)
     teacher_hf = teacher_dir / "pretrain" / "hf"
@@ -97,10 +97,10 @@ def main() -> None:
 
     student = {
         **seed,
-        "pretrain.preset": "tiny",
+        "model.preset": "tiny",
         "pretrain.max_steps": args.student_steps,
-        "pretrain.lr": 1e-2,
-        "pretrain.eval_every": args.student_steps,
+        "optimizer.lr": 1e-2,
+        "logging.eval_every": args.student_steps,
     }
     _, plain, plain_s = train(base, "student-ce", student)
     _, distilled, distilled_s = train(

@@ -41,7 +41,7 @@ def main() -> None:
     from hanlm import model as model_lib
     from hanlm.data.loader import TokenLoader
     from hanlm.plan.catalogue import device_peak_flops
-    from hanlm.train import parallel, precision
+    from hanlm.train import checkpoint, parallel, precision
     from hanlm.train.optim import adamw
     from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
 
@@ -97,7 +97,10 @@ def main() -> None:
             dist=d,
             mode="single",
             plan=plan,
-            out_dir=Path(tmp) / "out",
+            metrics_path=Path(tmp) / "out" / "metrics.jsonl",
+            checkpoints=checkpoint.CheckpointManager(
+                Path(tmp) / "out" / "checkpoints", d, checkpoint.Policy()
+            ),
         )
 
         floor_step(*floor_batches[0])  # warm-up both

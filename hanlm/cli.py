@@ -215,12 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
         func=_cmd_stage,
         stage="pretrain",
         flags={
-            "preset": "pretrain.preset",
+            "preset": "model.preset",
             "max_steps": "pretrain.max_steps",
             "max_tokens": "pretrain.max_tokens",
-            "precision": "pretrain.precision",
-            "parallel": "pretrain.parallel",
-            "resume": "pretrain.resume",
+            "precision": "precision.mode",
+            "parallel": "parallel.mode",
+            "resume": "checkpoint.resume",
         },
     )
 
@@ -400,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
             "data": "sft.data",
             "init": "sft.init",
             "max_steps": "sft.max_steps",
-            "resume": "sft.resume",
+            "resume": "sft.checkpoint.resume",
         },
     )
 
@@ -458,14 +458,14 @@ def build_parser() -> argparse.ArgumentParser:
         run=None,
         func=_cmd_plan,
         flags={
-            "preset": "pretrain.preset",
+            "preset": "model.preset",
             "vocab_size": "tokenizer.vocab_size",
             "seq_len": "pretrain.seq_len",
             "micro_batch": "pretrain.micro_batch",
             "global_batch_tokens": "pretrain.global_batch_tokens",
-            "precision": "pretrain.precision",
-            "parallel": "pretrain.parallel",
-            "activation_checkpointing": "pretrain.activation_checkpointing",
+            "precision": "precision.mode",
+            "parallel": "parallel.mode",
+            "activation_checkpointing": "parallel.activation_checkpointing",
             "gpu": "plan.gpu",
             "gpus": "plan.gpus",
             "hosts": "plan.hosts",
@@ -516,7 +516,7 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from hanlm.config import save_config
-    from hanlm.train import export
+    from hanlm.stages import export
 
     cfg = _load(args)
     export.run(cfg, args.run, force=args.force, checkpoint=args.checkpoint, out=args.out)
@@ -526,7 +526,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_sft(args: argparse.Namespace) -> int:
     from hanlm.config import save_config
-    from hanlm.train import sft
+    from hanlm.stages import sft
 
     cfg = _load(args)
     sft.run(cfg, args.run, force=args.force)

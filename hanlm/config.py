@@ -6,13 +6,24 @@ Unknown keys and bad values are `UserError`s that name the key and the valid cho
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from rich.markup import escape
 
+from hanlm.console import warn
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_text, check_folder_path
 
@@ -82,17 +93,33 @@ class ShardsSection(Section):
     batch_docs: int = Field(256, ge=1, description="documents per encode call in a worker")
 
 
-class PretrainSection(Section):
-    """`hanlm pretrain`: the training loop (SFT reuses it)."""
+# --- one device spelling everywhere ----------------------------------------------------------------
+
+DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+
+
+def check_device(value: str) -> str:
+    """auto, cpu, cuda or cuda:N: the one device spelling of every section."""
+    if value in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", value or ""):
+        return value
+    raise ValueError(f"unknown device {value!r}: use {DEVICE_CHOICES}")
+
+
+Device = Annotated[str, AfterValidator(check_device)]
+
+
+# --- the training components, shared by pretraining and SFT --------------------------------------
+
+
+class ModelSection(Section):
+    """The model pretraining builds (SFT starts from pretraining's, or from sft.model)."""
 
     preset: str = Field("demo", description="model preset or path to a transformers config.json")
-    seq_len: int = Field(512, ge=8, description="tokens per training sequence")
-    micro_batch: int = Field(8, ge=1, description="sequences per rank per forward/backward")
-    global_batch_tokens: int = Field(
-        65536, ge=8, description="tokens per optimizer step over all ranks (sets accumulation)"
-    )
-    max_steps: int | None = Field(None, ge=1, description="optimizer steps (or use max_tokens)")
-    max_tokens: int | None = Field(None, ge=1, description="training tokens, rounded to steps")
+
+
+class OptimizerSection(Section):
+    """AdamW and its learning-rate schedule (pretraining; SFT has its own [sft.optimizer])."""
+
     lr: float = Field(3e-4, gt=0, description="peak learning rate")
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="final lr as a share of the peak")
     warmup_steps: int = Field(100, ge=0)
@@ -105,18 +132,37 @@ class PretrainSection(Section):
     beta2: float = Field(0.95, ge=0, lt=1)
     eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, ge=0, description="max gradient norm; 0 = no clipping")
-    precision: Literal["fp32", "bf16", "fp8", "fp8-emulate", "fp4"] = "bf16"
+
+
+class SftOptimizerSection(OptimizerSection):
+    """SFT's optimizer: a higher peak, a short warm-up and no weight decay by default."""
+
+    lr: float = Field(1e-3, gt=0, description="peak learning rate")
+    warmup_steps: int = Field(10, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decay (never on norms and biases)")
+
+
+class PrecisionSection(Section):
+    """Number formats of training (SFT trains in fp32 or bf16: fp8 settings become bf16 there)."""
+
+    mode: Literal["fp32", "bf16", "fp8", "fp8-emulate", "fp4"] = "bf16"
     fp8_recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
-    fsdp_float8_all_gather: bool = Field(False, description="FSDP all-gathers weights in FP8")
-    parallel: Literal["auto", "single", "ddp", "fsdp"] = Field(
+
+
+class ParallelSection(Section):
+    """How training uses the processes and devices at hand."""
+
+    mode: Literal["auto", "single", "ddp", "fsdp"] = Field(
         "auto", description="auto: single process alone, FSDP2 under torchrun"
     )
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Device = Field("auto", description="auto, cpu or cuda (each rank takes its GPU)")
     activation_checkpointing: Literal["none", "selective", "full"] = Field(
         "none",
-        description="recompute activations in backward: full keeps each layer's input only, "
-        "selective also its matmul and attention outputs (true = full, false = none)",
+        description="pretraining recomputes activations in backward: full keeps each layer's "
+        "input only, selective also its matmul and attention outputs (true = full, false = none)",
     )
+    compile: bool = Field(False, description="pretraining: torch.compile each decoder block")
+    fsdp_float8_all_gather: bool = Field(False, description="FSDP all-gathers weights in FP8")
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod
@@ -125,21 +171,26 @@ class PretrainSection(Section):
             return "full" if value else "none"
         return value
 
-    compile: bool = Field(False, description="torch.compile each decoder block")
-    eval_every: int = Field(100, ge=0, description="validation every N steps; 0 = only at the end")
-    eval_batches: int = Field(20, ge=1, description="validation micro-batches per rank")
-    log_every: int = Field(10, ge=1)
-    checkpoint_every: int = Field(
-        500, ge=0, description="steps between checkpoints; 0 = at the end"
-    )
-    resume: Literal["auto", "never"] = Field(
-        "auto", description="continue from the latest checkpoint"
-    )
+    @field_validator("device")
+    @classmethod
+    def _one_gpu_per_rank(cls, value: str) -> str:
+        if value.startswith("cuda:"):
+            raise ValueError(
+                f"{value!r}: training gives each rank the GPU of its LOCAL_RANK; use cuda "
+                "(and CUDA_VISIBLE_DEVICES to choose GPUs)"
+            )
+        return value
 
 
 class CheckpointSection(Section):
-    """Checkpoints of pretraining and SFT (how often is pretrain.checkpoint_every)."""
+    """Checkpoints of pretraining and SFT: cadence, retention and how they are written
+    (SFT's cadence is [sft.checkpoint]; the rest is shared)."""
 
+    every: int = Field(500, ge=0, description="steps between checkpoints; 0 = at the end")
+    every_minutes: float = Field(0, ge=0, description="also save after this many minutes; 0 = off")
+    resume: Literal["auto", "never"] = Field(
+        "auto", description="continue from the latest checkpoint"
+    )
     async_save: bool = Field(
         True, description="write in the background; the loop blocks only to stage"
     )
@@ -147,12 +198,64 @@ class CheckpointSection(Section):
     keep_every: int = Field(
         0, ge=0, description="also keep every checkpoint at a multiple of N steps"
     )
-    every_minutes: float = Field(0, ge=0, description="also save after this many minutes; 0 = off")
     retries: int = Field(3, ge=0, description="retries of a failed write, with exponential backoff")
     backoff_s: float = Field(2.0, ge=0)
     max_consecutive_failures: int = Field(3, ge=1, description="then stop cleanly")
     timeout_s: float = Field(1800, gt=0, description="a write slower than this counts as failed")
     mirror: str | None = Field(None, description="second location: a folder or an fsspec URL")
+
+    # how a checkpoint is written and kept: what the CheckpointManager's Policy takes
+    POLICY_KEYS: ClassVar[frozenset[str]] = frozenset(
+        {"async_save", "keep_last", "keep_every", "retries", "backoff_s"}
+        | {"max_consecutive_failures", "timeout_s", "mirror"}
+    )
+
+
+class SftCheckpointSection(Section):
+    """SFT's checkpoint cadence; how checkpoints are written and kept is [checkpoint]'s."""
+
+    every: int = Field(100, ge=0, description="steps between checkpoints; 0 = at the end")
+    every_minutes: float = Field(0, ge=0, description="also save after this many minutes; 0 = off")
+    resume: Literal["auto", "never"] = Field(
+        "auto", description="continue from the latest checkpoint"
+    )
+
+
+class LoggingSection(Section):
+    """How often training logs and validates."""
+
+    log_every: int = Field(10, ge=1)
+    eval_every: int = Field(100, ge=0, description="validation every N steps; 0 = only at the end")
+    eval_batches: int = Field(20, ge=1, description="validation micro-batches per rank")
+
+
+class SftLoggingSection(LoggingSection):
+    eval_every: int = Field(0, ge=0, description="held-out loss every N steps; 0 = at the end")
+    eval_batches: int = Field(8, ge=1, description="held-out micro-batches per rank")
+
+
+class PretrainSection(Section):
+    """`hanlm pretrain`: what only pretraining has: its sequences, batch and length."""
+
+    seq_len: int = Field(512, ge=8, description="tokens per training sequence")
+    micro_batch: int = Field(8, ge=1, description="sequences per rank per forward/backward")
+    global_batch_tokens: int = Field(
+        65536, ge=8, description="tokens per optimizer step over all ranks (sets accumulation)"
+    )
+    max_steps: int | None = Field(None, ge=1, description="optimizer steps (or use max_tokens)")
+    max_tokens: int | None = Field(None, ge=1, description="training tokens, rounded to steps")
+
+    @model_validator(mode="after")
+    def _whole_micro_batches(self) -> PretrainSection:
+        per_pass = self.seq_len * self.micro_batch
+        if self.global_batch_tokens % per_pass:
+            fitting = max(per_pass, round(self.global_batch_tokens / per_pass) * per_pass)
+            raise ValueError(
+                f"pretrain.global_batch_tokens {self.global_batch_tokens:,} is not a multiple of "
+                f"seq_len x micro_batch = {self.seq_len} x {self.micro_batch} = {per_pass:,} "
+                f"(e.g. {fitting})"
+            )
+        return self
 
 
 # Punctuation and the commonest Korean particles and endings: repeating them is grammar, not a
@@ -198,7 +301,7 @@ class GenerateSection(Section):
     )
     seed: int = Field(0, description="seed of sampling")
     batch_size: int = Field(8, ge=1, description="prompts decoded together")
-    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    device: Device = Field("auto", description=DEVICE_CHOICES)
 
 
 class DistillSection(Section):
@@ -210,7 +313,7 @@ class DistillSection(Section):
     )
     alpha: float = Field(0.5, ge=0, le=1, description="share of the KL term: (1-a)*CE + a*T^2*KL")
     temperature: float = Field(2.0, gt=0, le=100, description="softmax temperature of both sides")
-    teacher_device: str = Field(
+    teacher_device: Literal["same"] | Device = Field(
         "same", description="`same` (the student's device), cpu, cuda or cuda:N"
     )
 
@@ -230,9 +333,6 @@ class PreflightSection(Section):
     storage_mb: float = Field(256, gt=0, description="bytes written (with fsync) by the disk test")
     fsync_probes: int = Field(10, ge=1, description="small write + fsync pairs timed for latency")
     data_seconds: float = Field(1.0, gt=0, description="time spent reading batches from the shards")
-    mfu: float | None = Field(
-        None, gt=0, le=1, description="MFU for the projected step time (default: the plan's)"
-    )
     min_matmul_fraction: float = Field(
         0.3, ge=0, le=1, description="NO-GO when a GPU's matmul reaches less of its catalogue peak"
     )
@@ -270,7 +370,7 @@ class EvalSection(Section):
     limit: int | None = Field(None, ge=1, description="first N items of each task")
     batch_size: int = Field(32, ge=1, description="sequences per forward pass")
     dtype: Literal["fp32", "bf16"] = "fp32"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Device = Field("auto", description=DEVICE_CHOICES)
     num_fewshot: int = Field(0, ge=0, le=32, description="gsm8k_ko: worked examples in the prompt")
     max_new_tokens: int = Field(256, ge=1, description="generation tasks: token limit")
     distractors: int = Field(
@@ -307,7 +407,12 @@ class DecontamSection(Section):
 
 
 class SftSection(Section):
-    """`hanlm sft`: chat fine-tuning with the special-token audit, initialisation and closure check."""
+    """`hanlm sft`: chat fine-tuning with the special-token audit, initialisation and closure check.
+
+    It shares [precision] and [parallel] with pretraining and [checkpoint]'s policy; its
+    optimizer, checkpoint cadence and logging are its own, in [sft.optimizer],
+    [sft.checkpoint] and [sft.logging].
+    """
 
     model: str | None = Field(
         None, description="HF folder to fine-tune instead of the run's pretraining checkpoint"
@@ -320,11 +425,6 @@ class SftSection(Section):
     batch_rows: int = Field(8, ge=1, description="rows per optimizer step over all ranks")
     packing: bool = Field(True, description="pack whole conversations into rows (else pad)")
     max_steps: int = Field(200, ge=1, description="optimizer steps")
-    lr: float = Field(1e-3, gt=0, description="peak learning rate")
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    warmup_steps: int = Field(10, ge=0)
-    weight_decay: float = Field(0.0, ge=0)
-    grad_clip: float = Field(1.0, ge=0)
     heldout: int = Field(50, ge=1, description="conversations held out for the closure check")
     init: Literal["mean", "mean-cov", "text", "none"] = Field(
         "mean", description="initialisation of the template tokens the audit finds untrained"
@@ -344,11 +444,18 @@ class SftSection(Section):
     contamination_coverage: float = Field(
         0.5, gt=0, le=1, description="share of an item a conversation must hold to count"
     )
-    log_every: int = Field(10, ge=1)
-    eval_every: int = Field(0, ge=0, description="held-out loss every N steps; 0 = at the end")
-    eval_batches: int = Field(8, ge=1)
-    checkpoint_every: int = Field(100, ge=0, description="0 = at the end")
-    resume: Literal["auto", "never"] = "auto"
+    optimizer: SftOptimizerSection = Field(default_factory=SftOptimizerSection)
+    checkpoint: SftCheckpointSection = Field(default_factory=SftCheckpointSection)
+    logging: SftLoggingSection = Field(default_factory=SftLoggingSection)
+
+    @model_validator(mode="after")
+    def _whole_micro_batches(self) -> SftSection:
+        if self.batch_rows % self.micro_batch:
+            raise ValueError(
+                f"sft.batch_rows {self.batch_rows} is not a multiple of sft.micro_batch "
+                f"{self.micro_batch}"
+            )
+        return self
 
 
 class PlanSection(Section):
@@ -366,7 +473,11 @@ class PlanSection(Section):
     )
     price_per_gpu_hour: float | None = Field(None, ge=0, description="USD per GPU-hour")
     mfu: float | None = Field(
-        None, gt=0, le=1, description="model FLOPs utilisation (default: typical per GPU class)"
+        None,
+        gt=0,
+        le=1,
+        description="model FLOPs utilisation of the plan and of preflight's projected step time "
+        "(default: typical per GPU class)",
     )
     inter_host_gbps: float = Field(25.0, gt=0, description="network between hosts, Gbit/s")
 
@@ -379,13 +490,139 @@ class Config(Section):
     decontam: DecontamSection = Field(default_factory=DecontamSection)
     tokenizer: TokenizerSection = Field(default_factory=TokenizerSection)
     shards: ShardsSection = Field(default_factory=ShardsSection)
-    pretrain: PretrainSection = Field(default_factory=PretrainSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
+    precision: PrecisionSection = Field(default_factory=PrecisionSection)
+    parallel: ParallelSection = Field(default_factory=ParallelSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+    logging: LoggingSection = Field(default_factory=LoggingSection)
+    pretrain: PretrainSection = Field(default_factory=PretrainSection)
     sft: SftSection = Field(default_factory=SftSection)
     preflight: PreflightSection = Field(default_factory=PreflightSection)
     generate: GenerateSection = Field(default_factory=GenerateSection)
     distill: DistillSection = Field(default_factory=DistillSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+
+    @model_validator(mode="after")
+    def _settings_that_go_together(self) -> Config:
+        fp8 = self.precision.mode in ("fp8", "fp8-emulate")
+        if (
+            fp8
+            and self.parallel.fsdp_float8_all_gather
+            and self.precision.fp8_recipe != "tensorwise"
+        ):
+            raise ValueError(
+                'parallel.fsdp_float8_all_gather needs precision.fp8_recipe = "tensorwise" '
+                f"(it is {self.precision.fp8_recipe!r}); set parallel.fsdp_float8_all_gather = "
+                "false or use the tensorwise recipe"
+            )
+        if self.distill.enabled and not self.distill.teacher:
+            raise ValueError(
+                "distill.enabled is true but distill.teacher is not set: give distill.teacher "
+                "a Hugging Face model folder, or set distill.enabled = false"
+            )
+        return self
+
+
+# --- keys that moved ---------------------------------------------------------------------------
+# Old key -> the key(s) it sets now. Pretraining's [pretrain] section once held every training
+# setting and SFT borrowed some of them silently (betas, eps); they now live in the component
+# sections. An old key still works, with a warning naming its new place.
+_PRETRAIN_TO = {
+    "preset": "model.preset",
+    **{k: f"optimizer.{k}" for k in ("lr", "min_lr_ratio", "warmup_steps", "schedule")},
+    **{k: f"optimizer.{k}" for k in ("decay_fraction", "weight_decay", "grad_clip")},
+    "precision": "precision.mode",
+    "fp8_recipe": "precision.fp8_recipe",
+    "parallel": "parallel.mode",
+    **{k: f"parallel.{k}" for k in ("device", "activation_checkpointing", "compile")},
+    "fsdp_float8_all_gather": "parallel.fsdp_float8_all_gather",
+    **{k: f"logging.{k}" for k in ("log_every", "eval_every", "eval_batches")},
+    "checkpoint_every": "checkpoint.every",
+    "resume": "checkpoint.resume",
+}
+_SFT_TO = {
+    **{k: f"sft.optimizer.{k}" for k in ("lr", "min_lr_ratio", "warmup_steps")},
+    **{k: f"sft.optimizer.{k}" for k in ("weight_decay", "grad_clip")},
+    **{k: f"sft.logging.{k}" for k in ("log_every", "eval_every", "eval_batches")},
+    "checkpoint_every": "sft.checkpoint.every",
+    "resume": "sft.checkpoint.resume",
+}
+MOVED_KEYS: dict[str, tuple[str, ...]] = {
+    **{f"pretrain.{old}": (new,) for old, new in _PRETRAIN_TO.items()},
+    # SFT used pretraining's betas and eps: an old key keeps setting both
+    **{
+        f"pretrain.{k}": (f"optimizer.{k}", f"sft.optimizer.{k}") for k in ("beta1", "beta2", "eps")
+    },
+    **{f"sft.{old}": (new,) for old, new in _SFT_TO.items()},
+    "preflight.mfu": ("plan.mfu",),  # one MFU for the plan and preflight's projection
+}
+
+
+def _moved_message(old: str, new: tuple[str, ...]) -> str:
+    also = f" (and {', '.join(new[1:])}, which it also set)" if len(new) > 1 else ""
+    return f"{old} is now {new[0]}{also}"
+
+
+def _warn_moved(old: str, new: tuple[str, ...], where: str) -> None:
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, say it once
+        warn(f"{_moved_message(old, new)}: {escape(where)} uses the old key; write {new[0]}")
+
+
+def _new_keys(key: str, where: str) -> list[str]:
+    """The key(s) an override sets: itself, or where an old key moved (with a warning)."""
+    if key not in MOVED_KEYS:
+        return [key]
+    _warn_moved(key, MOVED_KEYS[key], where)
+    return list(MOVED_KEYS[key])
+
+
+def _pop_path(data: dict[str, Any], keys: list[str]) -> tuple[bool, Any]:
+    node = data
+    for k in keys[:-1]:
+        node = node.get(k)
+        if not isinstance(node, dict):
+            return False, None
+    if keys[-1] not in node:
+        return False, None
+    return True, node.pop(keys[-1])
+
+
+def _get_path(data: dict[str, Any], keys: list[str]) -> tuple[bool, Any]:
+    node: Any = data
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            return False, None
+        node = node[k]
+    return True, node
+
+
+def migrate_moved_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Move old keys of a configuration file to their new places, with one warning listing
+    them; an old and a new key with different values is a UserError naming the new key."""
+    moved = []
+    for old, new in MOVED_KEYS.items():
+        found, value = _pop_path(data, old.split("."))
+        if not found:
+            continue
+        for key in new:
+            present, current = _get_path(data, key.split("."))
+            if present and current != value:
+                raise UserError(
+                    f"{where} sets both {old} = {value!r} and {key} = {current!r}: "
+                    f"{_moved_message(old, new)}",
+                    where=where,
+                    fix=f"keep only {key}",
+                )
+        moved.append(_moved_message(old, new))
+        for key in new:
+            _set_key(data, key, value)
+    if moved and os.environ.get("RANK", "0") == "0":  # under torchrun, say it once
+        warn(
+            f"{escape(where)} uses keys that have moved; they still work, but write the new "
+            f"ones: {'; '.join(moved)}"
+        )
+    return data
 
 
 def recipe_names() -> list[str]:
@@ -494,24 +731,29 @@ def _parse_overrides(overrides: list[str]) -> list[tuple[str, Any, str]]:
 def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
     """Apply `section.key=value` strings (or a {dotted key: value} dict) to raw config data."""
     if isinstance(overrides, dict):
-        items = list(overrides.items())
+        items = [(key, value, f"the setting {key}") for key, value in overrides.items()]
     else:
-        items = [(key, value) for key, value, _ in _parse_overrides(overrides)]
-    for key, value in items:
-        keys = key.split(".")
-        _check_path(Config, keys, key)
-        node = data
-        for i, k in enumerate(keys[:-1]):
-            node = node.setdefault(k, {})
-            if not isinstance(node, dict):
-                section = ".".join(keys[: i + 1])
-                raise UserError(
-                    f"config key {key!r} cannot be set: the configuration gives {section!r} a "
-                    f"value ({node!r}) where a section belongs",
-                    fix=f"make {section} a [{section}] table in the TOML file",
-                )
-        node[keys[-1]] = value
+        items = [(key, value, f"--set {text}") for key, value, text in _parse_overrides(overrides)]
+    for given, value, where in items:
+        for key in _new_keys(given, where):
+            _set_key(data, key, value)
     return data
+
+
+def _set_key(data: dict[str, Any], key: str, value: Any) -> None:
+    keys = key.split(".")
+    _check_path(Config, keys, key)
+    node = data
+    for i, k in enumerate(keys[:-1]):
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            section = ".".join(keys[: i + 1])
+            raise UserError(
+                f"config key {key!r} cannot be set: the configuration gives {section!r} a "
+                f"value ({node!r}) where a section belongs",
+                fix=f"make {section} a [{section}] table in the TOML file",
+            )
+    node[keys[-1]] = value
 
 
 def _setter_of(loc: tuple, set_by: dict[str, str]) -> str | None:
@@ -540,6 +782,9 @@ def _format_validation_error(
                     model = ann
             valid = ", ".join(sorted(model.model_fields))
             lines.append(f"unknown key {loc!r} (valid keys: {valid})")
+        elif e["type"] == "value_error":  # a validator's own sentence, naming its keys
+            message = e["msg"].removeprefix("Value error, ")
+            lines.append(f"{loc}: {message}" if loc else message)
         else:
             lines.append(f"{loc}: {e['msg']} (got {e.get('input')!r})")
         place = _setter_of(e["loc"], set_by) or source
@@ -561,10 +806,6 @@ def _warn_ignored_settings(cfg: Config) -> None:
     if os.environ.get("RANK", "0") != "0":  # under torchrun, say it once
         return
     if cfg.distill.teacher and not cfg.distill.enabled:
-        from rich.markup import escape
-
-        from hanlm.console import warn
-
         warn(
             f"distill.teacher is set ({escape(cfg.distill.teacher)}) but distill.enabled is false, so "
             "training runs without distillation; set distill.enabled=true to distil, or leave "
@@ -592,12 +833,13 @@ def load_config(
         path, data = "the defaults", {}
     else:
         path = resolve_source(source, run_dir)
-        data = _read_toml(path)
+        data = migrate_moved_keys(_read_toml(path), str(path))
     set_by = {key: f"the command-line option setting {key}" for key in values or {}}
     if isinstance(overrides, dict):
         set_by.update({key: f"the override {key}={value!r}" for key, value in overrides.items()})
     else:
         set_by.update({key: f"--set {text}" for key, _, text in _parse_overrides(overrides or [])})
+    set_by = {new: place for key, place in set_by.items() for new in MOVED_KEYS.get(key, (key,))}
     apply_overrides(data, values or {})
     apply_overrides(data, overrides or [])
     try:

@@ -22,6 +22,7 @@ context length is at least the run's `seq_len`.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import transformers
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 from transformers import AutoModelForCausalLM, LlamaConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import (
@@ -37,6 +39,7 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
     MODEL_FOR_MASKED_LM_MAPPING_NAMES,
 )
+from transformers.utils import logging as hf_logging
 
 from hanlm.errors import UserError
 
@@ -235,6 +238,42 @@ def build_model(
     return model.train()
 
 
+# Selective recomputation keeps what is expensive to recompute (matmul and attention outputs)
+# and recomputes the cheap element-wise work between them (norms, rotary, SiLU, products).
+_SAVED_IN_SELECTIVE = (
+    "aten.mm.default",
+    "aten.addmm.default",
+    "aten.bmm.default",
+    "aten._scaled_mm.default",
+    "aten._scaled_dot_product_flash_attention.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten._scaled_dot_product_efficient_attention.default",
+    "aten._scaled_dot_product_cudnn_attention.default",
+)
+
+
+def _selective_policy(ctx, op, *args, **kwargs):
+    if str(op) in _SAVED_IN_SELECTIVE:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def enable_activation_checkpointing(model: torch.nn.Module, mode: str) -> None:
+    """Recompute each decoder layer's activations in backward: `full` keeps only the layer's
+    input, `selective` also keeps its matmul and attention outputs."""
+    kwargs: dict = {"use_reentrant": False}
+    if mode == "selective":
+        kwargs["context_fn"] = functools.partial(
+            create_selective_checkpoint_contexts, _selective_policy
+        )
+    elif mode != "full":
+        raise ValueError(f"activation checkpointing mode must be full or selective, not {mode!r}")
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5 name
+        model.activation_checkpointing_enable(kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def _attention_keywords(config: PretrainedConfig) -> dict[str, str]:
     # transformers refuses "sdpa" for a model without it (Mamba has no attention at all)
     model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
@@ -416,3 +455,15 @@ def flops_per_token(config: PretrainedConfig, seq_len: int) -> dict[str, int]:
         "total": dense + attention,
         "six_n": 6 * counts["total"],
     }
+
+
+@contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """transformers draws a tqdm bar for every save and load; hanlm prints its own summary."""
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()

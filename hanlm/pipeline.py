@@ -19,9 +19,9 @@ STAGES: dict[str, str] = {
     "decontam": "hanlm.stages.decontam",
     "tokenizer": "hanlm.stages.tokenizer",
     "shards": "hanlm.stages.shards",
-    "pretrain": "hanlm.train.pretrain",
-    "export": "hanlm.train.export",
-    "sft": "hanlm.train.sft",
+    "pretrain": "hanlm.stages.pretrain",
+    "export": "hanlm.stages.export",
+    "sft": "hanlm.stages.sft",
     "eval": "hanlm.stages.eval",
     "report": "hanlm.stages.report",
 }

@@ -81,18 +81,18 @@ def assert_user_error(result, *needles: str) -> None:
 # Tiny pretraining for tests: a step is 512 tokens (2 micro-batches of 4 x 64 in one process,
 # one per rank with two ranks); checkpoints every 4 steps.
 TINY_PRETRAIN = {
-    "pretrain.preset": "tiny",
+    "model.preset": "tiny",
     "pretrain.seq_len": 64,
     "pretrain.micro_batch": 4,
     "pretrain.global_batch_tokens": 512,
     "pretrain.max_steps": 8,
-    "pretrain.lr": 1e-2,
-    "pretrain.warmup_steps": 2,
-    "pretrain.precision": "fp32",
-    "pretrain.log_every": 1,
-    "pretrain.eval_every": 4,
-    "pretrain.eval_batches": 2,
-    "pretrain.checkpoint_every": 4,
+    "optimizer.lr": 1e-2,
+    "optimizer.warmup_steps": 2,
+    "precision.mode": "fp32",
+    "logging.log_every": 1,
+    "logging.eval_every": 4,
+    "logging.eval_batches": 2,
+    "checkpoint.every": 4,
 }
 
 

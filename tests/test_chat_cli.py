@@ -16,7 +16,7 @@ from conftest import TINY_PRETRAIN
 from hanlm.chat.session import PROMPT, ChatSession, run_repl
 from hanlm.config import GenerateSection, load_config
 from hanlm.inference import chat_prompt, generate, load
-from hanlm.train import export, pretrain
+from hanlm.stages import export, pretrain
 
 GREEDY = GenerateSection(greedy=True, repetition_penalty=1.3, max_new_tokens=12)
 
@@ -30,8 +30,8 @@ def model_dir(demo_run, tmp_path_factory):
     values = {
         **TINY_PRETRAIN,
         "pretrain.max_steps": 4,
-        "pretrain.eval_every": 4,
-        "pretrain.eval_batches": 1,
+        "logging.eval_every": 4,
+        "logging.eval_batches": 1,
     }
     cfg = load_config(run_dir=run_dir, values=values)
     pretrain.run(cfg, run_dir)

@@ -14,11 +14,12 @@ import torch
 
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses
 from hanlm.config import load_config
-from hanlm.train import checkpoint, pretrain
+from hanlm.stages import pretrain
+from hanlm.train import checkpoint
 from hanlm.train.checkpoint import committed, latest, verify
 
-TINY = {**TINY_PRETRAIN, "pretrain.max_steps": 10, "pretrain.eval_every": 0}
-TINY.update({"pretrain.checkpoint_every": 2, "checkpoint.backoff_s": 0.0})
+TINY = {**TINY_PRETRAIN, "pretrain.max_steps": 10, "logging.eval_every": 0}
+TINY.update({"checkpoint.every": 2, "checkpoint.backoff_s": 0.0})
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ def test_commit_writes_a_verified_manifest_and_moves_latest(run_dir):
 def test_retention_keeps_last_k_and_every_mth(run_dir):
     train(
         run_dir,
-        **{"pretrain.checkpoint_every": 1, "checkpoint.keep_last": 2, "checkpoint.keep_every": 4},
+        **{"checkpoint.every": 1, "checkpoint.keep_last": 2, "checkpoint.keep_every": 4},
     )
     steps = [int(p.name.split("-")[1]) for p in committed(ckpt_root(run_dir))]
     assert steps == [4, 8, 9, 10]
@@ -162,7 +163,7 @@ def _wait_for_step(run_dir, step, proc, timeout=120):
 
 
 def test_sigterm_saves_and_exits_0(run_dir):
-    proc = _spawn(run_dir, **{"pretrain.max_steps": 400, "pretrain.checkpoint_every": 1000})
+    proc = _spawn(run_dir, **{"pretrain.max_steps": 400, "checkpoint.every": 1000})
     _wait_for_step(run_dir, 3, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
@@ -177,7 +178,7 @@ def test_sigterm_saves_and_exits_0(run_dir):
 @pytest.mark.slow
 def test_sigkill_at_random_moments_never_loses_a_committed_checkpoint(run_dir, tmp_path):
     """Killed 10 times (also while saving), resumed each time: the final weights are the same."""
-    settings = {"pretrain.max_steps": 40, "pretrain.checkpoint_every": 2, "checkpoint.keep_last": 2}
+    settings = {"pretrain.max_steps": 40, "checkpoint.every": 2, "checkpoint.keep_last": 2}
     whole = tmp_path / "whole"
     shutil.copytree(run_dir, whole)
     proc = _spawn(whole, **settings)

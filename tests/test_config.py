@@ -135,3 +135,133 @@ def test_a_teacher_without_distillation_is_warned_about(capsys):
     load_config(overrides=["distill.teacher=t", "distill.enabled=true"])
     load_config()
     assert "distill" not in capsys.readouterr().err
+
+
+# --- the training components and the keys that moved ----------------------------------------------
+
+
+def test_pretraining_and_sft_share_components_and_sft_overrides_its_own():
+    cfg = Config()
+    assert (cfg.optimizer.lr, cfg.optimizer.warmup_steps, cfg.optimizer.weight_decay) == (
+        3e-4,
+        100,
+        0.1,
+    )
+    # SFT's defaults as they were: its own lr, warm-up, decay, cadence and logging
+    s = cfg.sft
+    assert (s.optimizer.lr, s.optimizer.warmup_steps, s.optimizer.weight_decay) == (1e-3, 10, 0.0)
+    assert (s.optimizer.schedule, s.optimizer.decay_fraction) == ("cosine", 0.2)
+    assert (s.optimizer.beta1, s.optimizer.beta2, s.optimizer.eps) == (0.9, 0.95, 1e-8)
+    assert (s.checkpoint.every, s.checkpoint.every_minutes, s.checkpoint.resume) == (100, 0, "auto")
+    assert (s.logging.log_every, s.logging.eval_every, s.logging.eval_batches) == (10, 0, 8)
+    assert (cfg.checkpoint.every, cfg.logging.eval_every, cfg.logging.eval_batches) == (
+        500,
+        100,
+        20,
+    )
+
+
+def test_the_demo_recipe_uses_the_new_keys_only(capsys):
+    cfg = load_config("demo")
+    assert "is now" not in capsys.readouterr().err
+    assert (cfg.model.preset, cfg.optimizer.lr, cfg.precision.mode) == ("demo", 3e-3, "fp32")
+    assert (cfg.checkpoint.every, cfg.sft.checkpoint.every, cfg.sft.optimizer.lr) == (50, 0, 3e-3)
+
+
+@pytest.mark.parametrize(
+    ("old", "value", "new"),
+    [
+        ("pretrain.lr", 0.002, ["optimizer.lr"]),
+        ("pretrain.preset", "tiny", ["model.preset"]),
+        ("pretrain.precision", "fp32", ["precision.mode"]),
+        ("pretrain.parallel", "ddp", ["parallel.mode"]),
+        ("pretrain.device", "cpu", ["parallel.device"]),
+        ("pretrain.checkpoint_every", 7, ["checkpoint.every"]),
+        ("pretrain.log_every", 3, ["logging.log_every"]),
+        ("pretrain.beta2", 0.99, ["optimizer.beta2", "sft.optimizer.beta2"]),
+        ("sft.lr", 0.0005, ["sft.optimizer.lr"]),
+        ("sft.checkpoint_every", 9, ["sft.checkpoint.every"]),
+        ("sft.resume", "never", ["sft.checkpoint.resume"]),
+        ("sft.eval_batches", 3, ["sft.logging.eval_batches"]),
+        ("preflight.mfu", 0.3, ["plan.mfu"]),
+    ],
+)
+def test_an_old_key_still_works_with_a_warning_naming_the_new_one(
+    old, value, new, capsys, tmp_path
+):
+    def value_at(cfg, key):
+        node = cfg
+        for part in key.split("."):
+            node = getattr(node, part)
+        return node
+
+    section, key = old.split(".")
+    file = tmp_path / "old.toml"
+    file.write_text(f"[{section}]\n{key} = {value!r}\n".replace("'", '"'))
+    for load in (
+        lambda: load_config(overrides=[f"{old}={value!r}".replace("'", '"')]),
+        lambda: load_config(values={old: value}),
+        lambda: load_config(file),
+    ):
+        cfg = load()
+        err = capsys.readouterr().err
+        assert f"{old} is now {new[0]}" in err
+        assert all(value_at(cfg, key) == value for key in new)
+
+
+def test_an_old_and_a_new_key_that_disagree_fail_naming_the_new_key(tmp_path):
+    file = tmp_path / "both.toml"
+    file.write_text("[pretrain]\nlr = 0.1\n[optimizer]\nlr = 0.2\n")
+    with pytest.raises(UserError, match=r"optimizer\.lr") as e:
+        load_config(file)
+    assert "keep only optimizer.lr" in e.value.fix
+    file.write_text("[pretrain]\nlr = 0.1\n[optimizer]\nlr = 0.1\n")
+    assert load_config(file).optimizer.lr == 0.1  # the same value twice is no conflict
+
+
+def test_a_run_config_saved_with_old_keys_loads_as_before(tmp_path):
+    (tmp_path / "config.toml").write_text(
+        "[pretrain]\npreset = 'tiny'\nlr = 0.01\ncheckpoint_every = 4\nresume = 'never'\n"
+        "[sft]\nlr = 0.002\nlog_every = 5\n"
+    )
+    cfg = load_config(run_dir=tmp_path)
+    assert (cfg.model.preset, cfg.optimizer.lr, cfg.checkpoint.every) == ("tiny", 0.01, 4)
+    assert (cfg.checkpoint.resume, cfg.sft.optimizer.lr, cfg.sft.logging.log_every) == (
+        "never",
+        0.002,
+        5,
+    )
+    assert "[optimizer]" in config_to_toml(cfg) and "checkpoint_every" not in config_to_toml(cfg)
+
+
+def test_one_device_spelling_everywhere():
+    for key in ("generate.device", "eval.device", "distill.teacher_device"):
+        assert load_config(overrides=[f"{key}=cuda:1"]) is not None
+        with pytest.raises(UserError, match=r"auto, cpu, cuda or cuda:N"):
+            load_config(overrides=[f"{key}=gpu"])
+    assert load_config(overrides=["distill.teacher_device=same"]).distill.teacher_device == "same"
+    with pytest.raises(UserError, match=r"parallel\.device.*LOCAL_RANK"):
+        load_config(overrides=["parallel.device=cuda:1"])
+    with pytest.raises(UserError, match="auto, cpu, cuda or cuda:N"):
+        load_config(overrides=["parallel.device=tpu"])
+
+
+def test_bad_combinations_fail_at_load_naming_the_keys():
+    with pytest.raises(UserError, match=r"pretrain\.global_batch_tokens 1,000 is not a multiple"):
+        load_config(overrides=["pretrain.global_batch_tokens=1000"])
+    with pytest.raises(
+        UserError, match=r"sft\.batch_rows 12 is not a multiple of sft\.micro_batch"
+    ):
+        load_config(overrides=["sft.batch_rows=12"])
+    with pytest.raises(UserError, match=r"parallel\.fsdp_float8_all_gather needs precision\.fp8"):
+        load_config(
+            overrides=[
+                "precision.mode=fp8-emulate",
+                "precision.fp8_recipe=rowwise",
+                "parallel.fsdp_float8_all_gather=true",
+            ]
+        )
+    # the same setting without FP8 changes nothing, so it is no error
+    load_config(overrides=["precision.fp8_recipe=rowwise", "parallel.fsdp_float8_all_gather=true"])
+    with pytest.raises(UserError, match=r"distill\.enabled is true but distill\.teacher is not"):
+        load_config(overrides=["distill.enabled=true"])

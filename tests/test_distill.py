@@ -11,13 +11,14 @@ from conftest import TINY_PRETRAIN, metrics
 from damaged_models import damaged_copy
 from hanlm.config import DistillSection, load_config
 from hanlm.errors import UserError
-from hanlm.train import distill, export, pretrain
+from hanlm.stages import export, pretrain
+from hanlm.train import distill
 
 TINY = {
     **TINY_PRETRAIN,
     "pretrain.max_steps": 4,
-    "pretrain.eval_every": 4,
-    "pretrain.eval_batches": 1,
+    "logging.eval_every": 4,
+    "logging.eval_batches": 1,
 }
 
 

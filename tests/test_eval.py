@@ -13,7 +13,7 @@ from hanlm.errors import UserError
 from hanlm.evals import run as eval_run
 from hanlm.evals.harness import Model
 from hanlm.stages import eval as eval_stage
-from hanlm.train import export, pretrain
+from hanlm.stages import export, pretrain
 from user_files import snapshot, user_file, user_folder
 
 EVAL = {

@@ -16,8 +16,10 @@ from conftest import TINY_PRETRAIN, assert_user_error
 from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.model import build_model, model_config
+from hanlm.stages import export as export_stage
+from hanlm.stages import pretrain
 from hanlm.stages import tokenizer as tokenizer_stage
-from hanlm.train import export, pretrain
+from hanlm.train import export
 from hanlm.train.checkpoint import step_dir
 from hanlm.train.optim import adamw
 from user_files import snapshot, user_file, user_folder
@@ -25,9 +27,9 @@ from user_files import snapshot, user_file, user_folder
 # Checkpoints at steps 4 and 8; little logging.
 TINY = {
     **TINY_PRETRAIN,
-    "pretrain.log_every": 4,
-    "pretrain.eval_every": 8,
-    "pretrain.eval_batches": 1,
+    "logging.log_every": 4,
+    "logging.eval_every": 8,
+    "logging.eval_batches": 1,
 }
 
 
@@ -55,7 +57,7 @@ def run_dir(trained_run, tmp_path):
 def exported(trained_run, tmp_path_factory):
     """The default export of `trained_run` (its latest checkpoint), made once."""
     out = tmp_path_factory.mktemp("hf") / "hf"
-    summary = export.run(config_for(trained_run), trained_run, out=out)
+    summary = export_stage.run(config_for(trained_run), trained_run, out=out)
     return out, summary
 
 
@@ -136,19 +138,19 @@ def test_folder_has_weights_config_generation_and_tokenizer(trained_run, exporte
 
 def test_chosen_step_and_skip_on_rerun(run_dir):
     cfg = config_for(run_dir)
-    first = export.run(cfg, run_dir, checkpoint="4")
+    first = export_stage.run(cfg, run_dir, checkpoint="4")
     out = run_dir / "pretrain" / "hf"
     assert first["step"] == 4 and not first["skipped"]
     record = (out / export.RECORD).read_text()
-    again = export.run(cfg, run_dir, checkpoint="4")
+    again = export_stage.run(cfg, run_dir, checkpoint="4")
     assert again["skipped"] and again["model_sha256"] == first["model_sha256"]
     assert (out / export.RECORD).read_text() == record
-    latest = export.run(cfg, run_dir)  # another checkpoint: exported again
+    latest = export_stage.run(cfg, run_dir)  # another checkpoint: exported again
     assert latest["step"] == 8 and not latest["skipped"]
     assert latest["model_sha256"] != first["model_sha256"]
-    forced = export.run(cfg, run_dir, force=True)
+    forced = export_stage.run(cfg, run_dir, force=True)
     assert not forced["skipped"] and forced["model_sha256"] == latest["model_sha256"]
-    by_path = export.run(
+    by_path = export_stage.run(
         cfg, run_dir, checkpoint=str(run_dir / "pretrain/checkpoints/step-00000004")
     )
     assert by_path["step"] == 4
@@ -215,12 +217,12 @@ def test_tied_and_untied_weights(trained_run, tmp_path):
 def test_user_errors(run_dir, tmp_path):
     cfg = config_for(run_dir)
     with pytest.raises(UserError, match="no committed checkpoint for step 5") as err:
-        export.run(cfg, run_dir, checkpoint="5")
+        export_stage.run(cfg, run_dir, checkpoint="5")
     assert "4, 8" in str(err.value)
     with pytest.raises(UserError, match="neither a step number nor a folder"):
-        export.run(cfg, run_dir, checkpoint="nowhere")
+        export_stage.run(cfg, run_dir, checkpoint="nowhere")
     with pytest.raises(UserError, match=r"embed_tokens\.weight has shape \[1024, 64\]"):
-        export.run(config_for(run_dir, **{"pretrain.preset": "demo"}), run_dir)
+        export_stage.run(config_for(run_dir, **{"model.preset": "demo"}), run_dir)
     special = json.loads((run_dir / "tokenizer" / "special_tokens.json").read_text())
     with pytest.raises(UserError, match="padding token"):
         export.export_checkpoint(
@@ -236,7 +238,7 @@ def test_user_errors(run_dir, tmp_path):
     shutil.copytree(run_dir, no_tokenizer)
     shutil.rmtree(no_tokenizer / "tokenizer")
     with pytest.raises(UserError, match="no finished tokenizer"):
-        export.run(cfg, no_tokenizer)
+        export_stage.run(cfg, no_tokenizer)
     with pytest.raises(UserError, match=r"lacks tokenizer\.json"):
         export.export_checkpoint(
             run_dir / "pretrain" / "checkpoints" / "step-00000004",
@@ -247,7 +249,7 @@ def test_user_errors(run_dir, tmp_path):
 
     shutil.rmtree(run_dir / "pretrain")
     with pytest.raises(UserError, match="run `hanlm pretrain"):
-        export.run(cfg, run_dir)
+        export_stage.run(cfg, run_dir)
     assert not (run_dir / "pretrain" / "hf").exists()
 
 
@@ -257,7 +259,7 @@ def test_a_step_named_explicitly_is_checked_like_the_latest(run_dir, cli):
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 10])
     cfg = config_for(run_dir)
     with pytest.raises(UserError, match=r"is damaged: __0_0\.distcp has"):
-        export.run(cfg, run_dir, checkpoint="4")  # committed: its manifest catches it
+        export_stage.run(cfg, run_dir, checkpoint="4")  # committed: its manifest catches it
     (step4 / "manifest.json").unlink()  # uncommitted: nothing vouches for its files
     settings = [a for k, v in TINY.items() for a in ("--set", f"{k}={json.dumps(v)}")]
     result = cli("export", "--run", run_dir, "--checkpoint", "4", *settings)
@@ -283,7 +285,7 @@ def test_export_of_a_two_rank_fsdp_checkpoint(demo_run, tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    summary = export.run(load_config(run_dir=run_dir, values=values), run_dir)
+    summary = export_stage.run(load_config(run_dir=run_dir, values=values), run_dir)
     assert summary["step"] == 4
     ids = batch(run_dir)
     expected = logits(trained_model(run_dir, 4), ids)

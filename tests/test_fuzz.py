@@ -48,12 +48,12 @@ def trained_run(demo_run, tmp_path_factory) -> Path:
     """The data run pretrained for 2 tiny steps: one committed checkpoint, step 2."""
     from conftest import TINY_PRETRAIN
     from hanlm.config import load_config
-    from hanlm.train import pretrain
+    from hanlm.stages import pretrain
 
     run_dir = tmp_path_factory.mktemp("fuzz-trained") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
-    values = {**TINY_PRETRAIN, "pretrain.max_steps": 2, "pretrain.checkpoint_every": 2,
-              "pretrain.eval_every": 2}  # fmt: skip
+    values = {**TINY_PRETRAIN, "pretrain.max_steps": 2, "checkpoint.every": 2,
+              "logging.eval_every": 2}  # fmt: skip
     pretrain.run(load_config(run_dir=run_dir, values=values), run_dir)
     return run_dir
 
@@ -565,8 +565,8 @@ def test_readers_give_items_or_a_user_error(tmp_path, data, benchmark, suffix):
     assert items and all(isinstance(i.overlap_text, str) for i in items)
 
 
-TOML_KEYS = ("corpus.min_chars", "corpus.near_dedup", "tokenizer.vocab_size", "pretrain.preset",
-             "pretrain.lr", "pretrain.precision", "decontam.ngram", "decontam.benchmarks",
+TOML_KEYS = ("corpus.min_chars", "corpus.near_dedup", "tokenizer.vocab_size", "model.preset",
+             "optimizer.lr", "precision.mode", "decontam.ngram", "decontam.benchmarks",
              "eval.tasks", "sft.init", "bogus.key", "pretrain.bogus")  # fmt: skip
 
 

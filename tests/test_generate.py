@@ -22,7 +22,7 @@ from hanlm.inference import (
     logits_processors,
     prompt_budget,
 )
-from hanlm.train import export, pretrain
+from hanlm.stages import export, pretrain
 
 GREEDY = GenerateSection(greedy=True, repetition_penalty=1.0, max_new_tokens=16)
 
@@ -33,7 +33,7 @@ def model_dir(demo_run, tmp_path_factory):
     model that falls into loops: greedy decoding repeats a few frequent tokens."""
     run_dir = tmp_path_factory.mktemp("generate") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
-    values = {**TINY_PRETRAIN, "pretrain.eval_every": 8, "pretrain.checkpoint_every": 8}
+    values = {**TINY_PRETRAIN, "logging.eval_every": 8, "checkpoint.every": 8}
     cfg = load_config(run_dir=run_dir, values=values)
     pretrain.run(cfg, run_dir)
     out = run_dir / "pretrain" / "hf"

@@ -11,7 +11,7 @@ from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import Model, cut_at_stop
-from hanlm.train import export, pretrain
+from hanlm.stages import export, pretrain
 from kobest_reference import kobest_task_manager, lm_eval_task
 
 # The sample each task is scored on: (split, row positions). The first dev and train rows, and

@@ -169,7 +169,7 @@ def test_step_profile_for_preflight():
     cfg = load_config(
         values={
             "plan.gpu": "rtx5090",
-            "pretrain.preset": "125m",
+            "model.preset": "125m",
             "pretrain.global_batch_tokens": 65536,
         }
     )

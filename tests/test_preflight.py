@@ -23,8 +23,8 @@ from hanlm.stages import preflight as preflight_stage
 # tiny model gets on a CPU; a throughput floor that a busy shared test disk still clears.
 SETTINGS = {
     **TINY_PRETRAIN,
-    "pretrain.checkpoint_every": 1000,
-    "preflight.mfu": 0.05,
+    "checkpoint.every": 1000,
+    "plan.mfu": 0.05,
     "preflight.min_write_mb_s": 10,
     "preflight.storage_mb": 8,
     "preflight.fsync_probes": 3,
@@ -169,7 +169,7 @@ def test_slow_network_is_no_go_with_a_fix_per_parallel_mode(run_dir):
         rank = {**report["ranks"][0]}
         rank["collectives"] = {op: dict(slow) for op in collectives.OPERATIONS}
         two_ranks["ranks"] = [rank, {**rank, "rank": 1, "storage": None}]
-        cfg = load_config(run_dir=run_dir, values={**SETTINGS, "pretrain.parallel": mode})
+        cfg = load_config(run_dir=run_dir, values={**SETTINGS, "parallel.mode": mode})
         verdict.judge(cfg, two_ranks)
         [comm] = failures(two_ranks, "communication")
         assert comm["reason"].startswith(mode.upper()) and words in comm["fix"]
@@ -202,7 +202,7 @@ def test_gpu_findings_fp8_capability_and_slow_matmul(run_dir):
     h100 = gpu("NVIDIA H100 80GB HBM3", (9, 0), "h100", 989.4, 700)
     report["ranks"][0]["devices"] = {"count": 2, "devices": [a100, h100]}
     report["findings"] = []
-    cfg = load_config(run_dir=run_dir, values={**SETTINGS, "pretrain.precision": "fp8"})
+    cfg = load_config(run_dir=run_dir, values={**SETTINGS, "precision.mode": "fp8"})
     verdict.judge(cfg, report)
     reasons = [f["reason"] for f in failures(report, "devices")]
     assert any("compute capability 8.0: no FP8" in r for r in reasons)

@@ -12,7 +12,7 @@ import pytest
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses, metrics
 from hanlm.config import load_config
 from hanlm.errors import UserError
-from hanlm.train import pretrain
+from hanlm.stages import pretrain
 
 TINY = TINY_PRETRAIN
 
@@ -33,7 +33,7 @@ def train(run_dir, **extra):
 
 
 def test_loss_falls_and_metrics_are_logged(run_dir):
-    summary = train(run_dir, **{"pretrain.max_steps": 30, "pretrain.eval_every": 10})
+    summary = train(run_dir, **{"pretrain.max_steps": 30, "logging.eval_every": 10})
     assert summary["completed"] and summary["step"] == 30
     records = [r for r in metrics(run_dir) if "loss" in r]
     assert [r["step"] for r in records] == list(range(1, 31))
@@ -53,7 +53,7 @@ def test_loss_falls_and_metrics_are_logged(run_dir):
 def test_schedule_warmup_then_cosine(run_dir):
     train(
         run_dir,
-        **{"pretrain.max_steps": 10, "pretrain.warmup_steps": 3, "pretrain.min_lr_ratio": 0.1},
+        **{"pretrain.max_steps": 10, "optimizer.warmup_steps": 3, "optimizer.min_lr_ratio": 0.1},
     )
     lrs = [r["lr"] for r in metrics(run_dir) if "lr" in r]
     assert lrs[:3] == pytest.approx([1e-2 / 3, 2e-2 / 3, 1e-2])
@@ -94,13 +94,13 @@ def test_fp8_emulate_trains_close_to_fp32(run_dir, tmp_path):
     shutil.copytree(run_dir, fp8)
     common = {
         "pretrain.max_steps": 10,
-        "pretrain.preset": "demo",
+        "model.preset": "demo",
         "pretrain.micro_batch": 2,
         "pretrain.global_batch_tokens": 256,
-        "pretrain.lr": 3e-3,
+        "optimizer.lr": 3e-3,
     }
     train(run_dir, **common)
-    train(fp8, **common, **{"pretrain.precision": "fp8-emulate"})
+    train(fp8, **common, **{"precision.mode": "fp8-emulate"})
     a, b = losses(run_dir), losses(fp8)
     assert b[10] < b[1] - 0.5
     assert all(abs(a[s] - b[s]) / a[s] < 0.02 for s in a)
@@ -108,11 +108,11 @@ def test_fp8_emulate_trains_close_to_fp32(run_dir, tmp_path):
 
 
 def test_precision_refusals(run_dir, cli):
-    tiny = {k: v for k, v in TINY.items() if k != "pretrain.precision"}
+    tiny = {k: v for k, v in TINY.items() if k != "precision.mode"}
     args = ["pretrain", "--run", run_dir, *settings_args(tiny)]
     assert_user_error(cli(*args, "--precision", "fp8"), "fp8-emulate", "compute capability 8.9")
     assert_user_error(cli(*args, "--precision", "fp4"), "FP8")
-    assert_user_error(cli(*args, "--precision", "fp16"), "pretrain.precision")
+    assert_user_error(cli(*args, "--precision", "fp16"), "precision.mode")
     assert not (run_dir / "pretrain" / "checkpoints").exists()
 
 
@@ -121,7 +121,7 @@ def test_bad_batch_and_missing_length(run_dir, cli):
     assert_user_error(cli(*args, "--set", "pretrain.global_batch_tokens=300"), "not a multiple")
     with pytest.raises(UserError, match="needs a length"):
         train(run_dir, **{"pretrain.max_steps": None})
-    assert_user_error(cli(*args, "--set", "pretrain.preset=huge"), "unknown", "tiny")
+    assert_user_error(cli(*args, "--set", "model.preset=huge"), "unknown", "tiny")
 
 
 def test_no_shards_is_a_user_error(tmp_path, cli):
@@ -188,5 +188,5 @@ def test_activation_checkpointing_gives_the_same_losses(run_dir, tmp_path):
     other = tmp_path / "ac"
     shutil.copytree(run_dir, other)
     train(run_dir, **{"pretrain.max_steps": 3})
-    train(other, **{"pretrain.max_steps": 3, "pretrain.activation_checkpointing": True})
+    train(other, **{"pretrain.max_steps": 3, "parallel.activation_checkpointing": True})
     assert losses(other) == pytest.approx(losses(run_dir), rel=1e-6)

@@ -29,20 +29,20 @@ TINY_RUN = {
     "preflight.storage_mb": 8,
     "preflight.matmul_seconds": 0.1,
     "preflight.data_seconds": 0.2,
-    "pretrain.preset": "tiny",
+    "model.preset": "tiny",
     "pretrain.seq_len": 64,
     "pretrain.micro_batch": 8,
     "pretrain.global_batch_tokens": 512,
     "pretrain.max_steps": 120,
-    "pretrain.warmup_steps": 5,
-    "pretrain.lr": 1e-2,
-    "pretrain.eval_every": 40,
-    "pretrain.eval_batches": 2,
-    "pretrain.log_every": 5,
-    "pretrain.checkpoint_every": 10,
+    "optimizer.warmup_steps": 5,
+    "optimizer.lr": 1e-2,
+    "logging.eval_every": 40,
+    "logging.eval_batches": 2,
+    "logging.log_every": 5,
+    "checkpoint.every": 10,
     "sft.seq_len": 128,
     "sft.max_steps": 6,
-    "sft.warmup_steps": 1,
+    "sft.optimizer.warmup_steps": 1,
     "sft.heldout": 4,
     "sft.closure_max_tokens": 8,
     "eval.limit": 12,
@@ -119,7 +119,7 @@ def test_killed_run_finishes_without_redoing_complete_stages(interrupted_then_fi
         int(line.split('"step": ')[1].split(",")[0])
         for line in (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert steps.count(TINY_RUN["pretrain.log_every"]) == 1  # the first steps ran once
+    assert steps.count(TINY_RUN["logging.log_every"]) == 1  # the first steps ran once
 
 
 def test_every_report_section_has_measured_numbers(interrupted_then_finished):

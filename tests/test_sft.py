@@ -11,7 +11,10 @@ from damaged_models import damaged_copy
 from hanlm.config import load_config
 from hanlm.data import chat_data
 from hanlm.errors import UserError
-from hanlm.train import export, pretrain, sft
+from hanlm.stages import export as export_stage
+from hanlm.stages import pretrain
+from hanlm.stages import sft as sft_stage
+from hanlm.train import export, sft
 
 TINY_SFT = {
     "sft.seq_len": 256,
@@ -19,12 +22,12 @@ TINY_SFT = {
     "sft.batch_rows": 8,
     "sft.max_steps": 60,
     "sft.new_token_lr_scale": 3.0,  # the initialised rows move faster: they start identical
-    "sft.lr": 1e-2,
-    "sft.warmup_steps": 4,
+    "sft.optimizer.lr": 1e-2,
+    "sft.optimizer.warmup_steps": 4,
     "sft.heldout": 30,
     "sft.closure_max_tokens": 64,
-    "sft.checkpoint_every": 30,
-    "sft.log_every": 20,
+    "sft.checkpoint.every": 30,
+    "sft.logging.log_every": 20,
 }
 
 
@@ -49,7 +52,7 @@ def pretrained(demo_run, tmp_path_factory):
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain", "sft"))
     cfg = load_config(run_dir=run_dir, values=TINY_PRETRAIN)
     pretrain.run(cfg, run_dir)
-    export.run(cfg, run_dir)
+    export_stage.run(cfg, run_dir)
     plain_chats(run_dir, run_dir / "chat_plain.jsonl")
     return run_dir
 
@@ -60,7 +63,7 @@ def sft_run(pretrained):
         pretrained,
         **{"sft.data": str(pretrained / "chat_plain.jsonl"), "sft.compare_inits": ["none"]},
     )
-    summary = sft.run(cfg, pretrained)
+    summary = sft_stage.run(cfg, pretrained)
     return pretrained, summary
 
 
@@ -107,14 +110,14 @@ def test_export_stops_on_end_of_turn(sft_run):
 def test_finished_stage_is_skipped_and_gate_fails(sft_run):
     run_dir, summary = sft_run
     data = {"sft.data": str(run_dir / "chat_plain.jsonl"), "sft.compare_inits": ["none"]}
-    again = sft.run(config(run_dir, **data), run_dir)
+    again = sft_stage.run(config(run_dir, **data), run_dir)
     assert again == summary
     # the gate: an unreachable threshold fails the stage with the numbers and a fix
     out = run_dir / "gate"
     gated = config(run_dir, **{**data, "sft.compare_inits": [], "sft.max_steps": 2,
                                "sft.min_closure": 1.0, "sft.closure_max_tokens": 4})  # fmt: skip
     with pytest.raises(UserError, match="closure") as info:
-        sft.run(gated, run_dir, out=out)
+        sft_stage.run(gated, run_dir, out=out)
     assert "--init mean" in info.value.fix
     assert (out / "closure.json").is_file() and not (out / "stage.json").is_file()
 
@@ -126,11 +129,11 @@ def test_resume_continues_from_the_sft_checkpoint(pretrained, tmp_path):
         "sft.data": str(pretrained / "chat_plain.jsonl"),
         "sft.heldout": 4,
         "sft.closure_max_tokens": 4,
-        "sft.log_every": 5,
-        "sft.checkpoint_every": 5,
+        "sft.logging.log_every": 5,
+        "sft.checkpoint.every": 5,
     }
-    sft.run(config(pretrained, **{**quick, "sft.max_steps": 5}), pretrained, out=out)
-    sft.run(config(pretrained, **{**quick, "sft.max_steps": 10}), pretrained, out=out)
+    sft_stage.run(config(pretrained, **{**quick, "sft.max_steps": 5}), pretrained, out=out)
+    sft_stage.run(config(pretrained, **{**quick, "sft.max_steps": 10}), pretrained, out=out)
     lines = (out / "metrics.jsonl").read_text().splitlines()
     steps = [json.loads(line)["step"] for line in lines if "loss" in json.loads(line)]
     assert steps == [5, 10]  # step 10 came after a resume at 5, not a second run from 0
@@ -161,25 +164,22 @@ def test_doctor_on_the_trained_models(sft_run, tmp_path, cli):
     assert cli("doctor", broken).code == 1
 
 
-def test_contaminated_conversations_are_dropped_or_refused(pretrained, monkeypatch, tmp_path):
-    import hanlm.stages.decontam as decontam
-
+def test_contaminated_conversations_are_dropped_or_refused(pretrained, tmp_path):
     class Index:  # the decontam index's API: matches(text, min_coverage) -> hits
         def matches(self, text, *, min_coverage):
             if "파리" in text:
                 return [{"benchmark": "demo", "item_id": "q-1", "coverage": 1.0}]
             return []
 
-    monkeypatch.setattr(decontam, "load_run_index", lambda run_dir: Index())
     conversations = chat_data.read_conversations(pretrained / "chat_plain.jsonl")
     s = config(pretrained).sft
-    kept, report = sft.decontaminate(conversations, pretrained, s)
+    kept, report = sft.decontaminate(conversations, Index(), s)
     dirty = [c for c in conversations if "파리" in chat_data.conversation_text(c["messages"])]
     assert report["checked"] and report["dropped"] == len(dirty) > 0
     assert len(kept) == len(conversations) - len(dirty)
     s = config(pretrained, **{"sft.contaminated": "fail"}).sft
     with pytest.raises(UserError, match="benchmark items"):
-        sft.decontaminate(conversations, pretrained, s)
+        sft.decontaminate(conversations, Index(), s)
 
 
 def test_real_decontam_index_when_available(pretrained):
@@ -189,7 +189,8 @@ def test_real_decontam_index_when_available(pretrained):
     if load_run_index(pretrained) is None:
         pytest.skip("this run has no decontam index")
     conversations = chat_data.read_conversations(pretrained / "chat_plain.jsonl")
-    _, report = sft.decontaminate(conversations, pretrained, config(pretrained).sft)
+    index = load_run_index(pretrained)
+    _, report = sft.decontaminate(conversations, index, config(pretrained).sft)
     assert report["checked"]
 
 
@@ -201,14 +202,14 @@ def test_a_damaged_source_model_is_refused(pretrained, tmp_path):
         )
         cfg = config(pretrained, **{**data, "sft.model": str(folder)})
         with pytest.raises(UserError, match=phrase):
-            sft.run(cfg, pretrained, out=tmp_path / "o")
+            sft_stage.run(cfg, pretrained, out=tmp_path / "o")
         assert not (tmp_path / "o" / "stage.json").exists()
     run_dir = tmp_path / "run"
     shutil.copytree(pretrained, run_dir, ignore=shutil.ignore_patterns("sft"))
     [shard] = (run_dir / "pretrain" / "checkpoints" / "step-00000008").glob("*.distcp")
     shard.write_bytes(shard.read_bytes()[:1000])
     with pytest.raises(UserError, match=r"pretraining checkpoint .* is damaged"):
-        sft.run(config(run_dir, **data), run_dir)
+        sft_stage.run(config(run_dir, **data), run_dir)
     assert not (run_dir / "sft" / "stage.json").exists()
 
 
@@ -218,9 +219,11 @@ def test_bad_inputs(pretrained, tmp_path, cli):
     result = cli("sft", "--run", pretrained, "--data", bad, "--set", "sft.max_steps=1")
     assert_user_error(result, "unknown role", f"{bad}:1")
     with pytest.raises(UserError, match="not a Hugging Face model folder"):
-        sft.run(config(pretrained, **{"sft.model": str(tmp_path)}), pretrained, out=tmp_path / "o")
+        sft_stage.run(
+            config(pretrained, **{"sft.model": str(tmp_path)}), pretrained, out=tmp_path / "o"
+        )
     with pytest.raises(UserError, match="no pretrained model"):
-        sft.run(config(tmp_path), tmp_path)
+        sft_stage.run(config(tmp_path), tmp_path)
     with pytest.raises(UserError, match="batch_rows"):
-        sft.run(config(pretrained, **{"sft.batch_rows": 12, "sft.data": str(
+        sft_stage.run(config(pretrained, **{"sft.batch_rows": 12, "sft.data": str(
             pretrained / "chat_plain.jsonl")}), pretrained, out=tmp_path / "o2")  # fmt: skip

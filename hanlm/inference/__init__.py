@@ -31,7 +31,6 @@ from hanlm.inference.loading import (
     context_length,
     load,
     load_folder,
-    no_progress_bars,
 )
 from hanlm.inference.processors import (
     FrequencyPresencePenalty,
@@ -57,7 +56,6 @@ __all__ = [
     "load",
     "load_folder",
     "logits_processors",
-    "no_progress_bars",
     "prompt_budget",
     "prompt_ids",
     "resolve_device",

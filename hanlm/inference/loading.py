@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers.utils import logging as hf_logging
 
 from hanlm.chat_template import END_OF_TURN
 from hanlm.errors import UserError
 from hanlm.inference.devices import resolve_device, resolve_dtype
+from hanlm.model import no_progress_bars
 from hanlm.model_folder import TOKENIZER_FIX, check_model_folder
 
 TOKENIZER_FAILURE = "cannot load a tokenizer from {path}"
@@ -59,18 +59,6 @@ class LoadedModel:
         if self.tokenizer.pad_token_id is not None:
             return self.tokenizer.pad_token_id
         return self.end_token_ids()[0]
-
-
-@contextlib.contextmanager
-def no_progress_bars():
-    """transformers draws a tqdm bar for every save and load; hanlm prints its own summary."""
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            hf_logging.enable_progress_bar()
 
 
 def load_folder(

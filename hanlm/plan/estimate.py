@@ -514,13 +514,13 @@ def setup_from_config(cfg, *, plan_section=None) -> Setup:
             tokens = p.max_tokens
         elif p.max_steps is not None:
             tokens = p.max_steps * p.global_batch_tokens
-    parallel = p.parallel
+    parallel = cfg.parallel.mode
     world = pl.gpus * pl.hosts
     if parallel == "auto" or (parallel == "ddp" and world == 1):
         parallel = "single" if world == 1 else "fsdp"
-    precision = "fp8" if p.precision == "fp8-emulate" else p.precision
+    precision = "fp8" if cfg.precision.mode == "fp8-emulate" else cfg.precision.mode
     return Setup(
-        model=p.preset,
+        model=cfg.model.preset,
         vocab_size=cfg.tokenizer.vocab_size,
         seq_len=p.seq_len,
         micro_batch=p.micro_batch,
@@ -529,7 +529,7 @@ def setup_from_config(cfg, *, plan_section=None) -> Setup:
         hosts=pl.hosts,
         precision=precision,
         parallel=parallel,
-        recompute=p.activation_checkpointing,
+        recompute=cfg.parallel.activation_checkpointing,
         tokens=tokens,
         global_batch_tokens=p.global_batch_tokens,
         price_per_gpu_hour=pl.price_per_gpu_hour,

@@ -42,11 +42,11 @@ def measure_step(
 
     bf16_params builds the model in bf16, as FSDP2's mixed precision gathers it for compute.
     """
+    # deferred: torch's private tracing modules, loaded only when a step is traced
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from hanlm.model import build_model
-    from hanlm.train.parallel import enable_activation_checkpointing
+    from hanlm.model import build_model, enable_activation_checkpointing  # deferred: transformers
 
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")

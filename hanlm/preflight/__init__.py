@@ -63,7 +63,7 @@ def rendezvous_address() -> str | None:
 def _join(cfg: Config) -> tuple[Dist, dict | None]:
     """The process group, or this process alone and a finding when the rendezvous failed."""
     try:
-        return parallel.init(cfg.pretrain.device, timeout_s=cfg.preflight.timeout_s), None
+        return parallel.init(cfg.parallel.device, timeout_s=cfg.preflight.timeout_s), None
     except UserError as e:
         if "could not join the process group" not in e.what:
             raise  # e.g. a GPU was asked for and none is visible: the user's setting
@@ -76,7 +76,7 @@ def _join(cfg: Config) -> tuple[Dist, dict | None]:
             "preflight.timeout_s when hosts start far apart",
         )
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = cfg.pretrain.device != "cpu" and torch.cuda.is_available()
+    use_cuda = cfg.parallel.device != "cpu" and torch.cuda.is_available()
     device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else None
     alone = Dist(int(os.environ.get("RANK", "0")), 1, local_rank, device or torch.device("cpu"))
     return alone, failure

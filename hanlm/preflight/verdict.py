@@ -3,7 +3,7 @@
 A finding is {"check", "severity", "reason", "fix"}: severity "fail" makes the verdict NO-GO,
 "warn" and "note" are shown but do not. Projections use the planned model (`plan.step_profile`)
 at the slowest device's peak for the precision (GPUs: the catalogue via `plan.peak_flops`, at the
-plan's usual MFU for that GPU unless preflight.mfu is set; CPUs: the measured matmul):
+plan's usual MFU for that GPU unless plan.mfu is set; CPUs: the measured matmul):
 communication per optimizer step = the bytes each rank moves / the measured bus bandwidth (the
 all-reduce's for DDP, the slower of all-gather and reduce-scatter for FSDP); save time = the
 whole checkpoint / the slowest checkpoint disk's throughput (conservative: one host writing it
@@ -32,7 +32,7 @@ def finding(check: str, severity: str, reason: str, fix: str | None = None) -> d
 
 
 def parallel_mode(cfg: Config, world_size: int) -> str:
-    mode = cfg.pretrain.parallel
+    mode = cfg.parallel.mode
     if world_size == 1:
         return "single"
     return "fsdp" if mode == "auto" else mode
@@ -78,8 +78,8 @@ def planned_peak(report: dict, precision: str) -> tuple[float, float | None, str
 def project(cfg: Config, report: dict) -> dict:
     """Step, communication and checkpoint figures of the planned run on these hosts."""
     world_size = report["world_size"]
-    peak, usual_mfu, source = planned_peak(report, cfg.pretrain.precision)
-    mfu = cfg.preflight.mfu or usual_mfu
+    peak, usual_mfu, source = planned_peak(report, cfg.precision.mode)
+    mfu = cfg.plan.mfu or usual_mfu
     out: dict = {"peak_flops": peak, "peak_source": source, "mfu": mfu}
     if not math.isfinite(peak):
         return out
@@ -95,10 +95,10 @@ def project(cfg: Config, report: dict) -> dict:
         out["comm_s"] = profile["comm_bytes_per_gpu"] / busbw
         out["comm_ratio"] = out["comm_s"] / profile["compute_s"]
 
-    c, p = cfg.checkpoint, cfg.pretrain
+    c = cfg.checkpoint
     intervals = []
-    if p.checkpoint_every > 0:
-        intervals.append(p.checkpoint_every * profile["compute_s"])
+    if c.every > 0:
+        intervals.append(c.every * profile["compute_s"])
     if c.every_minutes > 0:
         intervals.append(c.every_minutes * 60)
     out["checkpoint_interval_s"] = min(intervals) if intervals else None
@@ -114,7 +114,7 @@ def project(cfg: Config, report: dict) -> dict:
 
 def _device_findings(cfg: Config, report: dict) -> list[dict]:
     found = []
-    pf, precision = cfg.preflight, cfg.pretrain.precision
+    pf, precision = cfg.preflight, cfg.precision.mode
     for r in report["ranks"]:
         if "error" in r.get("devices", {}):
             found.append(finding("devices", FAIL, f"rank {r['rank']}: {r['devices']['error']}"))
@@ -306,7 +306,7 @@ def _storage_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
                 FAIL,
                 f"a checkpoint save would take {save_s:.3g} s, more than "
                 f"{pf.max_save_fraction:.0%} of the {interval:.3g} s between saves",
-                "save less often (raise pretrain.checkpoint_every or checkpoint.every_minutes), or "
+                "save less often (raise checkpoint.every or checkpoint.every_minutes), or "
                 + FASTER_STORAGE,
             )
         )

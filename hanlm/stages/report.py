@@ -30,7 +30,7 @@ def run_files(run: RunDir) -> card.RunFiles:
         sft_metrics=run.sft.metrics,
         closure=run.sft.closure,
         closure_by_init=run.sft.closure_by_init,
-        ablation_closure=run.sft.ablation_closure,
+        ablation_closure=lambda init: run.sft.ablation(init).closure,
         audit=run.sft.audit,
         eval_results=run.eval_results,
         eval_samples=run.eval_samples,

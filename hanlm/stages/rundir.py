@@ -48,7 +48,20 @@ class TrainingDirs:
     def export(self) -> Path:
         return self.root / EXPORT
 
-    # --- what SFT adds (its closure check, token audit and initialisation ablation) -------
+
+@dataclass(frozen=True)
+class SftDirs(TrainingDirs):
+    """SFT's folder: a training folder plus its audit, data report and closure checks, and one
+    training folder per compared initialisation."""
+
+    @property
+    def audit(self) -> Path:
+        return self.root / "audit.json"
+
+    @property
+    def data_report(self) -> Path:
+        return self.root / "data.json"
+
     @property
     def closure(self) -> Path:
         return self.root / "closure.json"
@@ -57,13 +70,8 @@ class TrainingDirs:
     def closure_by_init(self) -> Path:
         return self.root / "closure_by_init.json"
 
-    @property
-    def audit(self) -> Path:
-        return self.root / "audit.json"
-
-    def ablation_closure(self, init: str) -> Path:
-        """The closure check of the SFT ablation arm with that initialisation."""
-        return self.root / "ablation" / init / "closure.json"
+    def ablation(self, init: str) -> SftDirs:
+        return SftDirs(self.root / "ablation" / init)
 
 
 @dataclass(frozen=True)
@@ -175,8 +183,8 @@ class RunDir:
         return TrainingDirs(self.stage("pretrain"))
 
     @property
-    def sft(self) -> TrainingDirs:
-        return TrainingDirs(self.stage("sft"))
+    def sft(self) -> SftDirs:
+        return SftDirs(self.stage("sft"))
 
     # --- evaluation -----------------------------------------------------------------------
     @property

@@ -444,7 +444,7 @@ def load(path: Path, model, optimizer, group=None) -> dict:
 
 def _fs(url: str):
     if "://" in url:
-        import fsspec
+        import fsspec  # deferred: optional, needed only by a remote mirror
 
         fs, base = fsspec.core.url_to_fs(url)
         return fs, base.rstrip("/")

@@ -21,15 +21,15 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from pickle import UnpicklingError
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
+from transformers import GenerationConfig
 
-from hanlm.console import info
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_output_dir,
@@ -38,9 +38,9 @@ from hanlm.files import (
     file_sha256,
     fingerprint,
     read_json,
-    stage_fingerprint,
 )
-from hanlm.inference import load_folder, no_progress_bars
+from hanlm.inference import load_folder
+from hanlm.model import build_model, no_progress_bars
 from hanlm.train import checkpoint as checkpoint_lib
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def _check_fits(
     state: dict[str, torch.Tensor], saved: dict[str, tuple[int, ...] | None], checkpoint_dir: Path
 ) -> None:
     """UserError naming the first tensor where the checkpoint and the config's model disagree."""
-    fix = "export with the model preset or config.json the run was trained with (pretrain.preset)"
+    fix = "export with the model preset or config.json the run was trained with (model.preset)"
     if not saved:
         raise UserError(
             "the checkpoint holds no model weights", where=str(checkpoint_dir), fix="export another"
@@ -144,8 +144,6 @@ def _check_fits(
 
 def load_checkpoint_model(checkpoint_dir: Path, config: PretrainedConfig) -> PreTrainedModel:
     """A CPU model of `config` (eval mode) holding the weights of a committed checkpoint."""
-    from hanlm.model import build_model
-
     checkpoint_dir = Path(checkpoint_dir)
     model = build_model(config, device="cpu").eval()
     # DCP loads in place into these tensors: they share storage with the model's parameters.
@@ -309,8 +307,6 @@ def export_checkpoint(
 
     `out_dir` must be new, empty or an earlier export (replaced only with `replace_earlier`).
     """
-    from transformers import GenerationConfig
-
     checkpoint_dir, tokenizer_dir = Path(checkpoint_dir), Path(tokenizer_dir)
     claim_output_dir(out_dir, marker=RECORD, replace_earlier=replace_earlier)
     dtype_name = _checked_dtype(dtype)
@@ -371,135 +367,3 @@ def _portable_model_config(path: Path, dtype_name: str) -> None:
 def load_exported(out_dir: Path) -> PreTrainedModel:
     """The exported model, loaded as any transformers user would; nothing is unpickled."""
     return load_folder(out_dir, tokenizer=False, quiet=True).model
-
-
-# --- the stage ------------------------------------------------------------------------------------
-
-
-def resolve_checkpoint(run_dir: Path, checkpoint: str | None) -> Path:
-    """The checkpoint to export: the latest committed one, a step number, or a folder's path;
-    its files are checked against its manifest first."""
-    path = _locate_checkpoint(run_dir, checkpoint)
-    root = Path(run_dir) / "pretrain" / "checkpoints"
-    if not (path / checkpoint_lib.MANIFEST).is_file():
-        # a step named explicitly gets the same check as the latest one: no manifest, no export
-        raise UserError(
-            f"checkpoint {path} is not committed: it has no {checkpoint_lib.MANIFEST}, so its "
-            "save did not finish (or the folder was damaged) and its files cannot be checked",
-            fix="export a committed step with --checkpoint STEP "
-            f"(committed: {_committed_steps(root) or 'none yet'})",
-        )
-    problem = checkpoint_lib.verify(path)
-    if problem:
-        raise UserError(
-            f"checkpoint {path} is damaged: {problem}",
-            fix="export an older step with --checkpoint STEP",
-        )
-    return path
-
-
-def _locate_checkpoint(run_dir: Path, checkpoint: str | None) -> Path:
-    root = Path(run_dir) / "pretrain" / "checkpoints"
-    if checkpoint is None:
-        latest = checkpoint_lib.latest(root)
-        if latest is None:
-            _no_committed_checkpoint(root, run_dir)
-        return latest
-    text = str(checkpoint).strip()
-    if text.isdigit():
-        path = checkpoint_lib.step_dir(root, int(text))
-        if not (path / checkpoint_lib.TRAINER_STATE).is_file():
-            raise UserError(
-                f"no committed checkpoint for step {int(text)} in {root}",
-                fix=f"choose one of the steps {_committed_steps(root) or 'none yet'}",
-            )
-        return path
-    path = Path(text) if Path(text).exists() else root / text
-    if not path.is_dir():
-        raise UserError(
-            f"checkpoint {text!r} is neither a step number nor a folder",
-            fix=f"give a step ({_committed_steps(root) or 'none yet'}) or a step-NNNNNNNN folder",
-        )
-    trainer_state(path)  # a UserError unless it is a committed checkpoint
-    return path
-
-
-def _no_committed_checkpoint(root: Path, run_dir: Path) -> NoReturn:
-    """The UserError for a run with nothing to export, saying whether checkpoints were started."""
-    uncommitted = sorted(p.name for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
-    if not uncommitted:
-        raise UserError(
-            f"no checkpoint to export in {root}", fix=f"run `hanlm pretrain --run {run_dir}` first"
-        )
-    # a finished pretraining is skipped when run again: only --force trains (and saves) anew
-    force = " --force" if stage_fingerprint(Path(run_dir) / "pretrain") is not None else ""
-    raise UserError(
-        f"no committed checkpoint to export in {root}: {', '.join(uncommitted)} "
-        f"{'has' if len(uncommitted) == 1 else 'have'} no {checkpoint_lib.MANIFEST}, so the "
-        "save did not finish or the folder was damaged, and its files cannot be trusted",
-        fix=f"put back a complete copy of a checkpoint (with its {checkpoint_lib.MANIFEST}), or "
-        f"train again with `hanlm pretrain --run {run_dir}{force}`, which commits new ones",
-    )
-
-
-def _committed_steps(root: Path) -> str:
-    """The steps of the committed checkpoints (those with a manifest), as a list for messages."""
-    steps = (p.name.removeprefix("step-") for p in checkpoint_lib.committed(root))
-    return ", ".join(str(int(step)) for step in steps if step.isdigit())
-
-
-def _previous_record(out: Path) -> dict:
-    try:
-        return read_json(out / RECORD) if (out / WEIGHTS).is_file() else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def run(
-    cfg,
-    run_dir: Path,
-    *,
-    force: bool = False,
-    checkpoint: str | None = None,
-    out: Path | None = None,
-) -> dict:
-    """Export a run's pretraining checkpoint (the latest by default) to run_dir/pretrain/hf."""
-    from hanlm.data import shards as shards_stage
-    from hanlm.data import tokenizer as tokenizer_stage
-    from hanlm.model import model_config
-
-    run_dir = Path(run_dir)
-    source = resolve_checkpoint(run_dir, checkpoint)
-    user_named_out = out
-    out = Path(out) if out is not None else run_dir / "pretrain" / "hf"
-    tokenizer_dir = tokenizer_stage.finished_path(run_dir).parent
-    manifest = shards_stage.load_manifest(run_dir)
-    config = model_config(
-        cfg.pretrain.preset, vocab_size=manifest["vocab_size"], seq_len=cfg.pretrain.seq_len
-    )
-    fp = export_fingerprint(source, config, tokenizer_dir, None, torch.float32)
-    previous = _previous_record(out)
-    if not force and previous.get("fingerprint") == fp:
-        info(f"export: {out} already holds {source.name}, skipped")
-        return {**_summary(previous, out), "skipped": True}
-    started = time.perf_counter()
-    # the run's own export folder is hanlm's to update; a folder the user named needs --force
-    export_checkpoint(
-        source,
-        out,
-        model_config=config,
-        tokenizer_dir=tokenizer_dir,
-        replace_earlier=force or user_named_out is None,
-    )
-    record = read_json(out / RECORD)
-    info(f"export: {source.name} ({record['tokens']:,} tokens seen) -> {out}")
-    return {
-        **_summary(record, out),
-        "skipped": False,
-        "seconds": round(time.perf_counter() - started, 3),
-    }
-
-
-def _summary(record: dict, out: Path) -> dict:
-    keys = ("source_checkpoint", "step", "tokens", "model_sha256", "dtype")
-    return {"out": str(out), **{k: record.get(k) for k in keys}}

@@ -37,6 +37,7 @@ class MetricsLog:
         self._truncate_after(start_step)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         try:
+            # deferred: tensorboard is optional and slow to import
             from torch.utils.tensorboard import SummaryWriter
 
             self._writer = SummaryWriter(str(self.path.parent / "tensorboard"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import os
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ import torch.distributed as dist
 
 from hanlm.errors import UserError
 from hanlm.inference import resolve_device
+from hanlm.model import enable_activation_checkpointing
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Dist:
 
 def _pick_device(preference: str, local_rank: int) -> torch.device:
     """This process's device by hanlm.inference's rule; `cuda` is the local rank's GPU."""
-    device = resolve_device(preference, setting="pretrain.device", local_rank=local_rank)
+    device = resolve_device(preference, setting="parallel.device", local_rank=local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return device
@@ -81,7 +81,7 @@ def resolve_mode(mode: str, d: Dist) -> str:
         return "single"  # one process: there is nothing to shard or synchronise
     if mode == "single" and d.distributed:
         raise UserError(
-            f"pretrain.parallel is single but torchrun started {d.world_size} processes",
+            f"parallel.mode is single but torchrun started {d.world_size} processes",
             fix="use --parallel ddp or fsdp, or run without torchrun",
         )
     return mode
@@ -97,46 +97,6 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
             fix="use a Llama-family model or a preset",
         )
     return list(layers)
-
-
-# Selective recomputation keeps what is expensive to recompute (matmul and attention outputs)
-# and recomputes the cheap element-wise work between them (norms, rotary, SiLU, products).
-_SAVED_IN_SELECTIVE = (
-    "aten.mm.default",
-    "aten.addmm.default",
-    "aten.bmm.default",
-    "aten._scaled_mm.default",
-    "aten._scaled_dot_product_flash_attention.default",
-    "aten._scaled_dot_product_flash_attention_for_cpu.default",
-    "aten._scaled_dot_product_efficient_attention.default",
-    "aten._scaled_dot_product_cudnn_attention.default",
-)
-
-
-def _selective_policy(ctx, op, *args, **kwargs):
-    from torch.utils.checkpoint import CheckpointPolicy
-
-    if str(op) in _SAVED_IN_SELECTIVE:
-        return CheckpointPolicy.MUST_SAVE
-    return CheckpointPolicy.PREFER_RECOMPUTE
-
-
-def enable_activation_checkpointing(model: torch.nn.Module, mode: str) -> None:
-    """Recompute each decoder layer's activations in backward: `full` keeps only the layer's
-    input, `selective` also keeps its matmul and attention outputs."""
-    kwargs: dict = {"use_reentrant": False}
-    if mode == "selective":
-        from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
-        kwargs["context_fn"] = functools.partial(
-            create_selective_checkpoint_contexts, _selective_policy
-        )
-    elif mode != "full":
-        raise ValueError(f"activation checkpointing mode must be full or selective, not {mode!r}")
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5 name
-        model.activation_checkpointing_enable(kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def parallelize(
@@ -157,12 +117,14 @@ def parallelize(
         for layer in decoder_layers(model):
             layer.compile()
     if mode == "ddp":
+        # deferred: DDP and FSDP2 are needed only under torchrun
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [d.device.index] if d.device.type == "cuda" else None
         # Gradients live in the reducer's buckets: no second copy of them (4 bytes a parameter).
         return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
     if mode == "fsdp":
+        # deferred: see DDP above
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 

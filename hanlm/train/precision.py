@@ -32,9 +32,9 @@ ROWWISE_ON_ADA_SINCE_TORCH = "2.7"
 # FP8 GEMMs need both matrix dimensions to be multiples of 16.
 FP8_DIM_MULTIPLE = 16
 
-PRECISION_KEY = "pretrain.precision"
-RECIPE_KEY = "pretrain.fp8_recipe"
-ALL_GATHER_KEY = "pretrain.fsdp_float8_all_gather"
+PRECISION_KEY = "precision.mode"
+RECIPE_KEY = "precision.fp8_recipe"
+ALL_GATHER_KEY = "parallel.fsdp_float8_all_gather"
 
 FP8_NEEDS = "FP8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)"
 FP4_REASON = (

@@ -1,36 +1,35 @@
-"""`hanlm pretrain`: build the model, wrap it for the processes at hand, and run the loop.
+"""Pretraining: build the model, wrap it for the processes at hand, and run the loop.
 
 Runs alone or under torchrun (`torchrun --nproc_per_node N -m hanlm pretrain --run DIR`); every
-rank executes this same function and reads its slice of the shards.
+rank executes `pretrain` and reads its slice of the shards. The stage (hanlm.stages.pretrain)
+decides whether to train and where; this module takes its inputs and outputs as paths.
 """
 
 from __future__ import annotations
 
 import math
-import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from hanlm import model as model_lib
 from hanlm.config import Config, PretrainSection
 from hanlm.console import info, warn
-from hanlm.data import shards as shards_stage
-from hanlm.data import tokenizer as tokenizer_stage
 from hanlm.data.loader import TokenLoader
 from hanlm.errors import UserError
-from hanlm.files import (
-    atomic_write_json,
-    fingerprint,
-    read_json,
-    stage_fingerprint,
-    write_stage_marker,
-)
+from hanlm.files import fingerprint
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.train import checkpoint, distill, parallel, precision
-from hanlm.train.optim import adamw
-from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
-
-STAGE = "pretrain"
+from hanlm.train import parallel, precision
+from hanlm.train.build import (
+    Components,
+    Placement,
+    TrainingJob,
+    build_trainer,
+    processes,
+    start_fresh,
+)
 
 
 def accumulation_steps(p: PretrainSection, world_size: int) -> int:
@@ -56,139 +55,118 @@ def total_steps(p: PretrainSection) -> int:
     )
 
 
-def model_fingerprint(p: PretrainSection, shards_fp: str | None, seed: int) -> str:
+def model_fingerprint(cfg: Config, shards_fp: str | None) -> str:
     """What a checkpoint must match to be resumed: the model, the data and the seed."""
-    return fingerprint("model", p.preset, p.seq_len, shards_fp, seed)
+    return fingerprint("model", cfg.model.preset, cfg.pretrain.seq_len, shards_fp, cfg.run.seed)
 
 
-def stage_fp(cfg: Config, run_dir: Path) -> str:
-    skip = {"resume", "log_every", "device"}
-    return fingerprint(
-        STAGE,
-        cfg.pretrain.model_dump(exclude=skip),
-        cfg.run.seed,
-        stage_fingerprint(Path(run_dir) / "shards"),
-        # only when on, so that runs without distillation keep their fingerprints
-        *([cfg.distill.model_dump()] if cfg.distill.enabled else []),
-    )
+@dataclass(frozen=True)
+class PretrainData:
+    """The run's tokenised data: its shards and the tokenizer that made them."""
+
+    shards_dir: Path
+    shards_fingerprint: str | None
+    vocab_size: int
+    tokenizer_sha256: str
+    tokenizer_dir: Path
+    token_byte_lengths: list[int]
 
 
-def run(
-    cfg: Config, run_dir: Path, *, force: bool = False, stop_after_steps: int | None = None
-) -> dict:
-    from hanlm import model as model_lib
+@dataclass(frozen=True)
+class PretrainOutputs:
+    checkpoints: Path
+    metrics: Path
+    discard_on_fresh_start: tuple[Path, ...] = ()  # records of an earlier finished training
 
-    run_dir = Path(run_dir)
-    out = run_dir / STAGE
+
+def _loaders(
+    cfg: Config, data: PretrainData, d: parallel.Dist
+) -> tuple[TokenLoader, TokenLoader | None]:
     p = cfg.pretrain
-    fp = stage_fp(cfg, run_dir)
-    if not force and stage_fingerprint(out) == fp:
-        info(f"pretrain: up to date in {out}, skipped")
-        return read_json(out / "summary.json")
-    manifest = shards_stage.load_manifest(run_dir)
-    steps = total_steps(p)
-    d = parallel.init(p.device)
+    common = {
+        "seq_len": p.seq_len,
+        "micro_batch": p.micro_batch,
+        "rank": d.rank,
+        "world_size": d.world_size,
+        "expected_tokenizer_sha256": data.tokenizer_sha256,
+    }
+    train_loader = TokenLoader.from_shards(data.shards_dir, "train", seed=cfg.run.seed, **common)
     try:
-        plan = precision.resolve(p.precision, d.device, recipe=p.fp8_recipe)
-        mode = parallel.resolve_mode(p.parallel, d)
-        accumulation = accumulation_steps(p, d.world_size)
-        if force or p.resume == "never":
-            if d.is_main:
-                shutil.rmtree(out / "checkpoints", ignore_errors=True)
-                (out / "stage.json").unlink(missing_ok=True)
-            parallel.barrier(d)
-
-        mconfig = model_lib.model_config(
-            p.preset, vocab_size=manifest["vocab_size"], seq_len=p.seq_len
-        )
-        model = model_lib.build_model(mconfig, seed=cfg.run.seed, device=d.device)
-        converted = precision.apply_fp8(
-            model, plan, fsdp_float8_all_gather=p.fsdp_float8_all_gather
-        )
-        model = parallel.parallelize(
-            model,
-            d,
-            mode,
-            compute_dtype=plan.compute_dtype,
-            activation_checkpointing=p.activation_checkpointing,
-            compile_blocks=p.compile,
-        )
-        optimizer = adamw(
-            model,
-            lr=p.lr,
-            weight_decay=p.weight_decay,
-            betas=(p.beta1, p.beta2),
-            eps=p.eps,
-            device=d.device,
-        )
-        sha = manifest["tokenizer_sha256"]
-        shards_dir = run_dir / "shards"
-        common = {
-            "seq_len": p.seq_len,
-            "micro_batch": p.micro_batch,
-            "rank": d.rank,
-            "world_size": d.world_size,
-        }
-        train_loader = TokenLoader.from_shards(
-            shards_dir, "train", seed=cfg.run.seed, expected_tokenizer_sha256=sha, **common
-        )
+        val_loader = TokenLoader.from_shards(data.shards_dir, "val", **common)
+    except UserError as e:  # too little validation text is no reason to stop training
         val_loader = None
-        try:
-            val_loader = TokenLoader.from_shards(
-                shards_dir, "val", expected_tokenizer_sha256=sha, **common
-            )
-        except UserError as e:  # too little validation text is no reason to stop training
-            if d.is_main:
-                warn(f"pretrain: no validation: {e.what}")
-        tok = tokenizer_stage.load(run_dir)
-        token_bytes = torch.tensor(tokenizer_stage.token_byte_lengths(tok), dtype=torch.float64)
+        if d.is_main:
+            warn(f"pretrain: no validation: {e.what}")
+    return train_loader, val_loader
 
-        flops = model_lib.flops_per_token(mconfig, p.seq_len)["total"]
-        peak, peak_source = device_peak_flops(d.device, p.precision)
-        settings = TrainerSettings(
-            accumulation=accumulation,
-            grad_clip=p.grad_clip,
-            log_every=p.log_every,
-            eval_every=p.eval_every,
-            eval_batches=p.eval_batches,
-            checkpoint_every=p.checkpoint_every,
-            flops_per_token=flops,
-            peak_flops=peak,
-            fingerprint=model_fingerprint(p, stage_fingerprint(shards_dir), cfg.run.seed),
-            settings=fp,
-        )
-        schedule = Schedule(
-            steps, p.lr, p.warmup_steps, p.min_lr_ratio, p.schedule, p.decay_fraction
-        )
+
+def _built_model(cfg: Config, vocab_size: int, at: Placement):
+    """(the model config, the new model converted to FP8 where asked and parallelised, the
+    names of the layers converted)."""
+    par = cfg.parallel
+    mconfig = model_lib.model_config(
+        cfg.model.preset, vocab_size=vocab_size, seq_len=cfg.pretrain.seq_len
+    )
+    model = model_lib.build_model(mconfig, seed=cfg.run.seed, device=at.d.device)
+    converted = precision.apply_fp8(
+        model, at.plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather
+    )
+    model = parallel.parallelize(
+        model,
+        at.d,
+        at.mode,
+        compute_dtype=at.plan.compute_dtype,
+        activation_checkpointing=par.activation_checkpointing,
+        compile_blocks=par.compile,
+    )
+    return mconfig, model, converted
+
+
+def pretrain(
+    cfg: Config,
+    data: PretrainData,
+    outputs: PretrainOutputs,
+    *,
+    settings_fp: str,
+    force: bool = False,
+    stop_after_steps: int | None = None,
+    on_complete: Callable[[dict], None] | None = None,
+) -> dict:
+    """Train (or resume) the recipe's model on the shards; `on_complete(summary)` runs on rank 0
+    once the last step is checkpointed, before the ranks part."""
+    p, par = cfg.pretrain, cfg.parallel
+    steps = total_steps(p)
+    with processes(par.device) as d:
+        plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
+        mode = parallel.resolve_mode(par.mode, d)
+        accumulation = accumulation_steps(p, d.world_size)
+        if force or cfg.checkpoint.resume == "never":
+            start_fresh(d, [outputs.checkpoints, *outputs.discard_on_fresh_start])
+
+        mconfig, model, converted = _built_model(cfg, data.vocab_size, Placement(d, mode, plan))
+        train_loader, val_loader = _loaders(cfg, data, d)
+        peak, peak_source = device_peak_flops(d.device, cfg.precision.mode)
 
         def after_step() -> None:
-            precision.precompute_fp8_scales_if_needed(model, plan, p.fsdp_float8_all_gather)
+            precision.precompute_fp8_scales_if_needed(model, plan, par.fsdp_float8_all_gather)
 
-        c = cfg.checkpoint
-        policy = checkpoint.Policy(**c.model_dump(exclude={"every_minutes"}))
-        trainer = Trainer(
-            model=model,
-            optimizer=optimizer,
+        job = TrainingJob(
+            total_steps=steps,
+            accumulation=accumulation,
             train_loader=train_loader,
             val_loader=val_loader,
-            schedule=schedule,
-            settings=settings,
-            dist=d,
-            mode=mode,
-            plan=plan,
-            out_dir=out,
-            token_bytes=token_bytes,
+            checkpoints_dir=outputs.checkpoints,
+            metrics_path=outputs.metrics,
+            flops_per_token=model_lib.flops_per_token(mconfig, p.seq_len)["total"],
+            peak_flops=peak,
+            fingerprint=model_fingerprint(cfg, data.shards_fingerprint),
+            settings=settings_fp,
+            student_tokenizer=data.tokenizer_dir,
+            token_bytes=torch.tensor(data.token_byte_lengths, dtype=torch.float64),
             after_optimizer_step=after_step,
-            checkpoints=checkpoint.CheckpointManager(out / "checkpoints", d, policy),
-            every_minutes=c.every_minutes,
-            loss_fn=distill.make_loss_fn(
-                cfg.distill,
-                mconfig.get_text_config().vocab_size,
-                d.device,
-                student_tokenizer=run_dir / tokenizer_stage.STAGE,
-            ),
         )
-        if p.resume == "auto" and not force:  # forced: never back from the mirror either
+        trainer = build_trainer(model, job, Placement(d, mode, plan), Components.pretraining(cfg))
+        if cfg.checkpoint.resume == "auto" and not force:  # forced: never back from the mirror
             trainer.resume()
         if d.is_main:
             info(
@@ -198,10 +176,7 @@ def run(
             )
         result = trainer.fit(stop_after_steps=stop_after_steps)
         summary = {**result, "total_steps": steps, "world_size": d.world_size, "mode": mode}
-        if d.is_main and result["completed"]:
-            atomic_write_json(out / "summary.json", summary)
-            write_stage_marker(out, STAGE, fp)
+        if d.is_main and result["completed"] and on_complete is not None:
+            on_complete(summary)
         parallel.barrier(d)
         return summary
-    finally:
-        parallel.shutdown(d)

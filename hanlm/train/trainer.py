@@ -8,6 +8,7 @@ validate and checkpoint when due.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -27,23 +28,17 @@ IGNORE = -100
 
 @dataclass
 class Schedule:
+    """The learning rate of each step: the keywords of optim.lr_at."""
+
     total_steps: int
-    peak_lr: float
+    peak: float
     warmup_steps: int
-    min_lr_ratio: float
-    kind: str
+    min_ratio: float
+    schedule: str
     decay_fraction: float
 
     def lr(self, step: int) -> float:
-        return lr_at(
-            step,
-            total_steps=self.total_steps,
-            peak=self.peak_lr,
-            warmup_steps=self.warmup_steps,
-            min_ratio=self.min_lr_ratio,
-            schedule=self.kind,
-            decay_fraction=self.decay_fraction,
-        )
+        return lr_at(step, **dataclasses.asdict(self))
 
 
 @dataclass
@@ -72,6 +67,25 @@ def _step_of_latest(root) -> int | None:
     return int(path.name.split("-")[1]) if path is not None else None
 
 
+class _Window:
+    """The loss, its parts and the tokens summed since the last log line."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss = torch.zeros((), device=self.device)
+        self.parts: dict[str, torch.Tensor] = {}
+        self.tokens, self.start = 0, time.perf_counter()
+
+    def add(self, out: dict) -> None:
+        self.loss += out["loss_sum"]
+        for name, value in out["parts"].items():
+            self.parts[name] = self.parts.get(name, 0) + value
+        self.tokens += out["tokens"]
+
+
 def _due(step: int, every: int) -> bool:
     return every > 0 and step % every == 0
 
@@ -89,20 +103,18 @@ class Trainer:
         dist: parallel.Dist,
         mode: str,
         plan,
-        out_dir: Path,
+        metrics_path: Path,
+        checkpoints: checkpoint.CheckpointManager,
         token_bytes: torch.Tensor | None = None,
         after_optimizer_step=None,
-        checkpoints: checkpoint.CheckpointManager | None = None,
         every_minutes: float = 0,
         loss_fn=None,
     ):
         self.model, self.optimizer = model, optimizer
         self.train_loader, self.val_loader = train_loader, val_loader
         self.schedule, self.s, self.d, self.mode, self.plan = schedule, settings, dist, mode, plan
-        self.out_dir = Path(out_dir)
-        self.checkpoints = checkpoints or checkpoint.CheckpointManager(
-            self.out_dir / "checkpoints", dist, checkpoint.Policy()
-        )
+        self.metrics_path = Path(metrics_path)
+        self.checkpoints = checkpoints
         self.every_minutes = every_minutes
         self.preemption = PreemptionWatch()
         self.token_bytes = token_bytes.to(dist.device) if token_bytes is not None else None
@@ -262,18 +274,16 @@ class Trainer:
     # -- the loop --------------------------------------------------------------------------------
 
     def fit(self, *, stop_after_steps: int | None = None) -> dict:
-        s, total = self.s, self.schedule.total_steps
+        total = self.schedule.total_steps
         start = self.state.step
         log = MetricsLog(
-            self.out_dir / "metrics.jsonl",
+            self.metrics_path,
             enabled=self.d.is_main,
             total_steps=total,
             start_step=start,
         )
         self.model.train()
-        window_loss = torch.zeros((), device=self.d.device)
-        window_parts: dict[str, torch.Tensor] = {}
-        window_tokens, window_start = 0, time.perf_counter()
+        window = _Window(self.d.device)
         last_eval: dict = {}
         stopped_early = preempted = False
         self._last_save = time.monotonic()
@@ -281,43 +291,18 @@ class Trainer:
         try:
             while self.state.step < total:
                 out = self.train_step()
-                window_loss += out["loss_sum"]
-                for name, value in out["parts"].items():
-                    window_parts[name] = window_parts.get(name, 0) + value
-                window_tokens += out["tokens"]
+                window.add(out)
                 step = self.state.step
-                if _due(step, s.log_every) or step == total:
-                    record = self._record(
-                        out, window_loss, window_parts, window_tokens, window_start
-                    )
-                    if _due(step, s.eval_every) or step == total:
-                        last_eval = self.evaluate()
-                        record.update(last_eval)
-                    log.log(record)
-                    self.state.history.append(record)
-                    window_loss = torch.zeros((), device=self.d.device)
-                    window_parts = {}
-                    window_tokens, window_start = 0, time.perf_counter()
-                elif _due(step, s.eval_every):
-                    last_eval = self.evaluate()
-                    log.log({"step": step, **last_eval})
+                evaluated = self._log_when_due(out, window, log)
+                if evaluated is not None:
+                    last_eval = evaluated
                 flags = self._step_flags()
                 self.checkpoints.finish_if_written(any_pending=flags["pending"])
                 if flags["preempt"]:
                     self.save(sync=True)
                     preempted = True
                     break
-                if step == total:
-                    self.save(sync=True)
-                    if _step_of_latest(self.checkpoints.root) != total:
-                        raise checkpoint.CheckpointError(
-                            f"the final checkpoint (step {total}) could not be written to "
-                            f"{self.checkpoints.root}",
-                            fix="fix the disk and rerun the same command: it resumes from "
-                            f"{checkpoint.latest(self.checkpoints.root) or 'the start'}",
-                        )
-                elif _due(step, s.checkpoint_every) or flags["retry"] or flags["minutes"]:
-                    self.save()
+                self._save_when_due(flags)
                 if stop_after_steps is not None and step - start >= stop_after_steps:
                     self.checkpoints.wait()
                     stopped_early = step < total
@@ -342,6 +327,39 @@ class Trainer:
             "completed": self.state.step >= total and not stopped_early,
             **last_eval,
         }
+
+    def _log_when_due(self, out: dict, window: _Window, log: MetricsLog) -> dict | None:
+        """Log the window (and validate) when due; the validation results when it ran."""
+        s, step, total = self.s, self.state.step, self.schedule.total_steps
+        if _due(step, s.log_every) or step == total:
+            record = self._record(out, window.loss, window.parts, window.tokens, window.start)
+            evaluated = None
+            if _due(step, s.eval_every) or step == total:
+                evaluated = self.evaluate()
+                record.update(evaluated)
+            log.log(record)
+            self.state.history.append(record)
+            window.reset()
+            return evaluated
+        if _due(step, s.eval_every):
+            evaluated = self.evaluate()
+            log.log({"step": step, **evaluated})
+            return evaluated
+        return None
+
+    def _save_when_due(self, flags: dict[str, bool]) -> None:
+        step, total = self.state.step, self.schedule.total_steps
+        if step == total:
+            self.save(sync=True)
+            if _step_of_latest(self.checkpoints.root) != total:
+                raise checkpoint.CheckpointError(
+                    f"the final checkpoint (step {total}) could not be written to "
+                    f"{self.checkpoints.root}",
+                    fix="fix the disk and rerun the same command: it resumes from "
+                    f"{checkpoint.latest(self.checkpoints.root) or 'the start'}",
+                )
+        elif _due(step, self.s.checkpoint_every) or flags["retry"] or flags["minutes"]:
+            self.save()
 
     def _step_flags(self) -> dict[str, bool]:
         """One small all-reduce per step, on the checkpoint control group: ranks agree on

@@ -1,0 +1,168 @@
+"""The Trainer assembled once, for pretraining and SFT alike.
+
+Each config component builds its part: [optimizer] the AdamW and its schedule, [checkpoint] the
+checkpoint manager, [logging] the loop's cadence, [distill] the loss; [parallel] starts the
+processes. A training hands over what is its own (the model, placed and parallelised, the
+loaders, the step count, the fingerprints and the output paths) and gets a Trainer ready to
+resume and fit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from hanlm.config import (
+    CheckpointSection,
+    Config,
+    DistillSection,
+    LoggingSection,
+    OptimizerSection,
+)
+from hanlm.train import checkpoint, distill, parallel
+from hanlm.train.optim import adamw
+from hanlm.train.precision import PrecisionPlan
+from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
+
+
+@dataclass(frozen=True)
+class Components:
+    """The config sections a training is assembled from."""
+
+    optimizer: OptimizerSection
+    checkpoint: CheckpointSection
+    logging: LoggingSection
+    distill: DistillSection
+
+    @classmethod
+    def pretraining(cls, cfg: Config) -> Components:
+        return cls(cfg.optimizer, cfg.checkpoint, cfg.logging, cfg.distill)
+
+    @classmethod
+    def sft(cls, cfg: Config) -> Components:
+        # [checkpoint] says how checkpoints are written and kept; [sft.checkpoint] how often
+        cadence = cfg.sft.checkpoint.model_dump()
+        checkpoints = cfg.checkpoint.model_copy(update=cadence)
+        return cls(cfg.sft.optimizer, checkpoints, cfg.sft.logging, cfg.distill)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the model trains: this rank, the parallel mode and the number formats."""
+
+    d: parallel.Dist
+    mode: str
+    plan: PrecisionPlan
+
+
+def build_optimizer(section: OptimizerSection, model: torch.nn.Module, device) -> torch.optim.AdamW:
+    betas = (section.beta1, section.beta2)
+    wd = section.weight_decay
+    return adamw(model, lr=section.lr, weight_decay=wd, betas=betas, eps=section.eps, device=device)
+
+
+def build_schedule(section: OptimizerSection, total_steps: int) -> Schedule:
+    return Schedule(
+        total_steps,
+        section.lr,
+        section.warmup_steps,
+        section.min_lr_ratio,
+        section.schedule,
+        section.decay_fraction,
+    )
+
+
+def build_checkpoints(
+    section: CheckpointSection, root: Path, d: parallel.Dist
+) -> checkpoint.CheckpointManager:
+    policy = checkpoint.Policy(**section.model_dump(include=CheckpointSection.POLICY_KEYS))
+    return checkpoint.CheckpointManager(root, d, policy)
+
+
+@contextlib.contextmanager
+def processes(device: str) -> Iterator[parallel.Dist]:
+    """This process's place among the ranks (a process group under torchrun), left at the end."""
+    d = parallel.init(device)
+    try:
+        yield d
+    finally:
+        parallel.shutdown(d)
+
+
+def start_fresh(d: parallel.Dist, paths: list[Path]) -> None:
+    """Remove an earlier training's checkpoints and records (on rank 0) before training anew."""
+    if d.is_main:
+        for path in paths:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    parallel.barrier(d)
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """What a training brings that the config sections do not say."""
+
+    total_steps: int
+    accumulation: int
+    train_loader: object
+    val_loader: object | None
+    checkpoints_dir: Path
+    metrics_path: Path
+    flops_per_token: float
+    peak_flops: float
+    fingerprint: str  # model and data: a checkpoint must match it to be resumed
+    settings: str  # every setting of the stage: a finished run with other ones is not reused
+    student_tokenizer: Path  # distillation checks the teacher's vocabulary against it
+    token_bytes: torch.Tensor | None = None
+    after_optimizer_step: Callable[[], None] | None = None
+    configure_optimizer: Callable[[torch.optim.Optimizer], None] | None = None
+
+
+def trainer_settings(job: TrainingJob, components: Components) -> TrainerSettings:
+    return TrainerSettings(
+        accumulation=job.accumulation,
+        grad_clip=components.optimizer.grad_clip,
+        checkpoint_every=components.checkpoint.every,
+        flops_per_token=job.flops_per_token,
+        peak_flops=job.peak_flops,
+        fingerprint=job.fingerprint,
+        settings=job.settings,
+        **components.logging.model_dump(),  # log_every, eval_every, eval_batches
+    )
+
+
+def build_trainer(
+    model: torch.nn.Module, job: TrainingJob, at: Placement, components: Components
+) -> Trainer:
+    """The Trainer of a model already placed and parallelised, from its components' sections."""
+    adam = build_optimizer(components.optimizer, model, at.d.device)
+    if job.configure_optimizer is not None:
+        job.configure_optimizer(adam)
+    vocab_size = parallel.unwrap(model).config.get_text_config().vocab_size
+    loss_fn = distill.make_loss_fn(  # distillation, when enabled, applies to SFT as to pretraining
+        components.distill, vocab_size, at.d.device, student_tokenizer=job.student_tokenizer
+    )
+    return Trainer(
+        model=model,
+        optimizer=adam,
+        train_loader=job.train_loader,
+        val_loader=job.val_loader,
+        schedule=build_schedule(components.optimizer, job.total_steps),
+        settings=trainer_settings(job, components),
+        dist=at.d,
+        mode=at.mode,
+        plan=at.plan,
+        metrics_path=job.metrics_path,
+        token_bytes=job.token_bytes,
+        after_optimizer_step=job.after_optimizer_step,
+        checkpoints=build_checkpoints(components.checkpoint, job.checkpoints_dir, at.d),
+        every_minutes=components.checkpoint.every_minutes,
+        loss_fn=loss_fn,
+    )
