@@ -31,22 +31,26 @@ CONFIG_KEYS = "config_keys"  # the parsed namespace's list of the keys its flags
 
 
 def expand(model: type[BaseModel], selectors: Iterable[str]) -> list[str]:
-    """The dotted keys that `selectors` name, in order: `section` is each of its fields,
-    `section.key` that one field, `-section.key` takes one out."""
+    """The dotted keys that `selectors` name, in order: `section` is each of its fields (and
+    those of the sections inside it), `section.key` that one field, `-section.key` takes one out."""
     keys: list[str] = []
     for selector in selectors:
         if selector.startswith("-"):
             keys.remove(selector[1:])
-            continue
-        target = field_at(model, selector)
-        if _is_section(target.annotation):
-            keys += [
-                f"{selector}.{name}"
-                for name, field in target.annotation.model_fields.items()
-                if _cli(field).get("flag", True) is not False
-            ]
+        elif _is_section(field_at(model, selector).annotation):
+            keys += _section_keys(field_at(model, selector).annotation, selector)
         else:
             keys.append(selector)
+    return keys
+
+
+def _section_keys(section: type[BaseModel], prefix: str) -> list[str]:
+    keys = []
+    for name, field in section.model_fields.items():
+        if _is_section(field.annotation):
+            keys += _section_keys(field.annotation, f"{prefix}.{name}")
+        elif _cli(field).get("flag", True) is not False:  # False: a key only for --set
+            keys.append(f"{prefix}.{name}")
     return keys
 
 
@@ -89,7 +93,12 @@ def flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def flag_name(key: str, field: FieldInfo) -> str:
-    return "--" + (_cli(field).get("flag") or key.rsplit(".", 1)[1]).replace("_", "-")
+    """`--name`: the field's `flag` metadata, else its name with `-` for `_`."""
+    return "--" + (_cli(field).get("flag") or _field_name(key)).replace("_", "-")
+
+
+def _field_name(key: str) -> str:
+    return key.rsplit(".", 1)[1]
 
 
 def argument(key: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
@@ -98,7 +107,7 @@ def argument(key: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
     cli = _cli(field)
     names = [flag_name(key, field), *("--" + alias for alias in cli.get("aliases", []))]
     value_type, repeatable = _unwrap(field.annotation)
-    options: dict[str, Any] = {"default": None, "help": _help(key, field, names[0], repeatable)}
+    options: dict[str, Any] = {"default": None, "help": _help(key, field, repeatable)}
     if value_type is bool:
         return names, {**options, "action": argparse.BooleanOptionalAction}
     if get_origin(value_type) is Literal:
@@ -107,7 +116,7 @@ def argument(key: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
         options["metavar"] = cli.get("metavar") or "{" + choices + "}"
         value_type = str
     elif value_type in (int, float, str):
-        default = _METAVARS.get(value_type) or key.rsplit(".", 1)[1].upper()
+        default = _METAVARS.get(value_type) or _field_name(key).upper()
         options["metavar"] = cli.get("metavar") or default
     else:
         raise TypeError(f"{key}: no command-line form for {field.annotation!r}")
@@ -122,11 +131,11 @@ def argument(key: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
 _METAVARS = {int: "N", float: "X"}
 
 
-def _help(key: str, field: FieldInfo, flag: str, repeatable: bool) -> str:
+def _help(key: str, field: FieldInfo, repeatable: bool) -> str:
     """The field's description, then in brackets: the key where the flag is named otherwise,
     whether it repeats, and the model's default."""
     notes = []
-    if flag != "--" + key.rsplit(".", 1)[1].replace("_", "-"):
+    if "flag" in _cli(field):
         notes.append(f"sets {key}")
     if repeatable:
         notes.append("repeatable")

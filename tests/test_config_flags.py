@@ -4,15 +4,18 @@ the config's own errors."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+from typing import Literal
 
 import pytest
+from pydantic import BaseModel, Field
 
 from conftest import assert_user_error
 from hanlm.cli import CONFIG_FLAGS, _flag_values, build_parser
 from hanlm.config import Config, load_config
-from hanlm.config_flags import expand, field_at, flag_name
+from hanlm.config_flags import add_config_flags, expand, field_at, flag_name, flag_values
 
 DECODING = [
     (["--max-new-tokens", "9"], {"generate.max_new_tokens": 9}),
@@ -181,3 +184,36 @@ def test_top_level_help_imports_no_config_model():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False False"
+
+
+class _Inner(BaseModel):
+    every: int = Field(5, description="steps", json_schema_extra={"cli": {"flag": "inner-every"}})
+    mode: Literal["a", "b"] = "a"
+
+
+class _Outer(BaseModel):
+    inner: _Inner = Field(default_factory=_Inner)
+    switch: bool = Field(True, json_schema_extra={"cli": {"flag": False}})
+    names: list[str] = Field(default_factory=list, json_schema_extra={"cli": {"flag": "name"}})
+
+
+class _Root(BaseModel):
+    outer: _Outer = Field(default_factory=_Outer)
+    other: _Inner = Field(default_factory=_Inner)
+
+
+def test_sections_inside_sections_get_flags_too():
+    """The derivation follows whatever sections the config has, nested ones included."""
+    assert expand(_Root, ["outer"]) == ["outer.inner.every", "outer.inner.mode", "outer.names"]
+    assert expand(_Root, ["outer", "-outer.names", "other.mode"]) == [
+        "outer.inner.every", "outer.inner.mode", "other.mode"
+    ]  # fmt: skip
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, _Root, ["outer"])
+    args = parser.parse_args(["--inner-every", "7", "--mode", "b", "--name", "x", "--name", "y"])
+    assert flag_values(args) == {
+        "outer.inner.every": 7, "outer.inner.mode": "b", "outer.names": ["x", "y"]
+    }  # fmt: skip
+    assert "[outer.inner] settings" in parser.format_help()
+    with pytest.raises(argparse.ArgumentError, match="conflicting"):  # two keys, one spelling
+        add_config_flags(argparse.ArgumentParser(), _Root, ["outer.inner.mode", "other.mode"])
