@@ -86,7 +86,7 @@ OLD_FLAGS = [
     ("plan", ["--preset", "1.3b"], {"pretrain.preset": "1.3b"}),
     ("plan", ["--model-config", "cfg.json"], {"pretrain.preset": "cfg.json"}),
     ("plan", ["--vocab-size", "32768"], {"tokenizer.vocab_size": 32768}),
-    ("plan", ["--seq-len", "2048"], {"pretrain.seq_len": 2048}),
+    ("plan", ["--seq-len", "256"], {"pretrain.seq_len": 256}),
     ("plan", ["--micro-batch", "2"], {"pretrain.micro_batch": 2}),
     ("plan", ["--global-batch-tokens", "65536"], {"pretrain.global_batch_tokens": 65536}),
     ("plan", ["--gpu", "h100"], {"plan.gpu": "h100"}),
