@@ -58,8 +58,13 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
     "chat": ("generate", "-generate.batch_size"),  # one conversation: nothing to batch
     "plan": (
         "plan",
-        *("pretrain." + key for key in ("preset", "seq_len", "micro_batch", "global_batch_tokens")),
-        *("pretrain." + key for key in ("precision", "parallel", "activation_checkpointing")),
+        "pretrain.preset",
+        "pretrain.seq_len",
+        "pretrain.micro_batch",
+        "pretrain.global_batch_tokens",
+        "pretrain.precision",
+        "pretrain.parallel",
+        "pretrain.activation_checkpointing",
         "tokenizer.vocab_size",
     ),
 }
@@ -71,11 +76,11 @@ class _Commands(argparse._SubParsersAction):
 
     def __call__(self, parser, namespace, values, option_string=None):
         if values and values[0] in self._name_parser_map:
-            add_config_flags(self._name_parser_map[values[0]], values[0])
+            _add_config_flags(self._name_parser_map[values[0]], values[0])
         super().__call__(parser, namespace, values, option_string)
 
 
-def add_config_flags(command: argparse.ArgumentParser, name: str) -> None:
+def _add_config_flags(command: argparse.ArgumentParser, name: str) -> None:
     """Give `command` the flags of the config keys CONFIG_FLAGS lists for `name` (once)."""
     from hanlm.config import Config  # deferred: pydantic's models, ~0.1 s that --help spares
 
@@ -112,7 +117,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _command(
-    sub, name: str, help_text: str, description: str, *, force: str | None = None, run=True
+    sub, name: str, help_text: str, description: str, *, force: str | None = None, run: bool = True
 ) -> argparse.ArgumentParser:
     """A subcommand: with the run and configuration options unless run=False, and --force
     with the given help when `force` is set."""
