@@ -112,7 +112,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override any config value, e.g. --set tokenizer.vocab_size=8192 (repeatable)",
+        help="override a config value, e.g. --set tokenizer.vocab_size=8192 (repeatable)",
     )
 
 
