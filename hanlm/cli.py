@@ -1,15 +1,37 @@
-"""The `hanlm` command: parse, load the configuration, call the stage. Nothing else."""
+"""The `hanlm` command: parse, load the configuration, call the stage. Nothing else.
+
+A command's config flags (`--min-chars`, `--greedy`...) are not written here: CONFIG_FLAGS says
+which config sections or keys each command exposes, and `hanlm.config_flags` makes one flag per
+key from the pydantic models (type, description, default). Only the arguments that are not
+config keys (MODEL_DIR, --out, --force, --from...) are spelled out below.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from hanlm import __version__
+from hanlm import __version__, config_flags
 from hanlm.errors import UserError
-from hanlm.files import check_folder_path, claim_output_dir, claim_output_file, read_json
+from hanlm.files import (
+    STAGE_MARKER,
+    atomic_write_json,
+    check_folder_path,
+    claim_output_dir,
+    claim_output_file,
+    fingerprint,
+    read_json,
+    write_stage_marker,
+)
+from hanlm.train.preemption import Preempted
+
+# The imports inside the functions below are deferred on purpose: a command imports only what it
+# runs (torch and transformers ~1 s, pydantic's config models ~0.1 s, rich ~0.05 s), so that
+# `hanlm --help` and a mistyped argument answer at once.
 
 DEFAULT_RUN = "runs/demo"
 
@@ -20,6 +42,58 @@ Each stage reads what earlier stages wrote into the run directory (--run) and wr
 outputs there atomically; a finished stage is skipped when run again with the same settings.
 `hanlm run` runs every stage in order on the built-in demo recipe unless given --config.
 """
+
+# The config keys each command takes as flags: a section name exposes each of its fields, a
+# dotted key one field, and "-key" takes one out again. Every key stays reachable with --set.
+CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
+    "corpus": ("corpus",),
+    "decontam": ("decontam",),
+    "tokenizer": ("tokenizer",),
+    "shards": ("shards",),
+    "pretrain": (
+        "pretrain",
+        "model",
+        "optimizer",
+        "precision",
+        "parallel",
+        "checkpoint",
+        "logging",
+    ),
+    "sft": ("sft",),
+    "eval": ("eval",),
+    "preflight": ("preflight",),
+    "generate": ("generate",),
+    "chat": ("generate", "-generate.batch_size"),  # one conversation: nothing to batch
+    "plan": (
+        "plan",
+        "model.preset",
+        "pretrain.seq_len",
+        "pretrain.micro_batch",
+        "pretrain.global_batch_tokens",
+        "precision.mode",
+        "parallel.mode",
+        "parallel.activation_checkpointing",
+        "tokenizer.vocab_size",
+    ),
+}
+
+
+class _Commands(argparse._SubParsersAction):
+    """The subcommands. A command's config flags are added only when that command is parsed:
+    making them imports the pydantic models (~0.1 s), which `hanlm --help` does without."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values and values[0] in self._name_parser_map:
+            _add_config_flags(self._name_parser_map[values[0]], values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _add_config_flags(command: argparse.ArgumentParser, name: str) -> None:
+    """Give `command` the flags of the config keys CONFIG_FLAGS lists for `name` (once)."""
+    from hanlm.config import Config  # deferred: pydantic's models, ~0.1 s that --help spares
+
+    if name in CONFIG_FLAGS and command.get_default(config_flags.CONFIG_KEYS) is None:
+        config_flags.add_config_flags(command, Config, CONFIG_FLAGS[name])
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -50,47 +124,28 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _stage_parser(sub, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+def _command(
+    sub, name: str, help_text: str, description: str, *, force: str | None = None, run: bool = True
+) -> argparse.ArgumentParser:
+    """A subcommand: with the run and configuration options unless run=False, and --force
+    with the given help when `force` is set."""
     p = sub.add_parser(
         name,
         help=help_text,
         description=description,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        # a description with paragraphs or example lines is printed as written, else wrapped
+        formatter_class=argparse.RawDescriptionHelpFormatter
+        if "\n" in description
+        else argparse.HelpFormatter,
     )
-    _common(p)
-    p.add_argument("--force", action="store_true", help="redo the stage even if it is complete")
+    if run:
+        _common(p)
+    if force:
+        p.add_argument("--force", action="store_true", help=force)
     return p
 
 
-DECODING_FLAGS = {
-    "max_new_tokens": "generate.max_new_tokens",
-    "greedy": "generate.greedy",
-    "temperature": "generate.temperature",
-    "top_k": "generate.top_k",
-    "top_p": "generate.top_p",
-    "repetition_penalty": "generate.repetition_penalty",
-    "no_repeat_ngram_size": "generate.no_repeat_ngram_size",
-    "frequency_penalty": "generate.frequency_penalty",
-    "presence_penalty": "generate.presence_penalty",
-    "seed": "generate.seed",
-    "device": "generate.device",
-}
-
-
-def _decoding_flags(p: argparse.ArgumentParser) -> None:
-    _common(p)
-    g = p.add_argument_group("decoding (defaults: the config's [generate] section)")
-    g.add_argument("--max-new-tokens", type=int, metavar="N")
-    g.add_argument("--greedy", action="store_true", default=None, help="no sampling")
-    g.add_argument("--temperature", type=float, metavar="T")
-    g.add_argument("--top-k", type=int, metavar="K", help="0 = no top-k cut")
-    g.add_argument("--top-p", type=float, metavar="P", help="1 = no nucleus cut")
-    g.add_argument("--repetition-penalty", type=float, metavar="R", help="CTRL rule; 1 = off")
-    g.add_argument("--no-repeat-ngram-size", type=int, metavar="N", help="0 = off")
-    g.add_argument("--frequency-penalty", type=float, metavar="F")
-    g.add_argument("--presence-penalty", type=float, metavar="P")
-    g.add_argument("--seed", type=int, metavar="S")
-    g.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+REDO = "redo the stage even if it is complete"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,23 +153,34 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hanlm", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"hanlm {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    parser.register("action", "parsers", _Commands)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in (_add_run, _add_data_stages, _add_pretrain, _add_export, _add_preflight):
+        add(sub)
+    for add in (_add_eval, _add_decontam, _add_generate, _add_chat, _add_sft):
+        add(sub)
+    for add in (_add_doctor, _add_plan, _add_demo):
+        add(sub)
+    return parser
 
-    p = sub.add_parser(
+
+def _add_run(sub) -> None:
+    p = _command(
+        sub,
         "run",
-        help="run the whole pipeline (default: the demo recipe)",
-        description="Run every stage in order. Finished stages are skipped, so an "
+        "run the whole pipeline (default: the demo recipe)",
+        "Run every stage in order. Finished stages are skipped, so an "
         "interrupted run resumes where it stopped; --from STAGE redoes from a stage.",
     )
-    _common(p)
     p.add_argument(
         "--from", dest="from_stage", metavar="STAGE", help="redo this stage and every later one"
     )
     p.add_argument("--until", metavar="STAGE", help="stop after this stage (e.g. shards)")
     p.set_defaults(func=_cmd_run)
 
-    p = _stage_parser(
+
+def _add_data_stages(sub) -> None:
+    p = _command(
         sub,
         "corpus",
         "read, normalise (NFC), clean and deduplicate raw text",
@@ -124,45 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
         "per line with --doc-per-line), .jsonl (--text-field), .parquet, each optionally "
         ".gz or .zst; hf:NAME[:CONFIG]:SPLIT (streamed with `datasets`, needs network); "
         "`demo` for the built-in synthetic Korean world.",
+        force=REDO,
     )
-    p.add_argument(
-        "--input",
-        dest="inputs",
-        action="append",
-        metavar="GLOB",
-        help="input file glob, hf:NAME[:CONFIG]:SPLIT or demo (repeatable)",
-    )
-    p.add_argument("--text-field", help="JSONL/parquet field holding the text (default: text)")
-    p.add_argument(
-        "--doc-per-line", action="store_true", default=None, help=".txt: one document per line"
-    )
-    p.add_argument("--min-chars", type=int, help="drop documents shorter than this")
-    p.add_argument(
-        "--near-dedup",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also remove near-duplicates with MinHash LSH",
-    )
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        default=None,
-        help="fail on the first corrupt record instead of skipping and counting it",
-    )
-    p.set_defaults(
-        func=_cmd_stage,
-        stage="corpus",
-        flags={
-            "inputs": "corpus.inputs",
-            "text_field": "corpus.text_field",
-            "doc_per_line": "corpus.doc_per_line",
-            "min_chars": "corpus.min_chars",
-            "near_dedup": "corpus.near_dedup",
-            "strict": "corpus.strict",
-        },
-    )
-
-    p = _stage_parser(
+    p.set_defaults(func=_cmd_stage, stage="corpus")
+    p = _command(
         sub,
         "tokenizer",
         "train the byte-level BPE tokenizer on the corpus",
@@ -170,31 +201,22 @@ def build_parser() -> argparse.ArgumentParser:
         "document special tokens reserved) and write DIR/tokenizer/, loadable with "
         "transformers.AutoTokenizer, plus special_tokens.json and stats.json with the "
         "held-out characters and bytes per token.",
+        force=REDO,
     )
-    p.add_argument("--vocab-size", type=int, help="vocabulary size (padded to a multiple of 64)")
-    p.add_argument("--sample-chars", type=int, help="characters of corpus to train on")
-    p.set_defaults(
-        func=_cmd_stage,
-        stage="tokenizer",
-        flags={"vocab_size": "tokenizer.vocab_size", "sample_chars": "tokenizer.sample_chars"},
-    )
-
-    p = _stage_parser(
+    p.set_defaults(func=_cmd_stage, stage="tokenizer")
+    p = _command(
         sub,
         "shards",
         "tokenise the corpus into memmap token shards",
         "Tokenise the corpus in worker processes into DIR/shards/ (train-*.bin, "
         "val-*.bin as uint16 or uint32, manifest.json). A re-run skips finished parts.",
+        force=REDO,
     )
-    p.add_argument("--workers", type=int, help="worker processes (default: one per core)")
-    p.add_argument("--val-fraction", type=float, help="share of documents held out for validation")
-    p.set_defaults(
-        func=_cmd_stage,
-        stage="shards",
-        flags={"workers": "shards.workers", "val_fraction": "shards.val_fraction"},
-    )
+    p.set_defaults(func=_cmd_stage, stage="shards")
 
-    p = _stage_parser(
+
+def _add_pretrain(sub) -> None:
+    p = _command(
         sub,
         "pretrain",
         "pretrain the model on the shards (alone or under torchrun)",
@@ -204,27 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
         "  torchrun --nproc_per_node 8 -m hanlm pretrain --run DIR\n\n"
         "Writes DIR/pretrain/metrics.jsonl and checkpoints, and continues from the latest "
         "checkpoint unless --resume never.",
+        force=REDO,
     )
-    p.add_argument("--preset", help="model preset (tiny, demo, 125m, 350m, 1.3b) or a config.json")
-    p.add_argument("--max-steps", type=int, help="optimizer steps")
-    p.add_argument("--max-tokens", type=int, help="training tokens (rounded up to whole steps)")
-    p.add_argument("--precision", help="fp32, bf16, fp8 or fp8-emulate (fp4 is refused)")
-    p.add_argument("--parallel", help="auto, single, ddp or fsdp")
-    p.add_argument("--resume", help="auto (from the latest checkpoint) or never")
-    p.set_defaults(
-        func=_cmd_stage,
-        stage="pretrain",
-        flags={
-            "preset": "model.preset",
-            "max_steps": "pretrain.max_steps",
-            "max_tokens": "pretrain.max_tokens",
-            "precision": "precision.mode",
-            "parallel": "parallel.mode",
-            "resume": "checkpoint.resume",
-        },
-    )
+    p.set_defaults(func=_cmd_stage, stage="pretrain")
 
-    p = _stage_parser(
+
+def _add_export(sub) -> None:
+    p = _command(
         sub,
         "export",
         "write a checkpoint as a Hugging Face model folder",
@@ -232,15 +240,19 @@ def build_parser() -> argparse.ArgumentParser:
         "Face folder: model.safetensors, config.json, generation_config.json and the tokenizer "
         "with its chat template. transformers, vLLM, llama.cpp's converter and "
         "lm-evaluation-harness load it as it is. Default output: DIR/pretrain/hf.",
+        force=REDO,
     )
     p.add_argument("--checkpoint", metavar="STEP|PATH", help="a step number or a checkpoint folder")
     p.add_argument("--out", type=Path, metavar="DIR", help="output folder")
-    p.set_defaults(func=_cmd_export, stage="export", flags={})
+    p.set_defaults(func=_cmd_export, stage="export")
 
-    p = sub.add_parser(
+
+def _add_preflight(sub) -> None:
+    p = _command(
+        sub,
         "preflight",
-        help="measure the hosts (devices, network, disk, data) and say GO or NO-GO",
-        description="Measure where training will run, with the same launcher:\n\n"
+        "measure the hosts (devices, network, disk, data) and say GO or NO-GO",
+        "Measure where training will run, with the same launcher:\n\n"
         "  torchrun --nproc_per_node N -m hanlm preflight --run-dir DIR\n\n"
         "Devices (memory, compute capability, FP8, driver, matmul against the catalogue peak), "
         "collectives (all-reduce, all-gather, reduce-scatter verified; bus bandwidth; "
@@ -248,20 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(fsync throughput and latency, read-back, free space, save time against the interval) "
         "and data loading from the shards. Writes DIR/preflight.json; exit status 0 for GO, "
         "1 for NO-GO.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _common(p)
-    p.add_argument(
-        "--checkpoint-dir", metavar="DIR", help="folder to test (default: RUN/pretrain/checkpoints)"
-    )
-    p.add_argument("--timeout", type=float, metavar="S", help="rendezvous and collective timeout")
     p.add_argument("--json", action="store_true", help="also print the report as JSON on stdout")
-    p.set_defaults(
-        func=_cmd_preflight,
-        flags={"checkpoint_dir": "preflight.checkpoint_dir", "timeout": "preflight.timeout_s"},
-    )
+    p.set_defaults(func=_cmd_preflight)
 
-    p = _stage_parser(
+
+def _add_eval(sub) -> None:
+    p = _command(
         sub,
         "eval",
         "evaluate models on KoBEST, GSM8K-ko, IFEval-ko, the direction probe and demo_qa",
@@ -272,34 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
         "Tasks: --task NAME or NAME=PATH (a local file) or NAME=hf:DATASET[:CONFIG][:SPLIT]; "
         "NAME one of kobest_boolq, kobest_copa, kobest_hellaswag, kobest_sentineg, kobest_wic, "
         "gsm8k_ko, ifeval_ko, direction, demo_qa.",
+        force=REDO,
     )
-    p.add_argument("--model", dest="models", action="append", metavar="DIR", help="model folder")
-    p.add_argument("--task", dest="tasks", action="append", metavar="NAME[=PATH]", help="task")
     p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: DIR/eval)")
-    p.add_argument("--contamination", metavar="PATH", help="decontam items.jsonl")
-    p.add_argument("--limit", type=int, help="first N items of each task")
-    p.add_argument("--batch-size", type=int, help="sequences per forward pass")
-    p.add_argument("--dtype", help="fp32 or bf16")
-    p.add_argument("--device", help="auto, cpu or cuda")
-    p.add_argument("--num-fewshot", type=int, help="gsm8k_ko: worked examples in the prompt")
-    p.add_argument("--max-new-tokens", type=int, help="generation tasks: token limit")
-    p.set_defaults(
-        func=_cmd_eval,
-        stage="eval",
-        flags={
-            "models": "eval.models",
-            "tasks": "eval.tasks",
-            "contamination": "eval.contamination",
-            "limit": "eval.limit",
-            "batch_size": "eval.batch_size",
-            "dtype": "eval.dtype",
-            "device": "eval.device",
-            "num_fewshot": "eval.num_fewshot",
-            "max_new_tokens": "eval.max_new_tokens",
-        },
-    )
+    p.set_defaults(func=_cmd_eval, stage="eval")
 
-    p = _stage_parser(
+
+def _add_decontam(sub) -> None:
+    p = _command(
         sub,
         "decontam",
         "find benchmark items in training data; report and remove them",
@@ -316,40 +301,31 @@ def build_parser() -> argparse.ArgumentParser:
         "                                            several machines, one slice each\n\n"
         "Benchmarks (TASK=PATH): kobest_boolq, kobest_copa, kobest_hellaswag, kobest_sentineg, "
         "kobest_wic (KoBEST TSV or skt/kobest_v1 files), gsm8k_ko, ifeval_ko, demo_qa, jsonl.",
+        force=REDO,
     )
     p.add_argument("merge", nargs="?", choices=["merge"], help="combine the shards' results")
     p.add_argument("--corpus", action="append", metavar="GLOB", help="training data (repeatable)")
     p.add_argument("--out", type=Path, metavar="DIR", help="standalone: results in DIR/decontam/")
-    p.add_argument(
-        "--benchmark", dest="benchmarks", action="append", metavar="TASK=PATH", help="repeatable"
-    )
     p.add_argument("--shard", metavar="I/N", help="scan slice I of N (0-based)")
-    p.add_argument("--ngram", type=int, help="characters per n-gram (default 27)")
-    p.add_argument("--action", choices=["drop", "cut", "keep"], help="what to do with matches")
-    p.add_argument("--workers", type=int, help="scan processes (default: one per core)")
-    p.add_argument("--text-field", help="JSONL field holding the text (default: text)")
-    p.set_defaults(
-        func=_cmd_decontam,
-        flags={
-            "benchmarks": "decontam.benchmarks",
-            "ngram": "decontam.ngram",
-            "action": "decontam.action",
-            "workers": "decontam.workers",
-            "text_field": "decontam.text_field",
-        },
-    )
+    p.set_defaults(func=_cmd_decontam)
 
-    p = sub.add_parser(
+
+MODEL_DIR_HELP = "Hugging Face model folder"
+
+
+def _add_generate(sub) -> None:
+    p = _command(
+        sub,
         "generate",
-        help="generate answers from a model folder (prompts from arguments or a file)",
-        description="Generate from any Hugging Face causal LM folder (e.g. DIR/pretrain/hf): "
+        "generate answers from a model folder (prompts from arguments or a file)",
+        "Generate from any Hugging Face causal LM folder (e.g. DIR/pretrain/hf): "
         "greedy or sampled, with repetition control that spares special tokens. Prompts come "
         'from --prompt (repeatable) or --prompts FILE (.jsonl rows with "prompt" or '
         '"messages", else one per line); answers print to stdout and, with --out, go to a '
         "JSONL file. Defaults come from the config's [generate] section.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        force="replace an earlier results file at --out",
     )
-    p.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="Hugging Face model folder")
+    p.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help=MODEL_DIR_HELP)
     p.add_argument(
         "--prompt", dest="prompt_texts", action="append", metavar="TEXT", help="(repeatable)"
     )
@@ -358,27 +334,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn")
     p.add_argument("--out", type=Path, metavar="FILE.jsonl", help="also write results here")
-    p.add_argument("--force", action="store_true", help="replace an earlier results file at --out")
-    _decoding_flags(p)
-    p.add_argument("--batch-size", type=int, metavar="B", help="prompts decoded together")
-    p.set_defaults(
-        func=_cmd_generate, flags={**DECODING_FLAGS, "batch_size": "generate.batch_size"}
-    )
+    p.set_defaults(func=_cmd_generate)
 
-    p = sub.add_parser(
+
+def _add_chat(sub) -> None:
+    p = _command(
+        sub,
         "chat",
-        help="talk to a model folder in the terminal",
-        description="Interactive chat through the model's chat template; answers stream as "
+        "talk to a model folder in the terminal",
+        "Interactive chat through the model's chat template; answers stream as "
         "they are written. /reset forgets the conversation, /exit or Ctrl-D quits, Ctrl-C "
         "stops an answer.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="Hugging Face model folder")
+    p.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help=MODEL_DIR_HELP)
     p.add_argument("--system", metavar="TEXT", help="system message that opens the conversation")
-    _decoding_flags(p)
-    p.set_defaults(func=_cmd_chat, flags=DECODING_FLAGS)
+    p.set_defaults(func=_cmd_chat)
 
-    p = _stage_parser(
+
+def _add_sft(sub) -> None:
+    p = _command(
         sub,
         "sft",
         "chat fine-tuning: special-token audit and init, then the closure check",
@@ -387,124 +361,74 @@ def build_parser() -> argparse.ArgumentParser:
         "each turn's <|eot|>. Before training: the benchmark check and the special-token audit "
         "(DIR/sft/audit.json), untrained template tokens initialised (--init). After: export to "
         "DIR/sft/hf and the closure check on held-out prompts (DIR/sft/closure.json).",
+        force=REDO,
     )
-    p.add_argument("--model", metavar="HF_DIR", help="fine-tune this exported model folder")
-    p.add_argument("--data", metavar="JSONL", help="messages JSONL (system/user/assistant)")
-    p.add_argument("--init", help="mean, mean-cov, text or none (untrained template tokens)")
-    p.add_argument("--max-steps", type=int, help="optimizer steps")
-    p.add_argument("--resume", help="auto (from the latest SFT checkpoint) or never")
-    p.set_defaults(
-        func=_cmd_sft,
-        flags={
-            "model": "sft.model",
-            "data": "sft.data",
-            "init": "sft.init",
-            "max_steps": "sft.max_steps",
-            "resume": "sft.checkpoint.resume",
-        },
-    )
+    p.set_defaults(func=_cmd_sft)
 
-    p = sub.add_parser(
+
+def _add_doctor(sub) -> None:
+    p = _command(
+        sub,
         "doctor",
-        help="check a chat model folder for what keeps it from ending its answers",
-        description="Check any Hugging Face causal LM folder: under-trained end tokens, the "
+        "check a chat model folder for what keeps it from ending its answers",
+        "Check any Hugging Face causal LM folder: under-trained end tokens, the "
         "chat template against the tokenizer, padding against end tokens, generation_config "
         "eos against the template's end-of-turn. Exit 1 when something is wrong.",
+        run=False,
     )
     p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
     p.add_argument("--json", action="store_true", help="also print the findings as JSON")
     p.set_defaults(func=_cmd_doctor)
 
-    p = sub.add_parser(
+
+def _add_plan(sub) -> None:
+    p = _command(
+        sub,
         "plan",
-        help="memory, time and cost of pretraining on given GPUs, before renting them",
-        description="Estimate per-GPU memory (itemised), step time, GPU-hours, wall time and "
+        "memory, time and cost of pretraining on given GPUs, before renting them",
+        "Estimate per-GPU memory (itemised), step time, GPU-hours, wall time and "
         "cost of the recipe's pretraining on the given hardware, and recommend the cheapest "
         "configuration that fits. Without --gpu, compare every GPU of the catalogue. Without "
         "--config (and outside a run directory with a config.toml) it starts from the "
         "documented defaults, not the demo recipe.\n\n"
         "  hanlm plan --preset 1.3b --seq-len 2048 --micro-batch 2 --gpu rtx5090 --gpus 8 \\\n"
         "             --tokens 22e9 --price-per-gpu-hour 0.40",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        force="replace an earlier plan at --out",
     )
-    _common(p)
-    p.add_argument("--preset", help="model preset (tiny, demo, 125m, 350m, 1.3b)")
-    p.add_argument("--model-config", dest="preset", help="path of a transformers config.json")
-    p.add_argument("--vocab-size", type=int, help="tokenizer vocabulary (default 65,536)")
-    p.add_argument("--seq-len", type=int)
-    p.add_argument("--micro-batch", type=int, help="sequences per GPU per forward/backward")
-    p.add_argument("--global-batch-tokens", type=int, help="tokens per optimizer step")
-    p.add_argument("--gpu", help="catalogue GPU name, or cpu")
-    p.add_argument("--gpus", type=int, help="GPUs per host")
-    p.add_argument("--hosts", type=int)
-    p.add_argument("--precision", help="fp32, bf16 or fp8")
-    p.add_argument("--parallel", help="single, ddp or fsdp")
-    p.add_argument(
-        "--activation-checkpointing",
-        nargs="?",
-        const="full",
-        metavar="none|selective|full",
-        help="recompute activations in backward (alone: full)",
-    )
-    p.add_argument("--tokens", type=float, help="training tokens, e.g. 22e9")
-    p.add_argument("--price-per-gpu-hour", type=float, metavar="USD")
-    p.add_argument("--mfu", type=float, help="model FLOPs utilisation (default: typical per GPU)")
-    p.add_argument("--inter-host-gbps", type=float, help="network between hosts, Gbit/s")
     p.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
     p.add_argument("--out", type=Path, metavar="FILE", help="also write the plan as JSON here")
-    p.add_argument("--force", action="store_true", help="replace an earlier plan at --out")
     # a run's config.toml is read only when --run is given: plan is mostly used before a run
-    p.set_defaults(
-        run=None,
-        func=_cmd_plan,
-        flags={
-            "preset": "model.preset",
-            "vocab_size": "tokenizer.vocab_size",
-            "seq_len": "pretrain.seq_len",
-            "micro_batch": "pretrain.micro_batch",
-            "global_batch_tokens": "pretrain.global_batch_tokens",
-            "precision": "precision.mode",
-            "parallel": "parallel.mode",
-            "activation_checkpointing": "parallel.activation_checkpointing",
-            "gpu": "plan.gpu",
-            "gpus": "plan.gpus",
-            "hosts": "plan.hosts",
-            "tokens": "plan.tokens",
-            "price_per_gpu_hour": "plan.price_per_gpu_hour",
-            "mfu": "plan.mfu",
-            "inter_host_gbps": "plan.inter_host_gbps",
-        },
-    )
+    p.set_defaults(run=None, func=_cmd_plan)
 
-    p = sub.add_parser(
+
+def _add_demo(sub) -> None:
+    p = _command(
+        sub,
         "demo",
-        help="write the built-in synthetic Korean world to a folder",
-        description="Write the demo world (pretraining documents, yes/no benchmark "
+        "write the built-in synthetic Korean world to a folder",
+        "Write the demo world (pretraining documents, yes/no benchmark "
         "with its planted subset, chat conversations, facts table) to --out.",
+        run=False,
     )
     p.add_argument("--out", type=Path, required=True, metavar="DIR")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size-mb", type=float, default=4.0)
     p.add_argument("--force", action="store_true", help="replace an earlier demo world in --out")
     p.set_defaults(func=_cmd_demo)
-    return parser
 
 
 def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        key: getattr(args, attr)
-        for attr, key in getattr(args, "flags", {}).items()
-        if getattr(args, attr, None) is not None
-    }
+    """{config key: value} of the config flags given."""
+    values = config_flags.flag_values(args)
+    if "pretrain.max_tokens" in values and "pretrain.max_steps" not in values:
+        values["pretrain.max_steps"] = None  # --max-tokens replaces the recipe's max_steps
+    return values
 
 
 def _load(args: argparse.Namespace):
     from hanlm.config import load_config
 
-    values = _flag_values(args)
-    if getattr(args, "max_tokens", None) is not None and getattr(args, "max_steps", None) is None:
-        values["pretrain.max_steps"] = None  # --max-tokens replaces the recipe's max_steps
-    return load_config(args.config, args.overrides, args.run, values=values)
+    return load_config(args.config, args.overrides, args.run, values=_flag_values(args))
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
@@ -535,8 +459,6 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    import json
-
     from hanlm.chat import doctor
 
     report = doctor.diagnose(args.model_dir)
@@ -554,9 +476,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_preflight(args: argparse.Namespace) -> int:
-    import json
-    import os
-
     from hanlm.stages import preflight
 
     report = preflight.check(_load(args), args.run)
@@ -622,7 +541,9 @@ def _cmd_decontam(args: argparse.Namespace) -> int:
 
 
 def _decoding_settings(args: argparse.Namespace):
-    if args.greedy and any(getattr(args, a) is not None for a in ("temperature", "top_k", "top_p")):
+    given = _flag_values(args)
+    sampling = ("generate.temperature", "generate.top_k", "generate.top_p")
+    if given.get("generate.greedy") and any(key in given for key in sampling):
         raise UserError(
             "--greedy takes no --temperature, --top-k or --top-p",
             fix="drop --greedy to sample, or drop the sampling flags",
@@ -658,8 +579,6 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 def _is_generate_output(path: Path) -> bool:
     """Whether `path` is a results file `hanlm generate --out` wrote: JSON rows with a prompt
     and a text each."""
-    import json
-
     try:
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         rows = [json.loads(line) for line in lines]
@@ -686,10 +605,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    import json
-
     from hanlm.config import load_config
-    from hanlm.files import atomic_write_json
     from hanlm.plan import estimate as plan
     from hanlm.plan.table import print_plan
 
@@ -712,7 +628,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from hanlm import demo
     from hanlm.console import info
-    from hanlm.files import STAGE_MARKER, fingerprint, write_stage_marker
 
     if args.size_mb <= 0:
         raise UserError(
@@ -755,11 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         # escaped: a message may hold [brackets] (TOML tables, paths) that are not markup
         console.print(f"[bold red]error:[/bold red] {escape(e.message)}", soft_wrap=True)
         return 2
-    except Exception as e:
-        from hanlm.train.preemption import Preempted
-
-        if not isinstance(e, Preempted):
-            raise
+    except Preempted as e:
         from hanlm.console import console
 
         console.print(f"[bold yellow]preempted:[/bold yellow] {e}", soft_wrap=True)

@@ -61,6 +61,7 @@ class CorpusSection(Section):
         default_factory=lambda: ["demo"],
         description="globs of .txt/.jsonl/.parquet files (optionally .gz/.zst), "
         "hf:NAME[:CONFIG]:SPLIT dataset ids, or `demo` for the built-in world",
+        json_schema_extra={"cli": {"flag": "input", "metavar": "GLOB"}},
     )
     text_field: str = Field("text", min_length=1, description="JSONL/parquet field with the text")
     doc_per_line: bool = Field(False, description=".txt: one document per line, not per block")
@@ -79,7 +80,7 @@ class TokenizerSection(Section):
     """`hanlm tokenizer`: byte-level BPE with reserved special tokens."""
 
     vocab_size: int = Field(65536, ge=512, le=1 << 20, description="padded to a multiple of 64")
-    sample_chars: int = Field(200_000_000, ge=1000, description="training sample size")
+    sample_chars: int = Field(200_000_000, ge=1000, description="characters of corpus to train on")
     min_frequency: int = Field(2, ge=1)
     reserved_tokens: int = Field(32, ge=0, le=4096, description="spare special tokens")
     heldout_docs: int = Field(200, ge=1, description="documents kept out to measure compression")
@@ -89,7 +90,9 @@ class ShardsSection(Section):
     """`hanlm shards`: tokenise the corpus into memmap token files."""
 
     workers: int = Field(0, ge=0, le=256, description="worker processes; 0 = one per CPU core")
-    val_fraction: float = Field(0.005, ge=0, lt=0.5, description="share of documents for val")
+    val_fraction: float = Field(
+        0.005, ge=0, lt=0.5, description="share of documents held out for validation"
+    )
     batch_docs: int = Field(256, ge=1, description="documents per encode call in a worker")
 
 
@@ -114,7 +117,11 @@ Device = Annotated[str, AfterValidator(check_device)]
 class ModelSection(Section):
     """The model pretraining builds (SFT starts from pretraining's, or from sft.model)."""
 
-    preset: str = Field("demo", description="model preset or path to a transformers config.json")
+    preset: str = Field(
+        "demo",
+        description="model preset (tiny, demo, 125m, 350m, 1.3b) or a transformers config.json",
+        json_schema_extra={"cli": {"aliases": ["model-config"]}},
+    )
 
 
 class OptimizerSection(Section):
@@ -145,7 +152,11 @@ class SftOptimizerSection(OptimizerSection):
 class PrecisionSection(Section):
     """Number formats of training (SFT trains in fp32 or bf16: fp8 settings become bf16 there)."""
 
-    mode: Literal["fp32", "bf16", "fp8", "fp8-emulate", "fp4"] = "bf16"
+    mode: Literal["fp32", "bf16", "fp8", "fp8-emulate", "fp4"] = Field(
+        "bf16",
+        description="number format of training (fp4 is refused)",
+        json_schema_extra={"cli": {"flag": "precision"}},
+    )
     fp8_recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
 
 
@@ -153,13 +164,16 @@ class ParallelSection(Section):
     """How training uses the processes and devices at hand."""
 
     mode: Literal["auto", "single", "ddp", "fsdp"] = Field(
-        "auto", description="auto: single process alone, FSDP2 under torchrun"
+        "auto",
+        description="auto: single process alone, FSDP2 under torchrun",
+        json_schema_extra={"cli": {"flag": "parallel"}},
     )
     device: Device = Field("auto", description="auto, cpu or cuda (each rank takes its GPU)")
     activation_checkpointing: Literal["none", "selective", "full"] = Field(
         "none",
         description="pretraining recomputes activations in backward: full keeps each layer's "
         "input only, selective also its matmul and attention outputs (true = full, false = none)",
+        json_schema_extra={"cli": {"const": "full"}},  # the flag alone: full
     )
     compile: bool = Field(False, description="pretraining: torch.compile each decoder block")
     fsdp_float8_all_gather: bool = Field(False, description="FSDP all-gathers weights in FP8")
@@ -186,8 +200,18 @@ class CheckpointSection(Section):
     """Checkpoints of pretraining and SFT: cadence, retention and how they are written
     (SFT's cadence is [sft.checkpoint]; the rest is shared)."""
 
-    every: int = Field(500, ge=0, description="steps between checkpoints; 0 = at the end")
-    every_minutes: float = Field(0, ge=0, description="also save after this many minutes; 0 = off")
+    every: int = Field(
+        500,
+        ge=0,
+        description="steps between checkpoints; 0 = at the end",
+        json_schema_extra={"cli": {"flag": "checkpoint-every"}},
+    )
+    every_minutes: float = Field(
+        0,
+        ge=0,
+        description="also save after this many minutes; 0 = off",
+        json_schema_extra={"cli": {"flag": "checkpoint-every-minutes"}},
+    )
     resume: Literal["auto", "never"] = Field(
         "auto", description="continue from the latest checkpoint"
     )
@@ -214,8 +238,18 @@ class CheckpointSection(Section):
 class SftCheckpointSection(Section):
     """SFT's checkpoint cadence; how checkpoints are written and kept is [checkpoint]'s."""
 
-    every: int = Field(100, ge=0, description="steps between checkpoints; 0 = at the end")
-    every_minutes: float = Field(0, ge=0, description="also save after this many minutes; 0 = off")
+    every: int = Field(
+        100,
+        ge=0,
+        description="steps between checkpoints; 0 = at the end",
+        json_schema_extra={"cli": {"flag": "checkpoint-every"}},
+    )
+    every_minutes: float = Field(
+        0,
+        ge=0,
+        description="also save after this many minutes; 0 = off",
+        json_schema_extra={"cli": {"flag": "checkpoint-every-minutes"}},
+    )
     resume: Literal["auto", "never"] = Field(
         "auto", description="continue from the latest checkpoint"
     )
@@ -322,10 +356,15 @@ class PreflightSection(Section):
     """`hanlm preflight`: measured checks of devices, collectives, storage and data loading."""
 
     timeout_s: float = Field(
-        120, gt=0, description="rendezvous and collective timeout; a missing peer fails within it"
+        120,
+        gt=0,
+        description="rendezvous and collective timeout; a missing peer fails within it",
+        json_schema_extra={"cli": {"flag": "timeout", "metavar": "S"}},
     )
     checkpoint_dir: str | None = Field(
-        None, description="folder to test for checkpoints (default: DIR/pretrain/checkpoints)"
+        None,
+        description="folder to test for checkpoints (default: DIR/pretrain/checkpoints)",
+        json_schema_extra={"cli": {"metavar": "DIR"}},
     )
     matmul_seconds: float = Field(0.5, gt=0, description="time spent on each device's matmul test")
     collective_mb: float = Field(64, gt=0, description="payload of each collective test, MB")
@@ -347,7 +386,11 @@ class PreflightSection(Section):
     min_data_headroom: float = Field(
         2.0, gt=0, description="NO-GO when the loader is less than this many times fast enough"
     )
-    fail_on_no_go: bool = Field(True, description="in the pipeline, stop on NO-GO")
+    fail_on_no_go: bool = Field(
+        True,
+        description="in the pipeline, stop on NO-GO",
+        json_schema_extra={"cli": {"flag": False}},  # only the pipeline reads it: --set
+    )
 
 
 class EvalSection(Section):
@@ -358,14 +401,18 @@ class EvalSection(Section):
         description="NAME or NAME=PATH (PATH may be hf:DATASET[:CONFIG][:SPLIT]); names: "
         "kobest_boolq, kobest_copa, kobest_hellaswag, kobest_sentineg, kobest_wic, gsm8k_ko, "
         "ifeval_ko, direction, demo_qa",
+        json_schema_extra={"cli": {"flag": "task", "metavar": "NAME[=PATH]"}},
     )
     models: list[str] = Field(
         default_factory=list,
         description="model folders (relative ones inside the run first, e.g. pretrain/hf); "
         "empty = every export of the run: pretrain/hf and sft/hf",
+        json_schema_extra={"cli": {"flag": "model", "metavar": "DIR"}},
     )
     contamination: str | None = Field(
-        None, description="decontam items.jsonl; default: RUN/decontam/items.jsonl when present"
+        None,
+        description="decontam items.jsonl; default: RUN/decontam/items.jsonl when present",
+        json_schema_extra={"cli": {"metavar": "PATH"}},
     )
     limit: int | None = Field(None, ge=1, description="first N items of each task")
     batch_size: int = Field(32, ge=1, description="sequences per forward pass")
@@ -384,10 +431,15 @@ class EvalSection(Section):
 class DecontamSection(Section):
     """`hanlm decontam`: find benchmark items in the training data and remove them."""
 
-    enabled: bool = Field(True, description="run the stage between corpus and tokenizer")
+    enabled: bool = Field(
+        True,
+        description="run the stage between corpus and tokenizer",
+        json_schema_extra={"cli": {"flag": False}},  # only the pipeline reads it: --set
+    )
     benchmarks: list[str] = Field(
         default_factory=list,
         description="TASK=PATH benchmark files (PATH `demo`: the run's demo world benchmark)",
+        json_schema_extra={"cli": {"flag": "benchmark", "metavar": "TASK=PATH"}},
     )
     ngram: int = Field(
         27, ge=4, le=512, description="characters per n-gram (no spaces, no punctuation)"
@@ -415,7 +467,9 @@ class SftSection(Section):
     """
 
     model: str | None = Field(
-        None, description="HF folder to fine-tune instead of the run's pretraining checkpoint"
+        None,
+        description="HF folder to fine-tune instead of the run's pretraining checkpoint",
+        json_schema_extra={"cli": {"metavar": "HF_DIR"}},
     )
     data: str | None = Field(
         None, description="messages JSONL; default: the run's demo world DIR/demo/chat.jsonl"
@@ -471,7 +525,9 @@ class PlanSection(Section):
     tokens: float | None = Field(
         None, gt=0, description="training tokens (default: the pretrain section's length)"
     )
-    price_per_gpu_hour: float | None = Field(None, ge=0, description="USD per GPU-hour")
+    price_per_gpu_hour: float | None = Field(
+        None, ge=0, description="USD per GPU-hour", json_schema_extra={"cli": {"metavar": "USD"}}
+    )
     mfu: float | None = Field(
         None,
         gt=0,
@@ -598,9 +654,8 @@ def _get_path(data: dict[str, Any], keys: list[str]) -> tuple[bool, Any]:
 
 
 def migrate_moved_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """Move old keys of a configuration file to their new places, with one warning listing
-    them; an old and a new key with different values is a UserError naming the new key."""
-    moved = []
+    """Move old keys of a configuration file to their new places, warning about each; an old
+    and a new key with different values is a UserError naming the new key."""
     for old, new in MOVED_KEYS.items():
         found, value = _pop_path(data, old.split("."))
         if not found:
@@ -614,14 +669,9 @@ def migrate_moved_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
                     where=where,
                     fix=f"keep only {key}",
                 )
-        moved.append(_moved_message(old, new))
+        _warn_moved(old, new, where)
         for key in new:
             _set_key(data, key, value)
-    if moved and os.environ.get("RANK", "0") == "0":  # under torchrun, say it once
-        warn(
-            f"{escape(where)} uses keys that have moved; they still work, but write the new "
-            f"ones: {'; '.join(moved)}"
-        )
     return data
 
 
