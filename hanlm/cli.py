@@ -27,6 +27,7 @@ from hanlm.files import (
     read_json,
     write_stage_marker,
 )
+from hanlm.generate import read_prompts, write_results
 from hanlm.train.preemption import Preempted
 
 # The imports inside the functions below are deferred on purpose: a command imports only what it
@@ -552,7 +553,6 @@ def _decoding_settings(args: argparse.Namespace):
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from hanlm.generate import read_prompts, write_results
     from hanlm.inference import generate, load  # deferred: torch and transformers
 
     if bool(args.prompt_texts) == bool(args.prompts_file):

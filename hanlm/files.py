@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import zstandard
+
 from hanlm.errors import UserError
 
 STAGE_MARKER = "stage.json"
@@ -375,9 +377,6 @@ class _CheckedZstd(io.RawIOBase):
     _INPUT_CHUNK = 1 << 16  # compressed bytes per step: bounds the memory one step decodes into
 
     def __init__(self, path: Path):
-        import zstandard
-
-        self._zstd = zstandard
         self._path = path
         self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
         self._frame = None  # the decompressor of the frame in progress
@@ -406,14 +405,14 @@ class _CheckedZstd(io.RawIOBase):
         try:
             while chunk:
                 if self._frame is None:
-                    self._frame = self._zstd.ZstdDecompressor().decompressobj()
+                    self._frame = zstandard.ZstdDecompressor().decompressobj()
                 out.append(self._frame.decompress(chunk))
                 if self._frame.eof:  # the next frame starts in what this one left over
                     chunk = self._frame.unused_data
                     self._frame = None
                 else:
                     chunk = b""
-        except self._zstd.ZstdError as e:
+        except zstandard.ZstdError as e:
             raise DamagedCompressedFile(self._path, str(e)) from None
         return b"".join(out)
 
