@@ -497,7 +497,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         save_config(cfg, args.run)
         return 0
     in_run = args.run.is_dir()  # a run's demo world and decontam report serve as defaults
-    models = cfg.eval.models or eval_stage.default_models(args.run)
+    models = [eval_stage.model_folder(m) for m in cfg.eval.models] or eval_stage.default_models(
+        args.run
+    )
     eval_run.evaluate(
         models,
         cfg.eval.tasks,

@@ -196,9 +196,8 @@ class ParallelSection(Section):
         return value
 
 
-class CheckpointSection(Section):
-    """Checkpoints of pretraining and SFT: cadence, retention and how they are written
-    (SFT's cadence is [sft.checkpoint]; the rest is shared)."""
+class CheckpointCadence(Section):
+    """When a training stage saves: every N steps, every M minutes, and whether it resumes."""
 
     every: int = Field(
         500,
@@ -215,6 +214,12 @@ class CheckpointSection(Section):
     resume: Literal["auto", "never"] = Field(
         "auto", description="continue from the latest checkpoint"
     )
+
+
+class CheckpointSection(CheckpointCadence):
+    """Checkpoints of pretraining and SFT: cadence, retention and how they are written
+    (SFT's cadence is [sft.checkpoint]; the rest is shared)."""
+
     async_save: bool = Field(
         True, description="write in the background; the loop blocks only to stage"
     )
@@ -235,7 +240,7 @@ class CheckpointSection(Section):
     )
 
 
-class SftCheckpointSection(Section):
+class SftCheckpointSection(CheckpointCadence):
     """SFT's checkpoint cadence; how checkpoints are written and kept is [checkpoint]'s."""
 
     every: int = Field(
@@ -243,15 +248,6 @@ class SftCheckpointSection(Section):
         ge=0,
         description="steps between checkpoints; 0 = at the end",
         json_schema_extra={"cli": {"flag": "checkpoint-every"}},
-    )
-    every_minutes: float = Field(
-        0,
-        ge=0,
-        description="also save after this many minutes; 0 = off",
-        json_schema_extra={"cli": {"flag": "checkpoint-every-minutes"}},
-    )
-    resume: Literal["auto", "never"] = Field(
-        "auto", description="continue from the latest checkpoint"
     )
 
 

@@ -34,14 +34,11 @@ DEFAULT_MAX_LENGTH = 2048  # lm-evaluation-harness's fallback when the config na
 _LENGTH_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
 
 
-def resolve_model_dir(path: str | Path) -> Path:
-    """A model folder, or a hanlm run folder whose SFT (else pretraining) export is used."""
+def require_model_folder(path: str | Path) -> Path:
+    """`path` if it holds a model (config.json); else a UserError saying what it is instead."""
     path = Path(path)
     if (path / "config.json").is_file():
         return path
-    for candidate in (path / "sft" / "hf", path / "pretrain" / "hf"):
-        if (candidate / "config.json").is_file():
-            return candidate
     if not path.exists():
         raise UserError(
             f"model folder {path} does not exist",
@@ -49,7 +46,7 @@ def resolve_model_dir(path: str | Path) -> Path:
             "run directory with an exported model",
         )
     raise UserError(
-        f"{path} is not a model folder: no config.json, and no sft/hf or pretrain/hf export in it",
+        f"{path} is not a model folder: no config.json, and no exported model in it",
         fix=f"run `hanlm export --run {path}` first, or give a Hugging Face model folder",
     )
 
@@ -78,7 +75,7 @@ class Model:
         if batch_size < 1:
             raise UserError(f"batch size must be at least 1, got {batch_size}")
         loaded = load_folder(
-            resolve_model_dir(path),
+            require_model_folder(path),
             device=device,
             setting="eval.device",
             dtype=dtype,

@@ -22,7 +22,7 @@ from hanlm.console import info
 from hanlm.errors import UserError
 from hanlm.evals import contamination as contamination_lib
 from hanlm.evals import tasks as tasks_lib
-from hanlm.evals.harness import Model, resolve_model_dir
+from hanlm.evals.harness import Model, require_model_folder
 from hanlm.files import (
     atomic_output_dir,
     atomic_write_json,
@@ -93,7 +93,7 @@ def evaluate(
     claim_output_dir(out, replace_earlier=replace_earlier)
     if not models:
         raise UserError("no model to evaluate", fix="give --model DIR (repeatable) or --run DIR")
-    model_dirs = [resolve_model_dir(m) for m in models]
+    model_dirs = [require_model_folder(m) for m in models]
     loaded = load_tasks(task_specs, demo_files, options)
     report = Path(contamination) if contamination else None
     statuses = contamination_lib.load_statuses(report) if report else None

@@ -10,7 +10,7 @@ from hanlm.console import info
 from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
-from hanlm.evals.harness import resolve_model_dir
+from hanlm.evals.harness import require_model_folder
 from hanlm.evals.run import evaluate, options_from
 from hanlm.files import fingerprint, read_json, stage_fingerprint
 from hanlm.stages.rundir import RunDir
@@ -34,6 +34,18 @@ def _in_run(run: RunDir, model: str) -> Path:
     if not path.is_absolute() and (run.root / path).exists():
         return run.root / path
     return path
+
+
+def model_folder(path: str | Path) -> Path:
+    """A model folder as given, or a hanlm run directory's SFT (else pretraining) export."""
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    run = RunDir(path)
+    for candidate in (run.sft.export, run.pretrain.export):
+        if (candidate / "config.json").is_file():
+            return candidate
+    return path  # not a model: the library's check says so
 
 
 def default_models(run: RunDir | Path) -> list[Path]:
@@ -70,7 +82,7 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
     run = RunDir.of(run)
     out = run.eval
     models = [_in_run(run, m) for m in cfg.eval.models] or default_models(run)
-    model_dirs = [resolve_model_dir(m) for m in models]
+    model_dirs = [require_model_folder(model_folder(m)) for m in models]
     report = cfg.eval.contamination or default_contamination(run)
     files = demo_files(run)
     sources = []
