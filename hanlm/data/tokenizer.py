@@ -15,7 +15,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from hanlm.chat_template import ASSISTANT, CHAT_TEMPLATE, END_OF_TURN, SYSTEM, USER
 from hanlm.config import Config
-from hanlm.data import corpus as corpus_stage
+from hanlm.data import corpus as corpus_lib
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_json,
@@ -71,7 +71,7 @@ def build_untrained():
 def _sample(corpus_dir: Path, cfg: Config) -> tuple[list[str], list[str], int]:
     """Seeded sample of documents: held-out ones (for compression figures) and training text."""
     t = cfg.tokenizer
-    stats_path = corpus_dir / "stats.json"
+    stats_path = corpus_dir / corpus_lib.STATS_FILE
     stats = read_json(stats_path) if stats_path.is_file() else {}
     total_chars = max(1, int(stats.get("characters_out", 0)) or 1)
     total_docs = max(1, int(stats.get("documents_out", 0)) or 1)
@@ -81,7 +81,7 @@ def _sample(corpus_dir: Path, cfg: Config) -> tuple[list[str], list[str], int]:
     heldout: list[str] = []
     train: list[str] = []
     train_chars = 0
-    for doc in corpus_stage.iter_corpus(corpus_dir):
+    for doc in corpus_lib.iter_corpus(corpus_dir):
         u = rng.random()
         if u < heldout_rate and len(heldout) < t.heldout_docs:
             heldout.append(doc["text"])

@@ -13,11 +13,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from hanlm.data.decontam.outputs import ITEMS_FILE
 from hanlm.errors import UserError
 
 STATUSES = ("dirty", "partial", "clean")
 SPLITS = ("full", "clean", "dirty", "partial")
-ITEMS_FILE = "items.jsonl"
 
 
 def load_statuses(path: str | Path) -> dict[tuple[str, str], str]:

@@ -1,7 +1,9 @@
-"""The run directory's layout: every path of `runs/NAME/` is spelled here and nowhere else.
+"""The run directory's layout: every path of `runs/NAME/` is composed here and nowhere else.
 
-Stages get their inputs and outputs from a `RunDir`; the libraries below them take explicit paths
-and never learn where a run keeps anything.
+The folders are named here; a file inside a stage's folder is named by the library that writes
+it (its output format, e.g. decontam's items.jsonl), and composed into a path here. Stages get
+their inputs and outputs from a `RunDir`; the libraries below them take explicit paths and
+never learn where a run keeps anything.
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hanlm.config import CONFIG_FILE
+from hanlm.data import corpus as corpus_lib
+from hanlm.data import shards as shards_lib
+from hanlm.data import tokenizer as tokenizer_lib
+from hanlm.data.decontam import outputs as decontam_outputs
 from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
 from hanlm.errors import UserError
 from hanlm.files import stage_fingerprint
@@ -128,7 +134,7 @@ class RunDir:
 
     @property
     def corpus_stats(self) -> Path:
-        return self.corpus / "stats.json"
+        return self.corpus / corpus_lib.STATS_FILE
 
     @property
     def decontam(self) -> Path:
@@ -136,15 +142,15 @@ class RunDir:
 
     @property
     def decontam_report(self) -> Path:
-        return self.decontam / "report.json"
+        return self.decontam / decontam_outputs.REPORT_FILE
 
     @property
     def decontam_items(self) -> Path:
-        return self.decontam / "items.jsonl"
+        return self.decontam / decontam_outputs.ITEMS_FILE
 
     @property
     def decontam_index(self) -> Path:
-        return self.decontam / "index.npz"
+        return self.decontam / decontam_outputs.INDEX_FILE
 
     @property
     def decontam_partial(self) -> Path:
@@ -154,7 +160,7 @@ class RunDir:
     @property
     def decontam_corpus(self) -> Path:
         """The corpus with the leaked passages removed (when decontam's action changes text)."""
-        return self.decontam / "corpus"
+        return self.decontam / decontam_outputs.CORPUS_DIR
 
     @property
     def tokenizer(self) -> Path:
@@ -162,7 +168,7 @@ class RunDir:
 
     @property
     def tokenizer_json(self) -> Path:
-        return self.tokenizer / "tokenizer.json"
+        return self.tokenizer / tokenizer_lib.TOKENIZER_FILE
 
     @property
     def shards(self) -> Path:
@@ -170,7 +176,7 @@ class RunDir:
 
     @property
     def shards_manifest(self) -> Path:
-        return self.shards / "manifest.json"
+        return self.shards / shards_lib.MANIFEST_FILE
 
     @property
     def shards_incomplete(self) -> Path:

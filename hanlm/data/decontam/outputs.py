@@ -40,6 +40,9 @@ from hanlm.files import (
 
 STAGE = "decontam"  # the name its stage marker carries
 INDEX_FILE = "index.npz"
+ITEMS_FILE = "items.jsonl"
+REPORT_FILE = "report.json"
+CORPUS_DIR = "corpus"  # the cleaned corpus, when the action changes text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +164,7 @@ def _flagged_jsonl(index, result, outcome: Outcome, actions: dict[int, str]) -> 
 def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -> dict:
     """items.jsonl, report.json, report.md and flagged.jsonl into `out`; the report."""
     d = cfg.decontam
-    atomic_write_text(out / "items.jsonl", _items_jsonl(index, result, outcome, d.max_documents))
+    atomic_write_text(out / ITEMS_FILE, _items_jsonl(index, result, outcome, d.max_documents))
     stats = result.stats
     report = {
         "benchmarks": _per_benchmark(index, outcome),
@@ -178,7 +181,7 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
         "inputs": result.sources,
         **{k: v for k, v in extra.items() if k != "document_actions"},
     }
-    atomic_write_json(out / "report.json", report)
+    atomic_write_json(out / REPORT_FILE, report)
     atomic_write_text(out / "report.md", _report_markdown(report, outcome, extra))
     actions = extra.get("document_actions", {})
     atomic_write_text(out / "flagged.jsonl", _flagged_jsonl(index, result, outcome, actions))
@@ -211,7 +214,7 @@ def write_corpus(
     tmp: Path, corpus_dir: Path, index, result: ScanResult, outcome: Outcome, cfg: Config
 ) -> dict:
     """Copy the corpus into tmp/corpus without the flagged documents (or their matching spans)."""
-    out = tmp / "corpus"
+    out = tmp / CORPUS_DIR
     out.mkdir()
     a = result.arrays()
     by_part: dict[int, dict[int, int]] = {}  # part -> record -> scan document
