@@ -73,7 +73,9 @@ def main() -> None:
                 for _ in range(args.steps_between):
                     start = time.perf_counter()
                     trainer.train_step()
-                    manager.poll()
+                    # what the loop does every step: commit a save once it is written
+                    pending, _ = manager.local_flags()
+                    manager.finish_if_written(any_pending=bool(pending))
                     step_times.append(time.perf_counter() - start)
                 blocked.append(trainer.save())
             start = time.perf_counter()
