@@ -224,7 +224,7 @@ def _add_pretrain(sub) -> None:
         "Pretrain a decoder LM from scratch on DIR/shards/: one explicit loop (AdamW, warm-up "
         "then cosine or WSD, clipping, accumulation to a global batch in tokens), bf16, fp8 or "
         "fp32, single process, DDP or FSDP2. Several processes:\n\n"
-        "  torchrun --nproc_per_node 8 -m hanlm pretrain --run DIR\n\n"
+        "  torchrun --nproc_per_node 8 -m hanlm pretrain --run-dir DIR\n\n"
         "Writes DIR/pretrain/metrics.jsonl and checkpoints, and continues from the latest "
         "checkpoint unless --resume never.",
         force=REDO,

@@ -1,6 +1,6 @@
 """Pretraining: build the model, wrap it for the processes at hand, and run the loop.
 
-Runs alone or under torchrun (`torchrun --nproc_per_node N -m hanlm pretrain --run DIR`); every
+Runs alone or under torchrun (`torchrun --nproc_per_node N -m hanlm pretrain --run-dir DIR`); every
 rank executes `pretrain` and reads its slice of the shards. The stage (hanlm.stages.pretrain)
 decides whether to train and where; this module takes its inputs and outputs as paths.
 """
