@@ -13,6 +13,10 @@ ASSISTANT = "<|assistant|>"
 END_OF_TURN = "<|eot|>"
 ROLE_TOKENS = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT}
 
+# Files of a tokenizer folder that carry the template and the reserved tokens' ids
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_FILE = "special_tokens.json"
+
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{%- if message['role'] not in ['system', 'user', 'assistant'] -%}"

@@ -205,3 +205,22 @@ def test_local_imports_only_defer_heavy_libraries(path: Path):
         if getattr(node, "level", 0) or not defers_something_heavy(node)
     ]
     assert not wrong, "import at the top, or defer only a heavy library:\n" + "\n".join(wrong)
+
+
+# cli.py states the reason for its deferred imports once, above them all
+REASON_STATED_FOR_THE_FILE = frozenset({"cli.py"})
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_each_deferred_import_says_why(path: Path):
+    """A comment on the import or just above it (or the function's docstring saying it imports
+    lazily) gives the reason, so the next reader does not move it to the top."""
+    if str(path.relative_to(PACKAGE)) in REASON_STATED_FOR_THE_FILE:
+        return
+    lines = path.read_text().splitlines()
+    silent = []
+    for func, node in local_imports(ast.parse(path.read_text())):
+        context = " ".join(lines[max(0, node.lineno - 3) : node.end_lineno])
+        if "#" not in context and "lazily" not in context:
+            silent.append(f"line {node.lineno} in {func}(): {lines[node.lineno - 1].strip()}")
+    assert not silent, "say why the import waits (# deferred: ...):\n" + "\n".join(silent)

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from rich.table import Table
 
+from hanlm.chat_template import SPECIAL_TOKENS_FILE
 from hanlm.console import console
 from hanlm.errors import UserError
 from hanlm.files import read_json
@@ -52,7 +53,7 @@ COVARIANCE_SCALE = 1e-5  # transformers' mean_resizing
 
 
 def load_special_tokens(tokenizer_dir: Path) -> dict:
-    path = Path(tokenizer_dir) / "special_tokens.json"
+    path = Path(tokenizer_dir) / SPECIAL_TOKENS_FILE
     if not path.is_file():
         raise UserError(
             f"{path.parent} has no special_tokens.json",

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from hanlm.chat_template import SPECIAL_TOKENS_FILE
 from hanlm.config import ShardsSection
 from hanlm.console import info, progress, warn
 from hanlm.data.corpus import corpus_parts, iter_part
@@ -121,7 +122,7 @@ def encode_part(job: dict) -> dict:
 
 
 def _special_tokens(tokenizer_dir: Path) -> dict[str, int]:
-    spec = read_json(tokenizer_dir / "special_tokens.json")
+    spec = read_json(tokenizer_dir / SPECIAL_TOKENS_FILE)
     names = {v["token"]: v["id"] for k, v in spec.items() if isinstance(v, dict) and "id" in v}
     names.update({r["token"]: r["id"] for r in spec["reserved"]})
     return dict(sorted(names.items(), key=lambda kv: kv[1]))
@@ -229,7 +230,7 @@ def encode_corpus(
     tokenizer_dir = tokenizer_json.parent
     parts = corpus_parts(corpus_dir)
     special = _special_tokens(tokenizer_dir)
-    vocab_size = read_json(tokenizer_dir / "special_tokens.json")["vocab_size"]
+    vocab_size = read_json(tokenizer_dir / SPECIAL_TOKENS_FILE)["vocab_size"]
     dtype = token_dtype(vocab_size)
     _prepare_workdir(work, fp)
     jobs = [

@@ -13,7 +13,15 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from hanlm.chat_template import ASSISTANT, CHAT_TEMPLATE, END_OF_TURN, SYSTEM, USER
+from hanlm.chat_template import (
+    ASSISTANT,
+    CHAT_TEMPLATE,
+    END_OF_TURN,
+    SPECIAL_TOKENS_FILE,
+    SYSTEM,
+    TOKENIZER_CONFIG_FILE,
+    USER,
+)
 from hanlm.config import Config
 from hanlm.data import corpus as corpus_lib
 from hanlm.errors import UserError
@@ -128,7 +136,7 @@ def train(texts: list[str], vocab_size: int, min_frequency: int, reserved: int):
 
 def save(tok, out_dir: Path) -> dict:
     """Write a folder that `transformers.AutoTokenizer.from_pretrained` loads, plus special_tokens.json."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # deferred: transformers, only to save
 
     core = core_special_tokens()
     hf = PreTrainedTokenizerFast(
@@ -143,7 +151,7 @@ def save(tok, out_dir: Path) -> dict:
     hf.chat_template = CHAT_TEMPLATE
     # The template stays inside tokenizer_config.json, where every consumer looks for it.
     hf.save_pretrained(out_dir, save_jinja_files=False)
-    _portable_config(out_dir / "tokenizer_config.json")
+    _portable_config(out_dir / TOKENIZER_CONFIG_FILE)
     vocab = tok.get_vocab(with_added_tokens=True)
     specials = {name: {"token": t, "id": vocab[t]} for name, t in core.items()}
     reserved = sorted(
@@ -154,7 +162,7 @@ def save(tok, out_dir: Path) -> dict:
         "reserved": [{"token": t, "id": i} for i, t in reserved],
         "vocab_size": tok.get_vocab_size(with_added_tokens=True),
     }
-    atomic_write_json(out_dir / "special_tokens.json", special_tokens)
+    atomic_write_json(out_dir / SPECIAL_TOKENS_FILE, special_tokens)
     return special_tokens
 
 
@@ -210,7 +218,7 @@ def damage(folder: Path) -> str | None:
         return "stats.json cannot be read"
     problem = file_mismatch(folder / TOKENIZER_FILE, record)
     missing = [
-        n for n in ("tokenizer_config.json", "special_tokens.json") if not (folder / n).is_file()
+        n for n in (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_FILE) if not (folder / n).is_file()
     ]
     return problem or (f"{', '.join(missing)} missing" if missing else None)
 

@@ -86,6 +86,7 @@ class RunFiles:
     audit: Path
     eval_results: Path
     eval_samples: Path
+    export_folder: str  # what a training stage names its Hugging Face export (".../pretrain/hf")
 
 
 def _heading(title: str, field_report: str) -> str:
@@ -280,10 +281,12 @@ def _eval_results(files: RunFiles) -> dict | None:
     return _read(files.eval_results)
 
 
-def _model_label(name: str) -> str:
+def _model_label(name: str, files: RunFiles) -> str:
     """`pretrain` or `sft` for a run's own exports (their folders are .../pretrain/hf)."""
     path = Path(name)
-    return path.parent.name if path.name == "hf" and path.parent.name else path.name or name
+    if path.name == files.export_folder and path.parent.name:
+        return path.parent.name
+    return path.name or name
 
 
 def _contamination_section(files: RunFiles) -> str:
@@ -295,7 +298,7 @@ def _contamination_section(files: RunFiles) -> str:
     out: list[str] = []
     rows, groups, plotted = [], {}, None
     for model, tasks in results["results"].items():
-        label = _model_label(model)
+        label = _model_label(model, files)
         for task, splits in tasks.items():
             full = splits.get("full", {})
             metrics = [m for m in ("acc", "macro_f1", "gold_margin") if m in full]
@@ -334,7 +337,7 @@ def _contamination_section(files: RunFiles) -> str:
             ]
             if gaps:
                 out.append(
-                    f"\nDirty minus clean, {_model_label(model)} on {task}: {', '.join(gaps)}"
+                    f"\nDirty minus clean, {_model_label(model, files)} on {task}: {', '.join(gaps)}"
                     + (
                         " (no inflation measured)."
                         if all(float(g.split()[-1]) <= 0 for g in gaps)
@@ -409,7 +412,7 @@ def _direction_section(files: RunFiles) -> str:
         mean_f, mean_r = sum(forward) / len(forward), sum(reverse) / len(reverse)
         rows.append(
             [
-                _model_label(model),
+                _model_label(model, files),
                 len(items),
                 f"{mean_f:.2f}",
                 f"{mean_r:.2f}",
@@ -437,7 +440,7 @@ def _direction_section(files: RunFiles) -> str:
     forward, reverse, model = first
     path = report_plots.direction_histograms(forward, reverse, files.plots / "direction.png")
     out.append(
-        f"\n![direction probe, {_model_label(model)}]({path.relative_to(files.root)})\n\nThe demo "
+        f"\n![direction probe, {_model_label(model, files)}]({path.relative_to(files.root)})\n\nThe demo "
         "corpus states every capital country first only, so the reverse direction is never "
         "seen in training text.\n"
     )
@@ -456,9 +459,9 @@ def _repetition_section(files: RunFiles) -> str:
             without = metrics.get(f"{key}/without", {}).get("value")
             with_penalty = metrics.get(f"{key}/with", {}).get("value")
             change = None if without is None or with_penalty is None else with_penalty - without
-            rows.append([_model_label(model), key, _fmt(without), _fmt(with_penalty), _fmt(change)])
+            rows.append([_model_label(model, files), key, _fmt(without), _fmt(with_penalty), _fmt(change)])
             if key in PLOTTED_REPETITION and without is not None:
-                groups[f"{key}\n{_model_label(model)}"] = {
+                groups[f"{key}\n{_model_label(model, files)}"] = {
                     "without penalty": without,
                     "with penalty": with_penalty,
                 }

@@ -34,6 +34,7 @@ def run_files(run: RunDir) -> card.RunFiles:
         audit=run.sft.audit,
         eval_results=run.eval_results,
         eval_samples=run.eval_samples,
+        export_folder=run.pretrain.export.name,
     )
 
 

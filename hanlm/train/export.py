@@ -30,6 +30,8 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from transformers import GenerationConfig
 
+from hanlm.chat_template import SPECIAL_TOKENS_FILE, TOKENIZER_CONFIG_FILE
+from hanlm.data.tokenizer import TOKENIZER_FILE
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_output_dir,
@@ -51,7 +53,7 @@ RECORD = "hanlm_export.json"
 WEIGHTS = "model.safetensors"
 # The checkpoint's state dict is {"model": ..., "optim": ...}; DCP flattens it to "model.<fqn>".
 MODEL_PREFIX = "model."
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens.json")
+TOKENIZER_FILES = (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_FILE)
 # Copied along when a tokenizer folder has them (older transformers write the first).
 OPTIONAL_TOKENIZER_FILES = ("special_tokens_map.json", "chat_template.jinja")
 EXPORT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -204,7 +206,7 @@ def _special_tokens(tokenizer_dir: Path) -> dict:
             where=str(tokenizer_dir),
             fix="run `hanlm tokenizer` for this run first (its folder holds all three files)",
         )
-    return read_json(tokenizer_dir / "special_tokens.json")
+    return read_json(tokenizer_dir / SPECIAL_TOKENS_FILE)
 
 
 def token_ids(special: dict, eos_token_ids: list[int] | None, vocab_size: int) -> dict[str, Any]:
@@ -239,9 +241,9 @@ def _copy_tokenizer(tokenizer_dir: Path, out_dir: Path, context_length: int | No
             shutil.copyfile(tokenizer_dir / name, out_dir / name)
     if context_length:
         # The tokenizer stage leaves the length open ("the model sets one"): the export does.
-        config = read_json(out_dir / "tokenizer_config.json")
+        config = read_json(out_dir / TOKENIZER_CONFIG_FILE)
         config["model_max_length"] = context_length
-        atomic_write_json(out_dir / "tokenizer_config.json", config)
+        atomic_write_json(out_dir / TOKENIZER_CONFIG_FILE, config)
 
 
 # --- export ---------------------------------------------------------------------------------------
@@ -287,7 +289,7 @@ def export_fingerprint(
         checkpoint_dir.name,
         files,
         config.to_dict(),
-        file_sha256(Path(tokenizer_dir) / "tokenizer.json"),
+        file_sha256(Path(tokenizer_dir) / TOKENIZER_FILE),
         eos_token_ids,
         _checked_dtype(dtype),
     )

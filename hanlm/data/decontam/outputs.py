@@ -23,7 +23,7 @@ import zstandard
 
 from hanlm.config import Config
 from hanlm.console import info, progress
-from hanlm.data.corpus import corpus_parts
+from hanlm.data.corpus import STATS_FILE, corpus_parts
 from hanlm.data.decontam.index import BenchmarkIndex
 from hanlm.data.decontam.scan import ScanResult, scan
 from hanlm.errors import UserError
@@ -273,7 +273,7 @@ def write_corpus(
         "characters_out": counts["characters_out"],
         "parts": parts,
     }
-    atomic_write_json(out / "stats.json", stats)
+    atomic_write_json(out / STATS_FILE, stats)
     return {
         "documents_dropped": counts["documents_dropped"],
         "documents_cut": counts["documents_cut"],
@@ -284,7 +284,7 @@ def write_corpus(
 
 
 def _part_meta(corpus_dir: Path, name: str) -> dict:
-    stats_path = corpus_dir / "stats.json"
+    stats_path = corpus_dir / STATS_FILE
     if stats_path.is_file():
         for meta in read_json(stats_path).get("parts", []):
             if meta.get("path") == name:

@@ -1,5 +1,5 @@
 """The demo world's yes/no benchmark: the passage and question as the demo corpus writes them
-(hanlm.demo.item_text), then 예 or 아니요 on the next line."""
+(hanlm.testsets.readers.item_text), then 예 or 아니요 on the next line."""
 
 from __future__ import annotations
 
