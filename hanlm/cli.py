@@ -427,9 +427,16 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _load(args: argparse.Namespace):
-    from hanlm.config import load_config
+    from hanlm.stages.rundir import load_run_config
 
-    return load_config(args.config, args.overrides, args.run, values=_flag_values(args))
+    return load_run_config(args.run, args.config, args.overrides, _flag_values(args))
+
+
+def _save(cfg, run: Path) -> None:
+    """Every command that ran a stage on a run saves the configuration it used there."""
+    from hanlm.stages.rundir import save_run_config
+
+    save_run_config(cfg, run)
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
@@ -440,22 +447,20 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from hanlm.config import save_config
     from hanlm.stages import export
 
     cfg = _load(args)
     export.run(cfg, args.run, force=args.force, checkpoint=args.checkpoint, out=args.out)
-    save_config(cfg, args.run)
+    _save(cfg, args.run)
     return 0
 
 
 def _cmd_sft(args: argparse.Namespace) -> int:
-    from hanlm.config import save_config
     from hanlm.stages import sft
 
     cfg = _load(args)
     sft.run(cfg, args.run, force=args.force)
-    save_config(cfg, args.run)
+    _save(cfg, args.run)
     return 0
 
 
@@ -491,10 +496,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     if args.out is None:
-        from hanlm.config import save_config
-
         eval_stage.run(cfg, args.run, force=args.force)
-        save_config(cfg, args.run)
+        _save(cfg, args.run)
         return 0
     in_run = args.run.is_dir()  # a run's demo world and decontam report serve as defaults
     models = [eval_stage.model_folder(m) for m in cfg.eval.models] or eval_stage.default_models(
@@ -517,9 +520,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_decontam(args: argparse.Namespace) -> int:
-    from hanlm.config import load_config, save_config
     from hanlm.data.decontam.scan import parse_shard
     from hanlm.stages import decontam
+    from hanlm.stages.rundir import RunDir, load_run_config
 
     standalone = args.out is not None
     if standalone and args.corpus is None and not args.merge:
@@ -528,9 +531,9 @@ def _cmd_decontam(args: argparse.Namespace) -> int:
         raise UserError("--corpus needs --out DIR", fix="pass --out DIR for the results")
     if standalone:  # the results go to OUT/decontam/: refuse what is in the way before scanning
         check_folder_path(args.out, "--out")
-        claim_output_dir(args.out / decontam.STAGE, name="the results folder")
+        claim_output_dir(RunDir(args.out).decontam, name="the results folder")
     run_dir = None if standalone else args.run
-    cfg = load_config(args.config, args.overrides, run_dir, values=_flag_values(args))
+    cfg = load_run_config(run_dir, args.config, args.overrides, _flag_values(args))
     shard = parse_shard(args.shard)
     if args.merge:
         decontam.merge(cfg, out_dir=args.out, run_dir=run_dir)
@@ -539,7 +542,7 @@ def _cmd_decontam(args: argparse.Namespace) -> int:
     else:
         decontam.run(cfg, run_dir, force=args.force, shard=shard)
     if run_dir is not None:
-        save_config(cfg, run_dir)
+        _save(cfg, run_dir)
     return 0
 
 
@@ -607,12 +610,12 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from hanlm.config import load_config
     from hanlm.plan import estimate as plan
     from hanlm.plan.table import print_plan
+    from hanlm.stages.rundir import load_run_config
 
     values = _flag_values(args)
-    cfg = load_config(args.config, args.overrides, args.run, values=values, recipe_fallback=False)
+    cfg = load_run_config(args.run, args.config, args.overrides, values, recipe_fallback=False)
     if args.out is not None:
         claim_output_file(
             args.out, is_earlier_output=_is_plan_output, replace_earlier=args.force, name="--out"

@@ -25,7 +25,7 @@ from rich.markup import escape
 
 from hanlm.console import warn
 from hanlm.errors import UserError
-from hanlm.files import atomic_write_text, check_folder_path
+from hanlm.files import atomic_write_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,7 +34,6 @@ else:  # pragma: no cover - Python 3.10
 
 RECIPES_DIR = Path(__file__).parent / "configs"
 DEFAULT_RECIPE = "demo"
-CONFIG_FILE = "config.toml"
 
 
 class Section(BaseModel):
@@ -685,7 +684,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
             fix=f"give a path to a TOML file or one of the built-in recipes: {', '.join(recipe_names())}",
         ) from None
     except IsADirectoryError:
-        raise _folder_given_as_config(path) from None
+        raise folder_given_as_config(path) from None
     except UnicodeDecodeError:
         raise UserError(
             f"{path} is not a TOML file: it is not UTF-8 text",
@@ -700,24 +699,25 @@ def _read_toml(path: Path) -> dict[str, Any]:
         ) from None
 
 
-def _folder_given_as_config(path: Path) -> UserError:
-    inside = Path(path) / CONFIG_FILE
-    hint = f"--config {inside}" if inside.is_file() else "a TOML file's path"
+def folder_given_as_config(path: Path, inside: Path | None = None) -> UserError:
+    """The error for `--config FOLDER`; `inside`, a config file the folder holds, is the fix."""
+    hint = f"--config {inside}" if inside is not None else "a TOML file's path"
     return UserError(
         f"--config {path} is a folder, not a TOML file",
         fix=f"give {hint}, or a built-in recipe: {', '.join(recipe_names())}",
     )
 
 
-def _run_config_exists(run_dir: Path | None) -> bool:
-    return run_dir is not None and (Path(run_dir) / CONFIG_FILE).is_file()
+def _exists(run_config: Path | None) -> bool:
+    return run_config is not None and Path(run_config).is_file()
 
 
-def resolve_source(source: str | Path | None, run_dir: Path | None) -> Path:
-    """Which TOML a stage starts from: the given file or recipe, else the run's, else the demo."""
+def resolve_source(source: str | Path | None, run_config: Path | None) -> Path:
+    """Which TOML a stage starts from: the given file or recipe, else `run_config` (the run's own
+    config file, which its caller names) when it exists, else the demo recipe."""
     if source is None:
-        if run_dir is not None and (Path(run_dir) / CONFIG_FILE).is_file():
-            return Path(run_dir) / CONFIG_FILE
+        if _exists(run_config):
+            return Path(run_config)
         return RECIPES_DIR / f"{DEFAULT_RECIPE}.toml"
     text = str(source)
     looks_like_recipe = "/" not in text and not text.endswith(".toml")
@@ -725,7 +725,7 @@ def resolve_source(source: str | Path | None, run_dir: Path | None) -> Path:
     if looks_like_recipe and recipe.is_file():
         return recipe  # a built-in name wins over a file or folder of that name here
     if Path(text).is_dir():
-        raise _folder_given_as_config(Path(text))
+        raise folder_given_as_config(Path(text))
     if looks_like_recipe and not Path(text).is_file():
         raise UserError(
             f"unknown recipe {text!r}",
@@ -862,23 +862,22 @@ def _warn_ignored_settings(cfg: Config) -> None:
 def load_config(
     source: str | Path | None = None,
     overrides: list[str] | dict[str, Any] | None = None,
-    run_dir: Path | None = None,
+    run_config: Path | None = None,
     values: dict[str, Any] | None = None,
     *,
     recipe_fallback: bool = True,
 ) -> Config:
-    """The configuration a stage runs with: file or recipe, then `values` (from CLI flags), then
-    `overrides` (`--set`), validated.
+    """The configuration a stage runs with: file or recipe (else `run_config`, the run's saved
+    config file, when it exists), then `values` (from CLI flags), then `overrides` (`--set`),
+    validated. Where a run keeps its config is the caller's to say (`RunDir.config`).
 
     With recipe_fallback=False, no source and no run config start from the documented
     defaults instead of the demo recipe (`hanlm plan` plans real models, not the demo).
     """
-    if run_dir is not None:  # every command resolves its run directory here: check it once
-        check_folder_path(Path(run_dir), "the run directory (--run)")
-    if source is None and not recipe_fallback and not _run_config_exists(run_dir):
+    if source is None and not recipe_fallback and not _exists(run_config):
         path, data = "the defaults", {}
     else:
-        path = resolve_source(source, run_dir)
+        path = resolve_source(source, run_config)
         data = migrate_moved_keys(_read_toml(path), str(path))
     set_by = {key: f"the command-line option setting {key}" for key in values or {}}
     if isinstance(overrides, dict):
@@ -900,7 +899,8 @@ def config_to_toml(cfg: Config) -> str:
     return tomli_w.dumps(cfg.model_dump(mode="json", exclude_none=True))
 
 
-def save_config(cfg: Config, run_dir: Path) -> Path:
-    path = Path(run_dir) / CONFIG_FILE
+def save_config(cfg: Config, path: Path) -> Path:
+    """Write the resolved configuration to the TOML file `path` (a run's is `RunDir.config`)."""
+    path = Path(path)
     atomic_write_text(path, config_to_toml(cfg))
     return path

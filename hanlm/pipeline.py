@@ -7,9 +7,10 @@ import importlib
 import os
 from pathlib import Path
 
-from hanlm.config import Config, save_config
+from hanlm.config import Config
 from hanlm.console import info
 from hanlm.errors import UserError
+from hanlm.stages.rundir import save_run_config
 
 # name -> module with `run(cfg, run, *, force) -> dict` (run: a RunDir or its path)
 STAGES: dict[str, str] = {
@@ -82,7 +83,7 @@ def run_on_ranks(name: str, cfg: Config, run_dir: Path, *, force: bool = False) 
 def run_stage(name: str, cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
     result = stage_module(name).run(cfg, Path(run_dir), force=force)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one writer
-        save_config(cfg, run_dir)
+        save_run_config(cfg, run_dir)
     return result
 
 

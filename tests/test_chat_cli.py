@@ -14,9 +14,10 @@ import pytest
 
 from conftest import TINY_PRETRAIN
 from hanlm.chat.session import PROMPT, ChatSession, run_repl
-from hanlm.config import GenerateSection, load_config
+from hanlm.config import GenerateSection
 from hanlm.inference import chat_prompt, generate, load
 from hanlm.stages import export, pretrain
+from hanlm.stages.rundir import load_run_config
 
 GREEDY = GenerateSection(greedy=True, repetition_penalty=1.3, max_new_tokens=12)
 
@@ -33,7 +34,7 @@ def model_dir(demo_run, tmp_path_factory):
         "logging.eval_every": 4,
         "logging.eval_batches": 1,
     }
-    cfg = load_config(run_dir=run_dir, values=values)
+    cfg = load_run_config(run_dir, values=values)
     pretrain.run(cfg, run_dir)
     out = run_dir / "pretrain" / "hf"
     export.run(cfg, run_dir, out=out)

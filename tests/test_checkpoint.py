@@ -15,6 +15,7 @@ import torch
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses
 from hanlm.config import load_config
 from hanlm.stages import pretrain
+from hanlm.stages.rundir import load_run_config
 from hanlm.train import checkpoint
 from hanlm.train.checkpoint import committed, latest, verify
 
@@ -28,7 +29,7 @@ def run_dir(demo_run, tmp_path):
 
 
 def train(run_dir, **extra):
-    cfg = load_config(run_dir=run_dir, values={**TINY, **extra})
+    cfg = load_run_config(run_dir, values={**TINY, **extra})
     return pretrain.run(cfg, run_dir)
 
 
@@ -82,7 +83,7 @@ def test_damaged_latest_falls_back_and_training_reproduces(run_dir, tmp_path):
     whole = tmp_path / "whole"
     shutil.copytree(run_dir, whole)
     train(whole)
-    cfg = load_config(run_dir=run_dir, values=TINY)
+    cfg = load_run_config(run_dir, values=TINY)
     pretrain.run(cfg, run_dir, stop_after_steps=6)
     root = ckpt_root(run_dir)
     six = latest(root)
@@ -105,7 +106,7 @@ def test_failed_writes_are_retried_and_training_goes_on(run_dir, monkeypatch, er
 
 
 def test_persistent_failure_stops_cleanly_and_the_last_good_one_loads(run_dir, monkeypatch, cli):
-    cfg = load_config(run_dir=run_dir, values=TINY)
+    cfg = load_run_config(run_dir, values=TINY)
     pretrain.run(cfg, run_dir, stop_after_steps=4)
     good = latest(ckpt_root(run_dir))
     monkeypatch.setenv("HANLM_FAULT_WRITE_ERRORS", "ENOSPC:1000")
@@ -133,7 +134,7 @@ def test_async_failure_is_reported_and_retried(run_dir, monkeypatch):
 
 def test_mirror_copies_and_resume_starts_from_it(run_dir, tmp_path):
     mirror = tmp_path / "mirror"
-    cfg = load_config(run_dir=run_dir, values={**TINY, "checkpoint.mirror": str(mirror)})
+    cfg = load_run_config(run_dir, values={**TINY, "checkpoint.mirror": str(mirror)})
     pretrain.run(cfg, run_dir, stop_after_steps=4)
     assert (mirror / "latest").read_text().strip() == "step-00000004"
     assert verify(mirror / "step-00000004") is None

@@ -1,7 +1,8 @@
 import pytest
 
-from hanlm.config import Config, config_to_toml, load_config, save_config
+from hanlm.config import Config, config_to_toml, load_config
 from hanlm.errors import UserError
+from hanlm.stages.rundir import load_run_config, save_run_config
 
 
 def test_default_is_the_demo_recipe():
@@ -63,9 +64,9 @@ def test_bad_toml_and_missing_file(tmp_path):
 
 def test_resolved_config_round_trips(tmp_path):
     cfg = load_config(overrides=["run.seed=7"])
-    save_config(cfg, tmp_path)
+    save_run_config(cfg, tmp_path)
     assert (tmp_path / "config.toml").read_text() == config_to_toml(cfg)
-    again = load_config(run_dir=tmp_path)  # a run's own config is the default source
+    again = load_run_config(tmp_path)  # a run's own config is the default source
     assert again == cfg
 
 
@@ -101,7 +102,7 @@ def test_config_paths_that_are_not_toml_files(tmp_path):
     assert "a TOML file's path" in e.value.message
     (folder / "config.toml").write_text("")
     with pytest.raises(UserError, match=rf"give --config {folder}/config\.toml"):
-        load_config(str(folder))
+        load_run_config(None, str(folder))  # the run-aware loader knows a run's config.toml
     binary = tmp_path / "weights.toml"
     binary.write_bytes(bytes(range(256)))
     with pytest.raises(UserError, match="not UTF-8 text"):
@@ -115,15 +116,17 @@ def test_a_recipe_name_wins_over_a_folder_of_that_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "demo").mkdir()  # e.g. made by `hanlm demo --out demo`
     assert load_config("demo").corpus.inputs == ["demo"]
+    (tmp_path / "demo" / "config.toml").write_text("")
+    assert load_run_config(None, "demo").corpus.inputs == ["demo"]
 
 
 def test_a_run_directory_that_is_a_file(tmp_path):
     path = tmp_path / "run"
     path.write_text("not a run")
     with pytest.raises(UserError, match=r"run directory \(--run\) .* is a file, not a folder"):
-        load_config(run_dir=path)
+        load_run_config(path)
     with pytest.raises(UserError, match="cannot be created"):
-        load_config(run_dir=path / "inside")
+        load_run_config(path / "inside")
     assert path.read_text() == "not a run"
 
 
@@ -224,7 +227,7 @@ def test_a_run_config_saved_with_old_keys_loads_as_before(tmp_path):
         "[pretrain]\npreset = 'tiny'\nlr = 0.01\ncheckpoint_every = 4\nresume = 'never'\n"
         "[sft]\nlr = 0.002\nlog_every = 5\n"
     )
-    cfg = load_config(run_dir=tmp_path)
+    cfg = load_run_config(tmp_path)
     assert (cfg.model.preset, cfg.optimizer.lr, cfg.checkpoint.every) == ("tiny", 0.01, 4)
     assert (cfg.checkpoint.resume, cfg.sft.optimizer.lr, cfg.sft.logging.log_every) == (
         "never",

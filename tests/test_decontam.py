@@ -31,6 +31,7 @@ from hanlm.errors import UserError
 from hanlm.stages import corpus as corpus_stage
 from hanlm.stages import decontam as decontam_stage
 from hanlm.stages import tokenizer as tokenizer_stage
+from hanlm.stages.rundir import load_run_config
 from hanlm.testsets import readers
 
 # ---------------------------------------------------------------------------------------------
@@ -441,7 +442,7 @@ def data_copy(demo_run, tmp_path) -> Path:
 
 
 def test_cut_mode_removes_the_items_and_keeps_the_rest(data_copy):
-    cfg = load_config(run_dir=data_copy, values={"decontam.action": "cut"})
+    cfg = load_run_config(data_copy, values={"decontam.action": "cut"})
     report = decontam_stage.run(cfg, data_copy)
     assert report["documents_cut"] > 0
     index = decontam_stage.load_run_index(data_copy)
@@ -452,8 +453,8 @@ def test_cut_mode_removes_the_items_and_keeps_the_rest(data_copy):
 
 
 def test_disabled_stage_trains_on_the_plain_corpus(data_copy):
-    before = tokenizer_stage.stage_fp(load_config(run_dir=data_copy), data_copy)
-    cfg = load_config(run_dir=data_copy, values={"decontam.enabled": False})
+    before = tokenizer_stage.stage_fp(load_run_config(data_copy), data_copy)
+    cfg = load_run_config(data_copy, values={"decontam.enabled": False})
     assert decontam_stage.run(cfg, data_copy) == {"enabled": False}
     assert not (data_copy / "decontam").exists()
     assert corpus_stage.training_corpus_dir(data_copy) == data_copy / "corpus"

@@ -9,9 +9,10 @@ import torch
 
 from conftest import TINY_PRETRAIN, metrics
 from damaged_models import damaged_copy
-from hanlm.config import DistillSection, load_config
+from hanlm.config import DistillSection
 from hanlm.errors import UserError
 from hanlm.stages import export, pretrain
+from hanlm.stages.rundir import load_run_config
 from hanlm.train import distill
 
 TINY = {
@@ -81,7 +82,7 @@ def teacher(demo_run, tmp_path_factory):
     """A tiny model trained 4 steps on the demo run and exported: the teacher."""
     run_dir = tmp_path_factory.mktemp("distill") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
-    cfg = load_config(run_dir=run_dir, values=TINY)
+    cfg = load_run_config(run_dir, values=TINY)
     pretrain.run(cfg, run_dir)
     out = run_dir / "pretrain" / "hf"
     export.run(cfg, run_dir, out=out)
@@ -163,7 +164,7 @@ def test_pretraining_with_distillation_logs_ce_and_kl(teacher, tmp_path):
         "distill.teacher": str(folder),
         "distill.alpha": 0.5,
     }
-    pretrain.run(load_config(run_dir=run_dir, values=values), run_dir)
+    pretrain.run(load_run_config(run_dir, values=values), run_dir)
     rows = [r for r in metrics(run_dir) if "loss" in r]
     assert rows and all("ce" in r and "kl" in r for r in rows)
     for r in rows:  # the logged total is the mix of the logged parts

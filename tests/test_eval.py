@@ -8,12 +8,12 @@ import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
 from damaged_models import damaged_copy
-from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.evals import run as eval_run
 from hanlm.evals.harness import Model
 from hanlm.stages import eval as eval_stage
 from hanlm.stages import export, pretrain
+from hanlm.stages.rundir import load_run_config
 from user_files import snapshot, user_file, user_folder
 
 EVAL = {
@@ -30,7 +30,7 @@ def trained(demo_run, tmp_path_factory):
     """The demo run trained for 2 tiny steps and exported to pretrain/hf."""
     run_dir = tmp_path_factory.mktemp("eval") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
-    cfg = load_config(run_dir=run_dir, values={**TINY_PRETRAIN, "pretrain.max_steps": 2})
+    cfg = load_run_config(run_dir, values={**TINY_PRETRAIN, "pretrain.max_steps": 2})
     pretrain.run(cfg, run_dir)
     export.run(cfg, run_dir)
     return run_dir
@@ -44,7 +44,7 @@ def run_dir(trained, tmp_path):
 
 
 def _config(run_dir, **extra):
-    return load_config(run_dir=run_dir, values={**TINY_PRETRAIN, **EVAL, **extra})
+    return load_run_config(run_dir, values={**TINY_PRETRAIN, **EVAL, **extra})
 
 
 def test_stage_writes_results_with_contamination_splits(run_dir):

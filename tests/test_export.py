@@ -13,12 +13,12 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from conftest import TINY_PRETRAIN, assert_user_error
-from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.model import build_model, model_config
 from hanlm.stages import export as export_stage
 from hanlm.stages import pretrain
 from hanlm.stages import tokenizer as tokenizer_stage
+from hanlm.stages.rundir import load_run_config
 from hanlm.train import export
 from hanlm.train.checkpoint import step_dir
 from hanlm.train.optim import adamw
@@ -34,7 +34,7 @@ TINY = {
 
 
 def config_for(run_dir, **extra):
-    return load_config(run_dir=run_dir, values={**TINY, **extra})
+    return load_run_config(run_dir, values={**TINY, **extra})
 
 
 @pytest.fixture(scope="module")
@@ -285,7 +285,7 @@ def test_export_of_a_two_rank_fsdp_checkpoint(demo_run, tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    summary = export_stage.run(load_config(run_dir=run_dir, values=values), run_dir)
+    summary = export_stage.run(load_run_config(run_dir, values=values), run_dir)
     assert summary["step"] == 4
     ids = batch(run_dir)
     expected = logits(trained_model(run_dir, 4), ids)

@@ -47,14 +47,14 @@ def model_dir(demo_run, tmp_path_factory) -> Path:
 def trained_run(demo_run, tmp_path_factory) -> Path:
     """The data run pretrained for 2 tiny steps: one committed checkpoint, step 2."""
     from conftest import TINY_PRETRAIN
-    from hanlm.config import load_config
     from hanlm.stages import pretrain
+    from hanlm.stages.rundir import load_run_config
 
     run_dir = tmp_path_factory.mktemp("fuzz-trained") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     values = {**TINY_PRETRAIN, "pretrain.max_steps": 2, "checkpoint.every": 2,
               "logging.eval_every": 2}  # fmt: skip
-    pretrain.run(load_config(run_dir=run_dir, values=values), run_dir)
+    pretrain.run(load_run_config(run_dir, values=values), run_dir)
     return run_dir
 
 

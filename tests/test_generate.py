@@ -10,7 +10,7 @@ from transformers import RepetitionPenaltyLogitsProcessor
 
 from conftest import TINY_PRETRAIN, assert_user_error, run_subprocess, write_jsonl
 from damaged_models import DAMAGES, damaged_copy
-from hanlm.config import GenerateSection, load_config
+from hanlm.config import GenerateSection
 from hanlm.evals.tasks import repetition
 from hanlm.inference import (
     FrequencyPresencePenalty,
@@ -23,6 +23,7 @@ from hanlm.inference import (
     prompt_budget,
 )
 from hanlm.stages import export, pretrain
+from hanlm.stages.rundir import load_run_config
 
 GREEDY = GenerateSection(greedy=True, repetition_penalty=1.0, max_new_tokens=16)
 
@@ -34,7 +35,7 @@ def model_dir(demo_run, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("generate") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     values = {**TINY_PRETRAIN, "logging.eval_every": 8, "checkpoint.every": 8}
-    cfg = load_config(run_dir=run_dir, values=values)
+    cfg = load_run_config(run_dir, values=values)
     pretrain.run(cfg, run_dir)
     out = run_dir / "pretrain" / "hf"
     export.run(cfg, run_dir, out=out)

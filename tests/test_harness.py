@@ -7,11 +7,11 @@ import shutil
 import pytest
 
 from conftest import KOBEST_FOLDERS, TINY_PRETRAIN, kobest_as_published
-from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import Model, cut_at_stop
 from hanlm.stages import export, pretrain
+from hanlm.stages.rundir import load_run_config
 from kobest_reference import kobest_task_manager, lm_eval_task
 
 # The sample each task is scored on: (split, row positions). The first dev and train rows, and
@@ -31,7 +31,7 @@ def model_dir(demo_run, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("harness") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     values = {**TINY_PRETRAIN, "pretrain.max_steps": 4, "pretrain.seq_len": 512}
-    cfg = load_config(run_dir=run_dir, values={**values, "pretrain.micro_batch": 1})
+    cfg = load_run_config(run_dir, values={**values, "pretrain.micro_batch": 1})
     pretrain.run(cfg, run_dir)
     export.run(cfg, run_dir)
     return run_dir / "pretrain" / "hf"

@@ -14,10 +14,10 @@ import time
 import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run
-from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.preflight import collectives, verdict
 from hanlm.stages import preflight as preflight_stage
+from hanlm.stages.rundir import load_run_config
 
 # Small, quick measurements; a checkpoint interval long enough for any healthy disk; the MFU a
 # tiny model gets on a CPU; a throughput floor that a busy shared test disk still clears.
@@ -55,7 +55,7 @@ def settings_args(values: dict) -> list[str]:
 
 
 def check(run_dir, **extra):
-    cfg = load_config(run_dir=run_dir, values={**SETTINGS, **extra})
+    cfg = load_run_config(run_dir, values={**SETTINGS, **extra})
     return preflight_stage.check(cfg, run_dir)
 
 
@@ -169,7 +169,7 @@ def test_slow_network_is_no_go_with_a_fix_per_parallel_mode(run_dir):
         rank = {**report["ranks"][0]}
         rank["collectives"] = {op: dict(slow) for op in collectives.OPERATIONS}
         two_ranks["ranks"] = [rank, {**rank, "rank": 1, "storage": None}]
-        cfg = load_config(run_dir=run_dir, values={**SETTINGS, "parallel.mode": mode})
+        cfg = load_run_config(run_dir, values={**SETTINGS, "parallel.mode": mode})
         verdict.judge(cfg, two_ranks)
         [comm] = failures(two_ranks, "communication")
         assert comm["reason"].startswith(mode.upper()) and words in comm["fix"]
@@ -202,7 +202,7 @@ def test_gpu_findings_fp8_capability_and_slow_matmul(run_dir):
     h100 = gpu("NVIDIA H100 80GB HBM3", (9, 0), "h100", 989.4, 700)
     report["ranks"][0]["devices"] = {"count": 2, "devices": [a100, h100]}
     report["findings"] = []
-    cfg = load_config(run_dir=run_dir, values={**SETTINGS, "precision.mode": "fp8"})
+    cfg = load_run_config(run_dir, values={**SETTINGS, "precision.mode": "fp8"})
     verdict.judge(cfg, report)
     reasons = [f["reason"] for f in failures(report, "devices")]
     assert any("compute capability 8.0: no FP8" in r for r in reasons)
@@ -214,7 +214,7 @@ def test_gpu_findings_fp8_capability_and_slow_matmul(run_dir):
 
 
 def test_stage_stops_the_pipeline_on_no_go_and_reuses_a_go(run_dir, monkeypatch):
-    cfg = load_config(run_dir=run_dir, values=SETTINGS)
+    cfg = load_run_config(run_dir, values=SETTINGS)
     first = preflight_stage.run(cfg, run_dir)
     assert first["verdict"] == "GO"
     again = preflight_stage.run(cfg, run_dir)
@@ -225,7 +225,7 @@ def test_stage_stops_the_pipeline_on_no_go_and_reuses_a_go(run_dir, monkeypatch)
     with pytest.raises(UserError, match=r"NO-GO: storage: .* GB free") as err:
         preflight_stage.run(cfg, run_dir, force=True)
     assert "keep_last" in err.value.fix and "fail_on_no_go" in err.value.fix
-    lenient = load_config(run_dir=run_dir, values={**SETTINGS, "preflight.fail_on_no_go": False})
+    lenient = load_run_config(run_dir, values={**SETTINGS, "preflight.fail_on_no_go": False})
     assert preflight_stage.run(lenient, run_dir)["verdict"] == "NO-GO"
 
 

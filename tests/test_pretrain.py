@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses, metrics
-from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.stages import pretrain
+from hanlm.stages.rundir import load_run_config
 
 TINY = TINY_PRETRAIN
 
@@ -28,7 +28,7 @@ def run_dir(demo_run, tmp_path):
 
 def train(run_dir, **extra):
     stop = extra.pop("stop_after_steps", None)
-    cfg = load_config(run_dir=run_dir, values={**TINY, **extra})
+    cfg = load_run_config(run_dir, values={**TINY, **extra})
     return pretrain.run(cfg, run_dir, stop_after_steps=stop)
 
 

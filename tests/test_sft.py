@@ -8,12 +8,12 @@ import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
 from damaged_models import damaged_copy
-from hanlm.config import load_config
 from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.stages import export as export_stage
 from hanlm.stages import pretrain
 from hanlm.stages import sft as sft_stage
+from hanlm.stages.rundir import load_run_config
 from hanlm.train import export, sft
 
 TINY_SFT = {
@@ -43,14 +43,14 @@ def plain_chats(run_dir, path):
 
 
 def config(run_dir, **extra):
-    return load_config(run_dir=run_dir, values={**TINY_PRETRAIN, **TINY_SFT, **extra})
+    return load_run_config(run_dir, values={**TINY_PRETRAIN, **TINY_SFT, **extra})
 
 
 @pytest.fixture(scope="module")
 def pretrained(demo_run, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("sft") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain", "sft"))
-    cfg = load_config(run_dir=run_dir, values=TINY_PRETRAIN)
+    cfg = load_run_config(run_dir, values=TINY_PRETRAIN)
     pretrain.run(cfg, run_dir)
     export_stage.run(cfg, run_dir)
     plain_chats(run_dir, run_dir / "chat_plain.jsonl")

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from conftest import assert_user_error
-from hanlm.config import load_config
 from hanlm.data import shards
 from hanlm.data.corpus import iter_corpus
 from hanlm.data.shards import WORK_MARKER
@@ -13,6 +12,7 @@ from hanlm.errors import UserError
 from hanlm.stages import shards as shards_stage
 from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.corpus import training_corpus_dir
+from hanlm.stages.rundir import load_run_config
 
 
 def manifest(run_dir):
@@ -59,7 +59,7 @@ def test_manifest_fields(demo_run):
 def test_one_and_two_workers_give_identical_shards(demo_run, tmp_path):
     other = tmp_path / "one"
     shutil.copytree(demo_run, other)
-    cfg = load_config(run_dir=other, values={"shards.workers": 1})
+    cfg = load_run_config(other, values={"shards.workers": 1})
     shards_stage.run(cfg, other, force=True)
     assert manifest(other)["workers"] == 1
     for split in ("train", "val"):
@@ -70,7 +70,7 @@ def test_one_and_two_workers_give_identical_shards(demo_run, tmp_path):
 def test_resume_skips_finished_parts_and_redoes_damaged_ones(demo_run, tmp_path):
     run_dir = tmp_path / "resume"
     shutil.copytree(demo_run, run_dir)
-    cfg = load_config(run_dir=run_dir)
+    cfg = load_run_config(run_dir)
     # Simulate a run killed after some parts: the work folder holds finished parts only.
     work = run_dir / "shards.incomplete"
     shutil.move(run_dir / "shards", work)
@@ -149,7 +149,7 @@ def test_rerun_skips_and_tokenizer_mismatch_is_refused(demo_run, tmp_path, cli):
     before = marker.read_text()
     assert cli("shards", "--run", run_dir).code == 0
     assert marker.read_text() == before
-    cfg = load_config(run_dir=run_dir, values={"tokenizer.vocab_size": 768})
+    cfg = load_run_config(run_dir, values={"tokenizer.vocab_size": 768})
     tokenizer_stage.run(cfg, run_dir)
     result = cli("shards", "--run", run_dir, "--set", "tokenizer.vocab_size=768")
     assert_user_error(result, "another tokenizer", "--force")

@@ -109,18 +109,18 @@ def test_stats_report_compression(demo_run):
 
 def test_heldout_documents_not_in_the_sample(demo_run, tmp_path):
     # Retraining on the same config is deterministic: same merges, same file.
-    from hanlm.config import load_config
+    from hanlm.stages.rundir import load_run_config
 
-    cfg = load_config(run_dir=demo_run)
+    cfg = load_run_config(demo_run)
     texts, heldout, _ = tokenizer._sample(demo_run / "corpus", cfg)
     assert heldout and not set(heldout) & set(texts)
     assert len(texts) + len(heldout) <= sum(1 for _ in iter_corpus(demo_run / "corpus"))
 
 
 def test_deterministic(demo_run):
-    from hanlm.config import load_config
+    from hanlm.stages.rundir import load_run_config
 
-    cfg = load_config(run_dir=demo_run)
+    cfg = load_run_config(demo_run)
     texts, _, _ = tokenizer._sample(demo_run / "corpus", cfg)
     a = tokenizer.train(texts[:300], 512, 2, 8).to_str()
     b = tokenizer.train(texts[:300], 512, 2, 8).to_str()

@@ -3,23 +3,32 @@
 The folders are named here; a file inside a stage's folder is named by the library that writes
 it (its output format, e.g. decontam's items.jsonl), and composed into a path here. Stages get
 their inputs and outputs from a `RunDir`; the libraries below them take explicit paths and
-never learn where a run keeps anything.
+never learn where a run keeps anything. `load_run_config` and `save_run_config` hand
+hanlm.config the run's own config.toml.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from hanlm.config import CONFIG_FILE
+from hanlm.config import (
+    Config,
+    folder_given_as_config,
+    load_config,
+    recipe_names,
+    save_config,
+)
 from hanlm.data import corpus as corpus_lib
 from hanlm.data import shards as shards_lib
 from hanlm.data import tokenizer as tokenizer_lib
 from hanlm.data.decontam import outputs as decontam_outputs
 from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
 from hanlm.errors import UserError
-from hanlm.files import stage_fingerprint
+from hanlm.files import check_folder_path, stage_fingerprint
 
+CONFIG_FILE = "config.toml"  # the resolved configuration a run saves and reuses
 CHECKPOINTS = "checkpoints"
 EXPORT = "hf"  # the Hugging Face folder a training stage exports into
 
@@ -204,3 +213,29 @@ class RunDir:
     @property
     def eval_samples(self) -> Path:
         return self.eval / "samples.jsonl"
+
+
+def load_run_config(
+    run: RunDir | Path | str | None,
+    source: str | Path | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+    *,
+    recipe_fallback: bool = True,
+) -> Config:
+    """`config.load_config` for a command on the run `run` (or on none): the run's own
+    config.toml is the default source when it exists; the run folder is checked once here."""
+    if source is not None and str(source) not in recipe_names() and Path(str(source)).is_dir():
+        inside = RunDir(Path(str(source))).config  # --config RUN: point at the run's own file
+        if inside.is_file():
+            raise folder_given_as_config(Path(str(source)), inside)
+    if run is None:
+        return load_config(source, overrides, None, values, recipe_fallback=recipe_fallback)
+    run = RunDir.of(run)
+    check_folder_path(run.root, "the run directory (--run)")
+    return load_config(source, overrides, run.config, values, recipe_fallback=recipe_fallback)
+
+
+def save_run_config(cfg: Config, run: RunDir | Path | str) -> Path:
+    """Save the configuration a stage ran with as the run's config.toml (its next default)."""
+    return save_config(cfg, RunDir.of(run).config)
