@@ -18,14 +18,11 @@ from typing import Any
 from hanlm import __version__, config_flags
 from hanlm.errors import UserError
 from hanlm.files import (
-    STAGE_MARKER,
     atomic_write_json,
     check_folder_path,
     claim_output_dir,
     claim_output_file,
-    fingerprint,
     read_json,
-    write_stage_marker,
 )
 from hanlm.generate import read_prompts, write_results
 from hanlm.train.preemption import Preempted
@@ -631,34 +628,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from hanlm import demo
     from hanlm.console import info
+    from hanlm.stages import demo as demo_stage
 
     if args.size_mb <= 0:
         raise UserError(
             f"--size-mb must be positive, got {args.size_mb}",
             fix="give the size of the demo world's documents in MB, e.g. --size-mb 1",
         )
-    check_folder_path(args.out, "--out")
-
-    def holds_a_demo_world(_: Path) -> bool:
-        try:
-            return read_json(args.out / STAGE_MARKER).get("stage") == "demo"
-        except (OSError, ValueError, AttributeError):
-            return False
-
-    # the world's files go next to whatever else the folder holds: only they are checked
-    for name in (*demo.FILE_NAMES.values(), STAGE_MARKER):
-        claim_output_file(
-            args.out / name,
-            is_earlier_output=holds_a_demo_world,
-            replace_earlier=args.force,
-            name="--out",
-        )
-    paths = demo.write(demo.build(seed=args.seed, size_mb=args.size_mb), args.out)
-    # the same marker a run's demo/ folder has: a later --force knows the files are the demo's
-    fp = fingerprint({"seed": args.seed, "size_mb": args.size_mb})
-    write_stage_marker(args.out, "demo", fp)
+    paths = demo_stage.write_standalone(args.out, args.seed, args.size_mb, force=args.force)
     info("demo world written: " + ", ".join(str(p) for p in paths.values()))
     return 0
 
