@@ -37,12 +37,12 @@ import os
 import socket
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
 from hanlm.config import Config
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint
+from hanlm.inference import resolve_device
 from hanlm.preflight import collectives, data, devices, storage, table, verdict
 from hanlm.train import parallel
 from hanlm.train.parallel import Dist
@@ -76,9 +76,9 @@ def _join(cfg: Config) -> tuple[Dist, dict | None]:
             "preflight.timeout_s when hosts start far apart",
         )
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = cfg.parallel.device != "cpu" and torch.cuda.is_available()
-    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else None
-    alone = Dist(int(os.environ.get("RANK", "0")), 1, local_rank, device or torch.device("cpu"))
+    # the one device rule (training's too): parallel.init already applied it before failing
+    device = resolve_device(cfg.parallel.device, setting="parallel.device", local_rank=local_rank)
+    alone = Dist(int(os.environ.get("RANK", "0")), 1, local_rank, device)
     return alone, failure
 
 
