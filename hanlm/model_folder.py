@@ -63,6 +63,26 @@ TOKENIZER_FIX = (
 )
 
 
+def is_model_folder(path: str | Path) -> bool:
+    """Whether `path` looks like a Hugging Face model folder (it holds a config.json): the cheap
+    test for choosing among candidate folders; `check_model_folder` checks one before loading."""
+    return (Path(path) / CONFIG).is_file()
+
+
+def check_tokenizer_folder(path: str | Path) -> Path:
+    """The folder, once it is known to hold tokenizer files transformers can load (readable
+    JSON where they are JSON); a UserError saying what is wrong otherwise."""
+    path = Path(path)
+    if not path.is_dir():
+        state = "it is a file, not a folder" if path.exists() else "it does not exist"
+        raise UserError(
+            f"{path} is not a tokenizer folder: {state}",
+            fix="give the folder the tokenizer stage or `hanlm export` wrote",
+        )
+    _check_tokenizer(path, what="the tokenizer folder")
+    return path
+
+
 def check_model_folder(path: str | Path, *, tokenizer: bool = True) -> Path:
     """The folder, once it is known to hold a loadable config, safetensors weights and (with
     `tokenizer`) tokenizer files; a UserError saying what is wrong and how to fix it otherwise."""
@@ -222,10 +242,10 @@ def _safetensors_damage(path: Path, error: Exception) -> str:
 # --- tokenizer ------------------------------------------------------------------------------------
 
 
-def _check_tokenizer(folder: Path) -> None:
+def _check_tokenizer(folder: Path, what: str = "the model folder") -> None:
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise UserError(
-            f"the model folder {folder} has no tokenizer files (none of "
+            f"{what} {folder} has no tokenizer files (none of "
             f"{', '.join(TOKENIZER_FILES[:2])}, ...)",
             fix=TOKENIZER_FIX,
         )

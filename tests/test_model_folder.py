@@ -81,3 +81,19 @@ def test_not_a_folder(tmp_path):
         check_model_folder(tmp_path / "file")
     with pytest.raises(UserError, match="not a Hugging Face model folder"):
         check_model_folder(tmp_path)
+
+
+def test_tokenizer_and_config_loaders_check_the_folder_first(healthy, demo_run, tmp_path):
+    from hanlm.inference import load_tokenizer, read_config
+    from hanlm.model_folder import is_model_folder
+
+    assert is_model_folder(healthy) and not is_model_folder(demo_run / "tokenizer")
+    assert load_tokenizer(demo_run / "tokenizer").get_vocab()  # a tokenizer folder alone
+    assert read_config(healthy).get_text_config().vocab_size == 1024
+    with pytest.raises(UserError, match="is not a tokenizer folder: it does not exist"):
+        load_tokenizer(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"the tokenizer folder .* has no tokenizer files"):
+        load_tokenizer(tmp_path / "empty")
+    with pytest.raises(UserError, match=r"not a Hugging Face model folder \(no config.json\)"):
+        read_config(demo_run / "tokenizer")

@@ -3,7 +3,8 @@
 - `devices`: `resolve_device` (auto, cpu, cuda, cuda:N; the one rule of every command) and
   `resolve_dtype` (auto, fp32, bf16).
 - `loading`: `load_folder` loads any model folder safely (checked by hanlm.model_folder,
-  safetensors only, no remote code, nothing downloaded); `load` readies one for generation.
+  safetensors only, no remote code, nothing downloaded); `load` readies one for generation;
+  `load_tokenizer` and `read_config` load a tokenizer folder or a model's config the same way.
 - `processors`: hanlm's logits processors (repetition control that spares special tokens,
   frequency and presence penalties) in one fixed order.
 - `generation`: `generate_ids`, the batched loop every caller shares, and `generate` / `stream`
@@ -31,6 +32,8 @@ from hanlm.inference.loading import (
     context_length,
     load,
     load_folder,
+    load_tokenizer,
+    read_config,
 )
 from hanlm.inference.processors import (
     FrequencyPresencePenalty,
@@ -55,9 +58,11 @@ __all__ = [
     "left_padded",
     "load",
     "load_folder",
+    "load_tokenizer",
     "logits_processors",
     "prompt_budget",
     "prompt_ids",
+    "read_config",
     "resolve_device",
     "resolve_dtype",
     "stream",

@@ -4,6 +4,8 @@ Every model hanlm loads (generate, chat, eval, doctor, SFT's closure check, a di
 teacher) comes through `load_folder`: the folder is checked first (hanlm.model_folder: config,
 safetensors weights, tokenizer files), transformers loads it with `trust_remote_code=False` and
 `use_safetensors=True` from the local folder only (`local_files_only`: nothing is downloaded), and a failure is one UserError.
+`load_tokenizer` (a tokenizer folder alone) and `read_config` (a model folder's config, no
+weights loaded) follow the same rules.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from hanlm.chat_template import END_OF_TURN
 from hanlm.errors import UserError
 from hanlm.inference.devices import resolve_device, resolve_dtype
 from hanlm.model import no_progress_bars
-from hanlm.model_folder import TOKENIZER_FIX, check_model_folder
+from hanlm.model_folder import TOKENIZER_FIX, check_model_folder, check_tokenizer_folder
 
 TOKENIZER_FAILURE = "cannot load a tokenizer from {path}"
 MODEL_FAILURE = "cannot load a causal language model from {path}"
@@ -106,6 +108,28 @@ def load_folder(
     except (OSError, ValueError, KeyError) as e:
         raise refuse(MODEL_FAILURE, MODEL_FIX, e) from None
     return LoadedModel(model.to(torch_device).eval(), loaded_tokenizer, path)
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """The tokenizer in the checked folder `path` (hanlm.model_folder), loaded from its local
+    files only and without remote code; a failure is a UserError."""
+    path = check_tokenizer_folder(path)
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"{TOKENIZER_FAILURE.format(path=path)}: {e}", fix=TOKENIZER_FIX) from None
+
+
+def read_config(path: str | Path, *, failure: str | None = None, fix: str | None = None) -> Any:
+    """The transformers config of the checked model folder `path` (no weights are loaded),
+    from its local files only and without remote code. A failure is a UserError "`failure`:
+    reason" (`failure` may name {path}) with `fix`."""
+    path = check_model_folder(path, tokenizer=False)
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        what = (failure or "cannot read the model config in {path}").format(path=path)
+        raise UserError(f"{what}: {e}", fix=fix or MODEL_FIX) from None
 
 
 def load(

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 
 from hanlm.config import DistillSection
 from hanlm.errors import UserError
-from hanlm.inference import load_folder, resolve_device
+from hanlm.inference import load_folder, read_config, resolve_device
 
 IGNORE = -100
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
@@ -58,8 +59,6 @@ def kd_loss_sums(
 
 
 def _tokenizer_vocab(path: Path) -> dict[str, int]:
-    from tokenizers import Tokenizer
-
     try:
         return Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
     except Exception as e:  # a corrupt or foreign file: say which
@@ -150,12 +149,12 @@ def make_loss_fn(
             "distillation is enabled but no teacher is given",
             fix="set distill.teacher to a Hugging Face model folder, or distill.enabled=false",
         )
-    from hanlm.model_folder import check_model_folder
-
-    teacher_dir = check_model_folder(cfg_distill.teacher, tokenizer=False)
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(teacher_dir, trust_remote_code=False)
+    teacher_dir = Path(cfg_distill.teacher)
+    config = read_config(  # checks the folder first
+        teacher_dir,
+        failure="cannot read the teacher's config in {path}",
+        fix="give distill.teacher as a local Hugging Face causal LM folder",
+    )
     teacher_vocab = config.get_text_config().vocab_size
     check_same_vocabulary(teacher_dir, teacher_vocab, student_vocab_size, student_tokenizer)
     teacher_device = _teacher_device(cfg_distill.teacher_device, device)

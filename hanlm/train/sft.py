@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from transformers import AutoTokenizer
 
+from hanlm import inference
 from hanlm import model as model_lib
 from hanlm.chat import closure, tokens
 from hanlm.config import Config, SftSection
@@ -136,7 +136,9 @@ def split_heldout(conversations: list[dict], n: int, seed: int) -> tuple[list, l
 
 
 def load_tokenizer(tokenizer_dir: Path):
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    """The checked tokenizer folder's tokenizer (hanlm.inference), which must carry a chat
+    template."""
+    tok = inference.load_tokenizer(tokenizer_dir)
     if not tok.chat_template:
         raise UserError(
             f"the tokenizer in {tokenizer_dir} has no chat template",
