@@ -41,6 +41,7 @@ from transformers.models.auto.modeling_auto import (
 )
 from transformers.utils import logging as hf_logging
 
+from hanlm import model_folder
 from hanlm.errors import UserError
 
 if TYPE_CHECKING:
@@ -108,8 +109,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-CONFIG_FILE = "config.json"
-
 
 def preset_names() -> list[str]:
     return list(PRESETS)
@@ -147,7 +146,7 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def _config_file(path: Path) -> Path:
-    file = path / CONFIG_FILE if path.is_dir() else path
+    file = path / model_folder.CONFIG if path.is_dir() else path
     if not file.is_file():
         raise UserError(
             f"model config file {file} does not exist",

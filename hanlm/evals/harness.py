@@ -29,6 +29,7 @@ from transformers import GenerationConfig
 from hanlm.console import warn
 from hanlm.errors import UserError
 from hanlm.inference import generate_ids, left_padded, load_folder, resolve_dtype
+from hanlm.model_folder import is_model_folder
 
 DEFAULT_MAX_LENGTH = 2048  # lm-evaluation-harness's fallback when the config names none
 _LENGTH_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
@@ -37,7 +38,7 @@ _LENGTH_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
 def require_model_folder(path: str | Path) -> Path:
     """`path` if it holds a model (config.json); else a UserError saying what it is instead."""
     path = Path(path)
-    if (path / "config.json").is_file():
+    if is_model_folder(path):
         return path
     if not path.exists():
         raise UserError(

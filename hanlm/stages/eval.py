@@ -13,6 +13,7 @@ from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import require_model_folder
 from hanlm.evals.run import evaluate, options_from
 from hanlm.files import fingerprint, read_json, stage_fingerprint
+from hanlm.model_folder import is_model_folder
 from hanlm.stages.rundir import RunDir
 
 
@@ -39,11 +40,11 @@ def _in_run(run: RunDir, model: str) -> Path:
 def model_folder(path: str | Path) -> Path:
     """A model folder as given, or a hanlm run directory's SFT (else pretraining) export."""
     path = Path(path)
-    if (path / "config.json").is_file():
+    if is_model_folder(path):
         return path
     run = RunDir(path)
     for candidate in (run.sft.export, run.pretrain.export):
-        if (candidate / "config.json").is_file():
+        if is_model_folder(candidate):
             return candidate
     return path  # not a model: the library's check says so
 
@@ -54,12 +55,15 @@ def default_models(run: RunDir | Path) -> list[Path]:
     found = [
         candidate
         for candidate in (run.pretrain.export, run.sft.export)
-        if (candidate / "config.json").is_file()
+        if is_model_folder(candidate)
     ]
     if found:
         return found
+    looked = " and ".join(
+        str(export.relative_to(run.root)) for export in (run.sft.export, run.pretrain.export)
+    )
     raise UserError(
-        f"no exported model in {run.root} (looked for sft/hf and pretrain/hf)",
+        f"no exported model in {run.root} (looked for {looked})",
         fix=f"run `hanlm export --run {run.root}` first, or give --model DIR",
     )
 

@@ -22,7 +22,7 @@ from hanlm.files import (
     write_stage_marker,
 )
 from hanlm.model import model_config
-from hanlm.model_folder import check_model_folder
+from hanlm.model_folder import check_model_folder, is_model_folder
 from hanlm.stages import shards as shards_stage
 from hanlm.stages.decontam import load_run_index
 from hanlm.stages.rundir import RunDir, SftDirs
@@ -56,7 +56,7 @@ def source_of(cfg: Config, run: RunDir | None) -> sft_lib.SftSource:
             pretrain_counts=_pretrain_counts(run),
         )
     hf = run.pretrain.export
-    if (hf / "config.json").is_file():
+    if is_model_folder(hf):
         return _hf_source(hf, run)
     raise UserError(
         f"no pretrained model in {run.root}/pretrain",
