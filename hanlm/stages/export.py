@@ -75,7 +75,7 @@ def _locate_checkpoint(run: RunDir, checkpoint: str | None) -> Path:
 def _no_committed_checkpoint(run: RunDir) -> NoReturn:
     """The UserError for a run with nothing to export, saying whether checkpoints were started."""
     root, run_dir = run.pretrain.checkpoints, run.root
-    uncommitted = sorted(p.name for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
+    uncommitted = [p.name for p in checkpoint_lib.uncommitted(root)]
     if not uncommitted:
         raise UserError(
             f"no checkpoint to export in {root}", fix=f"run `hanlm pretrain --run {run_dir}` first"

@@ -77,13 +77,27 @@ def _step_of(path: Path) -> int:
     return int(path.name.split("-")[1].split(".")[0])
 
 
-def committed(root: Path) -> list[Path]:
-    """Committed checkpoint folders, oldest first."""
+def _step_folders(root: Path) -> list[Path]:
+    """Every checkpoint folder under `root` (step-*, committed, unfinished or damaged), by name."""
     root = Path(root)
     if not root.is_dir():
         return []
-    found = [p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(INCOMPLETE)]
-    return sorted((p for p in found if (p / MANIFEST).is_file()), key=_step_of)
+    return sorted(p for p in root.glob("step-*") if p.is_dir())
+
+
+def _is_committed(path: Path) -> bool:
+    return not path.name.endswith(INCOMPLETE) and (path / MANIFEST).is_file()
+
+
+def committed(root: Path) -> list[Path]:
+    """Committed checkpoint folders, oldest first."""
+    return sorted((p for p in _step_folders(root) if _is_committed(p)), key=_step_of)
+
+
+def uncommitted(root: Path) -> list[Path]:
+    """Checkpoint folders that cannot be trusted, by name: saves that never finished
+    (step-N.incomplete) and folders without a manifest (cut short or damaged)."""
+    return [p for p in _step_folders(root) if not _is_committed(p)]
 
 
 def latest(root: Path) -> Path | None:
