@@ -78,11 +78,6 @@ def run(
         tokenizer_dir=run.tokenizer,
         token_byte_lengths=token_byte_lengths(tokenizer),
     )
-    outputs = pretrain_lib.PretrainOutputs(
-        checkpoints=out.checkpoints,
-        metrics=out.metrics,
-        discard_on_fresh_start=(out.root / STAGE_MARKER,),
-    )
 
     def commit(summary: dict) -> None:
         atomic_write_json(out.summary, summary)
@@ -91,9 +86,10 @@ def run(
     return pretrain_lib.pretrain(
         cfg,
         data,
-        outputs,
+        out,
         settings_fp=fp,
         force=force,
         stop_after_steps=stop_after_steps,
         on_complete=commit,
+        discard_on_fresh_start=(out.root / STAGE_MARKER,),
     )

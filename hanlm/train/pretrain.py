@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -72,11 +73,12 @@ class PretrainData:
     token_byte_lengths: list[int]
 
 
-@dataclass(frozen=True)
-class PretrainOutputs:
+class PretrainOutputs(Protocol):
+    """Where one pretraining writes (hanlm.stages.rundir.TrainingDirs is one), as SftOutputs
+    is for SFT."""
+
     checkpoints: Path
     metrics: Path
-    discard_on_fresh_start: tuple[Path, ...] = ()  # records of an earlier finished training
 
 
 def _loaders(
@@ -131,9 +133,12 @@ def pretrain(
     force: bool = False,
     stop_after_steps: int | None = None,
     on_complete: Callable[[dict], None] | None = None,
+    discard_on_fresh_start: tuple[Path, ...] = (),
 ) -> dict:
     """Train (or resume) the recipe's model on the shards; `on_complete(summary)` runs on rank 0
-    once the last step is checkpointed, before the ranks part."""
+    once the last step is checkpointed, before the ranks part. A fresh start (force, or
+    checkpoint.resume never) deletes the checkpoints and `discard_on_fresh_start` (records of
+    an earlier finished training)."""
     p, par = cfg.pretrain, cfg.parallel
     steps = total_steps(p)
     with processes(par.device) as d:
@@ -141,7 +146,7 @@ def pretrain(
         mode = parallel.resolve_mode(par.mode, d)
         accumulation = accumulation_steps(p, d.world_size)
         if force or cfg.checkpoint.resume == "never":
-            start_fresh(d, [outputs.checkpoints, *outputs.discard_on_fresh_start])
+            start_fresh(d, [outputs.checkpoints, *discard_on_fresh_start])
 
         mconfig, model, converted = _built_model(cfg, data.vocab_size, Placement(d, mode, plan))
         train_loader, val_loader = _loaders(cfg, data, d)
