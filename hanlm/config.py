@@ -124,7 +124,11 @@ class ModelSection(Section):
 
 
 class OptimizerSection(Section):
-    """AdamW and its learning-rate schedule (pretraining; SFT has its own [sft.optimizer])."""
+    """AdamW and its learning-rate schedule, for pretraining only.
+
+    SFT does not read this section: [sft.optimizer] is a separate copy of these fields with
+    SFT's own defaults, so a value set here (e.g. optimizer.beta2) does not reach SFT; set it
+    again as sft.optimizer.KEY to change SFT's."""
 
     lr: float = Field(3e-4, gt=0, description="peak learning rate")
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="final lr as a share of the peak")
@@ -141,7 +145,11 @@ class OptimizerSection(Section):
 
 
 class SftOptimizerSection(OptimizerSection):
-    """SFT's optimizer: a higher peak, a short warm-up and no weight decay by default."""
+    """SFT's optimizer: a higher peak, a short warm-up and no weight decay by default.
+
+    The same fields as [optimizer], with their own defaults: nothing is inherited from
+    [optimizer] (a recipe's optimizer.beta2, say, leaves SFT at the default here); every value
+    SFT should use is set under [sft.optimizer]."""
 
     lr: float = Field(1e-3, gt=0, description="peak learning rate")
     warmup_steps: int = Field(10, ge=0)
@@ -458,7 +466,7 @@ class SftSection(Section):
 
     It shares [precision] and [parallel] with pretraining and [checkpoint]'s policy; its
     optimizer, checkpoint cadence and logging are its own, in [sft.optimizer],
-    [sft.checkpoint] and [sft.logging].
+    [sft.checkpoint] and [sft.logging] ([optimizer]'s values are not inherited).
     """
 
     model: str | None = Field(
