@@ -459,7 +459,9 @@ def _repetition_section(files: RunFiles) -> str:
             without = metrics.get(f"{key}/without", {}).get("value")
             with_penalty = metrics.get(f"{key}/with", {}).get("value")
             change = None if without is None or with_penalty is None else with_penalty - without
-            rows.append([_model_label(model, files), key, _fmt(without), _fmt(with_penalty), _fmt(change)])
+            rows.append(
+                [_model_label(model, files), key, _fmt(without), _fmt(with_penalty), _fmt(change)]
+            )
             if key in PLOTTED_REPETITION and without is not None:
                 groups[f"{key}\n{_model_label(model, files)}"] = {
                     "without penalty": without,
