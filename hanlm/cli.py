@@ -24,7 +24,7 @@ from hanlm.files import (
     claim_output_file,
     read_json,
 )
-from hanlm.generate import read_prompts, write_results
+from hanlm.prompts import read_prompts, write_results
 from hanlm.train.preemption import Preempted
 
 # The imports inside the functions below are deferred on purpose: a command imports only what it

@@ -23,7 +23,7 @@ from typing import Any
 from hanlm.config import GenerateSection
 from hanlm.errors import UserError
 from hanlm.evals.tasks import Options, Task, register
-from hanlm.generate import read_prompts
+from hanlm.prompts import read_prompts
 
 NAME = "repetition"
 SEQ_REP_NS = (2, 3, 4)
