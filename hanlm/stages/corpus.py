@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info, warn
-from hanlm.data import corpus
+from hanlm.data import corpus, readers
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_output_dir,
@@ -23,10 +23,10 @@ STAGE = "corpus"
 
 
 def stage_fp(cfg: Config) -> str:
-    sources = corpus.expand_inputs(cfg.corpus.inputs)
+    sources = readers.expand_inputs(cfg.corpus.inputs)
     demo_cfg = cfg.demo.model_dump() if "demo" in cfg.corpus.inputs else None
     return fingerprint(
-        STAGE, cfg.corpus.model_dump(), demo_cfg, cfg.run.seed, corpus.input_fingerprint(sources)
+        STAGE, cfg.corpus.model_dump(), demo_cfg, cfg.run.seed, readers.input_fingerprint(sources)
     )
 
 
@@ -42,12 +42,12 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
         warn(f"corpus: {out} is damaged ({'; '.join(problems[:3])}); building it again")
 
     c = cfg.corpus
-    sources = corpus.expand_inputs(c.inputs)
+    sources = readers.expand_inputs(c.inputs)
     demo_file = None
     if "demo" in sources:
         ensure_demo_world(cfg, run)
         demo_file = run.demo_file("pretrain")
-    skips = corpus.Skips(strict=c.strict)
+    skips = readers.Skips(strict=c.strict)
     with atomic_output_dir(out) as tmp:
         result = corpus.build(sources, c, cfg.run.seed, tmp, skips, demo_file=demo_file)
         atomic_write_json(tmp / corpus.STATS_FILE, result)
