@@ -75,6 +75,47 @@ class CorpusSection(Section):
     )
 
 
+class SlurmSection(Section):
+    """data_engine.executor = "slurm": each data stage becomes Slurm array jobs (datatrove)."""
+
+    partition: str = Field("", description="Slurm partition; required for the slurm executor")
+    time: str = Field("24:00:00", description="time limit of one job (HH:MM:SS)")
+    cpus_per_task: int = Field(1, ge=1, le=256)
+    mem_per_cpu_gb: float = Field(2.0, gt=0)
+    venv_path: str = Field("", description="virtual environment the jobs activate (its bin/activate)")
+    sbatch_args: dict[str, str] = Field(
+        default_factory=dict, description="more #SBATCH directives, e.g. {account = 'lm'}"
+    )
+
+
+class RaySection(Section):
+    """data_engine.executor = "ray": each data stage's tasks run on a Ray cluster (datatrove)."""
+
+    address: str = Field(
+        "", description="cluster to join (ray.init address); empty: RAY_ADDRESS or a local Ray"
+    )
+    cpus_per_task: int = Field(1, ge=1, le=256)
+    mem_per_cpu_gb: float = Field(2.0, gt=0)
+
+
+class DataEngineSection(Section):
+    """The engine the data stages (corpus, decontam, shards) run their per-document work on:
+    datatrove's executors, with a fixed number of tasks per stage so the output does not depend
+    on how many workers run them, and completion markers so a killed stage resumes."""
+
+    executor: Literal["local", "slurm", "ray"] = Field(
+        "local", description="local: worker processes on this machine; slurm or ray: a cluster"
+    )
+    workers: int = Field(
+        0, ge=0, le=4096, description="tasks run at once; 0 = one per CPU core (local) or no limit"
+    )
+    task_mb: int = Field(
+        64, ge=1, le=65536, description="input per task (MB): the unit of work, resume and memory"
+    )
+    slurm: SlurmSection = Field(default_factory=SlurmSection)
+    ray: RaySection = Field(default_factory=RaySection)
+
+
 class TokenizerSection(Section):
     """`hanlm tokenizer`: byte-level BPE with reserved special tokens."""
 
@@ -549,6 +590,7 @@ class Config(Section):
     decontam: DecontamSection = Field(default_factory=DecontamSection)
     tokenizer: TokenizerSection = Field(default_factory=TokenizerSection)
     shards: ShardsSection = Field(default_factory=ShardsSection)
+    data_engine: DataEngineSection = Field(default_factory=DataEngineSection)
     model: ModelSection = Field(default_factory=ModelSection)
     optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
     precision: PrecisionSection = Field(default_factory=PrecisionSection)
