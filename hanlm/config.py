@@ -82,7 +82,9 @@ class SlurmSection(Section):
     time: str = Field("24:00:00", description="time limit of one job (HH:MM:SS)")
     cpus_per_task: int = Field(1, ge=1, le=256)
     mem_per_cpu_gb: float = Field(2.0, gt=0)
-    venv_path: str = Field("", description="virtual environment the jobs activate (its bin/activate)")
+    venv_path: str = Field(
+        "", description="virtual environment the jobs activate (its bin/activate)"
+    )
     sbatch_args: dict[str, str] = Field(
         default_factory=dict, description="more #SBATCH directives, e.g. {account = 'lm'}"
     )

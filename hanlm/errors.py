@@ -13,6 +13,9 @@ class UserError(Exception):
         self.fix = fix
         super().__init__(self.message)
 
+    def __reduce__(self):  # crosses process boundaries whole (data engine workers)
+        return _rebuild_user_error, (self.what, self.where, self.fix)
+
     @property
     def message(self) -> str:
         parts = [self.what.rstrip(".") + "."]
@@ -21,3 +24,7 @@ class UserError(Exception):
         if self.fix:
             parts.append(f"Fix: {self.fix.rstrip('.')}.")
         return " ".join(parts)
+
+
+def _rebuild_user_error(what: str, where: str | None, fix: str | None) -> UserError:
+    return UserError(what, where=where, fix=fix)

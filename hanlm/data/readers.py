@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import io
+import itertools
 import json
 import os
 from collections import Counter
@@ -55,6 +56,7 @@ class Skips:
 class Document:
     id: str
     text: str
+    nbytes: int = 0  # raw input bytes it came from (progress and rates)
 
 
 def _decode(raw: bytes, skips: Skips, where: str) -> str | None:
@@ -65,50 +67,82 @@ def _decode(raw: bytes, skips: Skips, where: str) -> str | None:
         return None
 
 
-def _read_jsonl(path: Path, text_field: str, skips: Skips) -> Iterator[Document]:
-    with open_text_stream(path) as stream:
-        for line_no, raw in enumerate(stream, start=1):
-            where = f"{path}:{line_no}"
-            line = _decode(raw, skips, where)
-            if line is None or not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                skips.skip("corrupt_json", where, str(e))
-                continue
-            text = record.get(text_field) if isinstance(record, dict) else None
-            if not isinstance(text, str):
-                skips.skip("missing_field", where, f"no string field {text_field!r}")
-                continue
-            doc_id = record.get("id")
-            yield Document(str(doc_id) if doc_id is not None else f"{path.name}:{line_no}", text)
+def _lines(path: Path, span: tuple[int, int] | None) -> Iterator[tuple[str, bytes]]:
+    """(where, raw line) of a file, or of the lines that start inside the byte range `span` of an
+    uncompressed one (each line belongs to exactly one range). Lines of a whole file are named by
+    number, lines of a range by byte offset (the lines before it were not counted)."""
+    if span is None:
+        with open_text_stream(path) as stream:
+            for line_no, raw in enumerate(stream, start=1):
+                yield f"{path.name}:{line_no}", raw
+        return
+    start, end = span
+    with open(path, "rb") as f:
+        if start > 0:
+            f.seek(start - 1)
+            if f.read(1) != b"\n":
+                f.readline()  # the line that started before the range belongs to the one before
+        offset = f.tell()
+        while offset < end:
+            raw = f.readline()
+            if not raw:
+                return
+            yield f"{path.name}@{offset}", raw
+            offset += len(raw)
 
 
-def _read_txt(path: Path, doc_per_line: bool, skips: Skips) -> Iterator[Document]:
-    with open_text_stream(path) as stream:
-        block: list[bytes] = []
-        start = 1
-        for line_no, raw in enumerate(stream, start=1):
-            if doc_per_line:
-                line = _decode(raw, skips, f"{path}:{line_no}")
-                if line is not None and line.strip():
-                    yield Document(f"{path.name}:{line_no}", line)
-                continue
-            if raw.strip():
-                if not block:
-                    start = line_no
-                block.append(raw)
-                continue
-            if block:
-                text = _decode(b"".join(block), skips, f"{path}:{start}")
-                if text is not None:
-                    yield Document(f"{path.name}:{start}", text)
-                block = []
+def _read_jsonl(
+    path: Path, text_field: str, skips: Skips, span: tuple[int, int] | None = None
+) -> Iterator[Document]:
+    for name, raw in _lines(path, span):
+        where = f"{path.parent / name}"
+        line = _decode(raw, skips, where)
+        if line is None or not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            skips.skip("corrupt_json", where, str(e))
+            continue
+        text = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            skips.skip("missing_field", where, f"no string field {text_field!r}")
+            continue
+        doc_id = record.get("id")
+        yield Document(str(doc_id) if doc_id is not None else name, text, len(raw))
+
+
+def _read_txt(
+    path: Path, doc_per_line: bool, skips: Skips, span: tuple[int, int] | None = None
+) -> Iterator[Document]:
+    """Documents of a .txt file: one per line, or one per block of lines between blank lines
+    (a block document may span a byte-range boundary, so only whole files are read as blocks)."""
+    if doc_per_line:
+        for name, raw in _lines(path, span):
+            line = _decode(raw, skips, str(path.parent / name))
+            if line is not None and line.strip():
+                yield Document(name, line, len(raw))
+        return
+    block: list[bytes] = []
+    start = ""
+    for name, raw in _lines(path, None):
+        if raw.strip():
+            if not block:
+                start = name
+            block.append(raw)
+            continue
         if block:
-            text = _decode(b"".join(block), skips, f"{path}:{start}")
-            if text is not None:
-                yield Document(f"{path.name}:{start}", text)
+            yield from _block_document(path, start, block, skips)
+            block = []
+    if block:
+        yield from _block_document(path, start, block, skips)
+
+
+def _block_document(path: Path, name: str, block: list[bytes], skips: Skips) -> Iterator[Document]:
+    raw = b"".join(block)
+    text = _decode(raw, skips, str(path.parent / name))
+    if text is not None:
+        yield Document(name, text, len(raw))
 
 
 def _read_parquet(path: Path, text_field: str, skips: Skips) -> Iterator[Document]:
@@ -142,7 +176,7 @@ def _read_parquet(path: Path, text_field: str, skips: Skips) -> Iterator[Documen
             if not isinstance(value, str):
                 skips.skip("missing_field", where, f"{text_field!r} is empty or not text")
                 continue
-            yield Document(f"{path.name}:{row}", value)
+            yield Document(f"{path.name}:{row}", value, len(value) * 3)  # ~UTF-8 size
 
 
 def _read_hf(spec: str, text_field: str, skips: Skips) -> Iterator[Document]:
@@ -211,12 +245,18 @@ def expand_inputs(inputs: list[str]) -> list[str | Path]:
 
 
 def read_source(
-    source: str | Path, c: CorpusSection, skips: Skips, *, demo_file: Path | None = None
+    source: str | Path,
+    c: CorpusSection,
+    skips: Skips,
+    *,
+    demo_file: Path | None = None,
+    span: tuple[int, int] | None = None,
 ) -> Iterator[Document]:
-    """The documents of one input; `demo` is read from `demo_file` (the demo world's pretraining
-    text, which the caller has written)."""
+    """The documents of one input (or of the byte range `span` of an uncompressed .jsonl or
+    one-document-per-line .txt file); `demo` is read from `demo_file` (the demo world's
+    pretraining text, which the caller has written)."""
     if source == "demo":
-        yield from _read_jsonl(demo_file, "text", skips)
+        yield from _read_jsonl(demo_file, "text", skips, span)
         return
     if isinstance(source, str):
         yield from _read_hf(source, c.text_field, skips)
@@ -224,15 +264,66 @@ def read_source(
     kind = Path(strip_compression_suffix(source.name)).suffix.lower()
     try:
         if kind == ".txt":
-            yield from _read_txt(source, c.doc_per_line, skips)
+            yield from _read_txt(source, c.doc_per_line, skips, span)
         elif kind == ".jsonl":
-            yield from _read_jsonl(source, c.text_field, skips)
+            yield from _read_jsonl(source, c.text_field, skips, span)
         else:
             yield from _read_parquet(source, c.text_field, skips)
     except DamagedCompressedFile as e:  # truncated or failing its checksum
         skips.damaged_file(str(source), e.detail)
     except OSError as e:  # unreadable part-way (an I/O error)
         skips.damaged_file(str(source), f"{type(e).__name__}: {e}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Work units: the inputs cut into pieces of about `task_bytes`, one task of the data engine each
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A piece of the input: a whole file or Hugging Face stream, or a byte range of an
+    uncompressed line-per-document file. Units depend only on the inputs and the task size, so
+    the tasks (and the output) do not depend on how many workers run them."""
+
+    source: str  # a file path, `demo` or an hf: id
+    span: tuple[int, int] | None = None
+    nbytes: int = 0  # input bytes it covers (on disk; compressed files count compressed)
+
+    def documents(
+        self, c: CorpusSection, skips: Skips, demo_file: Path | None = None
+    ) -> Iterator[Document]:
+        source: str | Path = self.source
+        if source != "demo" and not source.startswith("hf:"):
+            source = Path(source)
+        return read_source(source, c, skips, demo_file=demo_file, span=self.span)
+
+
+def _splittable(path: Path, c: CorpusSection) -> bool:
+    if strip_compression_suffix(path.name) != path.name:
+        return False  # a compressed stream cannot be entered in the middle
+    kind = path.suffix.lower()
+    return kind == ".jsonl" or (kind == ".txt" and c.doc_per_line)
+
+
+def plan_units(
+    sources: list[str | Path], c: CorpusSection, task_bytes: int, *, demo_file: Path | None = None
+) -> list[Unit]:
+    """The inputs in order, big uncompressed line files cut into byte ranges of `task_bytes`."""
+    units: list[Unit] = []
+    for source in sources:
+        if isinstance(source, str) and source != "demo":
+            units.append(Unit(source))
+            continue
+        path = demo_file if source == "demo" else source
+        size = path.stat().st_size
+        name = "demo" if source == "demo" else str(path)
+        if size <= task_bytes or not (source == "demo" or _splittable(path, c)):
+            units.append(Unit(name, None, size))
+            continue
+        pieces = -(-size // task_bytes)
+        bounds = [size * i // pieces for i in range(pieces + 1)]
+        units.extend(Unit(name, (a, b), b - a) for a, b in itertools.pairwise(bounds))
+    return units
 
 
 def input_fingerprint(sources: list[str | Path]) -> list:

@@ -1,12 +1,18 @@
-"""The corpus stage: the configured inputs cleaned into `RUN/corpus/` (see hanlm.data.corpus)."""
+"""The corpus stage: the configured inputs cleaned into `RUN/corpus/` (see hanlm.data.cleaning).
+
+The stage's jobs work in `RUN/corpus.work/`, kept while the settings and inputs stay the same:
+a run killed part-way resumes there, redoing only the tasks that had not finished. Bad input
+(a UserError) throws the work away, since the input must change before the stage can succeed.
+"""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info, warn
-from hanlm.data import corpus, readers
+from hanlm.data import cleaning, corpus, engine, readers
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_output_dir,
@@ -26,11 +32,17 @@ def stage_fp(cfg: Config) -> str:
     sources = readers.expand_inputs(cfg.corpus.inputs)
     demo_cfg = cfg.demo.model_dump() if "demo" in cfg.corpus.inputs else None
     return fingerprint(
-        STAGE, cfg.corpus.model_dump(), demo_cfg, cfg.run.seed, readers.input_fingerprint(sources)
+        STAGE,
+        cfg.corpus.model_dump(),
+        cfg.data_engine.task_mb,  # the tasks decide the order of the output
+        demo_cfg,
+        cfg.run.seed,
+        readers.input_fingerprint(sources),
     )
 
 
-def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
+def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict | None:
+    """The corpus's stats; None when its jobs were submitted to a cluster and still run."""
     run = RunDir.of(run)
     out = run.corpus
     fp = stage_fp(cfg)
@@ -47,18 +59,40 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
     if "demo" in sources:
         ensure_demo_world(cfg, run)
         demo_file = run.demo_file("pretrain")
-    skips = readers.Skips(strict=c.strict)
-    with atomic_output_dir(out) as tmp:
-        result = corpus.build(sources, c, cfg.run.seed, tmp, skips, demo_file=demo_file)
-        atomic_write_json(tmp / corpus.STATS_FILE, result)
-        write_stage_marker(tmp, STAGE, fp)
-    corpus.warn_skipped(skips)
+    work_dir = out.with_name(f"{out.name}.work")
+    if force and work_dir.exists():
+        shutil.rmtree(work_dir)
+    work = engine.prepare_work_dir(work_dir, fp)
+    try:
+        with atomic_output_dir(out) as tmp:
+            result = cleaning.build(
+                sources, c, cfg.run.seed, cfg.data_engine, work, tmp, demo_file=demo_file
+            )
+            if result is None:  # submitted to Slurm: nothing to gather yet
+                raise _Submitted
+            atomic_write_json(tmp / corpus.STATS_FILE, result)
+            write_stage_marker(tmp, STAGE, fp)
+    except _Submitted:
+        info(
+            f"corpus: jobs submitted to Slurm (logs in {work / 'logs'}); run the same command "
+            "again when they have finished to gather the corpus"
+        )
+        return None
+    except UserError:
+        shutil.rmtree(work, ignore_errors=True)  # the input must change before a retry
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    corpus.warn_skipped(result)
     info(
         f"corpus: {result['documents_out']:,} documents, {result['characters_out']:,} characters "
         f"({result['exact_duplicates']:,} exact and {result['near_duplicates'] or 0:,} near duplicates "
         f"removed) -> {out}"
     )
     return result
+
+
+class _Submitted(Exception):
+    """The jobs run on the cluster; the temporary output folder is discarded."""
 
 
 def training_corpus_dir(run: RunDir | Path) -> Path:

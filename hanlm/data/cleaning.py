@@ -1,0 +1,308 @@
+"""The corpus stage as datatrove pipelines: raw inputs in, clean deduplicated parts out.
+
+    clean    (one task per input unit)  read -> normalise -> length and quality filters
+                                         -> signatures (dedup step 1) -> cleaned documents
+    pairs    (one task per LSH band + 1) duplicate pairs (dedup step 2)
+    clusters (one task)                  which documents go (dedup step 3)
+    write    (one task per input unit)  drop them (dedup step 4) -> compressed parts
+
+Tasks come from the inputs (hanlm.data.readers.plan_units), so 1, 2 or 64 workers write the same
+documents in the same order; the parts are numbered in input order at the end. Each task writes
+only its own files, and every count the stage reports comes from the tasks' own stats files.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import zstandard
+from datatrove.data import Document as EngineDocument
+from datatrove.pipeline.base import PipelineStep
+
+from hanlm.config import CorpusSection, DataEngineSection
+from hanlm.data import dedup, engine
+from hanlm.data.corpus import PartWriter, normalise
+from hanlm.data.readers import Skips, Unit, plan_units
+from hanlm.errors import UserError
+
+CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"
+SIGNATURE_BATCH_CHARS = 1 << 21  # documents hashed together (vectorised): ~2M characters
+
+
+def _task_stats_path(work: Path, job: str, rank: int) -> Path:
+    return Path(work) / "stats" / job / f"{rank:05d}.json"
+
+
+def _write_task_stats(work: Path, job: str, rank: int, stats: dict) -> None:
+    path = _task_stats_path(work, job, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(stats, ensure_ascii=False))
+    os.replace(tmp, path)
+
+
+class ReadUnit(PipelineStep):
+    """Each task reads its unit of the input; bad records are skipped and counted (--strict:
+    the UserError naming the record stops the stage)."""
+
+    name = "📖 read"
+    type = "📖 - READER"
+
+    def __init__(self, units: list[Unit], c: CorpusSection, work: Path, demo_file: Path | None):
+        super().__init__()
+        self.units, self.c, self.work, self.demo_file = units, c, str(work), demo_file
+        self.skips: Skips | None = None
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
+        unit = self.units[rank]
+        self.skips = skips = Skips(strict=self.c.strict)
+        counter = engine.TaskCounter(self.work, CLEAN, rank)
+        documents = 0
+        for doc in unit.documents(self.c, skips, self.demo_file):
+            documents += 1
+            counter.add(1, doc.nbytes)
+            self.stat_update("documents")
+            yield EngineDocument(text=doc.text, id=doc.id)
+        counter.flush()
+        for damaged in skips.damaged:
+            damaged["documents_kept"] = documents
+
+
+class CleanDocuments(PipelineStep):
+    """NFC normalisation and the length and quality filters, each removal counted by reason."""
+
+    name = "🧹 clean"
+    type = "✂️ - FORMAT"
+
+    def __init__(self, c: CorpusSection):
+        super().__init__()
+        self.min_chars = c.min_chars
+        self.counts: Counter = Counter()
+
+    def run(self, data, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
+        counts = self.counts
+        for doc in data:
+            counts["documents_in"] += 1
+            counts["characters_in"] += len(doc.text)
+            text = normalise(doc.text)
+            if len(text) < self.min_chars:
+                counts["too_short"] += 1
+                continue
+            doc.text = text
+            yield doc
+
+
+class Signatures(PipelineStep):
+    """Dedup step 1: content hashes and MinHash signatures of the documents that remain,
+    computed in batches (vectorised) and written when the task ends."""
+
+    name = "🎯 signatures"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, root: Path, settings: dedup.DedupSettings):
+        super().__init__()
+        self.root, self.settings = str(root), settings
+
+    def run(self, data, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
+        writer = dedup.SignatureWriter(Path(self.root), rank, self.settings)
+        batch: list[EngineDocument] = []
+        chars = 0
+        for doc in data:
+            batch.append(doc)
+            chars += len(doc.text)
+            if chars >= SIGNATURE_BATCH_CHARS:
+                writer.add([d.text for d in batch])
+                yield from batch
+                batch, chars = [], 0
+        writer.add([d.text for d in batch])
+        yield from batch
+        writer.close()
+
+
+class WriteCleaned(PipelineStep):
+    """The task's cleaned documents, in order, for the write job to filter; then its counts."""
+
+    name = "💾 cleaned"
+    type = "💽 - WRITER"
+
+    def __init__(self, work: Path, reader: ReadUnit, cleaner: CleanDocuments):
+        super().__init__()
+        self.work, self.reader, self.cleaner = str(work), reader, cleaner
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        path = Path(self.work) / CLEAN / f"{rank:05d}.jsonl.zst"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lengths: list[int] = []
+        with open(path, "wb") as f, zstandard.ZstdCompressor(level=1).stream_writer(f) as out:
+            for doc in data:
+                out.write(_json_line(doc.id, doc.text))
+                lengths.append(len(doc.text))
+        np.asarray(lengths, dtype=np.uint32).tofile(path.with_suffix("").with_suffix(".chars"))
+        skips = self.reader.skips
+        _write_task_stats(Path(self.work), CLEAN, rank, {
+            **self.cleaner.counts,
+            "skipped": dict(skips.counts) if skips else {},
+            "damaged_files": skips.damaged if skips else [],
+        })  # fmt: skip
+        return iter(())
+
+
+def _json_line(doc_id: str, text: str) -> bytes:
+    return (json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class WriteParts(PipelineStep):
+    """Dedup step 4: the task's cleaned documents less its removal list, as compressed parts."""
+
+    name = "📦 parts"
+    type = "💽 - WRITER"
+
+    def __init__(self, work: Path, part_chars: int):
+        super().__init__()
+        self.work, self.part_chars = str(work), part_chars
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        work = Path(self.work)
+        cleaned = work / CLEAN / f"{rank:05d}.jsonl.zst"
+        lengths = np.fromfile(cleaned.with_suffix("").with_suffix(".chars"), dtype=np.uint32)
+        removals = dedup.read_removals(work / CLUSTERS, rank)
+        out = work / WRITE / f"{rank:05d}"
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob("part-*"):  # a rerun of a killed task starts clean
+            old.unlink()
+        counts: Counter = Counter()
+        counter = engine.TaskCounter(work, WRITE, rank)
+        writer = PartWriter(out, self.part_chars)
+        with open(cleaned, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as raw:
+            for index, line in enumerate(io.BufferedReader(raw, 1 << 20)):
+                counter.add(1, len(line))
+                reason = removals.get(index)
+                if reason == dedup.REASON_EXACT:
+                    counts["exact_duplicates"] += 1
+                elif reason == dedup.REASON_NEAR:
+                    counts["near_duplicates"] += 1
+                else:
+                    writer.write_line(line, int(lengths[index]))
+                    counts["documents_out"] += 1
+                    counts["characters_out"] += int(lengths[index])
+        counter.flush()
+        _write_task_stats(work, WRITE, rank, {**counts, "parts": writer.close()})
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage's jobs, and the parts gathered when they are done
+
+
+def jobs(
+    units: list[Unit], c: CorpusSection, seed: int, work: Path, demo_file: Path | None
+) -> list[engine.Job]:
+    settings = dedup.DedupSettings(
+        near=c.near_dedup, num_perm=c.near_dedup_num_perm, ngram=c.near_dedup_ngram,
+        seed=seed, threshold=c.near_dedup_threshold,
+    )  # fmt: skip
+    reader, cleaner = ReadUnit(units, c, work, demo_file), CleanDocuments(c)
+    clean = [reader, cleaner, Signatures(work / "signatures", settings)]
+    return [
+        engine.Job(CLEAN, [*clean, WriteCleaned(work, reader, cleaner)], tasks=len(units)),
+        engine.Job(
+            PAIRS,
+            [dedup.FindDuplicatePairs(work / "signatures", work / PAIRS, settings)],
+            tasks=settings.bucket_tasks,
+        ),
+        engine.Job(
+            CLUSTERS,
+            [dedup.ClusterDuplicates(work / "signatures", work / PAIRS, work / CLUSTERS, settings)],
+            tasks=1,
+        ),
+        engine.Job(WRITE, [WriteParts(work, c.part_chars)], tasks=len(units)),
+    ]
+
+
+def build(
+    sources: list,
+    c: CorpusSection,
+    seed: int,
+    engine_cfg: DataEngineSection,
+    work: Path,
+    out: Path,
+    *,
+    demo_file: Path | None = None,
+) -> dict | None:
+    """Run the stage's jobs in `work` and gather the parts and counts into `out`; the stats
+    (stats.json's content), or None when the jobs were submitted to a cluster and still run."""
+    started = time.perf_counter()
+    units = plan_units(sources, c, engine_cfg.task_mb << 20, demo_file=demo_file)
+    total = sum(u.nbytes for u in units) or None
+    progress = engine.Progress(work, "corpus", lambda job: total)
+    stage_jobs = jobs(units, c, seed, work, demo_file)
+    if not engine.run_jobs(stage_jobs, engine_cfg, work, progress=progress):
+        return None
+    stats = gather(work, units, out, near=c.near_dedup)
+    stats["job_seconds"] = {job.name: round(job.seconds, 3) for job in stage_jobs}
+    stats["inputs"] = [str(s) for s in sources]
+    stats["seconds"] = round(time.perf_counter() - started, 3)
+    return stats
+
+
+def gather(work: Path, units: list[Unit], out: Path, *, near: bool) -> dict:
+    """Move every task's parts into `out` numbered in input order; the counts of all tasks."""
+    counts: Counter = Counter()
+    skipped: Counter = Counter()
+    damaged: list[dict] = []
+    parts: list[dict] = []
+    for rank in range(len(units)):
+        clean = json.loads(_task_stats_path(work, CLEAN, rank).read_text())
+        skipped.update(clean.pop("skipped"))
+        damaged.extend(clean.pop("damaged_files"))
+        counts.update(clean)
+        written = json.loads(_task_stats_path(work, WRITE, rank).read_text())
+        for part in written.pop("parts"):
+            name = f"part-{len(parts):05d}.jsonl.zst"
+            shutil.move(work / WRITE / f"{rank:05d}" / part["path"], out / name)
+            parts.append({**part, "path": name})
+        counts.update(written)
+    stats = {
+        "inputs": [],
+        **{
+            k: counts[k]
+            for k in ("documents_in", "characters_in", "documents_out", "characters_out")
+        },
+        "too_short": counts["too_short"],
+        "exact_duplicates": counts["exact_duplicates"],
+        "near_duplicates": counts["near_duplicates"] if near else None,
+        "filtered": {k: counts[k] for k in sorted(counts) if k.startswith("quality_")},
+        "skipped": dict(sorted(skipped.items())),
+        "damaged_files": damaged,
+        "parts": parts,
+        "tasks": len(units),
+    }
+    if stats["documents_out"] == 0:
+        _raise_empty(stats)
+    return stats
+
+
+def _raise_empty(stats: dict) -> None:
+    records = sum(n for k, n in stats["skipped"].items() if k != "corrupt_file")
+    what = (
+        f"the corpus is empty after cleaning ({stats['documents_in']} documents read, "
+        f"{stats['too_short']} too short, {records} records skipped"
+    )
+    fix = "check --input, --text-field and corpus.min_chars"
+    damaged = stats["damaged_files"]
+    if damaged:
+        named = "; ".join(f"{d['path']}: {d['error']}" for d in damaged[:3])
+        more = f" and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+        what += f", {len(damaged)} damaged input files ({named}{more})"
+        fix = (
+            "copy or download the damaged files again (`gzip -t` or `zstd -t` checks one), "
+            "or leave them out; " + fix
+        )
+    raise UserError(what + ")", fix=fix)

@@ -1,0 +1,258 @@
+"""The data engine: a data stage's per-document work as datatrove pipelines.
+
+A stage is a list of `Job`s (each a datatrove pipeline over a fixed number of tasks) run in order
+on the executor `[data_engine]` names: `local` (worker processes on this machine), `slurm` (array
+jobs, each job depending on the one before) or `ray`. The number of tasks comes from the input,
+never from the number of workers, so the output does not depend on how many run at once; each
+finished task leaves a completion marker, so a killed stage run again redoes only unfinished tasks.
+
+Tasks report how far they are in small files under the stage's work folder; the stage's process
+reads them into one progress bar (documents/s, MB/s and ETA), on any executor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import datatrove.executor.base as _executor_base
+import datatrove.utils.logging as _datatrove_logging
+from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
+from loguru import logger
+
+from hanlm.config import DataEngineSection
+from hanlm.console import console
+from hanlm.errors import UserError
+
+PROGRESS_DIR = "progress"
+FINGERPRINT_FILE = "fingerprint"
+
+
+# datatrove logs every task at INFO to stderr, and a failing task's traceback; hanlm shows one
+# progress bar instead, keeps datatrove's full log per task in the work folder
+# (logs/JOB/logs/task_NNNNN.log), and reports a task's error itself (a UserError without traceback).
+def _task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1):
+    logger.remove()
+    logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
+    fmt = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}"
+    logger.add(logfile, level="DEBUG", format=fmt, colorize=False)
+    return logfile
+
+
+def _quiet_default_logger() -> None:
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING", colorize=False, format="datatrove: {message}")
+
+
+_executor_base.add_task_logger = _task_logger
+_datatrove_logging.setup_default_logger = _quiet_default_logger
+_quiet_default_logger()
+
+
+@dataclass
+class Job:
+    """One pipeline over `tasks` tasks; `name` is its folder under the stage's work folder."""
+
+    name: str
+    pipeline: list
+    tasks: int
+    cpus: int = 1  # a task's cores (Slurm/Ray reservation)
+    seconds: float = 0.0  # wall time of this run of it (0 when it had nothing left to do)
+
+
+def local_workers(engine: DataEngineSection) -> int:
+    return engine.workers or os.cpu_count() or 1
+
+
+def prepare_work_dir(work: Path, fingerprint: str) -> Path:
+    """The stage's work folder: kept between runs of the same settings (so a killed run resumes),
+    emptied when the settings or inputs changed."""
+    work = Path(work)
+    marker = work / FINGERPRINT_FILE
+    if work.exists() and (not marker.is_file() or marker.read_text().strip() != fingerprint):
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    marker.write_text(fingerprint + "\n")
+    return work
+
+
+def _executor(job: Job, engine: DataEngineSection, work: Path, depends):
+    logging_dir = str(work / "logs" / job.name)
+    if engine.executor == "local":
+        workers = max(1, min(local_workers(engine), job.tasks))
+        # fork: workers start at once with hanlm already imported; the parent holds no threads
+        # that matter while the pool forks (the progress thread only reads files)
+        return LocalPipelineExecutor(
+            job.pipeline, tasks=job.tasks, workers=workers, logging_dir=logging_dir,
+            start_method="fork", depends=depends,
+        )  # fmt: skip
+    if engine.executor == "slurm":
+        s = engine.slurm
+        if not s.partition:
+            raise UserError(
+                "the slurm executor needs a partition",
+                where="[data_engine.slurm] partition",
+                fix="set data_engine.slurm.partition (sinfo lists them), or use executor = 'local'",
+            )
+        return SlurmPipelineExecutor(
+            job.pipeline, tasks=job.tasks, time=s.time, partition=s.partition,
+            cpus_per_task=max(s.cpus_per_task, job.cpus), mem_per_cpu_gb=s.mem_per_cpu_gb,
+            workers=engine.workers or -1, job_name=f"hanlm-{job.name}",
+            venv_path=s.venv_path or None, sbatch_args=dict(s.sbatch_args) or None,
+            logging_dir=logging_dir, depends=depends,
+        )  # fmt: skip
+    return _ray_executor(job, engine, logging_dir, depends)
+
+
+def _ray_executor(job: Job, engine: DataEngineSection, logging_dir: str, depends):
+    try:
+        import ray  # deferred: optional (hanlm[ray]) and heavy
+        from datatrove.executor.ray import RayPipelineExecutor
+    except ImportError:
+        raise UserError(
+            "the ray executor needs the `ray` package",
+            where="[data_engine] executor = 'ray'",
+            fix="pip install 'hanlm[ray]', or use executor = 'local'",
+        ) from None
+    r = engine.ray
+    if not ray.is_initialized():
+        ray.init(address=r.address or None, ignore_reinit_error=True, log_to_driver=False)
+    return RayPipelineExecutor(
+        job.pipeline, tasks=job.tasks, workers=engine.workers or -1, logging_dir=logging_dir,
+        cpus_per_task=max(r.cpus_per_task, job.cpus), mem_per_cpu_gb=r.mem_per_cpu_gb,
+        depends=depends,
+    )  # fmt: skip
+
+
+def incomplete_tasks(work: Path, job: Job) -> list[int]:
+    done = work / "logs" / job.name / "completions"
+    names = {p.name for p in done.iterdir()} if done.is_dir() else set()
+    return [r for r in range(job.tasks) if f"{r:05d}" not in names]
+
+
+def run_jobs(
+    jobs: Sequence[Job], engine: DataEngineSection, work: Path, *, progress: Progress | None = None
+) -> bool:
+    """Run the jobs in order; True when every task of every job has finished.
+
+    Local and Ray run here and wait. Slurm submits the jobs (each depending on the one before)
+    and returns False at once: running the stage again after they finish completes it."""
+    work = Path(work)
+    if engine.executor == "slurm":
+        depends = None
+        for job in jobs:
+            depends = _executor(job, engine, work, depends)
+        depends.run()  # launches the chain of dependencies first
+        return not incomplete_tasks(work, jobs[-1])
+    for job in jobs:
+        if not incomplete_tasks(work, job):
+            continue
+        executor = _executor(job, engine, work, None)
+        if progress is not None:
+            progress.start(job)
+        started = time.perf_counter()
+        try:
+            executor.run()
+        finally:
+            job.seconds = time.perf_counter() - started
+            if progress is not None:
+                progress.stop()
+        if incomplete_tasks(work, job):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress: tasks write counters, the stage's process reads them
+
+
+class TaskCounter:
+    """Inside a task: documents and bytes read so far, written to the work folder now and then."""
+
+    def __init__(self, work: Path | str, job: str, rank: int, every_s: float = 0.5):
+        self.path = Path(work) / PROGRESS_DIR / job / f"{rank:05d}.json"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.documents = self.bytes = 0
+        self._every, self._last = every_s, 0.0
+
+    def add(self, documents: int, nbytes: int) -> None:
+        self.documents += documents
+        self.bytes += nbytes
+        now = time.monotonic()
+        if now - self._last >= self._every:
+            self._last = now
+            self.flush()
+
+    def flush(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"documents": self.documents, "bytes": self.bytes}))
+        os.replace(tmp, self.path)
+
+
+def read_counters(work: Path, job: str) -> tuple[int, int]:
+    documents = nbytes = 0
+    for path in (Path(work) / PROGRESS_DIR / job).glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):  # being replaced this instant
+            continue
+        documents += data.get("documents", 0)
+        nbytes += data.get("bytes", 0)
+    return documents, nbytes
+
+
+class Progress:
+    """One bar per job: documents/s, MB/s and ETA against the job's total input bytes."""
+
+    def __init__(self, work: Path, label: str, total_bytes: Callable[[Job], int | None]):
+        self.work, self.label, self.total_bytes = Path(work), label, total_bytes
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, job: Job) -> None:
+        if not console.is_terminal:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._show, args=(job,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _show(self, job: Job) -> None:
+        from rich.progress import (  # deferred: rich only when a terminal shows the bar
+            BarColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as RichProgress
+
+        total = self.total_bytes(job)
+        bar = RichProgress(
+            TextColumn(f"[bold]{self.label} {job.name}"),
+            BarColumn(),
+            TextColumn("{task.fields[docs]} docs · {task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
+        started = time.monotonic()
+        with bar:
+            task = bar.add_task("", total=total or None, docs="0", rate="")
+            while not self._stop.wait(0.5):
+                documents, nbytes = read_counters(self.work, job.name)
+                seconds = max(time.monotonic() - started, 1e-6)
+                rate = f"{documents / seconds:,.0f} docs/s, {nbytes / seconds / 1e6:.1f} MB/s"
+                bar.update(task, completed=nbytes, docs=f"{documents:,}", rate=rate)
