@@ -30,10 +30,12 @@ from datatrove.pipeline.base import PipelineStep
 from hanlm.config import CorpusSection, DataEngineSection
 from hanlm.data import dedup, engine
 from hanlm.data.corpus import PartWriter, normalise
+from hanlm.data.quality import QualityFilter
 from hanlm.data.readers import Skips, Unit, plan_units
 from hanlm.errors import UserError
 
 CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"
+QUALITY_PREFIX = "quality:"
 SIGNATURE_BATCH_CHARS = 1 << 21  # documents hashed together (vectorised): ~2M characters
 
 
@@ -85,16 +87,21 @@ class CleanDocuments(PipelineStep):
     def __init__(self, c: CorpusSection):
         super().__init__()
         self.min_chars = c.min_chars
+        self.quality_section = c.quality
         self.counts: Counter = Counter()
 
     def run(self, data, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
         counts = self.counts
+        quality = QualityFilter(self.quality_section) if self.quality_section.enabled else None
         for doc in data:
             counts["documents_in"] += 1
             counts["characters_in"] += len(doc.text)
             text = normalise(doc.text)
             if len(text) < self.min_chars:
                 counts["too_short"] += 1
+                continue
+            if quality is not None and (reason := quality.reason(text)) is not None:
+                counts[QUALITY_PREFIX + reason] += 1
                 continue
             doc.text = text
             yield doc
@@ -245,14 +252,14 @@ def build(
     stage_jobs = jobs(units, c, seed, work, demo_file)
     if not engine.run_jobs(stage_jobs, engine_cfg, work, progress=progress):
         return None
-    stats = gather(work, units, out, near=c.near_dedup)
+    stats = gather(work, units, out, near=c.near_dedup, quality=c.quality.enabled)
     stats["job_seconds"] = {job.name: round(job.seconds, 3) for job in stage_jobs}
     stats["inputs"] = [str(s) for s in sources]
     stats["seconds"] = round(time.perf_counter() - started, 3)
     return stats
 
 
-def gather(work: Path, units: list[Unit], out: Path, *, near: bool) -> dict:
+def gather(work: Path, units: list[Unit], out: Path, *, near: bool, quality: bool) -> dict:
     """Move every task's parts into `out` numbered in input order; the counts of all tasks."""
     counts: Counter = Counter()
     skipped: Counter = Counter()
@@ -278,7 +285,14 @@ def gather(work: Path, units: list[Unit], out: Path, *, near: bool) -> dict:
         "too_short": counts["too_short"],
         "exact_duplicates": counts["exact_duplicates"],
         "near_duplicates": counts["near_duplicates"] if near else None,
-        "filtered": {k: counts[k] for k in sorted(counts) if k.startswith("quality_")},
+        # documents the quality filters removed, by the check that failed (None: filters off)
+        "quality_filtered": {
+            k.removeprefix(QUALITY_PREFIX): counts[k]
+            for k in sorted(counts)
+            if k.startswith(QUALITY_PREFIX)
+        }
+        if quality
+        else None,
         "skipped": dict(sorted(skipped.items())),
         "damaged_files": damaged,
         "parts": parts,
