@@ -82,7 +82,9 @@ class SlurmSection(Section):
     time: str = Field("24:00:00", description="time limit of one job (HH:MM:SS)")
     cpus_per_task: int = Field(1, ge=1, le=256)
     mem_per_cpu_gb: float = Field(2.0, gt=0)
-    venv_path: str = Field("", description="virtual environment the jobs activate (its bin/activate)")
+    venv_path: str = Field(
+        "", description="virtual environment the jobs activate (its bin/activate)"
+    )
     sbatch_args: dict[str, str] = Field(
         default_factory=dict, description="more #SBATCH directives, e.g. {account = 'lm'}"
     )
@@ -580,6 +582,22 @@ class PlanSection(Section):
         "(default: typical per GPU class)",
     )
     inter_host_gbps: float = Field(25.0, gt=0, description="network between hosts, Gbit/s")
+    corpus_gb: float = Field(
+        0.0,
+        ge=0,
+        le=1e6,
+        description="raw text the data stages read, GB of UTF-8; 0 = from the local input files, "
+        "else from the token target (hf: inputs, demo)",
+        json_schema_extra={"cli": {"metavar": "GB"}},
+    )
+    data_cores: int = Field(
+        0,
+        ge=0,
+        le=1 << 20,
+        description="CPU cores the data stages (corpus, decontam, shards) run on; 0 = "
+        "data_engine.workers on a local engine, else this machine's cores",
+        json_schema_extra={"cli": {"metavar": "N"}},
+    )
 
 
 class Config(Section):
