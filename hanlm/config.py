@@ -680,6 +680,22 @@ class PlanSection(Section):
         "(default: typical per GPU class)",
     )
     inter_host_gbps: float = Field(25.0, gt=0, description="network between hosts, Gbit/s")
+    corpus_gb: float = Field(
+        0.0,
+        ge=0,
+        le=1e6,
+        description="raw text the data stages read, GB of UTF-8; 0 = from the local input files, "
+        "else from the token target (hf: inputs, demo)",
+        json_schema_extra={"cli": {"metavar": "GB"}},
+    )
+    data_cores: int = Field(
+        0,
+        ge=0,
+        le=1 << 20,
+        description="CPU cores the data stages (corpus, decontam, shards) run on; 0 = "
+        "data_engine.workers on a local engine, else this machine's cores",
+        json_schema_extra={"cli": {"metavar": "N"}},
+    )
 
 
 class Config(Section):

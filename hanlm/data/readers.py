@@ -179,41 +179,142 @@ def _read_parquet(path: Path, text_field: str, skips: Skips) -> Iterator[Documen
             yield Document(f"{path.name}:{row}", value, len(value) * 3)  # ~UTF-8 size
 
 
-def _read_hf(spec: str, text_field: str, skips: Skips) -> Iterator[Document]:
+# Where a dataset's files lie in its Hub repository, for the download command of the error
+# messages: {config} and {split} are filled in. Other datasets get the whole repository.
+HF_LAYOUTS = {
+    "HuggingFaceFW/fineweb-2": "data/{config}/{split}",  # data/kor_Hang/train/000_00000.parquet
+    "wikimedia/wikipedia": "{config}",  # 20231101.ko/train-00000-of-00003.parquet
+}
+_TRUE = ("1", "ON", "YES", "TRUE")
+
+
+def _parse_hf(spec: str) -> tuple[str, str | None, str]:
     parts = spec[len("hf:") :].split(":")
     if len(parts) not in (2, 3) or not all(parts):
         raise UserError(
             f"bad Hugging Face dataset id {spec!r}",
             fix="write it as hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT",
         )
-    name, config, split = (parts[0], None, parts[1]) if len(parts) == 2 else parts
+    return (parts[0], None, parts[1]) if len(parts) == 2 else (parts[0], parts[1], parts[2])
+
+
+def hf_download_fix(spec: str) -> str:
+    """How to read `spec` without streaming: download its files once, then pass them as files."""
+    name, config, split = _parse_hf(spec)
+    layout = HF_LAYOUTS.get(name)
+    if layout is not None and ("{config}" not in layout or config):
+        folder = layout.format(config=config, split=split)
+        return (
+            f'download it first: `hf download {name} --repo-type dataset --include "{folder}/*" '
+            f"--local-dir DIR` (huggingface_hub's command; `huggingface-cli download` with the "
+            f"same arguments on huggingface_hub < 1.0), then pass --input "
+            f"'DIR/{folder}/*.parquet' instead of {spec}"
+        )
+    return (
+        f"download it first: `hf download {name} --repo-type dataset --local-dir DIR` "
+        "(huggingface_hub's command; `huggingface-cli download` on huggingface_hub < 1.0; add "
+        "--include 'FOLDER/*' to fetch only the config's folder, as the dataset's file list on "
+        f"huggingface.co shows it), then pass its {split!r} data files (.parquet or .jsonl) "
+        f"with --input, e.g. --input 'DIR/**/*.parquet', instead of {spec}"
+    )
+
+
+def _hf_offline() -> bool:
+    return any(
+        os.environ.get(var, "").upper() in _TRUE
+        for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+def _open_hf_stream(spec: str):
+    """The dataset `spec` names as a streaming IterableDataset, or a UserError saying how to
+    download it when it cannot be streamed (offline, no network, no access, no such dataset)."""
+    name, config, split = _parse_hf(spec)
     try:
         import datasets  # deferred: optional (hanlm[hf]) and heavy
     except ImportError:
         raise UserError(
             f"reading {spec} needs the `datasets` package", fix="pip install 'hanlm[hf]'"
         ) from None
-    offline_fix = (
-        f"on a machine that is online, save it with datasets (load_dataset({name!r}"
-        f"{', ' + repr(config) if config else ''}, split={split!r}).to_parquet('data.parquet')) "
-        "and pass the file with --input"
-    )
-    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
-        raise UserError(f"{spec} cannot be streamed: Hugging Face is set offline", fix=offline_fix)
+    if _hf_offline():
+        raise UserError(
+            f"{spec} cannot be streamed: Hugging Face is set offline (HF_HUB_OFFLINE or "
+            "HF_DATASETS_OFFLINE)",
+            fix=hf_download_fix(spec),
+        )
     try:
-        dataset = datasets.load_dataset(name, config, split=split, streaming=True)
+        return datasets.load_dataset(name, config, split=split, streaming=True)
+    except Exception as e:  # network, authentication or a missing dataset: all need the user
+        raise _stream_error(spec, e) from None
+
+
+def _stream_error(spec: str, e: Exception) -> UserError:
+    return UserError(
+        f"could not stream {spec}: {type(e).__name__}: {e}",
+        fix=f"check the name, config and split on huggingface.co, the network, and `hf auth "
+        f"login` for a gated dataset; or {hf_download_fix(spec)}",
+    )
+
+
+def _num_shards(dataset) -> int:
+    n = getattr(dataset, "num_shards", None)  # datasets >= 2.16; n_shards before
+    return int(n if n is not None else getattr(dataset, "n_shards", 1))
+
+
+def hf_num_shards(spec: str) -> int:
+    """How many data files (shards) the stream of `spec` has: the most tasks that can read it
+    without two reading the same file. Needs the network (it resolves the file list)."""
+    return _num_shards(_open_hf_stream(spec))
+
+
+def _share(dataset, shard: tuple[int, int]):
+    """Share `index` of `count` disjoint shares that together hold every record once. With no
+    more shares than data files, each share is a contiguous run of whole files (each file read
+    by one task); with more, every task reads the whole stream and keeps every count-th record
+    (datasets' split_dataset_by_node), so plan tasks with hf_num_shards."""
+    index, count = shard
+    if count < 1 or not 0 <= index < count:
+        raise UserError(
+            f"bad share {index} of {count} of a Hugging Face stream",
+            fix="give shard=(index, count) with count >= 1 and 0 <= index < count",
+        )
+    if count == 1:
+        return dataset
+    if count <= _num_shards(dataset):
+        return dataset.shard(num_shards=count, index=index, contiguous=True)
+    from datasets.distributed import split_dataset_by_node
+
+    return split_dataset_by_node(dataset, rank=index, world_size=count)
+
+
+def _read_hf(
+    spec: str, text_field: str, skips: Skips, *, shard: tuple[int, int] | None = None
+) -> Iterator[Document]:
+    """The documents of a streamed Hugging Face dataset, or of share `shard` = (index, count)
+    of it (see `_share`); records without a string `text_field` are skipped and counted."""
+    name, _, split = _parse_hf(spec)
+    dataset = _open_hf_stream(spec)
+    features = getattr(dataset, "features", None)
+    if isinstance(features, dict) and features and text_field not in features:
+        raise UserError(
+            f"{spec} has no column {text_field!r}",
+            fix=f"choose one of its columns with --text-field: {', '.join(features)}",
+        )
+    prefix = f"{name}:{split}"
+    if shard is not None:
+        dataset = _share(dataset, shard)
+        prefix += f":{shard[0]}-of-{shard[1]}"  # row numbers count within the share
+    try:
         for row, record in enumerate(dataset, start=1):
             text = record.get(text_field)
             if not isinstance(text, str):
                 skips.skip("missing_field", f"{spec}:row {row}", f"no string field {text_field!r}")
                 continue
-            yield Document(f"{name}:{split}:{row}", text)
+            yield Document(f"{prefix}:{row}", text)
     except UserError:
         raise
-    except Exception as e:  # network, authentication or a missing dataset: all need the user
-        raise UserError(
-            f"could not stream {spec}: {type(e).__name__}: {e}", fix=offline_fix
-        ) from None
+    except Exception as e:  # the connection dropped part-way, or a file could not be read
+        raise _stream_error(spec, e) from None
 
 
 def expand_inputs(inputs: list[str]) -> list[str | Path]:

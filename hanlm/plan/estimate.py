@@ -28,6 +28,7 @@ from typing import Any
 
 from hanlm.errors import UserError
 from hanlm.plan.catalogue import CATALOGUE, find, measured_cpu_peak_flops
+from hanlm.plan.data_rates import DataWork, data_time, data_work
 
 GIB = 1 << 30
 FRAMEWORK_GIB = 1.5  # CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces, kernels
@@ -76,6 +77,7 @@ class Setup:
     price_per_gpu_hour: float | None = None
     mfu: float | None = None
     inter_host_gbps: float = DEFAULT_INTER_HOST_GBPS
+    data: DataWork | None = None  # the data stages' work (hanlm.plan.data_rates)
 
     @property
     def world(self) -> int:
@@ -420,6 +422,8 @@ def make_plan(setup: Setup) -> dict[str, Any]:
             "vocab": s.vocab,
         },
     }
+    if setup.data is not None:
+        plan["data"] = data_time(setup.data)
     if setup.gpu is None:
         plan["options"] = catalogue_overview(setup, s)
         return plan
@@ -505,8 +509,9 @@ def catalogue_overview(setup: Setup, s: Shapes) -> list[dict[str, Any]]:
     return rows
 
 
-def setup_from_config(cfg, *, plan_section=None) -> Setup:
-    """The Setup a run's recipe describes (pretrain model, batch, precision; plan hardware)."""
+def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setup:
+    """The Setup a run's recipe describes (pretrain model, batch, precision; plan hardware;
+    with_data: the data stages' work, which sizes the local corpus inputs)."""
     p, pl = cfg.pretrain, plan_section or cfg.plan
     tokens = pl.tokens
     if tokens is None:
@@ -535,6 +540,7 @@ def setup_from_config(cfg, *, plan_section=None) -> Setup:
         price_per_gpu_hour=pl.price_per_gpu_hour,
         mfu=pl.mfu,
         inter_host_gbps=pl.inter_host_gbps,
+        data=data_work(cfg, tokens, pl) if with_data else None,
     )
 
 
@@ -542,7 +548,7 @@ def step_profile(
     cfg, *, world_size: int, peak_flops: float, mfu: float | None = None
 ) -> dict[str, Any]:
     """What one optimizer step of the run's recipe needs on `world_size` devices: for preflight."""
-    setup = replace(setup_from_config(cfg), gpus=world_size, hosts=1)
+    setup = replace(setup_from_config(cfg, with_data=False), gpus=world_size, hosts=1)
     if setup.parallel == "single" and world_size > 1:
         setup = replace(setup, parallel="fsdp")
     s = model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)

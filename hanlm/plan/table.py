@@ -35,10 +35,11 @@ def print_plan(plan: dict[str, Any]) -> None:
     console.print(f"[bold]plan:[/bold] {_setup_line(plan)}", soft_wrap=True)
     if "options" in plan:
         _print_options(plan)
-        return
-    _print_memory(plan["memory"])
-    _print_time(plan)
-    _print_recommendation(plan.get("recommendation"))
+    else:
+        _print_memory(plan["memory"])
+        _print_time(plan)
+        _print_recommendation(plan.get("recommendation"))
+    _print_data(plan.get("data"))
 
 
 def _print_memory(mem: dict[str, Any]) -> None:
@@ -137,4 +138,56 @@ def _print_options(plan: dict[str, Any]) -> None:
         "Choose hardware with --gpu NAME --gpus N [--hosts N]; add --tokens and "
         "--price-per-gpu-hour for time and cost, --mfu to override the typical utilisation.",
         soft_wrap=True,
+    )
+
+
+def _duration(hours: float) -> str:
+    if hours < 1:
+        return f"{hours * 60:,.0f} min" if hours * 60 >= 1 else "under a minute"
+    return f"{hours:,.1f} h"
+
+
+def _print_data(data: dict[str, Any] | None) -> None:
+    if data is None:
+        console.print(
+            "data stages: no estimate, the corpus size is unknown: set plan.corpus_gb "
+            "(--corpus-gb), or a token target (--tokens)",
+            soft_wrap=True,
+        )
+        return
+    gb = data["corpus_gb"]
+    size = f"{gb:,.1f} GB" if gb >= 1 else f"{gb * 1000:,.1f} MB"
+    size += " (estimate)" if data["size_estimated"] else ""
+    table = Table(title=f"data stages: {size} on {data['cores']:,} cores")
+    for column in ("stage", "work", "MB/s per core", "MB/s", "wall time"):
+        table.add_column(column, justify="left" if column in ("stage", "work") else "right")
+    for name, stage in data["stages"].items():
+        if "skipped" in stage:
+            table.add_row(name, f"skipped ({stage['skipped']})", "-", "-", "-")
+            continue
+        table.add_row(
+            name,
+            stage["what"],
+            f"{stage['mb_per_s_per_core']:g}",
+            f"{stage['mb_per_s']:,.0f}",
+            _duration(stage["hours"]),
+        )
+    table.add_row(
+        "[bold]total[/bold]", "", "", "", f"[bold]{_duration(data['total_hours'])}[/bold]"
+    )
+    console.print(table)
+    sources = "; ".join(
+        f"{name} {stage['measured_by']}"
+        for name, stage in data["stages"].items()
+        if "measured_by" in stage
+    )
+    console.print(
+        f"corpus size: {data['size_basis']}. Cores: {data['cores']:,} ({data['cores_basis']}), "
+        f"each after the first adding {data['scaling_efficiency']:.0%} of one "
+        f"({data['effective_cores']:,.1f} effective). Rates measured on the reference machine "
+        f"(hanlm/plan/data_rates.py): {sources}. Each stage is counted on the whole raw corpus "
+        "(dedup and decontam shrink what later stages read): an upper bound.",
+        soft_wrap=True,
+        markup=False,
+        emoji=False,  # dataset ids such as hf:NAME:train: are not emoji codes
     )

@@ -1,0 +1,240 @@
+"""`hanlm plan`: the expected wall time of the data stages (corpus, decontam, shards).
+
+Each stage's time is the corpus size over its measured rate (MB/s of UTF-8 text per core) times
+the cores it runs on, each core after the first adding SCALING_EFFICIENCY of one. Every stage is
+counted on the whole raw corpus: deduplication and decontamination shrink what the later stages
+read, so the times are an upper bound for them.
+
+The corpus size comes from, in order: `plan.corpus_gb`; the local input files (plain files by
+their size, parquet by its footer's uncompressed size of the text column, .gz/.zst files times
+COMPRESSION_RATIO: an estimate); for `hf:` inputs and the demo, the token target (tokens x
+CHARS_PER_TOKEN x BYTES_PER_CHAR: the text that many tokens take).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hanlm.files import strip_compression_suffix
+
+MB = 1e6
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Rate:
+    mb_per_s_per_core: float
+    what: str  # the work the rate covers
+    measured_by: str  # the command, machine and date behind the figure
+
+
+# The one place to update when the benchmarks measure new figures. Machine: the project's
+# reference machine (2 CPU cores, 24 GiB, no GPU, Python 3.11); see benchmarks/README.md.
+DATA_RATES: dict[str, Rate] = {
+    # `hanlm corpus` end to end (read, NFC, clean, exact dedup, MinHash LSH near-dedup, write),
+    # one process, timed for issue 17 before the move to datatrove (no benchmarks/ script yet:
+    # replace both corpus figures with the new ones)
+    "corpus_near_dedup": Rate(
+        0.9, "read, normalise, exact and near-dedup (MinHash LSH)", "hanlm corpus, 2026-11-30"
+    ),
+    # the same without near_dedup (exact dedup only); 2026-11-30
+    "corpus": Rate(10.0, "read, normalise, exact dedup", "hanlm corpus, 2026-11-30"),
+    # `hanlm decontam --corpus train.jsonl` end to end, one process (read, scan, reports):
+    # benchmarks/decontam.py times the scan alone; benchmarks/README.md records 44.8 MB/s end to
+    # end on an idle machine, 2026-11-30; 36 is issue 17's planning figure for a busy one
+    "decontam": Rate(
+        36.0,
+        "scan for benchmark items, filter",
+        "hanlm decontam, benchmarks/decontam.py, 2026-11-30",
+    ),
+    # `hanlm shards`, per worker: benchmarks/tokenize.py --mb 16 --repeats 3; 2026-11-29
+    "shards": Rate(1.3, "tokenise, write token shards", "benchmarks/tokenize.py, 2026-11-29"),
+}
+SCALING_EFFICIENCY = 0.9  # what each core after the first adds, of one core's rate
+# benchmarks/tokenize.py: 2 workers gave 2.08x one; datatrove's tasks share nothing but disk.
+
+# Korean web text: Hangul is 3 bytes in UTF-8, spaces, digits and Latin 1: ~2.5 bytes a character;
+# a 32-64k byte-level BPE trained on Korean takes ~2.5 characters a token.
+BYTES_PER_CHAR = 2.5
+CHARS_PER_TOKEN = 2.5
+COMPRESSION_RATIO = 3.5  # zstd or gzip JSONL of Korean text: 3-4x
+
+STAGES = ("corpus", "decontam", "shards")
+
+
+@dataclass(frozen=True)
+class DataWork:
+    """What the data stages will read, and on how many cores: part of a plan's Setup."""
+
+    corpus_bytes: float
+    size_basis: str  # how the size was found, in words
+    size_estimated: bool  # not read from the files themselves
+    cores: int
+    cores_basis: str
+    near_dedup: bool
+    decontam: bool
+
+
+def effective_cores(cores: int) -> float:
+    return 1 + SCALING_EFFICIENCY * (cores - 1)
+
+
+def data_time(work: DataWork) -> dict[str, Any]:
+    """Each data stage's rate and wall time for `work`, and their sum."""
+    eff = effective_cores(work.cores)
+    mb = work.corpus_bytes / MB
+    stages: dict[str, Any] = {}
+    for stage in STAGES:
+        if stage == "decontam" and not work.decontam:
+            stages[stage] = {"skipped": "decontam.enabled = false"}
+            continue
+        key = "corpus_near_dedup" if stage == "corpus" and work.near_dedup else stage
+        rate = DATA_RATES[key]
+        mb_per_s = rate.mb_per_s_per_core * eff
+        stages[stage] = {
+            "rate": key,
+            "what": rate.what,
+            "measured_by": rate.measured_by,
+            "mb_per_s_per_core": rate.mb_per_s_per_core,
+            "mb_per_s": mb_per_s,
+            "hours": mb / mb_per_s / 3600,
+        }
+    return {
+        "corpus_gb": work.corpus_bytes / GB,
+        "size_basis": work.size_basis,
+        "size_estimated": work.size_estimated,
+        "cores": work.cores,
+        "cores_basis": work.cores_basis,
+        "scaling_efficiency": SCALING_EFFICIENCY,
+        "effective_cores": eff,
+        "stages": stages,
+        "total_hours": sum(s.get("hours", 0.0) for s in stages.values()),
+    }
+
+
+# --- the corpus size ----------------------------------------------------------------------------
+
+
+def file_text_bytes(path: Path, text_field: str) -> tuple[float, bool]:
+    """Bytes of text a local input holds, and whether that is an estimate."""
+    name = path.name
+    if strip_compression_suffix(name) != name:
+        return path.stat().st_size * COMPRESSION_RATIO, True
+    if name.lower().endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq  # deferred: heavy
+
+            meta = pq.ParquetFile(path).metadata
+        except Exception:  # damaged or not parquet: the corpus stage reports it; size it roughly
+            return path.stat().st_size * COMPRESSION_RATIO, True
+        total = 0
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                column = group.column(c)
+                if column.path_in_schema == text_field:
+                    total += column.total_uncompressed_size
+        return float(total or path.stat().st_size), False
+    return float(path.stat().st_size), False
+
+
+def local_inputs_bytes(inputs: list[str], text_field: str) -> dict[str, Any]:
+    """The local files the inputs' globs match now: their text bytes; what matched nothing."""
+    out: dict[str, Any] = {
+        "bytes": 0.0,
+        "files": 0,
+        "estimated": False,
+        "missing": [],
+        "remote": [],
+    }
+    for spec in inputs:
+        if spec == "demo" or spec.startswith("hf:"):
+            out["remote"].append(spec)
+            continue
+        files = [Path(m) for m in glob.glob(os.path.expanduser(spec), recursive=True)]
+        files = [f for f in files if f.is_file()]
+        if not files:
+            out["missing"].append(spec)
+        for path in files:
+            size, estimated = file_text_bytes(path, text_field)
+            out["bytes"] += size
+            out["files"] += 1
+            out["estimated"] |= estimated
+    return out
+
+
+def corpus_size(
+    inputs: list[str],
+    text_field: str,
+    *,
+    tokens: float | None,
+    corpus_gb: float = 0.0,
+    demo_mb: float | None = None,
+) -> tuple[float, str, bool] | None:
+    """(bytes, how they were found, whether estimated), or None when nothing tells the size."""
+    if corpus_gb > 0:
+        return corpus_gb * GB, "plan.corpus_gb", False
+    local = local_inputs_bytes(inputs, text_field)
+    parts: list[str] = []
+    if local["files"]:
+        how = f"compressed x~{COMPRESSION_RATIO:g}" if local["estimated"] else "file sizes"
+        parts.append(f"{local['files']:,} local files, {local['bytes'] / GB:,.1f} GB ({how})")
+    if local["missing"]:
+        parts.append(f"not there yet: {', '.join(local['missing'])}")
+    size, estimated = local["bytes"], local["estimated"]
+    if local["remote"]:
+        if tokens:
+            derived = tokens * CHARS_PER_TOKEN * BYTES_PER_CHAR
+            parts.append(
+                f"{', '.join(local['remote'])}: {'the rest of ' if local['files'] else ''}"
+                f"{tokens / 1e9:,.3g}B tokens x "
+                f"{CHARS_PER_TOKEN:g} chars/token x {BYTES_PER_CHAR:g} bytes/char = "
+                f"{derived / GB:,.1f} GB"
+            )
+            if derived > size:
+                size, estimated = derived, True
+        elif local["remote"] == ["demo"] and demo_mb:
+            size += demo_mb * MB
+            parts.append(f"demo world, {demo_mb:g} MB (demo.size_mb)")
+        else:
+            parts.append(f"{', '.join(local['remote'])}: not sized (no token target)")
+    if size <= 0:
+        return None
+    return size, "; ".join(parts), estimated
+
+
+def data_cores(plan_cores: int, engine) -> tuple[int, str]:
+    """The cores the data stages run on: plan.data_cores, a local engine's workers, or this
+    machine's."""
+    if plan_cores > 0:
+        return plan_cores, "plan.data_cores"
+    if engine is not None and engine.executor == "local" and engine.workers > 0:
+        return engine.workers, "data_engine.workers"
+    n = os.cpu_count() or 1
+    if engine is not None and engine.executor != "local":
+        return n, f"this machine's; set plan.data_cores for the {engine.executor} cluster"
+    return n, "this machine's"
+
+
+def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
+    """The data stages' work in the recipe `cfg`, or None when its size cannot be told."""
+    c, pl = cfg.corpus, plan_section or cfg.plan
+    sized = corpus_size(
+        c.inputs, c.text_field, tokens=tokens, corpus_gb=pl.corpus_gb, demo_mb=cfg.demo.size_mb
+    )
+    if sized is None:
+        return None
+    cores, cores_basis = data_cores(pl.data_cores, cfg.data_engine)
+    return DataWork(
+        corpus_bytes=sized[0],
+        size_basis=sized[1],
+        size_estimated=sized[2],
+        cores=cores,
+        cores_basis=cores_basis,
+        near_dedup=c.near_dedup,
+        decontam=cfg.decontam.enabled,
+    )
