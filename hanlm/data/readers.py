@@ -359,8 +359,8 @@ def read_source(
     if source == "demo":
         yield from _read_jsonl(demo_file, "text", skips, span)
         return
-    if isinstance(source, str):
-        yield from _read_hf(source, c.text_field, skips)
+    if isinstance(source, str):  # span: (share, shares) of the stream's files
+        yield from _read_hf(source, c.text_field, skips, shard=span)
         return
     kind = Path(strip_compression_suffix(source.name)).suffix.lower()
     try:
@@ -382,12 +382,12 @@ def read_source(
 
 @dataclass(frozen=True)
 class Unit:
-    """A piece of the input: a whole file or Hugging Face stream, or a byte range of an
-    uncompressed line-per-document file. Units depend only on the inputs and the task size, so
-    the tasks (and the output) do not depend on how many workers run them."""
+    """A piece of the input: a whole file, a byte range of an uncompressed line-per-document
+    file, or a share of a Hugging Face stream's data files. Units depend only on the inputs and
+    the task size, so the tasks (and the output) do not depend on how many workers run them."""
 
     source: str  # a file path, `demo` or an hf: id
-    span: tuple[int, int] | None = None
+    span: tuple[int, int] | None = None  # bytes (start, end) of a file; (share, shares) of hf:
     nbytes: int = 0  # input bytes it covers (on disk; compressed files count compressed)
 
     def documents(
@@ -412,8 +412,9 @@ def plan_units(
     """The inputs in order, big uncompressed line files cut into byte ranges of `task_bytes`."""
     units: list[Unit] = []
     for source in sources:
-        if isinstance(source, str) and source != "demo":
-            units.append(Unit(source))
+        if isinstance(source, str) and source != "demo":  # one task per data file of the stream
+            shares = hf_num_shards(source)
+            units.extend(Unit(source, (i, shares) if shares > 1 else None) for i in range(shares))
             continue
         path = demo_file if source == "demo" else source
         size = path.stat().st_size
