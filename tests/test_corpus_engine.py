@@ -1,0 +1,297 @@
+"""The corpus stage on the data engine: tasks from the input, workers that do not change the
+output, resuming after a crash or a kill, errors from worker processes, Slurm submission."""
+
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import assert_user_error, korquad_contexts, run_subprocess, write_jsonl
+from hanlm.config import load_config
+from hanlm.data import cleaning, engine, readers
+from hanlm.data.corpus import iter_corpus
+from hanlm.errors import UserError
+from hanlm.stages import corpus as corpus_stage
+
+
+def corpus_files(tmp_path, shared, files=3, docs_per_file=150, seed=0):
+    """Documents made of sentences from different KorQuAD paragraphs, with exact copies and
+    near-copies (one sentence changed, spacing changed) planted across files."""
+    sentences = [s for c in korquad_contexts(shared) for s in c.split(". ") if len(s) > 25]
+    rng = random.Random(seed)
+    docs = []
+    for n in range(files * docs_per_file):
+        roll = rng.random()
+        if docs and roll < 0.05:
+            text = rng.choice(docs)["text"]
+        elif docs and roll < 0.10:
+            words = rng.choice(docs)["text"].split(" ")
+            text = " ".join(w + ("" if rng.random() < 0.2 else "") for w in words)
+            text = text.replace(" ", "", 3)  # spacing changed
+        else:
+            text = ". ".join(rng.sample(sentences, 10)) + "."
+        docs.append({"id": f"d{n}", "text": text})
+    paths = []
+    for f in range(files):
+        rows = docs[f * docs_per_file : (f + 1) * docs_per_file]
+        paths.append(write_jsonl(tmp_path / "in" / f"part{f}.jsonl", rows))
+    return paths
+
+
+def config(tmp_path, workers=1, task_mb=1, **values):
+    return load_config(
+        values={
+            "corpus.inputs": [str(tmp_path / "in" / "*.jsonl")],
+            "corpus.near_dedup": True,
+            "corpus.part_chars": 100_000,
+            "data_engine.workers": workers,
+            "data_engine.task_mb": task_mb,
+            **values,
+        }
+    )
+
+
+def output(run_dir):
+    return [(d["id"], d["text"]) for d in iter_corpus(run_dir / "corpus")]
+
+
+def counts(run_dir):
+    stats = json.loads((run_dir / "corpus" / "stats.json").read_text())
+    return {k: v for k, v in stats.items() if k not in ("seconds", "job_seconds", "inputs")}
+
+
+# --- units ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_bytes", [1, 7, 50, 333, 10_000])
+def test_byte_ranges_read_every_line_exactly_once(tmp_path, task_bytes):
+    rng = random.Random(task_bytes)
+    rows = [{"id": i, "text": "가" * rng.randint(0, 40) + f" {i}"} for i in range(120)]
+    path = write_jsonl(tmp_path / "a.jsonl", rows)
+    c = load_config().corpus
+    whole = [d.text for d in readers.Unit(str(path)).documents(c, readers.Skips(strict=True))]
+    units = readers.plan_units([path], c, task_bytes)
+    assert len(units) == (1 if task_bytes >= path.stat().st_size else len(units)) >= 1
+    pieces = [d.text for u in units for d in u.documents(c, readers.Skips(strict=True))]
+    assert pieces == whole == [r["text"] for r in rows]
+    assert sum(u.nbytes for u in units) == path.stat().st_size
+
+
+def test_compressed_and_block_text_files_are_not_cut(tmp_path):
+    import gzip
+
+    gz = tmp_path / "a.jsonl.gz"
+    gz.write_bytes(gzip.compress(b'{"text": "x"}\n' * 1000))
+    blocks = tmp_path / "b.txt"
+    blocks.write_text("첫 문단\n\n둘째 문단\n" * 1000, encoding="utf-8")
+    units = readers.plan_units([gz, blocks], load_config().corpus, 100)
+    assert [u.span for u in units] == [None, None]
+
+
+# --- workers, resuming ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def inputs(tmp_path, shared_data):
+    return corpus_files(tmp_path, shared_data)
+
+
+def test_one_and_two_workers_write_identical_corpora(tmp_path, inputs):
+    one = corpus_stage.run(config(tmp_path, workers=1), tmp_path / "one")
+    two = corpus_stage.run(config(tmp_path, workers=2), tmp_path / "two")
+    assert one["tasks"] == two["tasks"] == 3
+    assert one["exact_duplicates"] > 0 and one["near_duplicates"] > 0
+    assert output(tmp_path / "one") == output(tmp_path / "two")
+    assert counts(tmp_path / "one") == counts(tmp_path / "two")
+    for part in (tmp_path / "one" / "corpus").glob("part-*"):
+        assert part.read_bytes() == (tmp_path / "two" / "corpus" / part.name).read_bytes()
+    assert not (tmp_path / "one" / "corpus.work").exists()  # the work folder goes when done
+
+
+def test_byte_range_tasks_give_the_same_documents_as_whole_files(tmp_path, inputs):
+    whole = corpus_stage.run(config(tmp_path, task_mb=64), tmp_path / "whole")
+    cut = corpus_stage.run(config(tmp_path, task_mb=1), tmp_path / "cut")
+    assert whole["tasks"] == 3
+    # 1 MB tasks would not cut these small files: cut them by hand through the task size
+    assert cut["tasks"] == 3
+    units = readers.plan_units(list(inputs), config(tmp_path).corpus, 20_000)
+    assert len(units) > 6
+    assert output(tmp_path / "whole") == output(tmp_path / "cut")
+
+
+def test_a_crashed_run_resumes_without_redoing_finished_tasks(tmp_path, inputs, monkeypatch):
+    reference = tmp_path / "reference"
+    corpus_stage.run(config(tmp_path), reference)
+
+    original = cleaning.WriteParts.run
+
+    def crash_on_task_1(self, data=None, rank=0, world_size=1):
+        if rank == 1:
+            raise RuntimeError("power cut")
+        return original(self, data, rank, world_size)
+
+    monkeypatch.setattr(cleaning.WriteParts, "run", crash_on_task_1)
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="power cut"):
+        corpus_stage.run(config(tmp_path), run)
+    assert not (run / "corpus").exists()
+    work = run / "corpus.work"
+    assert sorted(p.name for p in (work / "logs" / "clean" / "completions").iterdir()) == [
+        "00000",
+        "00001",
+        "00002",
+    ]
+    monkeypatch.setattr(cleaning.WriteParts, "run", original)
+    read = []
+    original_read = cleaning.ReadUnit.run
+
+    def counting_read(self, data=None, rank=0, world_size=1):
+        read.append(rank)
+        return original_read(self, data, rank, world_size)
+
+    monkeypatch.setattr(cleaning.ReadUnit, "run", counting_read)
+    corpus_stage.run(config(tmp_path), run)
+    assert read == []  # every clean task had finished: none read its input again
+    assert output(run) == output(reference)
+    assert counts(run) == counts(reference)
+
+
+def test_a_killed_process_resumes_to_the_same_corpus(tmp_path, shared_data):
+    corpus_files(tmp_path, shared_data, files=8, docs_per_file=400)
+    args = ["corpus", "--run", str(tmp_path / "run"), "--input", str(tmp_path / "in" / "*.jsonl")]
+    args += ["--set", "corpus.near_dedup=true", "--set", "data_engine.workers=1"]
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hanlm", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    first = tmp_path / "run" / "corpus.work" / "logs" / "clean" / "completions" / "00000"
+    deadline = time.monotonic() + 120
+    while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert first.exists(), "the stage did not get as far as its first task"
+    assert not (tmp_path / "run" / "corpus").exists(), "it finished before it could be killed"
+    result = run_subprocess(*args)
+    assert result.returncode == 0, result.stderr
+    reference = run_subprocess(
+        *[a if a != str(tmp_path / "run") else str(tmp_path / "ref") for a in args]
+    )
+    assert reference.returncode == 0
+    assert output(tmp_path / "run") == output(tmp_path / "ref")
+    assert counts(tmp_path / "run") == counts(tmp_path / "ref")
+
+
+def test_a_bad_record_in_a_worker_process_is_a_user_error(tmp_path, inputs, cli):
+    with open(inputs[2], "a", encoding="utf-8") as f:
+        f.write("{not json\n")
+    run = tmp_path / "run"
+    result = cli(
+        "corpus", "--run", run, "--input", str(tmp_path / "in" / "*.jsonl"), "--strict",
+        "--set", "data_engine.workers=2", "--set", "data_engine.task_mb=1",
+    )  # fmt: skip
+    assert_user_error(result, "corrupt json", "part2.jsonl")
+    assert not (run / "corpus").exists() and not (run / "corpus.work").exists()
+
+
+def test_settings_change_starts_the_work_over(tmp_path, inputs, monkeypatch):
+    run = tmp_path / "run"
+    work = engine.prepare_work_dir(run / "corpus.work", "old-settings")
+    (work / "leftover").write_text("x")
+    corpus_stage.run(config(tmp_path), run)
+    assert not (run / "corpus.work").exists()
+
+
+# --- progress ------------------------------------------------------------------------------------
+
+
+def test_task_counters_add_up(tmp_path):
+    a, b = engine.TaskCounter(tmp_path, "clean", 0), engine.TaskCounter(tmp_path, "clean", 1)
+    a.add(3, 300)
+    b.add(2, 50)
+    a.add(1, 100)
+    a.flush()
+    b.flush()
+    assert engine.read_counters(tmp_path, "clean") == (6, 450)
+
+
+# --- cluster executors ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path, monkeypatch):
+    """An `sbatch` that records each submitted script and answers as Slurm does."""
+    bin_dir, record = tmp_path / "bin", tmp_path / "submitted"
+    bin_dir.mkdir()
+    record.mkdir()
+    script = bin_dir / "sbatch"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'n=$(ls "{record}" | wc -l)\n'
+        "for last; do :; done\n"
+        f'cp "$last" "{record}/$n.slurm"\n'
+        f'echo "$@" > "{record}/$n.args"\n'
+        'echo "Submitted batch job $((100 + n))"\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    hostnames = bin_dir / "scontrol"  # `scontrol show hostnames NODELIST`, as an array task asks
+    hostnames.write_text('#!/bin/sh\necho "$3"\n')
+    hostnames.chmod(hostnames.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return record
+
+
+def test_slurm_submits_dependent_array_jobs_and_a_rerun_gathers(tmp_path, inputs, fake_sbatch):
+    cfg = config(
+        tmp_path, **{"data_engine.executor": "slurm", "data_engine.slurm.partition": "cpu"}
+    )
+    run = tmp_path / "run"
+    assert corpus_stage.run(cfg, run) is None  # submitted, not finished
+    scripts = sorted(fake_sbatch.glob("*.slurm"), key=lambda p: int(p.stem))
+    pipelines = [s.read_text() for s in scripts if "launch_pickled_pipeline" in s.read_text()]
+    assert len(pipelines) == 4  # clean, pairs, clusters, write (and datatrove's stats merges)
+    assert all("#SBATCH --partition=cpu" in s and "#SBATCH --array=" in s for s in pipelines)
+    args = [p.read_text() for p in sorted(fake_sbatch.glob("*.args"), key=lambda p: int(p.stem))]
+    assert sum("--dependency=afterok" in a for a in args) >= 3  # each job waits for the one before
+
+    # the cluster runs the jobs: each array task loads the pickled pipeline, as srun would
+    launcher = os.path.join(os.path.dirname(sys.executable), "launch_pickled_pipeline")
+    work = run / "corpus.work"
+    for job in ("clean", "pairs", "clusters", "write"):
+        tasks = json.loads((work / "logs" / job / "ranks_to_run.json").read_text())
+        for task in range(len(tasks)):
+            env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(task), "SLURM_NODELIST": "node1"}
+            subprocess.run(
+                [launcher, str(work / "logs" / job / "executor.pik")], env=env, check=True
+            )
+    stats = corpus_stage.run(cfg, run)
+    assert stats is not None and stats["documents_out"] > 0
+    local = tmp_path / "local"
+    corpus_stage.run(config(tmp_path), local)
+    assert output(run) == output(local)
+
+
+def test_slurm_without_a_partition_is_a_user_error(tmp_path, inputs):
+    with pytest.raises(UserError, match="partition"):
+        corpus_stage.run(config(tmp_path, **{"data_engine.executor": "slurm"}), tmp_path / "r")
+
+
+def test_ray_executor(tmp_path, inputs):
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        with pytest.raises(UserError, match=r"hanlm\[ray\]"):
+            corpus_stage.run(config(tmp_path, **{"data_engine.executor": "ray"}), tmp_path / "r")
+        return
+    stats = corpus_stage.run(config(tmp_path, **{"data_engine.executor": "ray"}), tmp_path / "r")
+    corpus_stage.run(config(tmp_path), tmp_path / "local")
+    assert stats["documents_out"] > 0 and output(tmp_path / "r") == output(tmp_path / "local")
