@@ -30,10 +30,12 @@ def corpus_files(tmp_path, shared, files=3, docs_per_file=150, seed=0):
         roll = rng.random()
         if docs and roll < 0.05:
             text = rng.choice(docs)["text"]
+        elif docs and roll < 0.075:
+            text = rng.choice(docs)["text"].replace(" ", "", 3)  # spacing changed
         elif docs and roll < 0.10:
-            words = rng.choice(docs)["text"].split(" ")
-            text = " ".join(w + ("" if rng.random() < 0.2 else "") for w in words)
-            text = text.replace(" ", "", 3)  # spacing changed
+            parts = rng.choice(docs)["text"].split(". ")
+            parts[rng.randrange(len(parts))] = rng.choice(sentences)  # one sentence changed
+            text = ". ".join(parts)
         else:
             text = ". ".join(rng.sample(sentences, 10)) + "."
         docs.append({"id": f"d{n}", "text": text})
