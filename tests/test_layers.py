@@ -70,6 +70,7 @@ HEAVY = frozenset(
         "langdetect",
         "huggingface_hub",
         "datatrove",
+        "ray",  # optional (hanlm[ray]): the data engine's Ray executor
     }
 )
 

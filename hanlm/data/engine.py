@@ -236,7 +236,7 @@ class Progress:
             TimeElapsedColumn,
             TimeRemainingColumn,
         )
-        from rich.progress import Progress as RichProgress
+        from rich.progress import Progress as RichProgress  # deferred: as above
 
         total = self.total_bytes(job)
         bar = RichProgress(

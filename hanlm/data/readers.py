@@ -282,7 +282,7 @@ def _share(dataset, shard: tuple[int, int]):
         return dataset
     if count <= _num_shards(dataset):
         return dataset.shard(num_shards=count, index=index, contiguous=True)
-    from datasets.distributed import split_dataset_by_node
+    from datasets.distributed import split_dataset_by_node  # deferred: optional (hanlm[hf])
 
     return split_dataset_by_node(dataset, rank=index, world_size=count)
 
