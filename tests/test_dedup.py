@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from datatrove.pipeline.dedup.minhash import MinhashDedupBuckets
+from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupBuckets
+from datatrove.utils.hashing import HashConfig
 
 from hanlm.data import dedup
 
@@ -39,9 +40,9 @@ def test_band_pairs_equal_datatrove_merge(tmp_path, monkeypatch, chunk):
         write_band(tmp_path / "sig" / "bucket_000", task, hashes)
     files = sorted((tmp_path / "sig" / "bucket_000").glob("*.sig"))
     found = dedup.band_pairs(files, words, tmp_path / "mine.dups")
-    settings = dedup.DedupSettings(near=False, num_perm=64, ngram=5, seed=0, threshold=0.8)
-    config = settings.config(dedup.EXACT)
-    config.hashes_per_bucket = words
+    config = MinhashConfig(
+        num_buckets=1, hashes_per_bucket=words, hash_config=HashConfig(precision=32, hash_fc="sha1")
+    )
     MinhashDedupBuckets(str(tmp_path / "sig"), str(tmp_path / "dt"), config=config).run(None, 0, 1)
     reference = pairs_of(tmp_path / "dt" / "00000_00.dups")
     assert found == len(reference) > 10

@@ -28,8 +28,6 @@ from pathlib import Path
 
 import numpy as np
 from datatrove.pipeline.base import PipelineStep
-from datatrove.pipeline.dedup.minhash import MinhashConfig
-from datatrove.utils.hashing import HashConfig
 
 from hanlm.data import minhash
 
@@ -71,13 +69,9 @@ class DedupSettings:
     def bands(self) -> tuple[int, int]:
         return lsh_bands(self.threshold, self.num_perm)
 
-    def config(self, kind: str) -> MinhashConfig:
-        """datatrove's description of one kind's signature files (32-bit hashes)."""
-        bands, rows = self.bands if kind == NEAR else (1, CONTENT_HASH_WORDS)
-        return MinhashConfig(
-            n_grams=self.ngram, num_buckets=bands, hashes_per_bucket=rows, seed=self.seed,
-            hash_config=HashConfig(precision=32, hash_fc="sha1"),
-        )  # fmt: skip
+    def words(self, kind: str) -> int:
+        """Hashes per record of one kind's signature files (32-bit each)."""
+        return self.bands[1] if kind == NEAR else CONTENT_HASH_WORDS
 
     @property
     def bucket_tasks(self) -> int:
@@ -130,7 +124,7 @@ class SignatureWriter:
             self._full.close()
 
     def _write(self, kind: str, band: int, hashes: np.ndarray, docs: np.ndarray) -> None:
-        words = self.settings.config(kind).hashes_per_bucket
+        words = self.settings.words(kind)
         records = np.empty(len(docs), _record_dtype(words))
         for i in range(words):
             records[f"h{i}"] = hashes[:, i]
@@ -155,7 +149,7 @@ class FindDuplicatePairs(PipelineStep):
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         kind, bucket = (EXACT, 0) if rank == 0 else (NEAR, rank - 1)
-        words = self.settings.config(kind).hashes_per_bucket
+        words = self.settings.words(kind)
         folder = Path(self.signatures) / kind / f"bucket_{bucket:03d}"
         out = Path(self.pairs) / kind / f"{bucket:05d}_00.dups"
         out.parent.mkdir(parents=True, exist_ok=True)
