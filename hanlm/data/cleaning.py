@@ -247,8 +247,8 @@ def build(
     (stats.json's content), or None when the jobs were submitted to a cluster and still run."""
     started = time.perf_counter()
     units = plan_units(sources, c, engine_cfg.task_mb << 20, demo_file=demo_file)
-    total = sum(u.nbytes for u in units) or None
-    progress = engine.Progress(work, "corpus", lambda job: total)
+    total = sum(u.nbytes for u in units)
+    progress = engine.Progress(work, "corpus", {CLEAN: total})
     stage_jobs = jobs(units, c, seed, work, demo_file)
     if not engine.run_jobs(stage_jobs, engine_cfg, work, progress=progress):
         return None

@@ -18,7 +18,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,10 +209,11 @@ def read_counters(work: Path, job: str) -> tuple[int, int]:
 
 
 class Progress:
-    """One bar per job: documents/s, MB/s and ETA against the job's total input bytes."""
+    """One bar per job. A job whose tasks count their input (`input_bytes` names its total)
+    shows documents/s, MB/s and the ETA of the bytes; the others, finished tasks of all."""
 
-    def __init__(self, work: Path, label: str, total_bytes: Callable[[Job], int | None]):
-        self.work, self.label, self.total_bytes = Path(work), label, total_bytes
+    def __init__(self, work: Path, label: str, input_bytes: dict[str, int] | None = None):
+        self.work, self.label, self.input_bytes = Path(work), label, input_bytes or {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -238,11 +239,11 @@ class Progress:
         )
         from rich.progress import Progress as RichProgress  # deferred: as above
 
-        total = self.total_bytes(job)
+        total = self.input_bytes.get(job.name)
         bar = RichProgress(
             TextColumn(f"[bold]{self.label} {job.name}"),
             BarColumn(),
-            TextColumn("{task.fields[docs]} docs · {task.fields[rate]}"),
+            TextColumn("{task.fields[what]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=console,
@@ -250,9 +251,15 @@ class Progress:
         )
         started = time.monotonic()
         with bar:
-            task = bar.add_task("", total=total or None, docs="0", rate="")
+            task = bar.add_task("", total=total or job.tasks, what="")
             while not self._stop.wait(0.5):
-                documents, nbytes = read_counters(self.work, job.name)
-                seconds = max(time.monotonic() - started, 1e-6)
-                rate = f"{documents / seconds:,.0f} docs/s, {nbytes / seconds / 1e6:.1f} MB/s"
-                bar.update(task, completed=nbytes, docs=f"{documents:,}", rate=rate)
+                done = job.tasks - len(incomplete_tasks(self.work, job))
+                what = f"{done}/{job.tasks} tasks"
+                if total:
+                    documents, nbytes = read_counters(self.work, job.name)
+                    seconds = max(time.monotonic() - started, 1e-6)
+                    what += (
+                        f" · {documents:,} docs · {documents / seconds:,.0f} docs/s, "
+                        f"{nbytes / seconds / 1e6:.1f} MB/s"
+                    )
+                bar.update(task, completed=nbytes if total else done, what=what)
