@@ -29,7 +29,7 @@ DATA = {
     "demo.size_mb": 0.8,
     "corpus.part_chars": 80_000,
     "tokenizer.vocab_size": 1024,
-    "shards.workers": 1,
+    "data_engine.workers": 1,
     "shards.val_fraction": 0.05,
 }
 TRAIN = {

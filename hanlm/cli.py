@@ -47,7 +47,7 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
     "corpus": ("corpus",),
     "decontam": ("decontam",),
     "tokenizer": ("tokenizer",),
-    "shards": ("shards",),
+    "shards": ("shards", "data_engine.workers"),  # --workers: tasks at once
     "pretrain": (
         "pretrain",
         "model",
@@ -206,8 +206,9 @@ def _add_data_stages(sub) -> None:
         sub,
         "shards",
         "tokenise the corpus into memmap token shards",
-        "Tokenise the corpus in worker processes into DIR/shards/ (train-*.bin, "
-        "val-*.bin as uint16 or uint32, manifest.json). A re-run skips finished parts.",
+        "Tokenise the corpus on the data engine (one task per corpus part; [data_engine] "
+        "executor local, slurm or ray) into DIR/shards/ (train-*.bin, val-*.bin as uint16 or "
+        "uint32, manifest.json). A killed run resumes: it encodes only unfinished parts.",
         force=REDO,
     )
     p.set_defaults(func=_cmd_stage, stage="shards")

@@ -229,11 +229,10 @@ class TokenizerSection(Section):
 class ShardsSection(Section):
     """`hanlm shards`: tokenise the corpus into memmap token files."""
 
-    workers: int = Field(0, ge=0, le=256, description="worker processes; 0 = one per CPU core")
     val_fraction: float = Field(
         0.005, ge=0, lt=0.5, description="share of documents held out for validation"
     )
-    batch_docs: int = Field(256, ge=1, description="documents per encode call in a worker")
+    batch_docs: int = Field(256, ge=1, description="documents per encode call in a task")
 
 
 # --- one device spelling everywhere ----------------------------------------------------------------
@@ -773,6 +772,7 @@ MOVED_KEYS: dict[str, tuple[str, ...]] = {
     },
     **{f"sft.{old}": (new,) for old, new in _SFT_TO.items()},
     "preflight.mfu": ("plan.mfu",),  # one MFU for the plan and preflight's projection
+    "shards.workers": ("data_engine.workers",),  # shards' tasks run on the data engine
 }
 
 
@@ -814,16 +814,27 @@ def _get_path(data: dict[str, Any], keys: list[str]) -> tuple[bool, Any]:
     return True, node
 
 
+def _default(key: str) -> Any:
+    model: Any = Config
+    *sections, name = key.split(".")
+    for section in sections:
+        model = model.model_fields[section].annotation
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
 def migrate_moved_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
     """Move old keys of a configuration file to their new places, warning about each; an old
-    and a new key with different values is a UserError naming the new key."""
+    and a new key with different values is a UserError naming the new key (unless the new
+    key holds its default: the old one's value is taken)."""
     for old, new in MOVED_KEYS.items():
         found, value = _pop_path(data, old.split("."))
         if not found:
             continue
         for key in new:
             present, current = _get_path(data, key.split("."))
-            if present and current != value:
+            # a new key at its default does not disagree: a run's resolved config.toml written
+            # by a hanlm that had both keys holds the new one at its default
+            if present and current != value and current != _default(key):
                 raise UserError(
                     f"{where} sets both {old} = {value!r} and {key} = {current!r}: "
                     f"{_moved_message(old, new)}",

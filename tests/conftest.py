@@ -125,7 +125,7 @@ def demo_run(tmp_path_factory) -> Path:
             "demo.size_mb": 0.4,
             "corpus.part_chars": 40_000,
             "tokenizer.vocab_size": 1024,
-            "shards.workers": 2,
+            "data_engine.workers": 2,
             "shards.val_fraction": 0.02,
             # the demo recipe keeps contaminated documents (to measure them); tests check dropping
             "decontam.action": "drop",

@@ -36,10 +36,10 @@ def test_unknown_key_names_the_valid_choices():
 def test_bad_value_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match=r"tokenizer\.vocab_size"):
         load_config(overrides=["tokenizer.vocab_size=-5"])
-    with pytest.raises(UserError, match=r"shards\.workers"):
-        load_config(overrides=["shards.workers=many"])
+    with pytest.raises(UserError, match=r"shards\.val_fraction"):
+        load_config(overrides=["shards.val_fraction=many"])
     with pytest.raises(UserError, match="no '='"):
-        load_config(overrides=["shards.workers"])
+        load_config(overrides=["shards.val_fraction"])
 
 
 def test_unknown_key_in_a_file(tmp_path):
@@ -187,6 +187,7 @@ def test_the_demo_recipe_uses_the_new_keys_only(capsys):
         ("sft.resume", "never", ["sft.checkpoint.resume"]),
         ("sft.eval_batches", 3, ["sft.logging.eval_batches"]),
         ("preflight.mfu", 0.3, ["plan.mfu"]),
+        ("shards.workers", 3, ["data_engine.workers"]),
     ],
 )
 def test_an_old_key_still_works_with_a_warning_naming_the_new_one(
@@ -210,6 +211,14 @@ def test_an_old_key_still_works_with_a_warning_naming_the_new_one(
         err = capsys.readouterr().err
         assert f"{old} is now {new[0]}" in err
         assert all(value_at(cfg, key) == value for key in new)
+
+
+def test_a_run_config_saved_with_both_keys_takes_the_old_one(tmp_path, capsys):
+    # a run's config.toml from before the move holds the new key at its default
+    file = tmp_path / "config.toml"
+    file.write_text("[shards]\nworkers = 3\n[data_engine]\nworkers = 0\n")
+    assert load_config(file).data_engine.workers == 3
+    assert "shards.workers is now data_engine.workers" in capsys.readouterr().err
 
 
 def test_an_old_and_a_new_key_that_disagree_fail_naming_the_new_key(tmp_path):

@@ -43,7 +43,7 @@ OLD_FLAGS = [
     ("corpus", ["--strict"], {"corpus.strict": True}),
     ("tokenizer", ["--vocab-size", "1024"], {"tokenizer.vocab_size": 1024}),
     ("tokenizer", ["--sample-chars", "5000"], {"tokenizer.sample_chars": 5000}),
-    ("shards", ["--workers", "3"], {"shards.workers": 3}),
+    ("shards", ["--workers", "3"], {"data_engine.workers": 3}),
     ("shards", ["--val-fraction", "0.1"], {"shards.val_fraction": 0.1}),
     ("pretrain", ["--preset", "tiny"], {"model.preset": "tiny"}),
     ("pretrain", ["--max-steps", "7"], {"pretrain.max_steps": 7}),

@@ -24,7 +24,7 @@ TINY_RUN = {
     "corpus.near_dedup": "false",
     "tokenizer.vocab_size": 1024,
     "tokenizer.heldout_docs": 20,
-    "shards.workers": 1,
+    "data_engine.workers": 1,
     "shards.val_fraction": 0.02,
     "preflight.storage_mb": 8,
     "preflight.matmul_seconds": 0.1,

@@ -1,13 +1,13 @@
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import assert_user_error
 from hanlm.data import shards
-from hanlm.data.corpus import iter_corpus
-from hanlm.data.shards import WORK_MARKER
+from hanlm.data.corpus import corpus_parts, iter_corpus, iter_part
 from hanlm.errors import UserError
 from hanlm.stages import shards as shards_stage
 from hanlm.stages import tokenizer as tokenizer_stage
@@ -56,78 +56,185 @@ def test_manifest_fields(demo_run):
         assert size == f["tokens"] * 2
 
 
+def reference_files(run_dir) -> dict[str, bytes]:
+    """Every token file as the encoder before the data engine wrote it: part by part, the first
+    document of part 0 and the seeded coin's picks to val, each document ending in EOD."""
+    tok = tokenizer_stage.load(run_dir)
+    m = manifest(run_dir)
+    files = {}
+    for i, part in enumerate(corpus_parts(training_corpus_dir(run_dir))):
+        tokens = {"train": [], "val": []}
+        for j, doc in enumerate(iter_part(part)):
+            val = (i == 0 and j == 0) or shards.is_val(doc["id"], 0, 0.02)
+            tokens["val" if val else "train"].extend([*tok.encode(doc["text"]).ids, m["eod_id"]])
+        for split, ids in tokens.items():
+            files[f"{split}-{i:05d}.bin"] = np.array(ids, dtype=m["dtype"]).tobytes()
+    return files
+
+
+def token_files(run_dir) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((run_dir / "shards").glob("*-*.bin"))}
+
+
+def test_token_files_are_byte_identical_to_the_encoder_before_the_engine(demo_run):
+    expected = reference_files(demo_run)
+    assert len(expected) >= 8, "the fixture should have several parts"
+    assert token_files(demo_run) == expected
+
+
+def without_timing(m: dict) -> dict:
+    return {k: v for k, v in m.items() if k not in ("seconds", "workers")}
+
+
 def test_one_and_two_workers_give_identical_shards(demo_run, tmp_path):
     other = tmp_path / "one"
     shutil.copytree(demo_run, other)
-    cfg = load_run_config(other, values={"shards.workers": 1})
+    cfg = load_run_config(other, values={"data_engine.workers": 1})
     shards_stage.run(cfg, other, force=True)
-    assert manifest(other)["workers"] == 1
-    for split in ("train", "val"):
-        for a, b in zip(read_split(demo_run, split), read_split(other, split), strict=True):
-            assert np.array_equal(a, b)
+    assert manifest(demo_run)["workers"] == 2 and manifest(other)["workers"] == 1
+    assert token_files(other) == token_files(demo_run)
+    assert without_timing(manifest(other)) == without_timing(manifest(demo_run))
+    sidecars = sorted(p.name for p in (demo_run / "shards").glob("part-*.json"))
+    for name in sidecars:
+        assert (other / "shards" / name).read_text() == (demo_run / "shards" / name).read_text()
+    assert not (other / "shards.work").exists()
 
 
-def test_resume_skips_finished_parts_and_redoes_damaged_ones(demo_run, tmp_path):
+def test_the_old_workers_key_sets_the_data_engine_with_a_warning(demo_run, tmp_path, cli):
+    run_dir = tmp_path / "old"
+    shutil.copytree(demo_run, run_dir)
+    result = cli("shards", "--run", run_dir, "--set", "shards.workers=1", "--force")
+    assert result.code == 0, result.err
+    assert "shards.workers is now data_engine.workers" in result.err
+    assert manifest(run_dir)["workers"] == 1
+    assert cli("shards", "--run", run_dir, "--workers", "2", "--force").code == 0
+    assert manifest(run_dir)["workers"] == 2
+
+
+PART_THAT_FAILS = 2
+
+
+def fail_at_part(monkeypatch, index: int = PART_THAT_FAILS) -> None:
+    """encode_part dies on one part after half-writing its train file, as a killed task would."""
+    encode = shards.encode_part
+
+    def dying(tok, job, counter=None):
+        if job["index"] == index:
+            (Path(job["out_dir"]) / f"train-{index:05d}.bin").write_bytes(b"half")
+            raise RuntimeError("killed")
+        return encode(tok, job, counter)
+
+    monkeypatch.setattr(shards, "encode_part", dying)
+
+
+def record_parts(monkeypatch, log: Path) -> None:
+    """encode_part also appends the part it encodes to `log` (from any worker process)."""
+    encode = shards.encode_part
+
+    def recording(tok, job, counter=None):
+        with open(log, "a") as f:
+            f.write(f"{job['index']}\n")
+        return encode(tok, job, counter)
+
+    monkeypatch.setattr(shards, "encode_part", recording)
+
+
+def encoded_parts(log: Path) -> list[int]:
+    return sorted(int(line) for line in log.read_text().split()) if log.exists() else []
+
+
+def killed_run(demo_run, tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """A copy of the demo run whose shards run died at part PART_THAT_FAILS (one worker, so
+    the parts before it finished and the ones after never started), and its work folder."""
     run_dir = tmp_path / "resume"
     shutil.copytree(demo_run, run_dir)
-    cfg = load_run_config(run_dir)
-    # Simulate a run killed after some parts: the work folder holds finished parts only.
-    work = run_dir / "shards.incomplete"
-    shutil.move(run_dir / "shards", work)
-    (work / "manifest.json").unlink()
-    (work / "stage.json").unlink()
-    n_parts = len(list(work.glob("part-*.json")))
-    assert n_parts >= 4, "the fixture should have parts to damage and parts to keep"
-    for p in sorted(work.glob("part-*.json"))[n_parts // 2 :]:
-        p.unlink()
-    expected = {p.name: p.read_bytes() for p in work.glob("*-*.bin")}
-    kept = {p.name: p.stat().st_mtime_ns for p in work.glob("train-*.bin")}
-    # Finished parts that were damaged afterwards: their size or checksum no longer matches.
-    (work / "train-00000.bin").write_bytes(b"garbage")
-    truncated = work / "val-00001.bin"
-    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
-    (work / "train-00001.bin").write_bytes(b"\0" * (work / "train-00001.bin").stat().st_size)
-    for name in ("train-00000.bin", "train-00001.bin"):
-        kept.pop(name)
-    shards_stage.run(cfg, run_dir)
+    shutil.rmtree(run_dir / "shards")
+    cfg = load_run_config(run_dir, values={"data_engine.workers": 1})
+    with monkeypatch.context() as m:
+        fail_at_part(m)
+        with pytest.raises(RuntimeError, match="killed"):
+            shards_stage.run(cfg, run_dir)
+    assert not (run_dir / "shards").exists() and not (run_dir / "shards.incomplete").exists()
+    work = run_dir / "shards.work"
+    done = sorted(p.name for p in (work / "logs" / "encode" / "completions").iterdir())
+    assert done == [f"{i:05d}" for i in range(PART_THAT_FAILS)]
+    return run_dir, work
+
+
+def test_a_killed_task_is_redone_and_finished_ones_are_not(demo_run, tmp_path, monkeypatch):
+    run_dir, work = killed_run(demo_run, tmp_path, monkeypatch)
+    n_parts = len(reference_files(demo_run)) // 2
+    finished = {
+        p.name: p.stat().st_mtime_ns
+        for i in range(PART_THAT_FAILS)
+        for p in (work / "encode").glob(f"*-{i:05d}.*")
+    }
+    log = tmp_path / "encoded.log"
+    record_parts(monkeypatch, log)
+    two = load_run_config(run_dir, values={"data_engine.workers": 2})
+    result = shards_stage.run(two, run_dir)
+    assert encoded_parts(log) == list(range(PART_THAT_FAILS, n_parts))
     out = run_dir / "shards"
-    after = {p.name: p.stat().st_mtime_ns for p in out.glob("train-*.bin")}
-    redone = [name for name in kept if after[name] != kept[name]]
-    assert len(redone) == n_parts - n_parts // 2  # intact finished parts are reused
-    for name in ("train-00000.bin", "train-00001.bin", "val-00001.bin"):
-        assert (out / name).read_bytes() == expected[name], f"{name} was not encoded again"
+    assert {n: (out / n).stat().st_mtime_ns for n in finished} == finished  # moved, not redone
+    assert token_files(run_dir) == reference_files(demo_run)
+    assert without_timing(result) == without_timing(manifest(demo_run))
     assert not work.exists()
 
 
-def test_resume_redoes_a_part_whose_sidecar_is_damaged(demo_run, tmp_path, cli):
-    run_dir = tmp_path / "resume"
-    shutil.copytree(demo_run, run_dir)
-    work = run_dir / "shards.incomplete"
-    shutil.move(run_dir / "shards", work)
-    (work / "stage.json").unlink()
-    expected = (work / "train-00002.bin").read_bytes()
-    kept = (work / "train-00000.bin").stat().st_mtime_ns
-    (work / "train-00002.bin").write_bytes(b"")
-    sidecar = work / "part-00002.json"
+def test_resume_redoes_a_finished_part_whose_files_are_damaged(
+    demo_run, tmp_path, monkeypatch, cli
+):
+    run_dir, work = killed_run(demo_run, tmp_path, monkeypatch)
+    encoded = work / "encode"
+    (encoded / "val-00000.bin").write_bytes(b"")  # a finished part damaged afterwards
+    sidecar = encoded / "part-00001.json"
     sidecar.write_text(sidecar.read_text()[:20])  # cut mid-way: not JSON any more
-    (work / "part-00003.json").write_text("{}")  # JSON, but not a sidecar
+    log = tmp_path / "encoded.log"
+    record_parts(monkeypatch, log)
     result = cli("shards", "--run", run_dir)
     assert result.code == 0, result.err
-    assert "part 3 is encoded again" in result.err
-    assert (run_dir / "shards" / "train-00002.bin").read_bytes() == expected
-    assert (run_dir / "shards" / "train-00000.bin").stat().st_mtime_ns == kept
+    assert "part 0 is encoded again: val-00000.bin has 0 bytes" in result.err
+    assert "part 1 is encoded again: part-00001.json cannot be read" in result.err
+    n_parts = len(reference_files(demo_run)) // 2
+    assert encoded_parts(log) == list(range(n_parts))
+    assert token_files(run_dir) == reference_files(demo_run)
 
 
-def test_resume_with_an_unreadable_work_marker_starts_over(demo_run, tmp_path, cli):
-    run_dir = tmp_path / "resume"
+def test_resume_with_an_unreadable_work_fingerprint_starts_over(
+    demo_run, tmp_path, monkeypatch, cli
+):
+    run_dir, work = killed_run(demo_run, tmp_path, monkeypatch)
+    (work / "fingerprint").write_text("{")
+    log = tmp_path / "encoded.log"
+    record_parts(monkeypatch, log)
+    result = cli("shards", "--run", run_dir)
+    assert result.code == 0, result.err
+    assert encoded_parts(log) == list(range(len(reference_files(demo_run)) // 2))
+    assert without_timing(manifest(run_dir)) == without_timing(manifest(demo_run))
+
+
+def test_the_work_of_the_encoder_before_the_engine_is_replaced(demo_run, tmp_path, cli):
+    run_dir = tmp_path / "legacy"
     shutil.copytree(demo_run, run_dir)
-    work = run_dir / "shards.incomplete"
-    shutil.move(run_dir / "shards", work)
-    (work / "stage.json").unlink()
-    (work / WORK_MARKER).write_text("{")
+    legacy = run_dir / "shards.incomplete"
+    shutil.move(run_dir / "shards", legacy)
+    (legacy / "stage.json").unlink()
+    (legacy / "work.json").write_text('{"fingerprint": "old"}')
     result = cli("shards", "--run", run_dir)
     assert result.code == 0, result.err
-    assert manifest(run_dir) == {**manifest(demo_run), "seconds": manifest(run_dir)["seconds"]}
+    assert not legacy.exists()
+    assert token_files(run_dir) == reference_files(demo_run)
+
+
+def test_an_empty_corpus_folder_is_a_user_error(demo_run, tmp_path, cli):
+    run_dir = tmp_path / "empty"
+    shutil.copytree(demo_run, run_dir)
+    for part in corpus_parts(training_corpus_dir(run_dir)):
+        part.unlink()
+    result = cli("shards", "--run", run_dir, "--force")
+    assert_user_error(result, "no corpus parts")
+    assert not (run_dir / "shards.work").exists()
+    assert (run_dir / "shards" / "manifest.json").is_file()  # the earlier shards stay
 
 
 def test_rerun_encodes_again_when_finished_shards_are_damaged(demo_run, tmp_path, cli):

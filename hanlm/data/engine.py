@@ -137,6 +137,13 @@ def incomplete_tasks(work: Path, job: Job) -> list[int]:
     return [r for r in range(job.tasks) if f"{r:05d}" not in names]
 
 
+def forget_tasks(work: Path, job: Job, ranks: Sequence[int]) -> None:
+    """Remove the completion markers of `ranks`: the next run of the job runs them again."""
+    done = work / "logs" / job.name / "completions"
+    for rank in ranks:
+        (done / f"{rank:05d}").unlink(missing_ok=True)
+
+
 def run_jobs(
     jobs: Sequence[Job], engine: DataEngineSection, work: Path, *, progress: Progress | None = None
 ) -> bool:

@@ -1,29 +1,34 @@
-"""`hanlm shards`: the corpus tokenised into NumPy memmap files, in parallel worker processes.
+"""`hanlm shards`: the corpus tokenised into NumPy memmap files, on the data engine.
 
-One corpus part is one unit of work and gives `train-NNNNN.bin`, `val-NNNNN.bin` and a sidecar
-`part-NNNNN.json` written last, so a killed run resumes by skipping parts whose sidecar exists
-and whose token files still have the size and sha256 it records (others are encoded again).
-Work happens in `shards.incomplete/`; the finished folder is renamed to `shards/` with its
-`manifest.json`. Documents are separated by the end-of-document token; the train/val split is
-decided per document by a seeded hash of its id, so it does not depend on the number of workers.
+One corpus part is one task of the engine's `encode` job (hanlm.data.engine: local worker
+processes, Slurm or Ray, `[data_engine] workers` at once) and gives `train-NNNNN.bin`,
+`val-NNNNN.bin` and a sidecar `part-NNNNN.json` written last, in the stage's work folder
+(`shards.work/encode/`). A finished task leaves the engine's completion marker, so a killed run
+redoes only the parts without one; a marked part whose token files no longer have the size and
+sha256 its sidecar records is encoded again too. When every task is done the stage's process
+moves the files into `shards/` and writes `manifest.json` from the sidecars. Documents are
+separated by the end-of-document token; the train/val split is decided per document by a seeded
+hash of its id, so nothing depends on the number of workers. Each worker process loads the
+tokenizer once and encodes on one thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import multiprocessing
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from datatrove.pipeline.base import PipelineStep
 from tokenizers import Tokenizer
 
 from hanlm.chat_template import SPECIAL_TOKENS_FILE
-from hanlm.config import ShardsSection
-from hanlm.console import info, progress, warn
+from hanlm.config import DataEngineSection, ShardsSection
+from hanlm.console import info, warn
+from hanlm.data import engine
 from hanlm.data.corpus import corpus_parts, iter_part
 from hanlm.data.loader import MANIFEST_NAME
 from hanlm.data.tokenizer import END_OF_DOCUMENT
@@ -38,8 +43,10 @@ from hanlm.files import (
 STAGE = "shards"
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")
-WORK_MARKER = "work.json"
+ENCODE = "encode"  # the engine job, and its folder of task outputs in the work folder
 MANIFEST_FILE = MANIFEST_NAME  # the loader reads what this stage writes
+# One thread per worker: N workers use N cores, and rayon must not start after a fork.
+THREAD_VARIABLES = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -53,17 +60,33 @@ def is_val(doc_id: str, seed: int, val_fraction: float) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Worker side: imports only numpy and tokenizers, never torch.
+# Task side: imports only numpy and tokenizers, never torch.
 
-_worker_tokenizer = None
+# One tokenizer per worker process, kept between the tasks it runs: (sha256, Tokenizer).
+_worker_tokenizer: tuple[str, Tokenizer] | None = None
 
 
-def _init_worker(tokenizer_path: str) -> None:
-    # One thread per worker: N workers use N cores, and rayon must not start after a fork.
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    os.environ["RAYON_NUM_THREADS"] = "1"
+def _tokenizer(path: str, sha: str) -> Tokenizer:
     global _worker_tokenizer
-    _worker_tokenizer = Tokenizer.from_file(tokenizer_path)
+    if _worker_tokenizer is None or _worker_tokenizer[0] != sha:
+        _worker_tokenizer = (sha, Tokenizer.from_file(path))
+    return _worker_tokenizer[1]
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """One tokenizers (rayon) thread: N workers use N cores, and rayon must not start after a
+    fork. The variables are restored after, for a task run inside the stage's own process."""
+    saved = {k: os.environ.get(k) for k in THREAD_VARIABLES}
+    os.environ.update(THREAD_VARIABLES)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _batches(part: Path, size: int) -> Iterator[list[dict]]:
@@ -77,15 +100,16 @@ def _batches(part: Path, size: int) -> Iterator[list[dict]]:
         yield batch
 
 
-def encode_part(job: dict) -> dict:
-    """Tokenise one corpus part into its train and val files; returns the sidecar it wrote."""
-    tok = _worker_tokenizer
+def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = None) -> dict:
+    """Tokenise one corpus part into its train and val files; returns the sidecar it wrote
+    (last, after both token files)."""
     eod, dtype = job["eod_id"], np.dtype(job["dtype"])
     pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
     counts = {s: {"tokens": 0, "documents": 0, "bytes": 0} for s in SPLITS}
     first = job["index"] == 0
     for batch in _batches(Path(job["part"]), job["batch_docs"]):
         encodings = tok.encode_batch_fast([d["text"] for d in batch])
+        nbytes = 0
         for doc, enc in zip(batch, encodings, strict=True):
             val = job["val_fraction"] > 0 and (
                 first or is_val(doc["id"], job["seed"], job["val_fraction"])
@@ -96,9 +120,15 @@ def encode_part(job: dict) -> dict:
             ids.append(eod)
             pieces[split].append(np.array(ids, dtype=dtype))
             c = counts[split]
+            size = len(doc["text"].encode("utf-8"))
             c["tokens"] += len(ids)
             c["documents"] += 1
-            c["bytes"] += len(doc["text"].encode("utf-8"))
+            c["bytes"] += size
+            nbytes += size
+        if counter is not None:
+            counter.add(len(batch), nbytes)
+    if counter is not None:
+        counter.flush()
     out_dir = Path(job["out_dir"])
     special_ids = np.asarray(job["special_ids"], dtype=np.int64)
     sidecar: dict = {"part": Path(job["part"]).name, "tokenizer_sha256": job["tokenizer_sha256"]}
@@ -113,12 +143,39 @@ def encode_part(job: dict) -> dict:
         if split == "train":
             hist = np.bincount(tokens, minlength=int(special_ids.max()) + 1)
             sidecar["special_token_counts"] = hist[special_ids].tolist()
-    atomic_write_json(out_dir / f"part-{job['index']:05d}.json", sidecar)
+    atomic_write_json(out_dir / sidecar_name(job["index"]), sidecar)
     return sidecar
 
 
+def sidecar_name(index: int) -> str:
+    return f"part-{index:05d}.json"
+
+
+class EncodeParts(PipelineStep):
+    """Task `rank` encodes corpus part `rank` (see encode_part): it writes only its own token
+    files and sidecar, which the stage's process gathers into the manifest."""
+
+    name = "🔢 encode"
+    type = "🔢 - TOKENIZE"
+
+    def __init__(self, jobs: list[dict], tokenizer_json: Path, work: Path):
+        super().__init__()
+        self.jobs, self.tokenizer_json, self.work = jobs, str(tokenizer_json), str(work)
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        job = self.jobs[rank]
+        Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
+        counter = engine.TaskCounter(self.work, ENCODE, rank)
+        with one_thread():
+            tok = _tokenizer(self.tokenizer_json, job["tokenizer_sha256"])
+            sidecar = encode_part(tok, job, counter)
+        for split in SPLITS:
+            self.stat_update(f"{split}_tokens", value=sidecar[split]["tokens"])
+        return iter(())
+
+
 # ---------------------------------------------------------------------------------------------
-# Coordinator side
+# The stage's process
 
 
 def _special_tokens(tokenizer_dir: Path) -> dict[str, int]:
@@ -128,29 +185,42 @@ def _special_tokens(tokenizer_dir: Path) -> dict[str, int]:
     return dict(sorted(names.items(), key=lambda kv: kv[1]))
 
 
-def _reusable_part(work: Path, index: int, sha: str) -> dict | None:
-    """The sidecar of a part encoded by an interrupted run, or None when the part must be
-    encoded again: no sidecar, another tokenizer, or a token file whose size or checksum
-    differs from what was written."""
-    path = work / f"part-{index:05d}.json"
+def _reusable_part(encoded: Path, index: int, sha: str) -> dict | None:
+    """The sidecar of a part a task finished, or None when the part must be encoded again:
+    no sidecar, another tokenizer, or a token file whose size or checksum differs from what
+    was written."""
+    path = encoded / sidecar_name(index)
     if not path.is_file():
-        return None
-    try:
-        sidecar = read_json(path)
-        entries = [sidecar[s] for s in SPLITS]
-        problems = [
-            file_mismatch(work / e["path"], e) if "sha256" in e else f"{e['path']} has no checksum"
-            for e in entries
-        ]
-        if sidecar["tokenizer_sha256"] != sha:
-            problems.append(f"{path.name} names another tokenizer")
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        problems = [f"{path.name} cannot be read"]
+        problems = [f"{path.name} is missing"]
+    else:
+        try:
+            sidecar = read_json(path)
+            entries = [sidecar[s] for s in SPLITS]
+            problems = [
+                file_mismatch(encoded / e["path"], e)
+                if "sha256" in e
+                else f"{e['path']} has no checksum"
+                for e in entries
+            ]
+            if sidecar["tokenizer_sha256"] != sha:
+                problems.append(f"{path.name} names another tokenizer")
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            problems = [f"{path.name} cannot be read"]
     problems = [p for p in problems if p]
     if problems:
         warn(f"shards: part {index} is encoded again: {'; '.join(problems)}")
         return None
     return sidecar
+
+
+def _recheck_finished(work: Path, job: engine.Job, encoded: Path, sha: str) -> int:
+    """Tasks an earlier run finished keep their completion marker only while their files
+    still check out (size and sha256); the others run again. How many are kept."""
+    pending = set(engine.incomplete_tasks(work, job))
+    finished = [rank for rank in range(job.tasks) if rank not in pending]
+    damaged = [rank for rank in finished if _reusable_part(encoded, rank, sha) is None]
+    engine.forget_tasks(work, job, damaged)
+    return len(finished) - len(damaged)
 
 
 def made_with_tokenizer(shards_dir: Path) -> str | None:
@@ -176,22 +246,6 @@ def damaged_outputs(out: Path) -> list[str]:
         ]
     except (OSError, ValueError, TypeError, KeyError):
         return ["manifest.json cannot be read"]
-
-
-def _work_fingerprint(marker: Path) -> str | None:
-    try:
-        return read_json(marker).get("fingerprint")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _prepare_workdir(work: Path, fp: str) -> None:
-    marker = work / WORK_MARKER
-    if work.is_dir() and _work_fingerprint(marker) != fp:
-        shutil.rmtree(work)  # leftovers of a different configuration (or an unreadable marker)
-    work.mkdir(parents=True, exist_ok=True)
-    if not marker.is_file():
-        atomic_write_json(marker, {"fingerprint": fp})
 
 
 def _manifest(
@@ -222,22 +276,28 @@ def encode_corpus(
     sha: str,
     s: ShardsSection,
     seed: int,
+    engine_cfg: DataEngineSection,
     work: Path,
-    fp: str,
-) -> dict:
-    """Encode every part of a corpus folder into `work` (keeping the parts an interrupted run of
-    the same fingerprint finished) and write its manifest.json; the manifest."""
+    out: Path,
+) -> dict | None:
+    """Encode every part of a corpus folder on the data engine, one task per part, in the
+    work folder `work` (see engine.prepare_work_dir: the tasks an interrupted run of the same
+    settings finished are kept), then move the token files and sidecars into `out` and write
+    its manifest.json. The manifest; None when the tasks were submitted to a cluster and still
+    run (running the stage again then gathers them)."""
     tokenizer_dir = tokenizer_json.parent
     parts = corpus_parts(corpus_dir)
+    if not parts:
+        raise UserError(f"no corpus parts in {corpus_dir}", fix="run `hanlm corpus` first")
     special = _special_tokens(tokenizer_dir)
     vocab_size = read_json(tokenizer_dir / SPECIAL_TOKENS_FILE)["vocab_size"]
     dtype = token_dtype(vocab_size)
-    _prepare_workdir(work, fp)
+    encoded = Path(work) / ENCODE
     jobs = [
         {
             "part": str(p),
             "index": i,
-            "out_dir": str(work),
+            "out_dir": str(encoded),
             "eod_id": special[END_OF_DOCUMENT],
             "dtype": dtype.name,
             "val_fraction": s.val_fraction,
@@ -248,44 +308,32 @@ def encode_corpus(
         }
         for i, p in enumerate(parts)
     ]
-    done = {i: sc for i in range(len(jobs)) if (sc := _reusable_part(work, i, sha)) is not None}
-    todo = [j for j in jobs if j["index"] not in done]
-    workers = max(1, min(s.workers or os.cpu_count() or 1, len(todo) or 1))
+    job = engine.Job(ENCODE, [EncodeParts(jobs, tokenizer_json, work)], tasks=len(jobs))
+    kept = _recheck_finished(work, job, encoded, sha)
+    if kept:
+        info(f"shards: resuming, {kept} of {len(jobs)} parts already encoded")
+    # tasks done (a part's text size is known only once read: no MB/s total to count against)
+    progress = engine.Progress(work, "shards")
     started = time.perf_counter()
-    if done:
-        info(f"shards: resuming, {len(done)} of {len(jobs)} parts already encoded")
-    with progress() as bar:
-        task = bar.add_task(f"shards ({workers} workers)", total=len(jobs), completed=len(done))
-        for sidecar in _encode(todo, workers, tokenizer_json):
-            done[int(sidecar["train"]["path"].split("-")[1].split(".")[0])] = sidecar
-            bar.advance(task)
-    sidecars = [done[i] for i in range(len(jobs))]
+    with one_thread():  # forked workers inherit it: no rayon pool, no tokenizers fork warning
+        if not engine.run_jobs([job], engine_cfg, work, progress=progress):
+            return None
+    seconds = time.perf_counter() - started
+    sidecars = [read_json(encoded / sidecar_name(i)) for i in range(len(jobs))]
     manifest = _manifest(sidecars, vocab_size, dtype, sha, special)
     if manifest["splits"]["train"]["tokens"] == 0:
         raise UserError(f"no training tokens from {corpus_dir}", fix="give the corpus more text")
-    manifest["seconds"] = round(time.perf_counter() - started, 3)
-    manifest["workers"] = workers
-    atomic_write_json(work / MANIFEST_FILE, manifest)
+    manifest["seconds"] = round(seconds, 3)
+    manifest["workers"] = (
+        min(engine.local_workers(engine_cfg), len(jobs))
+        if engine_cfg.executor == "local"
+        else engine_cfg.workers
+    )
+    out = Path(out)
+    for sidecar in sidecars:
+        for split in SPLITS:
+            os.replace(encoded / sidecar[split]["path"], out / sidecar[split]["path"])
+    for i in range(len(jobs)):
+        os.replace(encoded / sidecar_name(i), out / sidecar_name(i))
+    atomic_write_json(out / MANIFEST_FILE, manifest)
     return manifest
-
-
-def _encode(jobs: list[dict], workers: int, tokenizer_path: Path) -> Iterator[dict]:
-    if not jobs:
-        return
-    if workers == 1:
-        saved = {k: os.environ.get(k) for k in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
-        _init_worker(str(tokenizer_path))
-        try:
-            for job in jobs:
-                yield encode_part(job)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        return
-    # spawn, not fork: the parent may hold rayon threads from an earlier tokenizers call.
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(str(tokenizer_path),)) as pool:
-        yield from pool.imap_unordered(encode_part, jobs)

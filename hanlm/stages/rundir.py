@@ -21,7 +21,7 @@ from hanlm.config import (
     save_config,
 )
 from hanlm.data import corpus as corpus_lib
-from hanlm.data import shards as shards_lib
+from hanlm.data import loader as loader_lib
 from hanlm.data import tokenizer as tokenizer_lib
 from hanlm.data.decontam import outputs as decontam_outputs
 from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
@@ -185,12 +185,12 @@ class RunDir:
 
     @property
     def shards_manifest(self) -> Path:
-        return self.shards / shards_lib.MANIFEST_FILE
+        return self.shards / loader_lib.MANIFEST_NAME
 
     @property
-    def shards_incomplete(self) -> Path:
-        """Where the shards stage encodes until every part is done (then renamed to shards/)."""
-        return self.stage("shards.incomplete")
+    def shards_work(self) -> Path:
+        """The shards stage's data-engine work folder, kept until every part is encoded."""
+        return self.stage("shards.work")
 
     # --- training -------------------------------------------------------------------------
     @property

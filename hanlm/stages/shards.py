@@ -1,18 +1,24 @@
-"""The shards stage: the training corpus tokenised into `RUN/shards/` (see hanlm.data.shards)."""
+"""The shards stage: the training corpus tokenised into `RUN/shards/` (see hanlm.data.shards).
+
+The encoding runs on the data engine in `RUN/shards.work/`, kept while the settings and inputs
+stay the same: a run killed part-way resumes there, encoding only the parts whose task had not
+finished. Bad input (a UserError) throws the work away, since the input must change first.
+"""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info, warn
-from hanlm.data import shards
+from hanlm.data import engine, shards
 from hanlm.errors import UserError
 from hanlm.files import (
+    atomic_output_dir,
     file_sha256,
     fingerprint,
     read_json,
-    replace_dir,
     stage_fingerprint,
     write_stage_marker,
 )
@@ -21,6 +27,7 @@ from hanlm.stages.corpus import training_corpus_dir
 from hanlm.stages.rundir import RunDir, finished_output
 
 STAGE = "shards"
+LEGACY_WORK_MARKER = "work.json"  # the work folder of hanlm before the data engine
 
 
 def _check_existing(run: RunDir, sha: str) -> None:
@@ -40,12 +47,22 @@ def stage_fp(cfg: Config, run: RunDir | Path) -> str:
     run = RunDir.of(run)
     corpus_dir = training_corpus_dir(run)
     upstream = stage_fingerprint(corpus_dir) or stage_fingerprint(corpus_dir.parent)
-    output_settings = cfg.shards.model_dump(exclude={"workers", "batch_docs"})
+    output_settings = cfg.shards.model_dump(exclude={"batch_docs"})
     sha = file_sha256(run.tokenizer_json)
     return fingerprint(STAGE, output_settings, cfg.run.seed, sha, upstream)
 
 
-def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
+def _remove_legacy_work(run: RunDir) -> None:
+    """An interrupted run of hanlm before the data engine left its work in shards.incomplete/
+    (recognised by its work.json): hanlm's own leftover, encoded again from the start."""
+    legacy = run.shards.with_name(f"{run.shards.name}.incomplete")
+    if (legacy / LEGACY_WORK_MARKER).is_file():
+        info(f"shards: {legacy} is an earlier hanlm's unfinished work; encoding from the start")
+        shutil.rmtree(legacy)
+
+
+def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict | None:
+    """The shards' manifest; None when the tasks were submitted to a cluster and still run."""
     run = RunDir.of(run)
     out = run.shards
     tokenizer_json = tokenizer_stage.finished_path(run)
@@ -62,18 +79,45 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
             _check_existing(run, sha)
 
     corpus_dir = training_corpus_dir(run)
-    work = run.shards_incomplete
-    manifest = shards.encode_corpus(
-        corpus_dir, tokenizer_json, sha, cfg.shards, cfg.run.seed, work, fp
-    )
-    write_stage_marker(work, STAGE, fp)
-    replace_dir(out, work)
+    _remove_legacy_work(run)
+    if force and run.shards_work.exists():
+        shutil.rmtree(run.shards_work)
+    work = engine.prepare_work_dir(run.shards_work, fp)
+    try:
+        with atomic_output_dir(out) as tmp:
+            manifest = shards.encode_corpus(
+                corpus_dir,
+                tokenizer_json,
+                sha,
+                cfg.shards,
+                cfg.run.seed,
+                cfg.data_engine,
+                work,
+                tmp,
+            )
+            if manifest is None:  # submitted to Slurm: nothing to gather yet
+                raise _Submitted
+            write_stage_marker(tmp, STAGE, fp)
+    except _Submitted:
+        info(
+            f"shards: jobs submitted to Slurm (logs in {work / 'logs'}); run the same command "
+            "again when they have finished to gather the shards"
+        )
+        return None
+    except UserError:
+        shutil.rmtree(work, ignore_errors=True)  # the input must change before a retry
+        raise
+    shutil.rmtree(work, ignore_errors=True)
     tr = manifest["splits"]["train"]
     info(
         f"shards: {tr['tokens']:,} train tokens in {tr['documents']:,} documents, "
         f"{manifest['splits']['val']['tokens']:,} val tokens ({manifest['dtype']}) -> {out}"
     )
     return manifest
+
+
+class _Submitted(Exception):
+    """The tasks run on the cluster; the temporary output folder is discarded."""
 
 
 def load_manifest(run: RunDir | Path) -> dict:
