@@ -56,6 +56,21 @@ _datatrove_logging.setup_default_logger = _quiet_default_logger
 _quiet_default_logger()
 
 
+# loguru works out the standard library's folders (sysconfig, ~20 ms) for every sink it adds, and
+# a task adds one: once per process is enough.
+def _cache_loguru_lib_dirs() -> None:
+    try:
+        from loguru._better_exceptions import ExceptionFormatter
+
+        lib_dirs = ExceptionFormatter._get_lib_dirs()
+    except (ImportError, AttributeError):  # another loguru: leave it as it is
+        return
+    ExceptionFormatter._get_lib_dirs = staticmethod(lambda: list(lib_dirs))
+
+
+_cache_loguru_lib_dirs()
+
+
 @dataclass
 class Job:
     """One pipeline over `tasks` tasks; `name` is its folder under the stage's work folder."""
