@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import shutil
 import unicodedata
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from hanlm.config import load_config
 from hanlm.data import corpus as corpus_lib
 from hanlm.data import decontam
 from hanlm.data.decontam import index as index_module
+from hanlm.data.decontam import outputs as outputs_module
 from hanlm.data.decontam import scan as scan_module
 from hanlm.data.decontam.index import DEFAULT_NGRAM, STRIDE, normalise
 from hanlm.errors import UserError
@@ -602,6 +604,28 @@ def test_a_killed_scan_resumes_and_redoes_only_unfinished_tasks(demo_world, tmp_
     decontam_stage.standalone(cfg, [str(folder / "*")], fresh)
     assert _outputs(out / "decontam") == _outputs(fresh / "decontam")
     assert report["documents_scanned"] > 0 and first > 0
+
+
+def test_a_run_killed_after_writing_the_corpus_resumes(data_copy, monkeypatch):
+    cfg = load_run_config(data_copy, values={"decontam.action": "cut"})
+    decontam_stage.run(cfg, data_copy, force=True)
+    done = _outputs(data_copy / "decontam")
+    write_reports = outputs_module.write_reports
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(outputs_module, "write_reports", killed)
+    shutil.rmtree(data_copy / "decontam")  # as on the first run
+    with pytest.raises(RuntimeError, match="killed"):
+        decontam_stage.run(cfg, data_copy)
+    assert not (data_copy / "decontam").exists()
+    work = data_copy / "decontam-partial" / "scan"
+    assert list((work / "logs" / "write" / "completions").iterdir())  # the parts were written
+    monkeypatch.setattr(outputs_module, "write_reports", write_reports)
+    decontam_stage.run(cfg, data_copy)  # the tasks are complete: gathered, not redone
+    assert _outputs(data_copy / "decontam") == done
+    assert not work.exists()
 
 
 def test_old_workers_key_sets_the_data_engine_workers(tmp_path):

@@ -12,6 +12,7 @@ reads them into one progress bar (documents/s, MB/s and ETA), on any executor.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -173,9 +174,14 @@ def run_jobs(
         if progress is not None:
             progress.start(job)
         started = time.perf_counter()
+        # Forked workers share the parent's memory until they write to it, and the garbage
+        # collector writes to every object it visits: frozen, the parent's objects stay shared
+        # (no copy of its heap per worker, no time spent collecting what the tasks never use).
+        gc.freeze()
         try:
             executor.run()
         finally:
+            gc.unfreeze()
             job.seconds = time.perf_counter() - started
             if progress is not None:
                 progress.stop()

@@ -330,15 +330,13 @@ def write_corpus(
     for part_index, part in enumerate(parts):
         target = out / part.name
         if part_index not in edits:
-            try:
-                os.link(part, target)  # unchanged: no second copy on disk
-            except OSError:
-                shutil.copy2(part, target)
+            _link(part, target)  # unchanged: no second copy on disk
             meta = dict(metas[part.name])
         else:
             rank = edits[part_index]
             stats = read_json(_part_stats_path(work, rank))
-            shutil.move(work / WRITE / f"{rank:05d}" / part.name, target)
+            # linked, not moved: the task stays complete, should this run stop before the end
+            _link(work / WRITE / f"{rank:05d}" / part.name, target)
             meta = stats["part"]
             for key in ("documents_dropped", "documents_cut", "characters_removed"):
                 counts[key] += stats.get(key, 0)
@@ -360,6 +358,13 @@ def write_corpus(
         "documents_out": counts["documents_out"],
         "document_actions": actions,
     }
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def _part_metas(corpus_dir: Path, parts: list[Path]) -> dict[str, dict]:
