@@ -20,12 +20,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 
 import datatrove.executor.base as _executor_base
 import datatrove.utils.logging as _datatrove_logging
+import multiprocess
 from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
+from datatrove.utils.stats import PipelineStats
 from loguru import logger
 
 from hanlm.config import DataEngineSection
@@ -83,6 +86,32 @@ class Job:
     seconds: float = 0.0  # wall time of this run of it (0 when it had nothing left to do)
 
 
+class _LocalExecutor(LocalPipelineExecutor):
+    """datatrove's local executor without its manager process: the queue of local ranks and
+    the shared counter it keeps cost a process and several round trips to it per task, which
+    hanlm does not use (the task logs ignore the local rank; progress comes from the tasks'
+    own counters). Tasks run, and are skipped when complete, exactly as datatrove runs them."""
+
+    def run(self):
+        self._launched = True
+        ranks = self.get_incomplete_ranks(range(self.tasks))
+        if not ranks:
+            return None
+        self.save_executor_as_json()
+        if self.workers == 1:
+            pipeline, stats = self.pipeline, []
+            for rank in ranks:
+                self.pipeline = deepcopy(pipeline)  # no state left over from the task before
+                stats.append(self._run_for_rank(rank))
+        else:
+            with multiprocess.get_context(self.start_method).Pool(self.workers) as pool:
+                stats = list(pool.imap_unordered(self._run_for_rank, ranks))
+        total = sum(stats, start=PipelineStats())
+        with self.logging_dir.open("stats.json", "wt") as f:
+            total.save_to_disk(f)
+        return total
+
+
 def local_workers(engine: DataEngineSection) -> int:
     return engine.workers or os.cpu_count() or 1
 
@@ -105,7 +134,7 @@ def _executor(job: Job, engine: DataEngineSection, work: Path, depends):
         workers = max(1, min(local_workers(engine), job.tasks))
         # fork: workers start at once with hanlm already imported; the parent holds no threads
         # that matter while the pool forks (the progress thread only reads files)
-        return LocalPipelineExecutor(
+        return _LocalExecutor(
             job.pipeline, tasks=job.tasks, workers=workers, logging_dir=logging_dir,
             start_method="fork", depends=depends,
         )  # fmt: skip
