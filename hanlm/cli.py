@@ -45,7 +45,7 @@ outputs there atomically; a finished stage is skipped when run again with the sa
 # dotted key one field, and "-key" takes one out again. Every key stays reachable with --set.
 CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
     "corpus": ("corpus",),
-    "decontam": ("decontam",),
+    "decontam": ("decontam", "data_engine.workers"),
     "tokenizer": ("tokenizer",),
     "shards": ("shards", "data_engine.workers"),  # --workers: tasks at once
     "pretrain": (

@@ -597,8 +597,10 @@ class DecontamSection(Section):
     cut_margin: int = Field(50, ge=0, description="cut: characters also removed on each side")
     text_field: str = Field("text", min_length=1, description="JSONL field with the text")
     max_documents: int = Field(5, ge=0, description="document ids listed per item in items.jsonl")
-    workers: int = Field(0, ge=0, le=256, description="scan processes; 0 = one per CPU core")
-    batch_bytes: int = Field(4_000_000, ge=1000, description="bytes of text per worker batch")
+    # how many scan tasks run at once is data_engine.workers (decontam.workers moved there)
+    batch_bytes: int = Field(
+        4_000_000, ge=1000, description="bytes of text a scan task reads and looks up at once"
+    )
 
 
 class SftSection(Section):
@@ -772,7 +774,9 @@ MOVED_KEYS: dict[str, tuple[str, ...]] = {
     },
     **{f"sft.{old}": (new,) for old, new in _SFT_TO.items()},
     "preflight.mfu": ("plan.mfu",),  # one MFU for the plan and preflight's projection
-    "shards.workers": ("data_engine.workers",),  # shards' tasks run on the data engine
+    # the data stages' per-document work runs on the data engine: one worker count for all
+    "shards.workers": ("data_engine.workers",),
+    "decontam.workers": ("data_engine.workers",),
 }
 
 

@@ -72,7 +72,7 @@ OLD_FLAGS = [
      {"decontam.benchmarks": ["demo_qa=demo", "kobest_boolq=dev.tsv"]}),
     ("decontam", ["--ngram", "13"], {"decontam.ngram": 13}),
     ("decontam", ["--action", "cut"], {"decontam.action": "cut"}),
-    ("decontam", ["--workers", "2"], {"decontam.workers": 2}),
+    ("decontam", ["--workers", "2"], {"data_engine.workers": 2}),  # moved: the data engine
     ("decontam", ["--text-field", "body"], {"decontam.text_field": "body"}),
     ("decontam", ["merge", "--corpus", "c", "--out", "o", "--shard", "0/2"], {}),
     *[("generate", ["m", "--prompt", "x", *argv], keys) for argv, keys in DECODING],

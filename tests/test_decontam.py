@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import shutil
 import unicodedata
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from hanlm.config import load_config
 from hanlm.data import corpus as corpus_lib
 from hanlm.data import decontam
 from hanlm.data.decontam import index as index_module
+from hanlm.data.decontam import outputs as outputs_module
+from hanlm.data.decontam import scan as scan_module
 from hanlm.data.decontam.index import DEFAULT_NGRAM, STRIDE, normalise
 from hanlm.errors import UserError
 from hanlm.stages import corpus as corpus_stage
@@ -475,7 +478,7 @@ def test_run_mode_shards_and_merge(data_copy, cli):
 # Standalone: any training data, several machines
 
 
-def test_standalone_shards_merge_to_the_single_scan(demo_world, tmp_path, cli):
+def test_standalone_shards_merge_to_the_single_scan(demo_world, tmp_path, cli, monkeypatch):
     world, paths = demo_world
     items = readers.read("demo_qa", paths["benchmark"])
     docs, _ = plant(items, [d["text"] for d in world.documents])
@@ -487,7 +490,8 @@ def test_standalone_shards_merge_to_the_single_scan(demo_world, tmp_path, cli):
             path.unlink()
     bench = f"demo_qa={paths['benchmark']}"
     common = ["--corpus", tmp_path / "d*", "--benchmark", bench]
-    # The single scan in two worker processes (small batches so that both get work).
+    # The single scan in two worker processes (small tasks so that both get work).
+    monkeypatch.setattr(scan_module, "MB", 20_000)
     many_workers = ["--workers", "2", "--set", "decontam.batch_bytes=20000"]
     assert cli("decontam", *common, "--out", tmp_path / "one", *many_workers).code == 0
     for shards in (2, 5):  # by file, and by document when files are fewer than shards
@@ -501,6 +505,137 @@ def test_standalone_shards_merge_to_the_single_scan(demo_world, tmp_path, cli):
         single = json.loads((one / "report.json").read_text())
         assert merged["benchmarks"] == single["benchmarks"]
         assert merged["documents_scanned"] == single["documents_scanned"] == len(docs)
+
+
+def _outputs(folder: Path) -> dict:
+    """What a decontam folder says, less its timing (and the corpus parts' contents)."""
+    report = json.loads((folder / "report.json").read_text())
+    report.pop("scan_seconds")
+    out = {name: (folder / name).read_text() for name in ("items.jsonl", "flagged.jsonl")}
+    out["report"] = report
+    if (folder / "corpus").is_dir():
+        stats = json.loads((folder / "corpus" / "stats.json").read_text())
+        out["parts"] = [
+            (p["path"], p["documents"], p["characters"],
+             zstandard.decompress((folder / "corpus" / p["path"]).read_bytes(), 1 << 30))
+            for p in stats["parts"]
+        ]  # fmt: skip
+    return out
+
+
+def _mixed_inputs(world, tmp_path: Path) -> Path:
+    """Planted documents in four files: with ids, without (named FILE:LINE), zstd, plain text."""
+    items = readers.read("demo_qa", world[1]["benchmark"])
+    docs, _ = plant(items, [d["text"] for d in world[0].documents])
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", docs[0::4])
+    write_jsonl(folder / "b.jsonl", [{"text": d["text"]} for d in docs[1::4]])
+    packed = write_jsonl(tmp_path / "c.jsonl", docs[2::4]).read_bytes()
+    (folder / "c.jsonl.zst").write_bytes(zstandard.compress(packed))
+    (folder / "d.txt").write_text("\n\n".join(d["text"] for d in docs[3::4]), encoding="utf-8")
+    return folder
+
+
+def test_one_and_two_workers_give_the_same_result(demo_world, tmp_path, cli, monkeypatch):
+    folder = _mixed_inputs(demo_world, tmp_path)
+    common = ["--corpus", folder / "*", "--benchmark", f"demo_qa={demo_world[1]['benchmark']}"]
+    assert cli("decontam", *common, "--out", tmp_path / "whole", "--workers", "1").code == 0
+    # Tasks of ~13 KB: the uncompressed JSONL files cut into byte ranges, small ones grouped.
+    monkeypatch.setattr(scan_module, "MB", 200)
+    files = sorted(folder.iterdir())
+    tasks = scan_module.plan_tasks(files, 64 * scan_module.MB)
+    assert len(tasks) > 4 and any(t.pieces[0].span for t in tasks)
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        assert cli("decontam", *common, "--out", out, "--workers", str(workers)).code == 0
+    whole = _outputs(tmp_path / "whole" / "decontam")
+    assert _outputs(tmp_path / "w1" / "decontam") == _outputs(tmp_path / "w2" / "decontam") == whole
+    assert any(":" in line for line in whole["flagged.jsonl"].splitlines())  # b.jsonl:LINE
+    assert whole["report"]["documents_flagged"] > 0
+
+
+def test_run_mode_with_one_and_two_workers_gives_the_same_corpus(data_copy, monkeypatch):
+    monkeypatch.setattr(scan_module, "MB", 200)  # a task per corpus part or two
+    outputs = []
+    for workers in (1, 2):
+        cfg = load_run_config(
+            data_copy, values={"decontam.action": "cut", "data_engine.workers": workers}
+        )
+        decontam_stage.run(cfg, data_copy, force=True)
+        outputs.append(_outputs(data_copy / "decontam"))
+    assert outputs[0] == outputs[1]
+    assert outputs[0]["report"]["documents_cut"] > 0
+    assert not (data_copy / "decontam-partial").exists()
+
+
+def test_a_killed_scan_resumes_and_redoes_only_unfinished_tasks(demo_world, tmp_path, monkeypatch):
+    folder = _mixed_inputs(demo_world, tmp_path)
+    monkeypatch.setattr(scan_module, "MB", 200)
+    cfg = load_config(
+        values={
+            "decontam.benchmarks": [f"demo_qa={demo_world[1]['benchmark']}"],
+            "data_engine.workers": 1,  # the tasks run in this process, where the patch is
+        }
+    )
+    ran: list[int] = []
+    killed: list[int] = []
+    real_run = scan_module.ScanPieces.run
+
+    def killed_at_task_2(self, data=None, rank=0, world_size=1):
+        ran.append(rank)
+        if rank == 2 and not killed:
+            killed.append(rank)
+            raise RuntimeError("killed")
+        return real_run(self, data, rank, world_size)
+
+    monkeypatch.setattr(scan_module.ScanPieces, "run", killed_at_task_2)
+    out = tmp_path / "o"
+    with pytest.raises(RuntimeError, match="killed"):
+        decontam_stage.standalone(cfg, [str(folder / "*")], out)
+    assert ran == [0, 1, 2] and not (out / "decontam").exists()
+    work = out / "decontam-partial" / "scan"
+    first = (work / "scan" / "00000.npz").stat().st_mtime_ns
+    ran.clear()
+    report = decontam_stage.standalone(cfg, [str(folder / "*")], out)
+    assert ran[0] == 2 and 0 not in ran and 1 not in ran  # finished tasks are not redone
+    assert not work.exists()
+    fresh = tmp_path / "fresh"
+    decontam_stage.standalone(cfg, [str(folder / "*")], fresh)
+    assert _outputs(out / "decontam") == _outputs(fresh / "decontam")
+    assert report["documents_scanned"] > 0 and first > 0
+
+
+def test_a_run_killed_after_writing_the_corpus_resumes(data_copy, monkeypatch):
+    cfg = load_run_config(data_copy, values={"decontam.action": "cut"})
+    decontam_stage.run(cfg, data_copy, force=True)
+    done = _outputs(data_copy / "decontam")
+    write_reports = outputs_module.write_reports
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(outputs_module, "write_reports", killed)
+    shutil.rmtree(data_copy / "decontam")  # as on the first run
+    with pytest.raises(RuntimeError, match="killed"):
+        decontam_stage.run(cfg, data_copy)
+    assert not (data_copy / "decontam").exists()
+    work = data_copy / "decontam-partial" / "scan"
+    assert list((work / "logs" / "write" / "completions").iterdir())  # the parts were written
+    monkeypatch.setattr(outputs_module, "write_reports", write_reports)
+    decontam_stage.run(cfg, data_copy)  # the tasks are complete: gathered, not redone
+    assert _outputs(data_copy / "decontam") == done
+    assert not work.exists()
+
+
+def test_old_workers_key_sets_the_data_engine_workers(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[decontam]\nworkers = 3\n")
+    assert load_config(recipe).data_engine.workers == 3
+    assert load_config(overrides=["decontam.workers=2"]).data_engine.workers == 2
+    with pytest.raises(UserError, match=r"data_engine\.workers"):
+        recipe.write_text("[decontam]\nworkers = 3\n[data_engine]\nworkers = 1\n")
+        load_config(recipe)
 
 
 def test_bad_inputs_are_user_errors(tmp_path, cli, demo_world):

@@ -12,6 +12,7 @@ reads them into one progress bar (documents/s, MB/s and ETA), on any executor.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -19,12 +20,15 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 
 import datatrove.executor.base as _executor_base
 import datatrove.utils.logging as _datatrove_logging
+import multiprocess
 from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
+from datatrove.utils.stats import PipelineStats
 from loguru import logger
 
 from hanlm.config import DataEngineSection
@@ -56,6 +60,21 @@ _datatrove_logging.setup_default_logger = _quiet_default_logger
 _quiet_default_logger()
 
 
+# loguru works out the standard library's folders (sysconfig, ~20 ms) for every sink it adds, and
+# a task adds one: once per process is enough.
+def _cache_loguru_lib_dirs() -> None:
+    try:
+        from loguru._better_exceptions import ExceptionFormatter
+
+        lib_dirs = ExceptionFormatter._get_lib_dirs()
+    except (ImportError, AttributeError):  # another loguru: leave it as it is
+        return
+    ExceptionFormatter._get_lib_dirs = staticmethod(lambda: list(lib_dirs))
+
+
+_cache_loguru_lib_dirs()
+
+
 @dataclass
 class Job:
     """One pipeline over `tasks` tasks; `name` is its folder under the stage's work folder."""
@@ -65,6 +84,32 @@ class Job:
     tasks: int
     cpus: int = 1  # a task's cores (Slurm/Ray reservation)
     seconds: float = 0.0  # wall time of this run of it (0 when it had nothing left to do)
+
+
+class _LocalExecutor(LocalPipelineExecutor):
+    """datatrove's local executor without its manager process: the queue of local ranks and
+    the shared counter it keeps cost a process and several round trips to it per task, which
+    hanlm does not use (the task logs ignore the local rank; progress comes from the tasks'
+    own counters). Tasks run, and are skipped when complete, exactly as datatrove runs them."""
+
+    def run(self):
+        self._launched = True
+        ranks = self.get_incomplete_ranks(range(self.tasks))
+        if not ranks:
+            return None
+        self.save_executor_as_json()
+        if self.workers == 1:
+            pipeline, stats = self.pipeline, []
+            for rank in ranks:
+                self.pipeline = deepcopy(pipeline)  # no state left over from the task before
+                stats.append(self._run_for_rank(rank))
+        else:
+            with multiprocess.get_context(self.start_method).Pool(self.workers) as pool:
+                stats = list(pool.imap_unordered(self._run_for_rank, ranks))
+        total = sum(stats, start=PipelineStats())
+        with self.logging_dir.open("stats.json", "wt") as f:
+            total.save_to_disk(f)
+        return total
 
 
 def local_workers(engine: DataEngineSection) -> int:
@@ -89,7 +134,7 @@ def _executor(job: Job, engine: DataEngineSection, work: Path, depends):
         workers = max(1, min(local_workers(engine), job.tasks))
         # fork: workers start at once with hanlm already imported; the parent holds no threads
         # that matter while the pool forks (the progress thread only reads files)
-        return LocalPipelineExecutor(
+        return _LocalExecutor(
             job.pipeline, tasks=job.tasks, workers=workers, logging_dir=logging_dir,
             start_method="fork", depends=depends,
         )  # fmt: skip
@@ -165,9 +210,14 @@ def run_jobs(
         if progress is not None:
             progress.start(job)
         started = time.perf_counter()
+        # Forked workers share the parent's memory until they write to it, and the garbage
+        # collector writes to every object it visits: frozen, the parent's objects stay shared
+        # (no copy of its heap per worker, no time spent collecting what the tasks never use).
+        gc.freeze()
         try:
             executor.run()
         finally:
+            gc.unfreeze()
             job.seconds = time.perf_counter() - started
             if progress is not None:
                 progress.stop()

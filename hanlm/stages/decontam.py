@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info, warn
+from hanlm.data import engine
 from hanlm.data.corpus import corpus_parts, damaged_parts
 from hanlm.data.decontam import outputs
 from hanlm.data.decontam.index import FORMAT_VERSION, BenchmarkIndex
@@ -84,7 +85,7 @@ def _check_thresholds(cfg: Config) -> None:
 
 
 def _fp(cfg: Config, benchmarks, inputs: list) -> str:
-    d = cfg.decontam.model_dump(exclude={"workers", "batch_bytes", "enabled"})
+    d = cfg.decontam.model_dump(exclude={"batch_bytes", "enabled"})
     return fingerprint(
         STAGE,
         FORMAT_VERSION,
@@ -101,8 +102,9 @@ def _fp(cfg: Config, benchmarks, inputs: list) -> str:
 
 def run(
     cfg: Config, run: RunDir | Path, *, force: bool = False, shard: tuple[int, int] | None = None
-) -> dict:
-    """The stage between corpus and tokenizer: scan the run's corpus, write RUN/decontam/."""
+) -> dict | None:
+    """The stage between corpus and tokenizer: scan the run's corpus, write RUN/decontam/; the
+    report, or None when its jobs were submitted to a cluster (Slurm) and still run."""
     run = RunDir.of(run)
     out = run.decontam
     if not cfg.decontam.enabled or not cfg.decontam.benchmarks:
@@ -134,7 +136,7 @@ def run(
         )
 
     files = corpus_parts(corpus_dir)
-    return _scan(cfg, benchmarks, files, run, fp, shard, corpus_dir, "run")
+    return _scan(cfg, benchmarks, files, run, fp, shard, corpus_dir, "run", force)
 
 
 def standalone(
@@ -144,8 +146,9 @@ def standalone(
     *,
     force: bool = False,
     shard: tuple[int, int] | None = None,
-) -> dict:
-    """Scan any training data (`--corpus` globs) against the benchmarks into OUT/decontam/."""
+) -> dict | None:
+    """Scan any training data (`--corpus` globs) against the benchmarks into OUT/decontam/
+    (None: submitted to a cluster, as `run`)."""
     _check_thresholds(cfg)
     files = expand_corpus(corpus)
     benchmarks = benchmark_specs(cfg.decontam.benchmarks, None)
@@ -155,41 +158,74 @@ def standalone(
     if shard is None and not force and stage_fingerprint(out) == fp:
         info(f"decontam: up to date in {out}, skipped")
         return read_json(layout.decontam_report)
-    return _scan(cfg, benchmarks, files, layout, fp, shard, None, "standalone")
+    return _scan(cfg, benchmarks, files, layout, fp, shard, None, "standalone", force)
 
 
-def _scan(cfg, benchmarks, files, layout: RunDir, fp: str, shard, corpus_dir, mode: str):
-    """Index, scan, then either save this shard's partial result or finish the reports."""
-    work = layout.decontam_partial
+def _scan(cfg, benchmarks, files, layout: RunDir, fp: str, shard, corpus_dir, mode: str,
+          force: bool = False):  # fmt: skip
+    """Index, scan, then either save this shard's partial result or finish the reports.
+
+    The data engine works in DIR/decontam-partial/scan/ (a shard's in scan-I-of-N/), kept while
+    the settings stay the same: a scan killed part-way redoes only its unfinished tasks."""
+    partial = layout.decontam_partial
     items = load_items(benchmarks, cfg.decontam.text_field)
     index = BenchmarkIndex.build(items, ngram=cfg.decontam.ngram)
-    work.mkdir(parents=True, exist_ok=True)
-    index_path = work / outputs.INDEX_FILE
+    partial.mkdir(parents=True, exist_ok=True)
+    index_path = partial / outputs.INDEX_FILE
     index.save(index_path)
-    result = outputs.scan_files(cfg, index, index_path, files, shard)
-    if shard is not None:
-        return outputs.save_partial(work, result, shard, fp)
-    report = outputs.finish(
-        layout.decontam, index, result, cfg, fp, corpus_dir=corpus_dir, meta={"mode": mode}
-    )
-    shutil.rmtree(work, ignore_errors=True)
+    name = "scan" if shard is None else f"scan-{shard[0]:04d}-of-{shard[1]:04d}"
+    work_dir = partial / name
+    if force and work_dir.exists():
+        shutil.rmtree(work_dir)
+    # the tasks come from the files and the task size: a change of either starts afresh
+    work = engine.prepare_work_dir(work_dir, fingerprint(fp, shard, cfg.data_engine.task_mb))
+    try:
+        result = outputs.scan_files(cfg, index, index_path, files, shard, work)
+        if result is None:
+            raise outputs.Submitted
+        if shard is not None:
+            report = outputs.save_partial(partial, result, shard, fp)
+            shutil.rmtree(work, ignore_errors=True)
+            return report
+        report = outputs.finish(
+            layout.decontam, index, result, cfg, fp, corpus_dir=corpus_dir, meta={"mode": mode},
+            work=work, index_path=index_path,
+        )  # fmt: skip
+    except outputs.Submitted:
+        return _submitted(work)
+    except UserError:
+        shutil.rmtree(work, ignore_errors=True)  # the input must change before a retry
+        raise
+    shutil.rmtree(partial, ignore_errors=True)
     return report
 
 
-def merge(cfg: Config, *, out_dir: Path | None = None, run_dir: Path | None = None) -> dict:
+def _submitted(work: Path) -> None:
+    info(
+        f"decontam: jobs submitted to Slurm (logs in {work / 'logs'}); run the same command "
+        "again when they have finished to gather the results"
+    )
+
+
+def merge(cfg: Config, *, out_dir: Path | None = None, run_dir: Path | None = None) -> dict | None:
     """Combine every shard's partial result in DIR/decontam-partial/ into DIR/decontam/.
 
     Each `--shard I/N` run writes shard-I-of-N.{npz,json} and index.npz there; on machines that
     do not share DIR, copy every shard's files into one DIR/decontam-partial/ first."""
     layout = RunDir(run_dir if run_dir is not None else out_dir)
-    work = layout.decontam_partial
-    index, result, fp, n = outputs.load_partials(work)
+    partial = layout.decontam_partial
+    index, result, fp, n = outputs.load_partials(partial)
     corpus_dir = layout.corpus if run_dir is not None else None
     meta = {"mode": "run" if run_dir is not None else "standalone", "shards": n}
-    report = outputs.finish(
-        layout.decontam, index, result, cfg, fp, corpus_dir=corpus_dir, meta=meta
-    )
-    shutil.rmtree(work, ignore_errors=True)
+    work = engine.prepare_work_dir(partial / "merge", fingerprint(fp, n))
+    try:
+        report = outputs.finish(
+            layout.decontam, index, result, cfg, fp, corpus_dir=corpus_dir, meta=meta,
+            work=work, index_path=partial / outputs.INDEX_FILE,
+        )  # fmt: skip
+    except outputs.Submitted:
+        return _submitted(work)
+    shutil.rmtree(partial, ignore_errors=True)
     return report
 
 

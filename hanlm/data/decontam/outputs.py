@@ -20,12 +20,14 @@ from pathlib import Path
 
 import numpy as np
 import zstandard
+from datatrove.pipeline.base import PipelineStep
 
 from hanlm.config import Config
-from hanlm.console import info, progress
+from hanlm.console import info
+from hanlm.data import engine
 from hanlm.data.corpus import STATS_FILE, corpus_parts
 from hanlm.data.decontam.index import BenchmarkIndex
-from hanlm.data.decontam.scan import ScanResult, scan
+from hanlm.data.decontam.scan import ScanResult, scan, share_index, task_index
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_output_dir,
@@ -210,68 +212,143 @@ def _cut(text: str, spans: list[tuple[int, int]], margin: int) -> tuple[str, int
     return kept, sum(e - s for s, e in merged)
 
 
+WRITE = "write"  # the data engine job writing the decontaminated parts
+
+
+@dataclass(frozen=True)
+class PartEdit:
+    """A corpus part holding flagged documents: its counts and (record, scan document, items)."""
+
+    path: str
+    documents: int
+    characters: int
+    flagged: tuple[tuple[int, int, tuple[int, ...]], ...]
+
+
+def _part_stats_path(work: Path, rank: int) -> Path:
+    return Path(work) / "stats" / WRITE / f"{rank:05d}.json"
+
+
+class WriteCleanParts(PipelineStep):
+    """One task per corpus part with flagged documents: the part without them (drop) or without
+    their matching spans (cut), and its counts, into the task's own files."""
+
+    name = "✂️ decontam write"
+    type = "💽 - WRITER"
+
+    def __init__(self, edits: list[PartEdit], index_path: Path, d, min_chars: int, work: Path):
+        super().__init__()
+        self.edits, self.index_path, self.work = edits, str(index_path), str(work)
+        self.action, self.cut_margin, self.min_chars = d.action, d.cut_margin, min_chars
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        edit, work = self.edits[rank], Path(self.work)
+        index = task_index(Path(self.index_path)) if self.action == "cut" else None
+        flagged = {record: (doc, set(items)) for record, doc, items in edit.flagged}
+        target = work / WRITE / f"{rank:05d}" / Path(edit.path).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        counter = engine.TaskCounter(work, WRITE, rank)
+        counts: Counter = Counter()
+        actions: list[tuple[int, str]] = []
+        lost = 0  # characters the part's documents lost (dropped whole, or cut)
+        with open(target, "wb") as f, zstandard.ZstdCompressor(level=3).stream_writer(f) as w:
+            with open_text_stream(Path(edit.path)) as stream:
+                for line_no, line in enumerate(stream):
+                    counter.add(1, len(line))
+                    if line_no not in flagged:
+                        w.write(line)
+                        continue
+                    doc, items = flagged[line_no]
+                    record = json.loads(line)
+                    text = record["text"]
+                    if self.action == "cut":
+                        kept, removed = _cut(text, index.spans(text, items), self.cut_margin)
+                        if len(kept) >= max(1, self.min_chars):
+                            record["text"] = kept
+                            w.write((json.dumps(record, ensure_ascii=False) + "\n").encode())
+                            counts["documents_cut"] += 1
+                            counts["characters_removed"] += removed
+                            lost += len(text) - len(kept)
+                            actions.append((doc, "cut"))
+                            continue
+                    counts["documents_dropped"] += 1
+                    counts["characters_removed"] += len(text)
+                    lost += len(text)
+                    actions.append((doc, "dropped"))
+            w.flush(zstandard.FLUSH_FRAME)
+        counter.flush()
+        documents = edit.documents - counts["documents_dropped"]
+        stats = {
+            **counts,
+            "part": {"path": target.name, "documents": documents,
+                     "characters": edit.characters - lost, **file_record(target)},
+            "actions": actions,
+        }  # fmt: skip
+        path = _part_stats_path(work, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, stats)
+
+
 def write_corpus(
-    tmp: Path, corpus_dir: Path, index, result: ScanResult, outcome: Outcome, cfg: Config
-) -> dict:
-    """Copy the corpus into tmp/corpus without the flagged documents (or their matching spans)."""
-    out = tmp / CORPUS_DIR
-    out.mkdir()
+    tmp: Path, corpus_dir: Path, index_path: Path, result: ScanResult, outcome: Outcome,
+    cfg: Config, work: Path,
+) -> dict | None:  # fmt: skip
+    """Copy the corpus into tmp/corpus without the flagged documents (or their matching spans):
+    parts without any hard-linked, the others rewritten by tasks of the data engine (one per
+    part). None when those were submitted to a cluster."""
     a = result.arrays()
     by_part: dict[int, dict[int, int]] = {}  # part -> record -> scan document
     for doc in outcome.flagged:
         by_part.setdefault(int(a["doc_source"][doc]), {})[int(a["doc_record"][doc])] = doc
     d = cfg.decontam
+    parts = corpus_parts(corpus_dir)
+    metas = _part_metas(corpus_dir, parts)
+    edits: dict[int, int] = {}  # part -> task
+    plan: list[PartEdit] = []
+    for part_index, part in enumerate(parts):
+        flagged = by_part.get(part_index, {}) if d.action != "keep" else {}
+        if flagged:
+            held = tuple(
+                (record, doc, tuple(sorted(outcome.flagged[doc])))
+                for record, doc in sorted(flagged.items())
+            )
+            edits[part_index] = len(plan)
+            meta = metas[part.name]
+            plan.append(PartEdit(str(part), meta["documents"], meta["characters"], held))
+    if plan:
+        step = WriteCleanParts(plan, index_path, d, cfg.corpus.min_chars, work)
+        job = engine.Job(WRITE, [step], tasks=len(plan))
+        total = sum(p.stat().st_size for i, p in enumerate(parts) if i in edits) or None
+        progress = engine.Progress(work, "decontam", lambda job: total)
+        if not engine.run_jobs([job], cfg.data_engine, work, progress=progress):
+            return None
+    out = tmp / CORPUS_DIR
+    out.mkdir()
     counts = Counter()
     actions: dict[int, str] = {}
-    parts = []
-    for part_index, part in enumerate(corpus_parts(corpus_dir)):
+    written = []
+    for part_index, part in enumerate(parts):
         target = out / part.name
-        flagged = by_part.get(part_index, {}) if d.action != "keep" else {}
-        docs = chars = 0
-        if not flagged:
-            try:
-                os.link(part, target)  # unchanged: no second copy on disk
-            except OSError:
-                shutil.copy2(part, target)
-            meta = _part_meta(corpus_dir, part.name)
-            parts.append(meta)
-            counts["documents_out"] += meta["documents"]
-            counts["characters_out"] += meta["characters"]
-            continue
-        with open(target, "wb") as f, zstandard.ZstdCompressor(level=3).stream_writer(f) as w:
-            with open_text_stream(part) as stream:
-                for line_no, line in enumerate(stream):
-                    doc = flagged.get(line_no)
-                    if doc is None:
-                        w.write(line)
-                        text_len = len(json.loads(line)["text"])
-                        docs, chars = docs + 1, chars + text_len
-                        continue
-                    record = json.loads(line)
-                    if d.action == "cut":
-                        spans = index.spans(record["text"], outcome.flagged[doc])
-                        kept, removed = _cut(record["text"], spans, d.cut_margin)
-                        if len(kept) >= max(1, cfg.corpus.min_chars):
-                            record["text"] = kept
-                            w.write((json.dumps(record, ensure_ascii=False) + "\n").encode())
-                            docs, chars = docs + 1, chars + len(kept)
-                            counts["documents_cut"] += 1
-                            counts["characters_removed"] += removed
-                            actions[doc] = "cut"
-                            continue
-                    counts["documents_dropped"] += 1
-                    counts["characters_removed"] += len(record["text"])
-                    actions[doc] = "dropped"
-            w.flush(zstandard.FLUSH_FRAME)
-        record = file_record(target)
-        parts.append({"path": part.name, "documents": docs, "characters": chars, **record})
-        counts["documents_out"] += docs
-        counts["characters_out"] += chars
+        if part_index not in edits:
+            _link(part, target)  # unchanged: no second copy on disk
+            meta = dict(metas[part.name])
+        else:
+            rank = edits[part_index]
+            stats = read_json(_part_stats_path(work, rank))
+            # linked, not moved: the task stays complete, should this run stop before the end
+            _link(work / WRITE / f"{rank:05d}" / part.name, target)
+            meta = stats["part"]
+            for key in ("documents_dropped", "documents_cut", "characters_removed"):
+                counts[key] += stats.get(key, 0)
+            actions.update((doc, action) for doc, action in stats["actions"])
+        written.append(meta)
+        counts["documents_out"] += meta["documents"]
+        counts["characters_out"] += meta["characters"]
     stats = {
         "source": "decontam",
         "documents_out": counts["documents_out"],
         "characters_out": counts["characters_out"],
-        "parts": parts,
+        "parts": written,
     }
     atomic_write_json(out / STATS_FILE, stats)
     return {
@@ -283,54 +360,79 @@ def write_corpus(
     }
 
 
-def _part_meta(corpus_dir: Path, name: str) -> dict:
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _part_metas(corpus_dir: Path, parts: list[Path]) -> dict[str, dict]:
+    """name -> {path, documents, characters, ...} of every part: from the corpus's stats.json,
+    counted for a part it does not list."""
+    listed: dict[str, dict] = {}
     stats_path = corpus_dir / STATS_FILE
     if stats_path.is_file():
-        for meta in read_json(stats_path).get("parts", []):
-            if meta.get("path") == name:
-                return dict(meta)
-    docs = chars = 0
-    with open_text_stream(corpus_dir / name) as stream:
-        for line in stream:
-            docs += 1
-            chars += len(json.loads(line)["text"])
-    return {"path": name, "documents": docs, "characters": chars}
+        listed = {m.get("path"): dict(m) for m in read_json(stats_path).get("parts", [])}
+    metas = {}
+    for part in parts:
+        if part.name in listed:
+            metas[part.name] = listed[part.name]
+            continue
+        docs = chars = 0
+        with open_text_stream(part) as stream:
+            for line in stream:
+                docs += 1
+                chars += len(json.loads(line)["text"])
+        metas[part.name] = {"path": part.name, "documents": docs, "characters": chars}
+    return metas
 
 
 # ---------------------------------------------------------------------------------------------
 # Scanning, finishing, and the partial results of a sharded scan
 
 
-def scan_files(cfg: Config, index, index_path: Path, files, shard) -> ScanResult:
-    """Scan the files (this shard's share of them) with a progress bar."""
-    with progress() as bar:
-        task = bar.add_task("decontam", total=None)
-        return scan(
-            index,
-            index_path,
-            files,
-            workers=cfg.decontam.workers or os.cpu_count() or 1,
-            batch_bytes=cfg.decontam.batch_bytes,
-            text_field=cfg.decontam.text_field,
-            shard=shard,
-            on_batch=lambda job: bar.advance(task, len(job.raw)),
-        )
+def scan_files(cfg: Config, index, index_path: Path, files, shard, work: Path):
+    """Scan the files (this shard's share of them) on the data engine in `work`; None when the
+    job was submitted to a cluster."""
+    return scan(
+        index,
+        index_path,
+        files,
+        engine_cfg=cfg.data_engine,
+        work=work,
+        text_field=cfg.decontam.text_field,
+        batch_bytes=cfg.decontam.batch_bytes,
+        shard=shard,
+    )
 
 
-def finish(out: Path, index, result, cfg, fp, *, corpus_dir: Path | None, meta: dict) -> dict:
-    """Write every output of a complete scan into `out` (atomically) and mark it done."""
+def finish(
+    out: Path, index, result, cfg, fp, *, corpus_dir: Path | None, meta: dict, work: Path,
+    index_path: Path,
+) -> dict | None:  # fmt: skip
+    """Write every output of a complete scan into `out` (atomically) and mark it done; the
+    cleaned corpus is written by data engine tasks in `work` (None: submitted to a cluster)."""
     outcome = decide(index, result, cfg.decontam.dirty_threshold, cfg.decontam.clean_threshold)
     with atomic_output_dir(out) as tmp:
         index.save(tmp / INDEX_FILE)
         extra = dict(meta)
         if corpus_dir is not None:
-            extra.update(write_corpus(tmp, corpus_dir, index, result, outcome, cfg))
+            share_index(index_path, index)
+            written = write_corpus(tmp, corpus_dir, index_path, result, outcome, cfg, work)
+            if written is None:
+                raise Submitted
+            extra.update(written)
         report = write_reports(tmp, index, result, outcome, cfg, extra)
         write_stage_marker(tmp, STAGE, fp)
     for bench, c in report["benchmarks"].items():
         info(f"decontam: {bench}: {c['dirty']:,} / {c['items']:,} dirty ({c['partial']:,} partial)")
     info(f"decontam: report in {out / 'report.md'}")
     return report
+
+
+class Submitted(Exception):
+    """The data engine's jobs were submitted to a cluster: run the stage again when they end."""
 
 
 def save_partial(work: Path, result: ScanResult, shard: tuple[int, int], fp: str) -> dict:
@@ -379,6 +481,7 @@ def load_partials(work: Path) -> tuple[BenchmarkIndex, ScanResult, str, int]:
     result = loaded[0][0]
     for other, _ in loaded[1:]:
         result.merge(other)
+    result.sort_documents()
     problems = [file_mismatch(work / INDEX_FILE, meta.get("index", {})) for _, meta in loaded]
     if all(problems):  # the index must be the copy one of the shards wrote
         raise UserError(

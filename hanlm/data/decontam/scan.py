@@ -1,8 +1,14 @@
-"""Streaming the training data through the index in several processes, and what a scan found.
+"""Streaming the training data through the index on the data engine, and what a scan found.
 
-Sources are read as raw lines in the main process and handed out in batches of about
-`batch_bytes`; workers parse, normalise, hash and look up, and send back only the hits, so
-memory stays bounded by the index and a few batches in flight, never by the corpus.
+The scan is one job of the data engine (hanlm.data.engine): its tasks come from the input, never
+from the number of workers. Each file is a piece, except an uncompressed .jsonl file bigger than
+a task (`data_engine.task_mb`), which is cut into byte ranges; consecutive small files are
+grouped into tasks of about that size. A task loads the saved benchmark index once (a worker
+forked from the stage's process shares the stage's copy), reads its pieces in batches of about
+`decontam.batch_bytes`, parses, normalises, hashes and looks up, and writes only the hits and its
+counts to its own files in the work folder. The stage's process then merges them in task order,
+so the result does not depend on how many workers ran, and a killed scan run again redoes only
+the tasks that had not finished.
 
 Inputs: plain text (.txt, one document per blank-line-separated block), JSONL with a text field,
 chat JSONL (`messages: [{role, content}]`, every message's content counts), each optionally .gz
@@ -14,23 +20,23 @@ from __future__ import annotations
 import glob
 import hashlib
 import io
+import itertools
 import json
-import multiprocessing
 import os
 import time
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from datatrove.pipeline.base import PipelineStep
 
-from hanlm.data.decontam.index import BenchmarkIndex, batches
+from hanlm.config import DataEngineSection
+from hanlm.data import engine
+from hanlm.data.decontam.index import BenchmarkIndex, batches, fold_table
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_bytes,
-    atomic_write_json,
     file_mismatch,
     open_text_stream,
     read_json,
@@ -38,6 +44,8 @@ from hanlm.files import (
 from hanlm.files import strip_compression_suffix as _plain_name
 
 SUPPORTED = ".txt, .jsonl (a text field, or chat `messages`), each optionally .gz or .zst"
+SCAN = "scan"  # the job's name: its folder in the work folder
+MB = 1 << 20  # bytes per data_engine.task_mb
 
 
 def expand_corpus(patterns: list[str]) -> list[Path]:
@@ -80,80 +88,184 @@ def parse_shard(spec: str | None) -> tuple[int, int] | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Main process: raw records in batches
+# The tasks: pieces of the input (whole files or byte ranges), grouped
 
 
 @dataclass(frozen=True)
-class Job:
+class Piece:
+    """A whole file, or the lines starting in a byte range of an uncompressed .jsonl file."""
+
     source: int  # index into the list of files
-    kind: str  # "txt" or "jsonl"
-    records: list[int]  # record number in the file (0-based line, or first line of a block)
-    raw: list[bytes]
+    number: int  # place among all pieces of the input (deals records between shards)
+    span: tuple[int, int] | None = None
+    nbytes: int = 0
 
 
-def _raw_records(path: Path, kind: str) -> Iterator[tuple[int, bytes]]:
-    with open_text_stream(path) as stream:
-        if kind == "jsonl":
-            for line_no, line in enumerate(stream):
-                if line.strip():
-                    yield line_no, line
-            return
-        block: list[bytes] = []
-        start = 0
-        for line_no, line in enumerate(stream):
-            if line.strip():
-                if not block:
-                    start = line_no
-                block.append(line)
-            elif block:
-                yield start, b"".join(block)
-                block = []
-        if block:
-            yield start, b"".join(block)
+@dataclass(frozen=True)
+class ScanTask:
+    pieces: tuple[Piece, ...]
+    deal: tuple[int, int] | None = None  # (I, N): only the records this shard is dealt
 
 
-def iter_jobs(
-    files: list[Path], batch_bytes: int, shard: tuple[int, int] | None = None
-) -> Iterator[Job]:
-    """Batches of raw records. With a shard, whole files are split between shards when there are
-    at least as many files as shards, else every file's records are dealt out in turn."""
-    by_file = shard is not None and len(files) >= shard[1]
-    ordinal = 0
+def _kind(path: Path) -> str:
+    return "jsonl" if Path(_plain_name(path.name)).suffix.lower() == ".jsonl" else "txt"
+
+
+def _splittable(path: Path) -> bool:
+    """Uncompressed JSONL: a record is a line, so a byte range can start anywhere."""
+    return _plain_name(path.name) == path.name and _kind(path) == "jsonl"
+
+
+def plan_tasks(
+    files: list[Path], task_bytes: int, shard: tuple[int, int] | None = None
+) -> list[ScanTask]:
+    """The scan's tasks: from the files and the task size only. With a shard, whole files are
+    split between shards when there are at least as many files as shards, else every piece's
+    records are dealt out in turn (each shard then reads every file)."""
+    pieces: list[Piece] = []
     for source, path in enumerate(files):
-        if by_file and source % shard[1] != shard[0]:
+        size = path.stat().st_size
+        if size <= task_bytes or not _splittable(path):
+            pieces.append(Piece(source, len(pieces), None, size))
             continue
-        kind = "jsonl" if Path(_plain_name(path.name)).suffix.lower() == ".jsonl" else "txt"
-        records, raw, size = [], [], 0
-        for record, data in _raw_records(path, kind):
-            mine = shard is None or by_file or ordinal % shard[1] == shard[0]
-            ordinal += 1
-            if not mine:
-                continue
-            records.append(record)
-            raw.append(data)
-            size += len(data)
-            if size >= batch_bytes:
-                yield Job(source, kind, records, raw)
-                records, raw, size = [], [], 0
-        if records:
-            yield Job(source, kind, records, raw)
+        n = -(-size // task_bytes)
+        bounds = [size * i // n for i in range(n + 1)]
+        for a, b in itertools.pairwise(bounds):
+            pieces.append(Piece(source, len(pieces), (a, b), b - a))
+    deal = None
+    if shard is not None and len(files) >= shard[1]:
+        pieces = [p for p in pieces if p.source % shard[1] == shard[0]]
+    elif shard is not None:
+        deal = shard
+    tasks: list[ScanTask] = []
+    group: list[Piece] = []
+    size = 0
+    for piece in pieces:
+        if piece.span is not None:  # a range is a task's worth on its own
+            if group:
+                tasks.append(ScanTask(tuple(group), deal))
+                group, size = [], 0
+            tasks.append(ScanTask((piece,), deal))
+            continue
+        group.append(piece)
+        size += piece.nbytes
+        if size >= task_bytes:
+            tasks.append(ScanTask(tuple(group), deal))
+            group, size = [], 0
+    if group:
+        tasks.append(ScanTask(tuple(group), deal))
+    return tasks
 
 
 # ---------------------------------------------------------------------------------------------
-# Worker side
+# Inside a task: raw records in batches
 
 
-_index: BenchmarkIndex | None = None
-_text_field = "text"
+@dataclass(frozen=True)
+class Batch:
+    """Raw records read together; `records`: each one's 0-based line (a block's first) in its
+    file, or in its byte range (the stage's process numbers those in the file)."""
+
+    source: int  # index into the list of files
+    kind: str  # "txt" or "jsonl"
+    records: list[int]
+    raw: list[bytes]
 
 
-def _init_worker(index_path: str, text_field: str) -> None:
-    global _index, _text_field
-    _index = BenchmarkIndex.load(Path(index_path))
-    _text_field = text_field
+class _Lines:
+    """A file's lines (or those starting in a byte range of an uncompressed one); `count`: how
+    many were read, blank ones included."""
+
+    def __init__(self, path: Path, span: tuple[int, int] | None):
+        self.path, self.span, self.count = path, span, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self.span is None:
+            with open_text_stream(self.path) as stream:
+                for line in stream:
+                    self.count += 1
+                    yield line
+            return
+        start, end = self.span
+        with open(self.path, "rb") as f:
+            if start > 0:
+                f.seek(start - 1)
+                if f.read(1) != b"\n":
+                    f.readline()  # the line that started before the range belongs to the one before
+            offset = f.tell()
+            while offset < end:
+                line = f.readline()
+                if not line:
+                    return
+                self.count += 1
+                offset += len(line)
+                yield line
 
 
-def _record_text(raw: bytes, kind: str) -> tuple[str | None, str | None]:
+def _raw_records(lines: _Lines, kind: str) -> Iterator[tuple[int, bytes]]:
+    if kind == "jsonl":
+        for line_no, line in enumerate(lines):
+            if line.strip():
+                yield line_no, line
+        return
+    block: list[bytes] = []
+    start = 0
+    for line_no, line in enumerate(lines):
+        if line.strip():
+            if not block:
+                start = line_no
+            block.append(line)
+        elif block:
+            yield start, b"".join(block)
+            block = []
+    if block:
+        yield start, b"".join(block)
+
+
+def piece_batches(
+    lines: _Lines, piece: Piece, batch_bytes: int, deal: tuple[int, int] | None
+) -> Iterator[Batch]:
+    """Batches of raw records of a piece (only those dealt to shard I of N with `deal`)."""
+    kind = _kind(lines.path)
+    records, raw, size = [], [], 0
+    for ordinal, (record, data) in enumerate(_raw_records(lines, kind)):
+        if deal is not None and (ordinal + piece.number) % deal[1] != deal[0]:
+            continue
+        records.append(record)
+        raw.append(data)
+        size += len(data)
+        if size >= batch_bytes:
+            yield Batch(piece.source, kind, records, raw)
+            records, raw, size = [], [], 0
+    if records:
+        yield Batch(piece.source, kind, records, raw)
+
+
+# The index a task scans with, loaded once per process; the stage's process puts the one it
+# built here first, so workers forked from it share that copy instead of loading it.
+_INDEXES: dict[tuple, BenchmarkIndex] = {}
+
+
+def _index_key(path: Path) -> tuple:
+    st = Path(path).stat()
+    return str(Path(path).resolve()), st.st_size, st.st_mtime_ns
+
+
+def share_index(path: Path, index: BenchmarkIndex) -> None:
+    _INDEXES.clear()
+    _INDEXES[_index_key(path)] = index
+    fold_table()  # built once, before the workers fork
+
+
+def task_index(path: Path) -> BenchmarkIndex:
+    key = _index_key(path)
+    if key not in _INDEXES:
+        _INDEXES.clear()
+        _INDEXES[key] = BenchmarkIndex.load(Path(path))
+    return _INDEXES[key]
+
+
+def _record_text(raw: bytes, kind: str, text_field: str) -> tuple[str | None, str | None]:
     """(document id if the record names one, text) of one record; text None when unusable."""
     try:
         line = raw.decode("utf-8")
@@ -169,7 +281,7 @@ def _record_text(raw: bytes, kind: str) -> tuple[str | None, str | None]:
         return None, None
     doc_id = record.get("id")
     doc_id = None if doc_id is None else str(doc_id)
-    text = record.get(_text_field)
+    text = record.get(text_field)
     if isinstance(text, str):
         return doc_id, text
     messages = record.get("messages")
@@ -179,17 +291,13 @@ def _record_text(raw: bytes, kind: str) -> tuple[str | None, str | None]:
     return doc_id, None
 
 
-def scan_job(job: Job, index: BenchmarkIndex | None = None, text_field: str | None = None) -> dict:
+def scan_batch(batch: Batch, index: BenchmarkIndex, text_field: str = "text") -> dict:
     """Hits of one batch: {source, records, ids, doc, item, count, pairs, documents, chars,
     bytes, skipped}; `pairs` are the index's (entry, unit) pairs found where they count."""
-    global _text_field
-    index = index or _index
-    if text_field is not None:
-        _text_field = text_field
     ids, texts, records = [], [], []
     skipped = 0
-    for record, raw in zip(job.records, job.raw, strict=True):
-        doc_id, text = _record_text(raw, job.kind)
+    for record, raw in zip(batch.records, batch.raw, strict=True):
+        doc_id, text = _record_text(raw, batch.kind, text_field)
         if text is None:
             skipped += 1
             continue
@@ -197,8 +305,8 @@ def scan_job(job: Job, index: BenchmarkIndex | None = None, text_field: str | No
         texts.append(text)
         records.append(record)
     parts, pairs = [], []
-    for offset, batch in batches(texts):
-        hits, _ = index.scan_texts(batch)
+    for offset, chunk in batches(texts):
+        hits, _ = index.scan_texts(chunk)
         held = index.resolve(hits)
         parts.append((held.documents + offset, held.items, held.counts))
         pairs.append(held.pairs)
@@ -207,7 +315,7 @@ def scan_job(job: Job, index: BenchmarkIndex | None = None, text_field: str | No
     )
     hit_docs = np.unique(docs)
     return {
-        "source": job.source,
+        "source": batch.source,
         "records": np.asarray(records, dtype=np.int64)[hit_docs],
         "ids": [ids[d] for d in hit_docs.tolist()],
         "doc": np.searchsorted(hit_docs, docs),  # index into records/ids above
@@ -216,9 +324,52 @@ def scan_job(job: Job, index: BenchmarkIndex | None = None, text_field: str | No
         "pairs": np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64),
         "documents": len(texts),
         "chars": sum(map(len, texts)),
-        "bytes": sum(map(len, job.raw)),
+        "bytes": sum(map(len, batch.raw)),
         "skipped": skipped,
     }
+
+
+def _task_result_path(work: Path, rank: int) -> Path:
+    return Path(work) / SCAN / f"{rank:05d}"
+
+
+class ScanPieces(PipelineStep):
+    """One task: its pieces through the index, the hits and counts into its own files."""
+
+    name = "🔎 decontam scan"
+    type = "🔻 - FILTER"
+
+    def __init__(self, tasks: list[ScanTask], files: list[Path], index_path: Path,
+                 text_field: str, batch_bytes: int, work: Path):  # fmt: skip
+        super().__init__()
+        self.tasks, self.files = tasks, [str(f) for f in files]
+        self.index_path, self.work = str(index_path), str(work)
+        self.text_field, self.batch_bytes = text_field, batch_bytes
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        task = self.tasks[rank]
+        index = task_index(Path(self.index_path))
+        result = ScanResult(len(index.pair_entry))
+        counter = engine.TaskCounter(self.work, SCAN, rank)
+        lines = []
+        for piece in task.pieces:
+            reader = _Lines(Path(self.files[piece.source]), piece.span)
+            for batch in piece_batches(reader, piece, self.batch_bytes, task.deal):
+                part = scan_batch(batch, index, self.text_field)
+                result.add(part)
+                counter.add(part["documents"], part["bytes"])
+                self.stat_update("documents", value=part["documents"])
+            lines.append(reader.count)
+        counter.flush()
+        meta = {"task": rank, "lines": lines}
+        result.save(_task_result_path(Path(self.work), rank), meta, sync=False)
+
+
+def _replace_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,24 +437,30 @@ class ScanResult:
             )
         ]
 
-    def save(self, path: Path, meta: dict) -> None:
+    def save(self, path: Path, meta: dict, *, sync: bool = True) -> None:
+        """The arrays (.npz), then the rest with their size and checksum (.json), each written
+        to a temporary name and renamed; `sync`: flushed to disk too (a task's files in the work
+        folder are not: the checksum finds a file a crash left damaged)."""
         a = self.arrays()
         buffer = io.BytesIO()
         np.savez(buffer, **a)
         data = buffer.getvalue()
-        atomic_write_bytes(path.with_suffix(".npz"), data)
+        write = atomic_write_bytes if sync else _replace_bytes
+        write(path.with_suffix(".npz"), data)
         # written last, with the arrays' size and checksum: merge checks them before use
         arrays = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        atomic_write_json(
-            path.with_suffix(".json"),
-            {**meta, "arrays": arrays, "sources": self.sources, "doc_ids": self.doc_ids,
-             "stats": self.stats},
-        )  # fmt: skip
+        rest = {**meta, "arrays": arrays, "sources": self.sources, "doc_ids": self.doc_ids,
+                "stats": self.stats}  # fmt: skip
+        text = json.dumps(rest, ensure_ascii=False, indent=2 if sync else None) + "\n"
+        write(path.with_suffix(".json"), text.encode("utf-8"))
 
     @classmethod
-    def load(cls, path: Path, *, rerun: str = "rerun that shard") -> tuple[ScanResult, dict]:
-        """A saved result; a UserError (with `rerun` as the fix) when its files are damaged:
-        the arrays must match the size and checksum recorded with them."""
+    def load(
+        cls, path: Path, *, rerun: str = "rerun that shard", required=("fingerprint", "shard")
+    ) -> tuple[ScanResult, dict]:
+        """A saved result and its other keys (`required` among them); a UserError (with `rerun`
+        as the fix) when its files are damaged: the arrays must match the size and checksum
+        recorded with them."""
         npz, json_path = path.with_suffix(".npz"), path.with_suffix(".json")
         try:
             meta = read_json(json_path)
@@ -321,8 +478,8 @@ class ScanResult:
             result.pair_doc, result.pair_item = [a["pair_doc"]], [a["pair_item"]]
             result.pair_count = [a["pair_count"]]
             result.stats = meta.pop("stats")
-            if not {"fingerprint", "shard"} <= meta.keys():  # merge reads them
-                raise KeyError("fingerprint and shard")
+            if not set(required) <= meta.keys():  # the caller reads them
+                raise KeyError(" and ".join(required))
         except (KeyError, TypeError) as e:  # the arrays match their checksum: the JSON was edited
             raise UserError(
                 f"the partial result {path.name} lacks {e}", where=str(json_path), fix=rerun
@@ -349,44 +506,59 @@ class ScanResult:
             self.stats[key] += other.stats[key]
         self.stats["seconds"] = max(self.stats["seconds"], other.stats["seconds"])
 
+    def sort_documents(self) -> None:
+        """Documents in input order (source, then record), as a scan in one piece has them:
+        shards merged in any order give the single scan's result."""
+        a = self.arrays()
+        order = np.lexsort((a["doc_record"], a["doc_source"]))
+        new_of = np.empty_like(order)
+        new_of[order] = np.arange(len(order))
+        self.doc_source, self.doc_record = [a["doc_source"][order]], [a["doc_record"][order]]
+        self.doc_ids = [self.doc_ids[d] for d in order.tolist()]
+        self.pair_doc = [new_of[a["pair_doc"]]]
+        self.pair_item, self.pair_count = [a["pair_item"]], [a["pair_count"]]
+
 
 def scan(
     index: BenchmarkIndex,
     index_path: Path,
     files: list[Path],
     *,
-    workers: int,
-    batch_bytes: int,
+    engine_cfg: DataEngineSection,
+    work: Path,
     text_field: str,
+    batch_bytes: int,
     shard: tuple[int, int] | None = None,
-    on_batch=None,
-) -> ScanResult:
-    """Scan `files` (or a shard of them) with `workers` processes (1: in this process)."""
-    result = ScanResult(len(index.pair_entry), sources=[str(f) for f in files])
+) -> ScanResult | None:
+    """Scan `files` (or a shard of them) as one job of the data engine, with `work` as its work
+    folder (see engine.prepare_work_dir); None when the job was submitted to a cluster."""
     started = time.perf_counter()
-    jobs = iter_jobs(files, batch_bytes, shard)
-    # Starting processes costs seconds: not worth it for less than a batch per worker.
-    workers = min(workers, max(1, sum(f.stat().st_size for f in files) // batch_bytes))
-    if workers <= 1:
-        for job in jobs:
-            result.add(scan_job(job, index, text_field))
-            if on_batch:
-                on_batch(job)
-    else:
-        # spawn: safe whatever threads the parent holds; each worker loads the saved index once.
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            workers, mp_context=ctx, initializer=_init_worker,
-            initargs=(str(index_path), text_field),
-        ) as pool:  # fmt: skip
-            pending: deque = deque()
-            for job in jobs:
-                pending.append(pool.submit(scan_job, job))
-                if len(pending) >= 2 * workers:  # bounded: never the whole corpus in flight
-                    result.add(pending.popleft().result())
-                if on_batch:
-                    on_batch(job)
-            while pending:
-                result.add(pending.popleft().result())
+    tasks = plan_tasks(files, engine_cfg.task_mb * MB, shard)
+    share_index(index_path, index)
+    step = ScanPieces(tasks, files, index_path, text_field, batch_bytes, work)
+    job = engine.Job(SCAN, [step], tasks=len(tasks))
+    total = sum(p.nbytes for t in tasks for p in t.pieces) or None
+    progress = engine.Progress(work, "decontam", lambda job: total)
+    if not engine.run_jobs([job], engine_cfg, work, progress=progress):
+        return None
+    result = gather(work, tasks, len(index.pair_entry), [str(f) for f in files])
     result.stats["seconds"] = round(time.perf_counter() - started, 3)
+    return result
+
+
+def gather(work: Path, tasks: list[ScanTask], n_pairs: int, sources: list[str]) -> ScanResult:
+    """Every task's result merged in task order, records of byte ranges numbered in their file."""
+    result = ScanResult(n_pairs, sources=sources)
+    lines_before: dict[int, int] = {}  # source -> lines of its ranges merged so far
+    for rank, task in enumerate(tasks):
+        part, meta = ScanResult.load(
+            _task_result_path(work, rank), rerun="run the stage again", required=("task", "lines")
+        )
+        part.sources = sources
+        for piece, lines in zip(task.pieces, meta["lines"], strict=True):
+            if piece.span is not None:  # a range: the task numbered its lines from its start
+                before = lines_before.get(piece.source, 0)
+                part.doc_record = [r + before for r in part.doc_record]
+                lines_before[piece.source] = before + lines
+        result.merge(part)
     return result
