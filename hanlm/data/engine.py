@@ -61,18 +61,14 @@ _quiet_default_logger()
 
 
 # loguru works out the standard library's folders (sysconfig, ~20 ms) for every sink it adds, and
-# a task adds one: once per process is enough.
-def _cache_loguru_lib_dirs() -> None:
-    try:
-        from loguru._better_exceptions import ExceptionFormatter
+# a task adds one: once per process is enough (a private hook: another loguru is left as it is).
+try:
+    from loguru._better_exceptions import ExceptionFormatter as _ExceptionFormatter
 
-        lib_dirs = ExceptionFormatter._get_lib_dirs()
-    except (ImportError, AttributeError):  # another loguru: leave it as it is
-        return
-    ExceptionFormatter._get_lib_dirs = staticmethod(lambda: list(lib_dirs))
-
-
-_cache_loguru_lib_dirs()
+    _LIB_DIRS = _ExceptionFormatter._get_lib_dirs()
+    _ExceptionFormatter._get_lib_dirs = staticmethod(lambda: list(_LIB_DIRS))
+except (ImportError, AttributeError):
+    pass
 
 
 @dataclass
