@@ -237,6 +237,19 @@ def estimated_jaccard(root: Path, num_perm: int, pairs: np.ndarray) -> np.ndarra
     return np.clip((equal - 1 / 256) / (1 - 1 / 256), 0.0, 1.0)
 
 
+def _unique_pairs(pairs: np.ndarray) -> np.ndarray:
+    """Each pair once (two 64-bit keys sorted together: far cheaper than np.unique(axis=0))."""
+    if not len(pairs):
+        return pairs
+    first = (pairs[:, 0].astype(np.uint64) << np.uint64(32)) | pairs[:, 1]
+    second = (pairs[:, 2].astype(np.uint64) << np.uint64(32)) | pairs[:, 3]
+    order = np.lexsort((second, first))
+    first, second = first[order], second[order]
+    keep = np.ones(len(order), bool)
+    keep[1:] = (first[1:] != first[:-1]) | (second[1:] != second[:-1])
+    return pairs[order[keep]]
+
+
 def _read_pairs(folder: Path) -> np.ndarray:
     """(n, 4) uint32 pairs (task, doc, task, doc) from every .dups file in `folder`."""
     files = sorted(Path(folder).glob("*.dups"))
@@ -258,7 +271,7 @@ class ClusterDuplicates(PipelineStep):
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         exact = _read_pairs(Path(self.pairs) / EXACT)
-        near = np.unique(_read_pairs(Path(self.pairs) / NEAR), axis=0)  # a pair found in 2 bands
+        near = _unique_pairs(_read_pairs(Path(self.pairs) / NEAR))  # found in several bands
         similar = estimated_jaccard(Path(self.signatures), self.settings.num_perm, near)
         self.stat_update("candidate_pairs", value=len(near))
         near = near[similar >= self.settings.threshold]
