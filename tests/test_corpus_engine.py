@@ -297,3 +297,12 @@ def test_ray_executor(tmp_path, inputs):
     stats = corpus_stage.run(config(tmp_path, **{"data_engine.executor": "ray"}), tmp_path / "r")
     corpus_stage.run(config(tmp_path), tmp_path / "local")
     assert stats["documents_out"] > 0 and output(tmp_path / "r") == output(tmp_path / "local")
+
+
+def test_bands_cut_into_hash_ranges_find_the_same_duplicates(tmp_path, inputs, monkeypatch):
+    whole = corpus_stage.run(config(tmp_path), tmp_path / "whole")
+    monkeypatch.setattr(cleaning, "PAIRS_TASK_BYTES", 100_000)  # several pairs tasks per band
+    cut = corpus_stage.run(config(tmp_path), tmp_path / "cut")
+    assert cut["job_seconds"].keys() == whole["job_seconds"].keys()
+    assert output(tmp_path / "whole") == output(tmp_path / "cut")
+    assert counts(tmp_path / "whole") == counts(tmp_path / "cut")

@@ -1,5 +1,7 @@
 """Deduplication's steps: pairs equal to datatrove's own merge, LSH bands, clusters' choices."""
 
+import itertools
+
 import numpy as np
 import pytest
 from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupBuckets
@@ -111,3 +113,18 @@ def test_near_pairs_below_the_threshold_are_not_removed(tmp_path):
         num_perm=10,
     )
     assert removed[0] == {1: dedup.REASON_NEAR}
+
+
+def test_pairs_of_hash_ranges_add_up_to_the_whole_band(tmp_path):
+    rng = np.random.default_rng(1)
+    pool = rng.integers(0, 2**32 - 1, size=(30, 2), dtype=np.uint64).astype(np.uint32)
+    for task in range(3):
+        write_band(tmp_path / "sig", task, pool[rng.integers(0, len(pool), size=80)])
+    files = sorted((tmp_path / "sig").glob("*.sig"))
+    whole = dedup.band_pairs(files, 2, tmp_path / "whole.dups")
+    bounds = [0, 1 << 30, 3 << 30, 1 << 32]
+    pieces = []
+    for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        dedup.band_pairs(files, 2, tmp_path / f"{i}.dups", lo=lo, hi=hi)
+        pieces += pairs_of(tmp_path / f"{i}.dups")
+    assert whole > 50 and sorted(pieces) == pairs_of(tmp_path / "whole.dups")

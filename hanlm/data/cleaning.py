@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import shutil
 import time
@@ -36,6 +37,7 @@ from hanlm.errors import UserError
 
 CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"
 QUALITY_PREFIX = "quality:"
+PAIRS_TASK_BYTES = 8 << 30  # input whose band records one pairs task reads (~100 MB of them)
 SIGNATURE_BATCH_CHARS = 1 << 21  # documents hashed together (vectorised): ~2M characters
 
 
@@ -215,14 +217,16 @@ def jobs(
         near=c.near_dedup, num_perm=c.near_dedup_num_perm, ngram=c.near_dedup_ngram,
         seed=seed, threshold=c.near_dedup_threshold,
     )  # fmt: skip
+    # a pairs task per band and per PAIRS_TASK_BYTES of input: a big corpus's bands in pieces
+    ranges = max(1, math.ceil(sum(u.nbytes for u in units) / PAIRS_TASK_BYTES))
     reader, cleaner = ReadUnit(units, c, work, demo_file), CleanDocuments(c)
     clean = [reader, cleaner, Signatures(work / "signatures", settings)]
     return [
         engine.Job(CLEAN, [*clean, WriteCleaned(work, reader, cleaner)], tasks=len(units)),
         engine.Job(
             PAIRS,
-            [dedup.FindDuplicatePairs(work / "signatures", work / PAIRS, settings)],
-            tasks=settings.bucket_tasks,
+            [dedup.FindDuplicatePairs(work / "signatures", work / PAIRS, settings, ranges)],
+            tasks=settings.kinds * ranges,
         ),
         engine.Job(
             CLUSTERS,

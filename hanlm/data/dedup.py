@@ -74,7 +74,8 @@ class DedupSettings:
         return self.bands[1] if kind == NEAR else CONTENT_HASH_WORDS
 
     @property
-    def bucket_tasks(self) -> int:
+    def kinds(self) -> int:
+        """Signature files per corpus task: the content hashes, and each band when near."""
         return 1 + (self.bands[0] if self.near else 0)
 
 
@@ -137,49 +138,56 @@ class SignatureWriter:
 
 
 class FindDuplicatePairs(PipelineStep):
-    """Step 2: task 0 pairs identical content hashes, task b+1 pairs documents agreeing on LSH
-    band b. Writes datatrove's pair files (`BBBBB_00.dups`: task, doc, task, doc as uint32)."""
+    """Step 2: the content hashes and each LSH band, each cut into `ranges` ranges of the hash
+    space (a big corpus gets more tasks than bands). Task r covers kind/band r // ranges (0: the
+    content hashes, b + 1: band b) and range r % ranges; it writes datatrove's pair file
+    (`BBBBB_RR.dups`: task, doc, task, doc as uint32). Equal records share their first hash, so
+    every group lies in one range."""
 
     name = "🔗 duplicate pairs"
     type = "🫂 - DEDUP"
 
-    def __init__(self, signatures: Path, pairs: Path, settings: DedupSettings):
+    def __init__(self, signatures: Path, pairs: Path, settings: DedupSettings, ranges: int = 1):
         super().__init__()
         self.signatures, self.pairs, self.settings = str(signatures), str(pairs), settings
+        self.ranges = ranges
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        kind, bucket = (EXACT, 0) if rank == 0 else (NEAR, rank - 1)
-        words = self.settings.words(kind)
+        band, part = divmod(rank, self.ranges)
+        kind, bucket = (EXACT, 0) if band == 0 else (NEAR, band - 1)
         folder = Path(self.signatures) / kind / f"bucket_{bucket:03d}"
-        out = Path(self.pairs) / kind / f"{bucket:05d}_00.dups"
+        out = Path(self.pairs) / kind / f"{bucket:05d}_{part:02d}.dups"
         out.parent.mkdir(parents=True, exist_ok=True)
-        found = band_pairs(sorted(folder.glob("*.minhash.sig")), words, out)
+        lo, hi = (1 << 32) * part // self.ranges, (1 << 32) * (part + 1) // self.ranges
+        files = sorted(folder.glob("*.minhash.sig"))
+        found = band_pairs(files, self.settings.words(kind), out, lo=lo, hi=hi)
         self.stat_update("pairs", value=found)
 
 
 PAIRS_CHUNK_RECORDS = 1 << 21  # records held at once: memory stays flat however big the band
 
 
-def band_pairs(files: list[Path], words: int, out: Path) -> int:
-    """Pairs of records with equal hashes across the sorted signature files of one band, in the
-    order of (task, document): each record paired with the previous one of its group, as
-    datatrove's merge pairs them. Each file is sorted by its first hash, so the hash space is
-    cut into ranges of about PAIRS_CHUNK_RECORDS records and each range is read from every file
-    (a slice of a memory map), grouped with one sort and written: memory does not grow with the
-    corpus, and no record is handled by Python one at a time."""
-    dtype = _record_dtype(words)
+def band_pairs(files: list[Path], words: int, out: Path, *, lo: int = 0, hi: int = 1 << 32) -> int:
+    """Pairs of records with equal hashes, first hash in [lo, hi), across the sorted signature
+    files of one band, in the order of (task, document): each record paired with the previous
+    one of its group, as datatrove's merge pairs them. Each file is sorted by its first hash, so
+    the range is cut into pieces of about PAIRS_CHUNK_RECORDS records and each piece is read from
+    every file (a slice of a memory map), grouped with one sort and written: memory does not
+    grow with the corpus, and no record is handled by Python one at a time."""
     maps = [
-        (int(f.name.split(".")[0]), np.memmap(f, dtype, "r")) for f in files if f.stat().st_size
-    ]
-    total = sum(len(m) for _, m in maps)
-    ranges = max(1, -(-total // PAIRS_CHUNK_RECORDS))
-    bounds = [(1 << 32) * i // ranges for i in range(ranges + 1)]
+        (int(f.name.split(".")[0]), np.memmap(f, "<u4", "r").reshape(-1, words + 1))
+        for f in files
+        if f.stat().st_size
+    ]  # each record: `words` hashes then the document, as uint32
+    share = (hi - lo) / (1 << 32)  # of the records, as the hashes are uniform
+    pieces = max(1, math.ceil(sum(len(m) for _, m in maps) * share / PAIRS_CHUNK_RECORDS))
+    bounds = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
     found = 0
     with open(out, "wb") as f:
         for lo, hi in itertools.pairwise(bounds):
             chunks, tasks = [], []
             for task, records in maps:
-                first = records["h0"]
+                first = records[:, 0]
                 a, b = np.searchsorted(first, [lo, hi]) if hi < 1 << 32 else (
                     np.searchsorted(first, lo), len(records))  # fmt: skip
                 if b > a:
@@ -188,22 +196,23 @@ def band_pairs(files: list[Path], words: int, out: Path) -> int:
             if not chunks:
                 continue
             records, task = np.concatenate(chunks), np.concatenate(tasks)
-            key = np.zeros(len(records), np.uint64)
-            for i in range(words):  # one 64-bit key per record; ties are checked below
-                key = (key * np.uint64(0x9E3779B97F4A7C15)) ^ records[f"h{i}"].astype(np.uint64)
+            key = records[:, 0].astype(np.uint64)
+            for i in range(1, words):  # one 64-bit key per record; ties are checked below
+                key = (key * np.uint64(0x9E3779B97F4A7C15)) ^ records[:, i]
             order = np.argsort(key, kind="stable")  # stable: (task, document) order within ties
-            records, task, key = records[order], task[order], key[order]
-            same = key[1:] == key[:-1]
-            for i in range(words):
-                same &= records[f"h{i}"][1:] == records[f"h{i}"][:-1]
-            later = np.flatnonzero(same) + 1
-            if len(later):
+            key = key[order]
+            later = np.flatnonzero(key[1:] == key[:-1]) + 1  # positions in `order`
+            # equal keys almost always mean equal hashes: compare the few candidates in full
+            earlier_rows, later_rows = order[later - 1], order[later]
+            same = (records[earlier_rows, :words] == records[later_rows, :words]).all(axis=1)
+            earlier_rows, later_rows = earlier_rows[same], later_rows[same]
+            if len(later_rows):
                 pairs = np.stack(
                     [
-                        task[later - 1],
-                        records["doc"][later - 1],
-                        task[later],
-                        records["doc"][later],
+                        task[earlier_rows],
+                        records[earlier_rows, words],
+                        task[later_rows],
+                        records[later_rows, words],
                     ],
                     axis=1,
                 ).astype("<u4")
