@@ -35,27 +35,40 @@ class Rate:
 # The one place to update when the benchmarks measure new figures. Machine: the project's
 # reference machine (2 CPU cores, 24 GiB, no GPU, Python 3.11); see benchmarks/README.md.
 DATA_RATES: dict[str, Rate] = {
-    # `hanlm corpus` end to end (read, NFC, clean, exact dedup, MinHash LSH near-dedup, write),
-    # one process, timed for issue 17 before the move to datatrove (no benchmarks/ script yet:
-    # replace both corpus figures with the new ones)
+    # `hanlm corpus` end to end per worker (read, NFC, clean, exact dedup, MinHash near-dedup,
+    # write; Python's start-up included), 204 MB of Korean JSONL, 1 worker, median of 5 runs:
+    # benchmarks/corpus.py --mb 200 --repeats 5, 2026-11-30
     "corpus_near_dedup": Rate(
-        0.9, "read, normalise, exact and near-dedup (MinHash LSH)", "hanlm corpus, 2026-11-30"
+        18.2,
+        "read, normalise, exact and near-dedup (MinHash LSH)",
+        "benchmarks/corpus.py, 2026-11-30",
     ),
-    # the same without near_dedup (exact dedup only); 2026-11-30
-    "corpus": Rate(10.0, "read, normalise, exact dedup", "hanlm corpus, 2026-11-30"),
-    # `hanlm decontam --corpus train.jsonl` end to end, one process (read, scan, reports):
-    # benchmarks/decontam.py times the scan alone; benchmarks/README.md records 44.8 MB/s end to
-    # end on an idle machine, 2026-11-30; 36 is issue 17's planning figure for a busy one
+    # the same with [corpus.quality] on: 204 MB, 1 worker, 2026-11-30 (hanlm corpus, timed)
+    "corpus_near_dedup_quality": Rate(
+        9.1,
+        "read, normalise, quality filters, exact and near-dedup",
+        "hanlm corpus on benchmarks/corpus.py's data, 2026-11-30",
+    ),
+    # the same without near_dedup (exact dedup only): 204 MB, 1 worker, 2026-11-30
+    "corpus": Rate(
+        28.0,
+        "read, normalise, exact dedup",
+        "hanlm corpus on benchmarks/corpus.py's data, 2026-11-30",
+    ),
+    # `hanlm decontam` end to end, 1 worker (read, scan, reports): benchmarks/decontam.py --mb 50
+    # on an idle machine, 44.5-49.0 MB/s, 2026-11-30
     "decontam": Rate(
-        36.0,
+        45.0,
         "scan for benchmark items, filter",
-        "hanlm decontam, benchmarks/decontam.py, 2026-11-30",
+        "benchmarks/decontam.py, 2026-11-30",
     ),
-    # `hanlm shards`, per worker: benchmarks/tokenize.py --mb 16 --repeats 3; 2026-11-29
-    "shards": Rate(1.3, "tokenise, write token shards", "benchmarks/tokenize.py, 2026-11-29"),
+    # `hanlm shards`, per worker: benchmarks/tokenize.py, 2.6-3.1 MB/s, 2026-11-30
+    "shards": Rate(2.8, "tokenise, write token shards", "benchmarks/tokenize.py, 2026-11-30"),
 }
 SCALING_EFFICIENCY = 0.9  # what each core after the first adds, of one core's rate
-# benchmarks/tokenize.py: 2 workers gave 2.08x one; datatrove's tasks share nothing but disk.
+# 2 workers against 1 on the reference machine: corpus 1.85x (200 MB), shards 1.74-1.96x,
+# decontam's scan 1.6x (50 MB; its index build stays in one process); at a field corpus's size
+# the one-process parts (start-up, clustering) are a vanishing share.
 
 # Korean web text: Hangul is 3 bytes in UTF-8, spaces, digits and Latin 1: ~2.5 bytes a character;
 # a 32-64k byte-level BPE trained on Korean takes ~2.5 characters a token.
@@ -77,6 +90,7 @@ class DataWork:
     cores_basis: str
     near_dedup: bool
     decontam: bool
+    quality: bool = False  # [corpus.quality] enabled
 
 
 def effective_cores(cores: int) -> float:
@@ -92,7 +106,9 @@ def data_time(work: DataWork) -> dict[str, Any]:
         if stage == "decontam" and not work.decontam:
             stages[stage] = {"skipped": "decontam.enabled = false"}
             continue
-        key = "corpus_near_dedup" if stage == "corpus" and work.near_dedup else stage
+        key = stage
+        if stage == "corpus" and work.near_dedup:
+            key = "corpus_near_dedup_quality" if work.quality else "corpus_near_dedup"
         rate = DATA_RATES[key]
         mb_per_s = rate.mb_per_s_per_core * eff
         stages[stage] = {
@@ -237,4 +253,5 @@ def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
         cores_basis=cores_basis,
         near_dedup=c.near_dedup,
         decontam=cfg.decontam.enabled,
+        quality=c.quality.enabled,
     )

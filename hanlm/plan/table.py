@@ -186,7 +186,13 @@ def _print_data(data: dict[str, Any] | None) -> None:
         f"each after the first adding {data['scaling_efficiency']:.0%} of one "
         f"({data['effective_cores']:,.1f} effective). Rates measured on the reference machine "
         f"(hanlm/plan/data_rates.py): {sources}. Each stage is counted on the whole raw corpus "
-        "(dedup and decontam shrink what later stages read): an upper bound.",
+        "(dedup and decontam shrink what later stages read): an upper bound."
+        + (
+            " Streamed hf: inputs arrive no faster than the network brings them: at this "
+            "rate download them first (the corpus stage's offline message says how)."
+            if "hf:" in data["size_basis"]
+            else ""
+        ),
         soft_wrap=True,
         markup=False,
         emoji=False,  # dataset ids such as hf:NAME:train: are not emoji codes
