@@ -223,7 +223,11 @@ def test_task_counters_add_up(tmp_path):
     a.add(1, 100)
     a.flush()
     b.flush()
-    assert engine.read_counters(tmp_path, "clean") == (6, 450)
+    assert engine.read_counters(tmp_path, "clean") == (6, 450, 450)
+    c = engine.TaskCounter(tmp_path, "encode", 0)
+    c.add(2, 300, units=100)  # e.g. characters, when the job's total counts characters
+    c.flush()
+    assert engine.read_counters(tmp_path, "encode") == (2, 300, 100)
 
 
 # --- cluster executors ---------------------------------------------------------------------------
@@ -306,3 +310,25 @@ def test_bands_cut_into_hash_ranges_find_the_same_duplicates(tmp_path, inputs, m
     assert cut["job_seconds"].keys() == whole["job_seconds"].keys()
     assert output(tmp_path / "whole") == output(tmp_path / "cut")
     assert counts(tmp_path / "whole") == counts(tmp_path / "cut")
+
+
+def test_progress_bar_shows_rates_and_tasks(tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    monkeypatch.setattr(engine, "console", Console(file=out, force_terminal=True, width=150))
+    job = engine.Job("clean", [], tasks=2)
+    counter = engine.TaskCounter(tmp_path, "clean", 0)
+    counter.add(120, 3_000_000)
+    counter.flush()
+    (tmp_path / "logs" / "clean" / "completions").mkdir(parents=True)
+    (tmp_path / "logs" / "clean" / "completions" / "00000").touch()
+    progress = engine.Progress(tmp_path, "corpus", {"clean": 6_000_000})
+    progress.start(job)
+    time.sleep(1.2)
+    progress.stop()
+    shown = out.getvalue()
+    assert "corpus clean" in shown and "1/2 tasks" in shown
+    assert "120 docs" in shown and "docs/s" in shown and "MB/s" in shown

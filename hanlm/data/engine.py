@@ -227,17 +227,20 @@ def run_jobs(
 
 
 class TaskCounter:
-    """Inside a task: documents and bytes read so far, written to the work folder now and then."""
+    """Inside a task: documents and bytes read so far, and the units its job's progress total
+    counts (bytes, unless the job counts something else such as characters), written to the work
+    folder now and then."""
 
     def __init__(self, work: Path | str, job: str, rank: int, every_s: float = 0.5):
         self.path = Path(work) / PROGRESS_DIR / job / f"{rank:05d}.json"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.documents = self.bytes = 0
+        self.documents = self.bytes = self.units = 0
         self._every, self._last = every_s, 0.0
 
-    def add(self, documents: int, nbytes: int) -> None:
+    def add(self, documents: int, nbytes: int, units: int | None = None) -> None:
         self.documents += documents
         self.bytes += nbytes
+        self.units += nbytes if units is None else units
         now = time.monotonic()
         if now - self._last >= self._every:
             self._last = now
@@ -245,12 +248,14 @@ class TaskCounter:
 
     def flush(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"documents": self.documents, "bytes": self.bytes}))
+        data = {"documents": self.documents, "bytes": self.bytes, "units": self.units}
+        tmp.write_text(json.dumps(data))
         os.replace(tmp, self.path)
 
 
-def read_counters(work: Path, job: str) -> tuple[int, int]:
-    documents = nbytes = 0
+def read_counters(work: Path, job: str) -> tuple[int, int, int]:
+    """(documents, bytes, units) of all of a job's tasks so far."""
+    documents = nbytes = units = 0
     for path in (Path(work) / PROGRESS_DIR / job).glob("*.json"):
         try:
             data = json.loads(path.read_text())
@@ -258,15 +263,17 @@ def read_counters(work: Path, job: str) -> tuple[int, int]:
             continue
         documents += data.get("documents", 0)
         nbytes += data.get("bytes", 0)
-    return documents, nbytes
+        units += data.get("units", data.get("bytes", 0))
+    return documents, nbytes, units
 
 
 class Progress:
-    """One bar per job. A job whose tasks count their input (`input_bytes` names its total)
-    shows documents/s, MB/s and the ETA of the bytes; the others, finished tasks of all."""
+    """One bar per job. A job whose tasks count their input (`totals` gives the job's total, in
+    the units its TaskCounters count: bytes unless they say otherwise) shows documents/s, MB/s
+    and the ETA; the others, finished tasks of all."""
 
-    def __init__(self, work: Path, label: str, input_bytes: dict[str, int] | None = None):
-        self.work, self.label, self.input_bytes = Path(work), label, input_bytes or {}
+    def __init__(self, work: Path, label: str, totals: dict[str, int] | None = None):
+        self.work, self.label, self.totals = Path(work), label, totals or {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -292,7 +299,7 @@ class Progress:
         )
         from rich.progress import Progress as RichProgress  # deferred: as above
 
-        total = self.input_bytes.get(job.name)
+        total = self.totals.get(job.name)
         bar = RichProgress(
             TextColumn(f"[bold]{self.label} {job.name}"),
             BarColumn(),
@@ -308,11 +315,12 @@ class Progress:
             while not self._stop.wait(0.5):
                 done = job.tasks - len(incomplete_tasks(self.work, job))
                 what = f"{done}/{job.tasks} tasks"
+                units = 0
                 if total:
-                    documents, nbytes = read_counters(self.work, job.name)
+                    documents, nbytes, units = read_counters(self.work, job.name)
                     seconds = max(time.monotonic() - started, 1e-6)
                     what += (
                         f" · {documents:,} docs · {documents / seconds:,.0f} docs/s, "
                         f"{nbytes / seconds / 1e6:.1f} MB/s"
                     )
-                bar.update(task, completed=nbytes if total else done, what=what)
+                bar.update(task, completed=units if total else done, what=what)

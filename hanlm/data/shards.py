@@ -29,7 +29,7 @@ from hanlm.chat_template import SPECIAL_TOKENS_FILE
 from hanlm.config import DataEngineSection, ShardsSection
 from hanlm.console import info, warn
 from hanlm.data import engine
-from hanlm.data.corpus import corpus_parts, iter_part
+from hanlm.data.corpus import STATS_FILE, corpus_parts, iter_part
 from hanlm.data.loader import MANIFEST_NAME
 from hanlm.data.tokenizer import END_OF_DOCUMENT
 from hanlm.errors import UserError
@@ -125,8 +125,8 @@ def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = 
             c["documents"] += 1
             c["bytes"] += size
             nbytes += size
-        if counter is not None:
-            counter.add(len(batch), nbytes)
+        if counter is not None:  # progress counts characters: the corpus's stats give a total
+            counter.add(len(batch), nbytes, units=sum(len(d["text"]) for d in batch))
     if counter is not None:
         counter.flush()
     out_dir = Path(job["out_dir"])
@@ -270,6 +270,15 @@ def _manifest(
     }
 
 
+def _corpus_characters(corpus_dir: Path, parts: list[Path]) -> int:
+    """The characters of the corpus's parts as its stats.json lists them; 0 when unknown."""
+    try:
+        listed = {p["path"]: p["characters"] for p in read_json(corpus_dir / STATS_FILE)["parts"]}
+        return sum(listed[p.name] for p in parts)
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
 def encode_corpus(
     corpus_dir: Path,
     tokenizer_json: Path,
@@ -312,8 +321,8 @@ def encode_corpus(
     kept = _recheck_finished(work, job, encoded, sha)
     if kept:
         info(f"shards: resuming, {kept} of {len(jobs)} parts already encoded")
-    # tasks done (a part's text size is known only once read: no MB/s total to count against)
-    progress = engine.Progress(work, "shards")
+    # the parts' characters, from the corpus's stats.json where there is one (else tasks done)
+    progress = engine.Progress(work, "shards", {ENCODE: _corpus_characters(corpus_dir, parts)})
     started = time.perf_counter()
     with one_thread():  # forked workers inherit it: no rayon pool, no tokenizers fork warning
         if not engine.run_jobs([job], engine_cfg, work, progress=progress):

@@ -319,7 +319,7 @@ def write_corpus(
         step = WriteCleanParts(plan, index_path, d, cfg.corpus.min_chars, work)
         job = engine.Job(WRITE, [step], tasks=len(plan))
         total = sum(p.stat().st_size for i, p in enumerate(parts) if i in edits) or None
-        progress = engine.Progress(work, "decontam", lambda job: total)
+        progress = engine.Progress(work, "decontam", {WRITE: total} if total else None)
         if not engine.run_jobs([job], cfg.data_engine, work, progress=progress):
             return None
     out = tmp / CORPUS_DIR

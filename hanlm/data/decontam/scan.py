@@ -538,7 +538,7 @@ def scan(
     step = ScanPieces(tasks, files, index_path, text_field, batch_bytes, work)
     job = engine.Job(SCAN, [step], tasks=len(tasks))
     total = sum(p.nbytes for t in tasks for p in t.pieces) or None
-    progress = engine.Progress(work, "decontam", lambda job: total)
+    progress = engine.Progress(work, "decontam", {SCAN: total} if total else None)
     if not engine.run_jobs([job], engine_cfg, work, progress=progress):
         return None
     result = gather(work, tasks, len(index.pair_entry), [str(f) for f in files])
