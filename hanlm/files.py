@@ -436,6 +436,23 @@ def open_text_stream(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
+def lines_in_range(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, raw line) of each line of an uncompressed file that starts in [start, end):
+    cutting a file at any byte offsets gives every line to exactly one range."""
+    with open(path, "rb") as f:
+        if start > 0:
+            f.seek(start - 1)
+            if f.read(1) != b"\n":
+                f.readline()  # the line that started before the range belongs to the one before
+        offset = f.tell()
+        while offset < end:
+            raw = f.readline()
+            if not raw:
+                return
+            yield offset, raw
+            offset += len(raw)
+
+
 def strip_compression_suffix(name: str) -> str:
     lower = name.lower()
     for suffix in (".gz", ".zst"):

@@ -16,7 +16,12 @@ from pathlib import Path
 
 from hanlm.config import CorpusSection
 from hanlm.errors import UserError
-from hanlm.files import DamagedCompressedFile, open_text_stream, strip_compression_suffix
+from hanlm.files import (
+    DamagedCompressedFile,
+    lines_in_range,
+    open_text_stream,
+    strip_compression_suffix,
+)
 
 SUPPORTED = ".txt, .jsonl, .parquet (each optionally .gz or .zst), hf:NAME[:CONFIG]:SPLIT, demo"
 
@@ -76,19 +81,8 @@ def _lines(path: Path, span: tuple[int, int] | None) -> Iterator[tuple[str, byte
             for line_no, raw in enumerate(stream, start=1):
                 yield f"{path.name}:{line_no}", raw
         return
-    start, end = span
-    with open(path, "rb") as f:
-        if start > 0:
-            f.seek(start - 1)
-            if f.read(1) != b"\n":
-                f.readline()  # the line that started before the range belongs to the one before
-        offset = f.tell()
-        while offset < end:
-            raw = f.readline()
-            if not raw:
-                return
-            yield f"{path.name}@{offset}", raw
-            offset += len(raw)
+    for offset, raw in lines_in_range(path, *span):
+        yield f"{path.name}@{offset}", raw
 
 
 def _read_jsonl(

@@ -1,27 +1,25 @@
 """The corpus stage: the configured inputs cleaned into `RUN/corpus/` (see hanlm.data.cleaning).
 
 The stage's jobs work in `RUN/corpus.work/`, kept while the settings and inputs stay the same:
-a run killed part-way resumes there, redoing only the tasks that had not finished. Bad input
-(a UserError) throws the work away, since the input must change before the stage can succeed.
+a run killed part-way resumes there, redoing only the tasks that had not finished (see
+stages/engine_output.py).
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info, warn
-from hanlm.data import cleaning, corpus, engine, readers
+from hanlm.data import cleaning, corpus, readers
 from hanlm.errors import UserError
 from hanlm.files import (
-    atomic_output_dir,
     atomic_write_json,
     fingerprint,
     read_json,
     stage_fingerprint,
-    write_stage_marker,
 )
+from hanlm.stages import engine_output
 from hanlm.stages.demo import ensure_demo_world
 from hanlm.stages.rundir import RunDir
 
@@ -59,29 +57,19 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict | None:
     if "demo" in sources:
         ensure_demo_world(cfg, run)
         demo_file = run.demo_file("pretrain")
-    work_dir = out.with_name(f"{out.name}.work")
-    if force and work_dir.exists():
-        shutil.rmtree(work_dir)
-    work = engine.prepare_work_dir(work_dir, fp)
-    try:
-        with atomic_output_dir(out) as tmp:
-            result = cleaning.build(
-                sources, c, cfg.run.seed, cfg.data_engine, work, tmp, demo_file=demo_file
-            )
-            if result is None:  # submitted to Slurm: nothing to gather yet
-                raise _Submitted
-            atomic_write_json(tmp / corpus.STATS_FILE, result)
-            write_stage_marker(tmp, STAGE, fp)
-    except _Submitted:
-        info(
-            f"corpus: jobs submitted to Slurm (logs in {work / 'logs'}); run the same command "
-            "again when they have finished to gather the corpus"
+    work = engine_output.work_folder(run.corpus_work, fp, force=force)
+
+    def make(tmp: Path) -> dict | None:
+        stats = cleaning.build(
+            sources, c, cfg.run.seed, cfg.data_engine, work, tmp, demo_file=demo_file
         )
+        if stats is not None:
+            atomic_write_json(tmp / corpus.STATS_FILE, stats)
+        return stats
+
+    result = engine_output.build(STAGE, out, work, fp, make, what="corpus")
+    if result is None:
         return None
-    except UserError:
-        shutil.rmtree(work, ignore_errors=True)  # the input must change before a retry
-        raise
-    shutil.rmtree(work, ignore_errors=True)
     corpus.warn_skipped(result)
     info(
         f"corpus: {result['documents_out']:,} documents, {result['characters_out']:,} characters "
@@ -89,10 +77,6 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict | None:
         f"removed) -> {out}"
     )
     return result
-
-
-class _Submitted(Exception):
-    """The jobs run on the cluster; the temporary output folder is discarded."""
 
 
 def training_corpus_dir(run: RunDir | Path) -> Path:

@@ -188,6 +188,11 @@ class RunDir:
         return self.shards / loader_lib.MANIFEST_NAME
 
     @property
+    def corpus_work(self) -> Path:
+        """The corpus stage's data-engine work folder, kept until its jobs are done."""
+        return self.stage("corpus.work")
+
+    @property
     def shards_work(self) -> Path:
         """The shards stage's data-engine work folder, kept until every part is encoded."""
         return self.stage("shards.work")

@@ -12,16 +12,15 @@ from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info, warn
-from hanlm.data import engine, shards
+from hanlm.data import shards
 from hanlm.errors import UserError
 from hanlm.files import (
-    atomic_output_dir,
     file_sha256,
     fingerprint,
     read_json,
     stage_fingerprint,
-    write_stage_marker,
 )
+from hanlm.stages import engine_output
 from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.corpus import training_corpus_dir
 from hanlm.stages.rundir import RunDir, finished_output
@@ -80,44 +79,25 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict | None:
 
     corpus_dir = training_corpus_dir(run)
     _remove_legacy_work(run)
-    if force and run.shards_work.exists():
-        shutil.rmtree(run.shards_work)
-    work = engine.prepare_work_dir(run.shards_work, fp)
-    try:
-        with atomic_output_dir(out) as tmp:
-            manifest = shards.encode_corpus(
-                corpus_dir,
-                tokenizer_json,
-                sha,
-                cfg.shards,
-                cfg.run.seed,
-                cfg.data_engine,
-                work,
-                tmp,
-            )
-            if manifest is None:  # submitted to Slurm: nothing to gather yet
-                raise _Submitted
-            write_stage_marker(tmp, STAGE, fp)
-    except _Submitted:
-        info(
-            f"shards: jobs submitted to Slurm (logs in {work / 'logs'}); run the same command "
-            "again when they have finished to gather the shards"
-        )
+    work = engine_output.work_folder(run.shards_work, fp, force=force)
+    manifest = engine_output.build(
+        STAGE,
+        out,
+        work,
+        fp,
+        lambda tmp: shards.encode_corpus(
+            corpus_dir, tokenizer_json, sha, cfg.shards, cfg.run.seed, cfg.data_engine, work, tmp
+        ),
+        what="shards",
+    )
+    if manifest is None:
         return None
-    except UserError:
-        shutil.rmtree(work, ignore_errors=True)  # the input must change before a retry
-        raise
-    shutil.rmtree(work, ignore_errors=True)
     tr = manifest["splits"]["train"]
     info(
         f"shards: {tr['tokens']:,} train tokens in {tr['documents']:,} documents, "
         f"{manifest['splits']['val']['tokens']:,} val tokens ({manifest['dtype']}) -> {out}"
     )
     return manifest
-
-
-class _Submitted(Exception):
-    """The tasks run on the cluster; the temporary output folder is discarded."""
 
 
 def load_manifest(run: RunDir | Path) -> dict:

@@ -38,6 +38,7 @@ from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_bytes,
     file_mismatch,
+    lines_in_range,
     open_text_stream,
     read_json,
 )
@@ -186,20 +187,9 @@ class _Lines:
                     self.count += 1
                     yield line
             return
-        start, end = self.span
-        with open(self.path, "rb") as f:
-            if start > 0:
-                f.seek(start - 1)
-                if f.read(1) != b"\n":
-                    f.readline()  # the line that started before the range belongs to the one before
-            offset = f.tell()
-            while offset < end:
-                line = f.readline()
-                if not line:
-                    return
-                self.count += 1
-                offset += len(line)
-                yield line
+        for _, line in lines_in_range(self.path, *self.span):
+            self.count += 1
+            yield line
 
 
 def _raw_records(lines: _Lines, kind: str) -> Iterator[tuple[int, bytes]]:
