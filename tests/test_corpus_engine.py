@@ -205,12 +205,31 @@ def test_a_bad_record_in_a_worker_process_is_a_user_error(tmp_path, inputs, cli)
     assert not (run / "corpus").exists() and not (run / "corpus.work").exists()
 
 
-def test_settings_change_starts_the_work_over(tmp_path, inputs, monkeypatch):
+def test_work_folder_is_kept_for_the_same_settings_and_emptied_for_others(tmp_path):
+    work = engine.prepare_work_dir(tmp_path / "corpus.work", "settings-a")
+    (work / "logs" / "clean" / "completions").mkdir(parents=True)
+    (work / "logs" / "clean" / "completions" / "00000").touch()
+    again = engine.prepare_work_dir(tmp_path / "corpus.work", "settings-a")
+    assert (again / "logs" / "clean" / "completions" / "00000").exists()  # resumes
+    other = engine.prepare_work_dir(tmp_path / "corpus.work", "settings-b")
+    assert list(other.iterdir()) == [other / engine.FINGERPRINT_FILE]  # starts over
+
+
+def test_changed_settings_do_not_reuse_finished_tasks(tmp_path, inputs, monkeypatch):
+    original = cleaning.WriteParts.run
+
+    def crash(self, data=None, rank=0, world_size=1):
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr(cleaning.WriteParts, "run", crash)
     run = tmp_path / "run"
-    work = engine.prepare_work_dir(run / "corpus.work", "old-settings")
-    (work / "leftover").write_text("x")
-    corpus_stage.run(config(tmp_path), run)
-    assert not (run / "corpus.work").exists()
+    with pytest.raises(RuntimeError):
+        corpus_stage.run(config(tmp_path, **{"corpus.min_chars": 30}), run)
+    monkeypatch.setattr(cleaning.WriteParts, "run", original)
+    lengths = sorted(len(json.loads(line)["text"]) for f in inputs for line in f.open())
+    median = lengths[len(lengths) // 2]
+    stats = corpus_stage.run(config(tmp_path, **{"corpus.min_chars": median}), run)
+    assert 0 < stats["too_short"] < stats["documents_in"]  # the clean tasks ran again
 
 
 # --- progress ------------------------------------------------------------------------------------
