@@ -834,11 +834,17 @@ def migrate_moved_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
         found, value = _pop_path(data, old.split("."))
         if not found:
             continue
+        keep_current = set()
         for key in new:
             present, current = _get_path(data, key.split("."))
-            # a new key at its default does not disagree: a run's resolved config.toml written
-            # by a hanlm that had both keys holds the new one at its default
-            if present and current != value and current != _default(key):
+            if not present or current == value:
+                continue
+            # A key at its default says nothing, so it does not disagree: a run's resolved
+            # config.toml written by an older hanlm holds every key, the new one (or another old
+            # key that moved to it, e.g. decontam.workers and shards.workers) at its default.
+            if value == _default(key):
+                keep_current.add(key)
+            elif current != _default(key):
                 raise UserError(
                     f"{where} sets both {old} = {value!r} and {key} = {current!r}: "
                     f"{_moved_message(old, new)}",
@@ -847,7 +853,8 @@ def migrate_moved_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
                 )
         _warn_moved(old, new, where)
         for key in new:
-            _set_key(data, key, value)
+            if key not in keep_current:
+                _set_key(data, key, value)
     return data
 
 

@@ -221,6 +221,18 @@ def test_a_run_config_saved_with_both_keys_takes_the_old_one(tmp_path, capsys):
     assert "shards.workers is now data_engine.workers" in capsys.readouterr().err
 
 
+def test_two_old_keys_that_moved_to_one_key_take_the_one_set(tmp_path, capsys):
+    # a run's config.toml from before the data engine: shards.workers set, decontam.workers at
+    # its default, data_engine.workers not there yet; the default says nothing either way
+    file = tmp_path / "config.toml"
+    for first, second in (("shards", "decontam"), ("decontam", "shards")):
+        file.write_text(f"[{first}]\nworkers = 2\n[{second}]\nworkers = 0\n")
+        assert load_config(file).data_engine.workers == 2
+    file.write_text("[shards]\nworkers = 2\n[decontam]\nworkers = 3\n")
+    with pytest.raises(UserError, match=r"data_engine\.workers"):
+        load_config(file)  # two values set on purpose: which one is meant is not hanlm's guess
+
+
 def test_an_old_and_a_new_key_that_disagree_fail_naming_the_new_key(tmp_path):
     file = tmp_path / "both.toml"
     file.write_text("[pretrain]\nlr = 0.1\n[optimizer]\nlr = 0.2\n")
