@@ -43,11 +43,13 @@ outputs there atomically; a finished stage is skipped when run again with the sa
 
 # The config keys each command takes as flags: a section name exposes each of its fields, a
 # dotted key one field, and "-key" takes one out again. Every key stays reachable with --set.
+# the data stages' engine: --executor, --workers (tasks at once), --task-mb
+_DATA_ENGINE = ("data_engine.executor", "data_engine.workers", "data_engine.task_mb")
 CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
-    "corpus": ("corpus",),
-    "decontam": ("decontam", "data_engine.workers"),
+    "corpus": ("corpus", *_DATA_ENGINE),
+    "decontam": ("decontam", *_DATA_ENGINE),
     "tokenizer": ("tokenizer",),
-    "shards": ("shards", "data_engine.workers"),  # --workers: tasks at once
+    "shards": ("shards", *_DATA_ENGINE),
     "pretrain": (
         "pretrain",
         "model",
