@@ -297,7 +297,7 @@ class SftOptimizerSection(OptimizerSection):
 
 
 class PrecisionSection(Section):
-    """Number formats of training (SFT trains in fp32 or bf16: fp8 settings become bf16 there)."""
+    """Number formats of training, pretraining and SFT alike (hanlm.train.precision)."""
 
     mode: Literal["fp32", "bf16", "fp8", "fp8-emulate", "fp4"] = Field(
         "bf16",
@@ -322,7 +322,11 @@ class ParallelSection(Section):
         "input only, selective also its matmul and attention outputs (true = full, false = none)",
         json_schema_extra={"cli": {"const": "full"}},  # the flag alone: full
     )
-    compile: bool = Field(False, description="pretraining: torch.compile each decoder block")
+    compile: bool | None = Field(
+        None,
+        description="torch.compile each decoder block; unset: on with precision fp8 (FP8 is "
+        "fast only compiled), off otherwise",
+    )
     fsdp_float8_all_gather: bool = Field(False, description="FSDP all-gathers weights in FP8")
 
     @field_validator("activation_checkpointing", mode="before")

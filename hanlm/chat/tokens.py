@@ -26,7 +26,10 @@ output head are set separately.
 Own learning rate. An optimizer param group cannot hold some rows of a matrix, and scaling
 those rows' gradients does nothing under Adam (its update is invariant to gradient scale), so
 `RowStepScale` scales the step itself: optimizer hooks remember the rows before a step and
-stretch the change the step made to them by `scale`.
+stretch the change the step made to them by `scale`. Under FSDP2 each rank holds a block of
+every matrix's rows (a DTensor sharded on dim 0) and the optimizer steps each rank's block, so
+each rank stretches the new rows in its own block: the same arithmetic on the same values as
+one process, with no communication.
 """
 
 from __future__ import annotations
@@ -294,7 +297,7 @@ class RowStepScale:
 
     def __init__(self, optimizer: torch.optim.Optimizer, model, ids: Sequence[int], scale: float):
         self.weights = list(matrices(model).values())
-        self.index = torch.as_tensor(list(ids), dtype=torch.long)
+        self.ids = list(ids)
         self.scale = scale
         self._before: list[torch.Tensor] = []
         self.handles = [
@@ -302,16 +305,45 @@ class RowStepScale:
             optimizer.register_step_post_hook(self._stretch),
         ]
 
+    def _blocks(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        # looked up at each step: FSDP2 may re-point a parameter's local shard (e.g. on load)
+        return [local_rows(w, self.ids) for w in self.weights]
+
     @torch.no_grad()
     def _remember(self, *_):
-        self._before = [w[self.index.to(w.device)].clone() for w in self.weights]
+        self._before = [rows[index].clone() for rows, index in self._blocks()]
 
     @torch.no_grad()
     def _stretch(self, *_):
-        for w, before in zip(self.weights, self._before, strict=True):
-            index = self.index.to(w.device)
-            w[index] = before + self.scale * (w[index] - before)
+        for (rows, index), before in zip(self._blocks(), self._before, strict=True):
+            rows[index] = before + self.scale * (rows[index] - before)
 
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
+
+
+def local_rows(weight: torch.Tensor, ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the rows of `weight` this process holds, the positions of `ids` among them).
+
+    A plain tensor holds every row. An FSDP2 parameter is a DTensor sharded on dim 0 the way
+    torch.chunk splits it: rank r holds rows [r * ceil(n / ranks), ...) of its local tensor,
+    which shares storage with the parameter, so writing it updates the parameter."""
+    from torch.distributed.tensor import DTensor, Shard  # deferred: only FSDP runs have them
+
+    if not isinstance(weight, DTensor):
+        rows, first = weight, 0
+    else:
+        if len(weight.placements) != 1 or weight.placements[0] != Shard(0):
+            raise NotImplementedError(
+                f"token rows sharded as {weight.placements}: only FSDP2's Shard(0) is supported"
+            )
+        rows = weight.to_local()
+        n, ranks = weight.shape[0], weight.device_mesh.size()
+        per_rank = -(-n // ranks)
+        first = weight.device_mesh.get_local_rank() * per_rank
+        if rows.shape[0] != max(0, min(per_rank, n - first)):
+            raise RuntimeError(f"unexpected FSDP2 shard: {rows.shape[0]} rows from row {first}")
+    wanted = torch.as_tensor(list(ids), dtype=torch.long)
+    mine = wanted[(wanted >= first) & (wanted < first + rows.shape[0])]
+    return rows, (mine - first).to(rows.device)

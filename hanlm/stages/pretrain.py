@@ -22,6 +22,7 @@ from hanlm.files import (
 from hanlm.stages import shards as shards_stage
 from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.rundir import RunDir
+from hanlm.train import precision
 from hanlm.train import pretrain as pretrain_lib
 
 STAGE = "pretrain"
@@ -41,7 +42,8 @@ def fingerprinted_settings(cfg: Config) -> dict:
         "fsdp_float8_all_gather": par.fsdp_float8_all_gather,
         "parallel": par.mode,
         "activation_checkpointing": par.activation_checkpointing,
-        "compile": par.compile,
+        # what the run does: unset is off but for fp8, so older run dirs keep their fingerprints
+        "compile": precision.compile_choice(cfg.precision.mode, par.compile).enabled,
         "eval_every": log.eval_every,
         "eval_batches": log.eval_batches,
         "checkpoint_every": cfg.checkpoint.every,

@@ -139,6 +139,9 @@ def fingerprinted_settings(cfg: Config) -> tuple[dict, dict]:
         "eps": o.eps,
         "preset": cfg.model.preset,
     }
+    if cfg.precision.mode in ("fp8", "fp8-emulate"):
+        # SFT once trained fp8 settings in bf16: such a finished SFT is not this one
+        shared["fp8"] = {"recipe": cfg.precision.fp8_recipe, "sft_in_fp8": True}
     return own, shared
 
 

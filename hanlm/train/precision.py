@@ -2,7 +2,26 @@
 
 `resolve` turns the configured name into a `PrecisionPlan` and refuses, before anything is built,
 what the device cannot run. Master weights and optimizer states stay float32 in every plan.
-`apply_fp8` swaps the model's large `nn.Linear` layers for torchao's `Float8Linear`.
+`apply_fp8` swaps the model's large `nn.Linear` layers for torchao's `Float8Linear`; pretraining
+and SFT both call it (the output head stays in high precision), and a checkpoint of a converted
+model holds the same plain `weight`/`bias` tensors as an unconverted one, so export needs nothing
+FP8-specific.
+
+FP8 pays only compiled. torchao fuses FP8's scaling and casting into the surrounding kernels under
+`torch.compile`; eager `Float8Linear` runs them as separate kernels and has measured slower than
+bf16 (pytorch/ao#685: a 512-wide FFN at 3.1 ms against 0.9 ms in fp16, 0.95 ms compiled;
+pytorch/ao#1199: a 7B model's throughput fell). torchtitan calls compile "required for
+competitive performance" with float8, and compiles each transformer block, as hanlm does. So
+`compile_choice` decides `parallel.compile`: left unset, it is on with `fp8` (said in one info
+line) and off otherwise; set to false with `fp8`, training runs eagerly with a warning that says
+why it will be slow (the user may need eager mode, e.g. to debug, so it is not refused). The
+emulation (`fp8-emulate`) exists to check FP8's numerics on a CPU, where speed means nothing and
+inductor needs a C++ compiler and minutes, so it compiles only when asked to. With the rowwise
+recipe, compiled blocks emulate eager precision casts (torchtitan's workaround for
+pytorch/pytorch#150859: RMS norm compiled with rowwise FP8 drove the loss to NaN).
+
+`FP8_RECIPE_EVIDENCE` is the recipe table (docs/fp8.md renders it with `recipe_table`): for each
+recipe, where it is documented to run and what was measured, by torchao or by hanlm.
 """
 
 from __future__ import annotations
@@ -17,6 +36,7 @@ import torch
 from torch import nn
 
 from hanlm import import_noise
+from hanlm.console import info, warn
 from hanlm.errors import UserError
 
 PRECISIONS = ("fp32", "bf16", "fp8", "fp8-emulate", "fp4")
@@ -35,6 +55,7 @@ FP8_DIM_MULTIPLE = 16
 PRECISION_KEY = "precision.mode"
 RECIPE_KEY = "precision.fp8_recipe"
 ALL_GATHER_KEY = "parallel.fsdp_float8_all_gather"
+COMPILE_KEY = "parallel.compile"
 
 FP8_NEEDS = "FP8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)"
 FP4_REASON = (
@@ -43,6 +64,126 @@ FP4_REASON = (
     "on the CPU and memory efficiency was worse than FP8, so each end-to-end training step was "
     "slower than with FP8. FP8 is the realistic baseline"
 )
+
+
+NOT_MEASURED = "not yet measured by hanlm"
+TORCHAO_TRAINING_DOCS = (
+    "torchao docs, Quantized Training, e2e training benchmarks "
+    "(docs.pytorch.org/ao/main/workflows/training.html): Llama3-8B, 8 GPUs, FSDP2, "
+    "torch.compile, seq 8192, per-op SAC"
+)
+
+
+@dataclass(frozen=True)
+class RecipeEvidence:
+    """One row of the FP8 recipe table: where a recipe runs, on which versions, what was seen."""
+
+    recipe: str
+    gpus: str  # GPUs and their compute capability
+    torch: str
+    torchao: str
+    published: str  # what its source measured (or "runs" where only documented)
+    source: str
+    hanlm: str = NOT_MEASURED
+
+
+FP8_RECIPE_EVIDENCE = (
+    RecipeEvidence(
+        "tensorwise",
+        "Ada, 8.9 (RTX 4090, L4, L40S)",
+        "any torchao supports",
+        "any",
+        "runs (no end-to-end figure published)",
+        "torch._scaled_mm runs FP8 GEMMs from compute capability 8.9 (hanlm's check_fp8)",
+    ),
+    RecipeEvidence(
+        "tensorwise",
+        "H100, 9.0",
+        "2.7.0a0+gitb98af95",
+        "0.10.0+git890e0ac8",
+        "6,150 -> 7,689.5 tokens/s per GPU over bf16: 1.25x (with FP8 all-gather)",
+        TORCHAO_TRAINING_DOCS,
+    ),
+    RecipeEvidence(
+        "tensorwise",
+        "B200, 10.0 (power-limited)",
+        "2.9.0.dev20250815+cu128",
+        "0.13.0+gite4e681be6",
+        "8,307.5 -> 10,417 tokens/s per GPU over bf16: 1.25x (with FP8 all-gather)",
+        TORCHAO_TRAINING_DOCS,
+    ),
+    RecipeEvidence(
+        "tensorwise",
+        "consumer Blackwell, 12.0 (RTX 5090)",
+        "not stated",
+        "not stated",
+        "runs; FP8 was the realistic baseline for a 1.35B Korean model (FP4 was slower)",
+        "the field report in docs/design.md (the only FP8 recipe hanlm allows on 11.x/12.x)",
+    ),
+    RecipeEvidence(
+        "rowwise",
+        "Ada, 8.9",
+        "2.7 or newer",
+        "any",
+        "runs (no end-to-end figure published)",
+        "PyTorch 2.7 added sm89 to the rowwise-scaled CUTLASS GEMM (hanlm's check_rowwise)",
+    ),
+    RecipeEvidence(
+        "rowwise",
+        "H100, 9.0",
+        "2.7.0a0+gitb98af95",
+        "0.10.0+git890e0ac8",
+        "6,150 -> 6,768 tokens/s per GPU over bf16: 1.10x (bf16 all-gather)",
+        TORCHAO_TRAINING_DOCS,
+    ),
+    RecipeEvidence(
+        "rowwise",
+        "H200, 9.0 (2K-GPU cluster)",
+        "not stated",
+        "not stated",
+        "1.34-1.43x over bf16 at scale, comparable convergence",
+        "pytorch.org/blog/accelerating-training-float8-rowwise-crusoe",
+    ),
+    RecipeEvidence(
+        "rowwise",
+        "B200, 10.0 (power-limited)",
+        "2.9.0.dev20250815+cu128",
+        "0.13.0+gite4e681be6",
+        "8,307.5 -> 8,640.5 tokens/s per GPU over bf16: 1.04x (bf16 all-gather)",
+        TORCHAO_TRAINING_DOCS,
+    ),
+    RecipeEvidence(
+        "rowwise",
+        "11.x/12.x (Thor, RTX 5090)",
+        "none",
+        "none",
+        "does not run: cuBLAS has no rowwise-scaled FP8 GEMM there (refused by hanlm)",
+        "hanlm's check_rowwise (CUBLAS_STATUS_NOT_SUPPORTED)",
+        "refused before training",
+    ),
+    RecipeEvidence(
+        "both",
+        "CPU (fp8-emulate)",
+        "2.13.0+cpu",
+        "0.18.0",
+        "no speed: the emulation checks FP8 numerics only",
+        "hanlm's tests (tests/test_precision.py, tests/test_sft.py)",
+        "numerics only: losses within 1% of fp32; compiled blocks give eager's loss",
+    ),
+)
+
+
+def recipe_table() -> str:
+    """FP8_RECIPE_EVIDENCE as the Markdown table docs/fp8.md holds (a test keeps them equal)."""
+    header = ("recipe", "GPU, compute capability", "torch", "torchao", "published", "source")
+    lines = [
+        "| " + " | ".join((*header, "hanlm")) + " |",
+        "|" + "---|" * (len(header) + 1),
+    ]
+    for row in FP8_RECIPE_EVIDENCE:
+        cells = (row.recipe, row.gpus, row.torch, row.torchao, row.published, row.source)
+        lines.append("| " + " | ".join((*cells, row.hanlm)) + " |")
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -197,6 +338,56 @@ def apply_fp8(
 
     float8.convert_to_float8_training(model, module_filter_fn=should_convert, config=config)
     return converted
+
+
+@dataclass(frozen=True)
+class CompileChoice:
+    """Whether the decoder blocks are compiled, and the line that says so when the precision
+    decided it or the setting works against it."""
+
+    enabled: bool
+    note: str | None = None
+    warning: bool = False
+
+
+COMPILE_FOR_FP8 = (
+    "FP8: compiling each decoder block, since torchao's FP8 is fast only under torch.compile "
+    "(it fuses the scaling and casting kernels; eager Float8Linear has measured slower than "
+    f"bf16); set {COMPILE_KEY} = false to train eagerly"
+)
+EAGER_FP8 = (
+    f"FP8 without torch.compile ({COMPILE_KEY} = false): eager Float8Linear runs its scaling "
+    "and casting as separate kernels and has measured slower than bf16, so this run will likely "
+    f"be slower than --precision bf16; leave {COMPILE_KEY} unset (or true) for FP8's speed"
+)
+
+
+def compile_choice(precision: str, requested: bool | None) -> CompileChoice:
+    """`parallel.compile` as set (None: unset) for a run in `precision`: on when asked, and
+    when unset with fp8; fp8 set to eager runs with a warning (see the module docstring)."""
+    if requested is None:
+        if precision == "fp8":
+            return CompileChoice(True, COMPILE_FOR_FP8)
+        return CompileChoice(False)
+    if not requested and precision == "fp8":
+        return CompileChoice(False, EAGER_FP8, warning=True)
+    return CompileChoice(requested)
+
+
+def blocks_compiled(plan: PrecisionPlan, requested: bool | None, *, announce: bool) -> bool:
+    """Whether to compile the decoder blocks of a run in `plan`; says why when the precision
+    decided (`announce`: on the main rank), and prepares inductor for the rowwise recipe."""
+    choice = compile_choice(plan.name, requested)
+    if announce and choice.note:
+        (warn if choice.warning else info)(choice.note)
+    if choice.enabled and plan.fp8 and plan.recipe == "rowwise":
+        # deferred: inductor is imported only by runs that compile
+        import torch._inductor.config as inductor_config
+
+        # compiled RMS norm + rowwise FP8 went to NaN losses unless inductor rounds its casts as
+        # eager does (pytorch/pytorch#150859; torchtitan sets the same)
+        inductor_config.emulate_precision_casts = True
+    return choice.enabled
 
 
 def output_head(model: nn.Module) -> nn.Module | None:

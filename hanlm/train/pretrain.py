@@ -119,7 +119,7 @@ def _built_model(cfg: Config, vocab_size: int, at: Placement):
         at.mode,
         compute_dtype=at.plan.compute_dtype,
         activation_checkpointing=par.activation_checkpointing,
-        compile_blocks=par.compile,
+        compile_blocks=precision.blocks_compiled(at.plan, par.compile, announce=at.d.is_main),
     )
     return mconfig, model, converted
 

@@ -12,7 +12,9 @@ This stage makes it impossible to miss:
 4. the untrained template tokens initialised (`sft.init`), their rows trainable, optionally
    with their own step size;
 5. the pretraining loop (Trainer) on assistant tokens only, each turn's <|eot|> included,
-   with checkpoints and resume in DIR/sft/checkpoints;
+   with checkpoints and resume in DIR/sft/checkpoints, in the run's precision as pretraining
+   (fp8: the loaded model's large linear layers become Float8Linear, the blocks compiled; see
+   hanlm.train.precision);
 6. export to DIR/sft/hf with generation_config.eos_token_id = [<|eot|>, <|endoftext|>];
 7. the closure check on the held-out prompts -> closure.json, and the `sft.min_closure` gate;
 8. `sft.compare_inits`: the same SFT with other inits into DIR/sft/ablation/<init>/, summed up
@@ -42,8 +44,6 @@ if TYPE_CHECKING:
     from hanlm.data.decontam.index import BenchmarkIndex
 
 HELDOUT_SEED = 8  # a stream of its own: the split does not move when other settings do
-# SFT trains in the formats every device it runs on has: FP8 and FP4 recipes become bf16
-SFT_PRECISIONS = ("fp32", "bf16")
 
 
 class SftOutputs(Protocol):
@@ -224,16 +224,27 @@ def _chat_loaders(rows: dict, seed: int, micro_batch: int, d: parallel.Dist):
     return train_loader, val_loader
 
 
-def _row_step_scale(s: SftSection, model, ids: list[int], init: str, mode: str):
+def _row_step_scale(s: SftSection, model, ids: list[int], init: str):
     """The optimizer hook giving the initialised rows their own step size, when asked for."""
     if s.new_token_lr_scale == 1.0 or not ids or init == "none":
         return None
-    if mode == "fsdp":
-        warn("sft: new_token_lr_scale is not applied under FSDP (rows are sharded)")
-        return None
+    # under FSDP2 each rank stretches the rows of its own shard (tokens.local_rows)
     return lambda optimizer: tokens.RowStepScale(
         optimizer, parallel.unwrap(model), ids, s.new_token_lr_scale
     )
+
+
+def _placed_model(model, cfg: Config, plan: precision.PrecisionPlan, d: parallel.Dist, mode: str):
+    """(the model converted to FP8 where the plan says, compiled and parallelised as in
+    pretraining, the names of the converted layers). Before the optimizer is built: FP8's
+    FSDP all-gather wraps the weights anew."""
+    par = cfg.parallel
+    converted = precision.apply_fp8(model, plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather)
+    compiled = precision.blocks_compiled(plan, par.compile, announce=d.is_main)
+    model = parallel.parallelize(
+        model, d, mode, compute_dtype=plan.compute_dtype, compile_blocks=compiled
+    )
+    return model, converted
 
 
 def train_once(
@@ -253,14 +264,19 @@ def train_once(
     and the model config (the weights are in the latest checkpoint)."""
     s = cfg.sft
     with build.processes(cfg.parallel.device) as d:
-        chosen = cfg.precision.mode if cfg.precision.mode in SFT_PRECISIONS else "bf16"
-        plan = precision.resolve(chosen, d.device)
+        plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
         mode = parallel.resolve_mode(cfg.parallel.mode, d)
         accumulation = _accumulation(s, d.world_size)
         if force or s.checkpoint.resume == "never":
             build.start_fresh(d, [outputs.checkpoints, outputs.metrics])
         model, mconfig, ids, done = _initialised_model(cfg, source, audit, special, init)
-        model = parallel.parallelize(model.to(d.device), d, mode, compute_dtype=plan.compute_dtype)
+        model, converted = _placed_model(model.to(d.device), cfg, plan, d, mode)
+
+        def after_step() -> None:
+            precision.precompute_fp8_scales_if_needed(
+                model, plan, cfg.parallel.fsdp_float8_all_gather
+            )
+
         train_loader, val_loader = _chat_loaders(rows, cfg.run.seed, s.micro_batch, d)
         job = build.TrainingJob(
             total_steps=s.max_steps,
@@ -274,7 +290,8 @@ def train_once(
             fingerprint=fingerprint("sft-model", source.fingerprint, data_fp, cfg.run.seed, init),
             settings=settings_fp,
             student_tokenizer=Path(source.tokenizer_dir),
-            configure_optimizer=_row_step_scale(s, model, ids, init, mode),
+            configure_optimizer=_row_step_scale(s, model, ids, init),
+            after_optimizer_step=after_step,
         )
         trainer = build.build_trainer(
             model, job, build.Placement(d, mode, plan), build.Components.sft(cfg)
@@ -283,7 +300,8 @@ def train_once(
         if d.is_main:
             info(
                 f"sft ({init}): {s.max_steps} steps of {s.batch_rows} rows x {s.seq_len} tokens; "
-                f"{train_loader.rows} rows, {train_loader.trained_tokens:,} trained tokens"
+                f"{train_loader.rows} rows, {train_loader.trained_tokens:,} trained tokens; "
+                f"{precision.describe(plan)}; fp8 layers: {len(converted)}"
                 + ("; resumed" if resumed else "")
             )
         result = trainer.fit()
