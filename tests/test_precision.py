@@ -237,6 +237,98 @@ def test_importing_torchao_through_hanlm_prints_no_failures():
     assert "register_constant" not in result.stderr
 
 
+# --- compile: FP8 pays only compiled ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "requested", "enabled", "says"),
+    [
+        ("fp8", None, True, "compiling each decoder block"),  # unset: FP8 compiles
+        ("fp8", True, True, None),
+        ("fp8", False, False, "slower than --precision bf16"),  # eager on request, warned
+        ("fp8-emulate", None, False, None),  # the CPU emulation compiles only when asked
+        ("fp8-emulate", True, True, None),
+        ("bf16", None, False, None),
+        ("bf16", True, True, None),
+        ("fp32", False, False, None),
+    ],
+)
+def test_compile_choice(mode, requested, enabled, says):
+    choice = precision.compile_choice(mode, requested)
+    assert choice.enabled is enabled
+    if says is None:
+        assert choice.note is None
+    else:
+        assert says in choice.note and "parallel.compile" in choice.note
+        assert choice.warning is (requested is False)
+
+
+def test_fp8_announces_its_compile_on_the_main_rank_only(monkeypatch, capsys):
+    plan = resolve("fp8", fake_gpu(monkeypatch, "NVIDIA H100", (9, 0)))
+    assert precision.blocks_compiled(plan, None, announce=True)
+    assert "FP8: compiling each decoder block" in capsys.readouterr().err
+    assert precision.blocks_compiled(plan, None, announce=False)
+    assert capsys.readouterr().err == ""
+    assert not precision.blocks_compiled(plan, False, announce=True)
+    assert "warning:" in capsys.readouterr().err
+
+
+def test_rowwise_compile_emulates_eager_casts():
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(emulate_precision_casts=False):  # restored after the test
+        tensorwise = resolve("fp8-emulate", CPU)
+        assert precision.blocks_compiled(tensorwise, True, announce=False)
+        assert inductor_config.emulate_precision_casts is False
+        rowwise = resolve("fp8-emulate", CPU, recipe="rowwise")
+        assert not precision.blocks_compiled(rowwise, None, announce=False)
+        assert inductor_config.emulate_precision_casts is False  # not compiled: left alone
+        assert precision.blocks_compiled(rowwise, True, announce=False)
+        assert inductor_config.emulate_precision_casts is True
+
+
+def test_compile_is_unset_by_default():
+    import tomllib
+
+    from hanlm.config import Config, config_to_toml
+
+    assert Config().parallel.compile is None
+    # unset stays unset in a saved config, so that fp8 still decides when it is loaded again
+    assert "compile" not in tomllib.loads(config_to_toml(Config()))["parallel"]
+    off = Config.model_validate({"parallel": {"compile": False}})
+    assert tomllib.loads(config_to_toml(off))["parallel"]["compile"] is False
+
+
+@pytest.mark.slow
+def test_compiled_float8_blocks_match_eager_on_cpu(one_thread):
+    """torch 2.13's inductor compiles decoder blocks holding (emulated) Float8Linear on a CPU,
+    as `parallelize` does, and they compute what the eager ones do."""
+    from hanlm.train import parallel
+
+    plan = resolve("fp8-emulate", CPU)
+    eager = tiny_llama()
+    apply_fp8(eager, plan, min_features=16)
+    compiled = copy.deepcopy(eager)
+    torch._dynamo.reset()
+    assert precision.blocks_compiled(plan, True, announce=False)
+    parallel.parallelize(compiled, parallel.Dist(0, 1, 0, CPU), "single", compile_blocks=True)
+    tokens = torch.randint(0, VOCAB, (2, 32), generator=torch.Generator().manual_seed(2))
+    losses = [m(input_ids=tokens, labels=tokens).loss for m in (eager, compiled)]
+    for loss in losses:
+        loss.backward()
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    for name in ("model.layers.0.mlp.down_proj", "model.layers.1.self_attn.q_proj"):
+        assert class_name(compiled, name) == "Float8Linear"
+        torch.testing.assert_close(
+            compiled.get_submodule(name).weight.grad,
+            eager.get_submodule(name).weight.grad,
+            rtol=1e-4,
+            atol=1e-6,
+        )
+    counters = torch._dynamo.utils.counters
+    assert counters["stats"]["unique_graphs"] >= 1  # inductor really compiled the blocks
+
+
 # --- numerics --------------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from hanlm.stages import export as export_stage
 from hanlm.stages import pretrain
 from hanlm.stages import sft as sft_stage
 from hanlm.stages.rundir import load_run_config
-from hanlm.train import export, sft
+from hanlm.train import export, precision, sft
 
 TINY_SFT = {
     "sft.seq_len": 256,
@@ -227,3 +227,56 @@ def test_bad_inputs(pretrained, tmp_path, cli):
     with pytest.raises(UserError, match="batch_rows"):
         sft_stage.run(config(pretrained, **{"sft.batch_rows": 12, "sft.data": str(
             pretrained / "chat_plain.jsonl")}), pretrained, out=tmp_path / "o2")  # fmt: skip
+
+
+def test_sft_in_fp8_emulate_trains_fp8_and_exports_plain_weights(pretrained, tmp_path, monkeypatch):
+    """SFT honours fp8 (here its CPU emulation) as pretraining does: the loaded model's large
+    linear layers train through Float8Linear, and the export is a plain transformers model."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    quick = {
+        "sft.data": str(pretrained / "chat_plain.jsonl"),
+        "sft.max_steps": 4,
+        "sft.heldout": 4,
+        "sft.closure_max_tokens": 4,
+        "sft.logging.log_every": 1,
+        "sft.checkpoint.every": 4,
+    }
+    converted = []
+    apply_fp8 = precision.apply_fp8
+
+    def recording_apply_fp8(model, plan, **options):
+        converted.append((plan.name, apply_fp8(model, plan, **options)))
+        return converted[-1][1]
+
+    monkeypatch.setattr(precision, "apply_fp8", recording_apply_fp8)
+    runs = {}
+    for mode in ("fp32", "fp8-emulate"):
+        out = tmp_path / mode
+        sft_stage.run(config(pretrained, **{**quick, "precision.mode": mode}), pretrained, out=out)
+        lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        runs[mode] = [r["loss"] for r in lines if "loss" in r]
+    fp32, fp8 = runs["fp32"], runs["fp8-emulate"]
+    assert len(fp8) == len(fp32) == 4
+    names = {mode: layers for mode, layers in converted}  # the main SFT and its ablations
+    assert names["fp32"] == []  # fp32: nothing converted; fp8: every projection but the head
+    assert len(names["fp8-emulate"]) == 10 and "lm_head" not in names["fp8-emulate"]
+    assert fp8 != fp32  # FP8 rounding happened in training
+    assert all(abs(a - b) / a < 0.02 for a, b in zip(fp32, fp8, strict=True))
+
+    hf = tmp_path / "fp8-emulate" / "hf"
+    plain_file = tmp_path / "fp32" / "hf" / "model.safetensors"
+    with (
+        safe_open(str(hf / "model.safetensors"), "pt") as exported,
+        safe_open(str(plain_file), "pt") as plain,
+    ):
+        assert set(exported.keys()) == set(plain.keys())
+        key = "model.layers.0.mlp.down_proj.weight"
+        assert exported.get_tensor(key).dtype == plain.get_tensor(key).dtype
+    model = AutoModelForCausalLM.from_pretrained(str(hf))  # plain transformers, no hanlm
+    assert all(type(m).__name__ != "Float8Linear" for m in model.modules())
+    tokenizer = AutoTokenizer.from_pretrained(str(hf))
+    prompt = tokenizer("안녕하세요", return_tensors="pt")
+    generated = model.generate(**prompt, max_new_tokens=5, do_sample=False)
+    assert prompt["input_ids"].shape[1] < generated.shape[1] <= prompt["input_ids"].shape[1] + 5
