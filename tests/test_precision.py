@@ -299,6 +299,20 @@ def test_compile_is_unset_by_default():
     assert tomllib.loads(config_to_toml(off))["parallel"]["compile"] is False
 
 
+def test_the_docs_recipe_table_is_the_data():
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[1] / "docs" / "fp8.md").read_text()
+    assert precision.recipe_table() in docs
+    rows = precision.FP8_RECIPE_EVIDENCE
+    assert {r.recipe for r in rows} == {*precision.FP8_RECIPES, "both"}
+    measured_on_gpu = [r for r in rows if r.gpus != "CPU (fp8-emulate)"]
+    # no GPU figure of hanlm's own yet: the table must say so, not leave it blank
+    assert all(
+        r.hanlm in (precision.NOT_MEASURED, "refused before training") for r in measured_on_gpu
+    )
+
+
 @pytest.mark.slow
 def test_compiled_float8_blocks_match_eager_on_cpu(one_thread):
     """torch 2.13's inductor compiles decoder blocks holding (emulated) Float8Linear on a CPU,

@@ -2,9 +2,13 @@
 end its answers once the untrained template tokens are initialised; `none` is measured beside it."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
+import torch
 
 from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
 from damaged_models import damaged_copy
@@ -280,3 +284,43 @@ def test_sft_in_fp8_emulate_trains_fp8_and_exports_plain_weights(pretrained, tmp
     prompt = tokenizer("안녕하세요", return_tensors="pt")
     generated = model.generate(**prompt, max_new_tokens=5, do_sample=False)
     assert prompt["input_ids"].shape[1] < generated.shape[1] <= prompt["input_ids"].shape[1] + 5
+
+
+@pytest.mark.slow
+def test_sft_under_fsdp_moves_the_new_rows_as_one_process(pretrained, tmp_path):
+    """`sft.new_token_lr_scale` under torchrun with 2 FSDP2 ranks: the exported model, new
+    rows included, is the one-process SFT's (the same global batches, 4 rows a rank)."""
+    from safetensors.torch import load_file
+
+    quick = {
+        "sft.data": str(pretrained / "chat_plain.jsonl"),
+        "sft.max_steps": 3,
+        "sft.micro_batch": 4,
+        "sft.heldout": 4,
+        "sft.closure_max_tokens": 4,
+        "sft.compare_inits": [],
+        "sft.logging.log_every": 1,
+        "sft.checkpoint.every": 3,
+    }
+    alone = tmp_path / "alone"
+    sft_stage.run(config(pretrained, **quick), pretrained, out=alone)
+    run_dir = tmp_path / "run"
+    shutil.copytree(pretrained, run_dir, ignore=shutil.ignore_patterns("sft"))
+    settings = {**TINY_PRETRAIN, **TINY_SFT, **quick, "parallel.mode": "fsdp"}
+    args = [a for k, v in settings.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", "-m", "hanlm", "sft", "--run-dir", str(run_dir), *args]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "new_token_lr_scale is not applied" not in result.stderr + result.stdout
+
+    special = json.loads((pretrained / "tokenizer" / "special_tokens.json").read_text())
+    new = [special[name]["id"] for name in ("system", "user", "assistant", "eot")]
+    one = load_file(alone / "hf" / "model.safetensors")
+    two = load_file(run_dir / "sft" / "hf" / "model.safetensors")
+    start = load_file(pretrained / "pretrain" / "hf" / "model.safetensors")
+    key = "model.embed_tokens.weight"
+    assert (one[key][new] - start[key][new]).abs().min() > 0  # the new rows did move
+    for name, weight in one.items():
+        torch.testing.assert_close(two[name], weight, rtol=1e-4, atol=1e-5, msg=name)

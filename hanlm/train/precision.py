@@ -68,9 +68,8 @@ FP4_REASON = (
 
 NOT_MEASURED = "not yet measured by hanlm"
 TORCHAO_TRAINING_DOCS = (
-    "torchao docs, Quantized Training, e2e training benchmarks "
-    "(docs.pytorch.org/ao/main/workflows/training.html): Llama3-8B, 8 GPUs, FSDP2, "
-    "torch.compile, seq 8192, per-op SAC"
+    "torchao docs, e2e training benchmarks (docs.pytorch.org/ao/main/workflows/training.html): "
+    "Llama3-8B, 8 GPUs, FSDP2, compile, seq 8192"
 )
 
 
@@ -117,8 +116,8 @@ FP8_RECIPE_EVIDENCE = (
         "consumer Blackwell, 12.0 (RTX 5090)",
         "not stated",
         "not stated",
-        "runs; FP8 was the realistic baseline for a 1.35B Korean model (FP4 was slower)",
-        "the field report in docs/design.md (the only FP8 recipe hanlm allows on 11.x/12.x)",
+        "FP8 (library and recipe not stated) trained a 1.35B Korean model; FP4 was slower",
+        "the field report in docs/design.md; tensorwise is the only recipe hanlm allows on 12.x",
     ),
     RecipeEvidence(
         "rowwise",
