@@ -246,6 +246,7 @@ def test_sft_in_fp8_emulate_trains_fp8_and_exports_plain_weights(pretrained, tmp
         "sft.closure_max_tokens": 4,
         "sft.logging.log_every": 1,
         "sft.checkpoint.every": 4,
+        "sft.compare_inits": [],
     }
     converted = []
     apply_fp8 = precision.apply_fp8

@@ -140,8 +140,9 @@ def fingerprinted_settings(cfg: Config) -> tuple[dict, dict]:
         "preset": cfg.model.preset,
     }
     if cfg.precision.mode in ("fp8", "fp8-emulate"):
-        # SFT once trained fp8 settings in bf16: such a finished SFT is not this one
-        shared["fp8"] = {"recipe": cfg.precision.fp8_recipe, "sft_in_fp8": True}
+        # fp8 runs only (others keep their fingerprints): SFT once trained fp8 settings in bf16,
+        # and such a finished SFT is not this one
+        shared["fp8_recipe"] = cfg.precision.fp8_recipe
     return own, shared
 
 
