@@ -324,6 +324,13 @@ class ParallelSection(Section):
     )
     compile: bool = Field(False, description="pretraining: torch.compile each decoder block")
     fsdp_float8_all_gather: bool = Field(False, description="FSDP all-gathers weights in FP8")
+    timeout_s: float = Field(
+        600,
+        gt=0,
+        description="a collective waiting this long for a peer (a hung or unreachable host) "
+        "fails; a peer whose process is gone is noticed at once",
+        json_schema_extra={"cli": {"flag": "collective-timeout", "metavar": "S"}},
+    )
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod

@@ -3,7 +3,8 @@
 The model code knows nothing of this: `parallelize` takes a plain transformers model and applies,
 in torchtitan's order, activation checkpointing, per-block torch.compile, then DDP or FSDP2
 (`fully_shard` per decoder layer and at the root). Launch several processes with torchrun
-(one host or several, c10d rendezvous); gloo on CPU, NCCL on GPU.
+(one host or several, c10d rendezvous); gloo on CPU, NCCL on GPU. Every rank learns at start
+who and where the others are (peers.py), so that a lost peer can be named when a collective fails.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from hanlm.errors import UserError
 from hanlm.inference import resolve_device
 from hanlm.model import enable_activation_checkpointing
+from hanlm.train import peers
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Dist:
     world_size: int
     local_rank: int
     device: torch.device
+    roster: tuple[peers.Peer, ...] = field(default=(), compare=False)  # every rank, by rank
 
     @property
     def is_main(self) -> bool:
@@ -46,7 +49,8 @@ def _pick_device(preference: str, local_rank: int) -> torch.device:
 
 
 def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
-    """Join the process group when launched by torchrun (WORLD_SIZE > 1), else run alone."""
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1), else run alone.
+    A collective that waits longer than `timeout_s` for a peer fails."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -66,12 +70,19 @@ def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
                 fix="check that every host runs the same torchrun command with the same "
                 "--rdzv-endpoint and that the port is open (hanlm preflight checks this)",
             ) from None
-    return Dist(rank, world_size, local_rank, dev)
+    roster = peers.exchange(rank, world_size) if world_size > 1 else ()
+    return Dist(rank, world_size, local_rank, dev, roster)
 
 
 def shutdown(d: Dist) -> None:
     if d.distributed and dist.is_initialized():
         dist.destroy_process_group()
+    peers.close()
+
+
+def lost_peers(d: Dist, error: BaseException) -> peers.PeerLost | None:
+    """The error to report instead of `error` when it came from peers that are gone."""
+    return peers.explain(error, d.roster, d.rank) if d.distributed else None
 
 
 def resolve_mode(mode: str, d: Dist) -> str:

@@ -141,7 +141,7 @@ def pretrain(
     an earlier finished training)."""
     p, par = cfg.pretrain, cfg.parallel
     steps = total_steps(p)
-    with processes(par.device) as d:
+    with processes(par.device, par.timeout_s) as d:
         plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
         mode = parallel.resolve_mode(par.mode, d)
         accumulation = accumulation_steps(p, d.world_size)

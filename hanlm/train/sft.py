@@ -252,7 +252,7 @@ def train_once(
     """Initialise, train and checkpoint one SFT into `outputs`; returns the trainer's summary
     and the model config (the weights are in the latest checkpoint)."""
     s = cfg.sft
-    with build.processes(cfg.parallel.device) as d:
+    with build.processes(cfg.parallel.device, cfg.parallel.timeout_s) as d:
         chosen = cfg.precision.mode if cfg.precision.mode in SFT_PRECISIONS else "bf16"
         plan = precision.resolve(chosen, d.device)
         mode = parallel.resolve_mode(cfg.parallel.mode, d)
