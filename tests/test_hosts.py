@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY_PRETRAIN, copy_data_run, losses
+from hanlm.errors import UserError
+from hanlm.train import peers
 from hanlm.train.checkpoint import latest
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
@@ -195,3 +197,93 @@ def test_losing_the_rendezvous_host_is_reported_too(run_dir, tmp_path):
     finally:
         stop_all(hosts)
     print(f"lost rendezvous host noticed in {lost['noticed_s']:.2f} s")
+
+
+# -- naming the lost peer, in one process ---------------------------------------------------------
+
+
+def test_a_peer_whose_process_is_gone_is_named_and_a_live_one_is_not():
+    alive = socket.socket()
+    alive.bind(("127.0.0.1", 0))
+    alive.listen(1)
+    with socket.socket() as gone:  # a port nobody listens on any more: a dead process's
+        gone.bind(("127.0.0.1", 0))
+        gone_port = gone.getsockname()[1]
+    roster = (
+        peers.Peer(0, 0, "host-a", alive.getsockname()),
+        peers.Peer(1, 0, "host-a", alive.getsockname()),
+        peers.Peer(2, 1, "host-b", ("127.0.0.1", gone_port)),
+    )
+    try:
+        error = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer")
+        lost = peers.explain(error, roster, me=0)
+        assert isinstance(lost, peers.PeerLost) and isinstance(lost, UserError)
+        assert lost.what.startswith("lost 1 of 3 ranks: rank 2 on host host-b (node 1)")
+        assert "its process is gone" in lost.what and "Connection closed by peer" in lost.what
+        assert "resumes from the last committed checkpoint" in lost.fix
+        # every peer answers: the error is something else and is left as it is
+        assert peers.explain(error, roster[:2], me=0) is None
+        assert peers.explain(UserError("bad setting"), roster, me=0) is None
+    finally:
+        alive.close()
+
+
+# -- preflight: is the checkpoint folder shared by the hosts? ------------------------------------
+
+PREFLIGHT = {
+    **TINY_PRETRAIN,
+    "checkpoint.every": 1000,
+    "plan.mfu": 0.05,
+    "preflight.min_write_mb_s": 1,
+    "preflight.storage_mb": 4,
+    "preflight.fsync_probes": 2,
+    "preflight.collective_mb": 0.5,
+    "preflight.collective_iters": 2,
+    "preflight.matmul_seconds": 0.05,
+    "preflight.data_seconds": 0.05,
+    "preflight.timeout_s": 60,
+}
+
+
+def preflight_args(run_dir: Path, checkpoint_dir: Path) -> list[str]:
+    args = ["preflight", "--run-dir", str(run_dir), "--checkpoint-dir", str(checkpoint_dir)]
+    return args + settings_args(PREFLIGHT)
+
+
+@pytest.mark.slow
+def test_preflight_sees_whether_the_checkpoint_folder_is_shared(run_dir, tmp_path):
+    shared = tmp_path / "shared" / "checkpoints"
+    per_host = [tmp_path / f"host{i}" / "checkpoints" for i in range(2)]
+    for folder in (shared.parent, *(f.parent for f in per_host)):
+        folder.mkdir()
+    hosts = start_hosts([preflight_args(run_dir, shared)] * 2, tmp_path)
+    try:
+        codes = wait_all(hosts, timeout=180)
+        report = json.loads((run_dir / "preflight.json").read_text())
+        said = "".join(h.output() for h in hosts)
+        assert codes == [0, 0] and report["verdict"] == "GO", said[-3000:]
+        probes = [r["shared"] for r in report["ranks"]]
+        assert sorted(p["node"] for p in probes) == [0, 1]
+        assert all(p["seen"] == [0, 1] for p in probes)
+        assert "2 of 2 hosts see every host's files" in said
+        assert not list(shared.parent.glob(".hanlm-preflight-*"))  # the tokens are gone
+
+        hosts = start_hosts([preflight_args(run_dir, folder) for folder in per_host], tmp_path)
+        codes = wait_all(hosts, timeout=180)
+        report = json.loads((run_dir / "preflight.json").read_text())
+        said = "".join(h.output() for h in hosts)
+    finally:
+        stop_all(hosts)
+    assert codes == [1, 1] and report["verdict"] == "NO-GO", said[-3000:]
+    [failure] = [f for f in report["findings"] if f["severity"] == "fail"]
+    assert failure["check"] == "shared"
+    assert failure["reason"].startswith("the checkpoint folder is not shared by all hosts")
+    for node in (0, 1):
+        assert (
+            f"(node {node}) does not see what {socket.gethostname()} (node {1 - node})"
+            in (failure["reason"])
+        )
+    assert "mounts at the same path" in failure["fix"] and "checkpoint.mirror" in failure["fix"]
+    assert "not shared by all hosts" in said and "NO-GO" in said
+    for folder in per_host:
+        assert not list(folder.parent.glob(".hanlm-preflight-*"))

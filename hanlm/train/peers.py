@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 import torch.distributed as dist
@@ -21,6 +22,7 @@ import torch.distributed as dist
 from hanlm.errors import UserError
 
 KNOCK_TIMEOUT_S = 3.0
+RETRY_AFTER_S = 2.0
 
 _listener: socket.socket | None = None  # kept open for the life of the process group
 
@@ -64,10 +66,10 @@ def exchange(rank: int, world_size: int) -> tuple[Peer, ...]:
     global _listener
     close()
     _listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    _listener.bind((_local_address(), 0))
+    _listener.bind(("", 0))  # every interface; peers are told the one that faces them
     _listener.listen(128)
-    host, port = _listener.getsockname()[:2]
-    mine = Peer(rank, node_rank(rank), socket.gethostname(), (host, port))
+    port = _listener.getsockname()[1]
+    mine = Peer(rank, node_rank(rank), socket.gethostname(), (_local_address(), port))
     roster: list[Peer | None] = [None] * world_size
     dist.all_gather_object(roster, mine)
     return tuple(roster)  # type: ignore[arg-type]
@@ -114,6 +116,9 @@ def explain(error: BaseException, roster: tuple[Peer, ...], me: int) -> PeerLost
     if len(roster) < 2 or isinstance(error, UserError):
         return None
     gone = lost(roster, me)
+    if not gone:  # a peer that failed may still be on its way out: ask once more
+        time.sleep(RETRY_AFTER_S)
+        gone = lost(roster, me)
     if not gone:
         return None
     names = "; ".join(f"{p.describe()}: {why}" for p, why in gone)
