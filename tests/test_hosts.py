@@ -203,15 +203,13 @@ def test_losing_the_rendezvous_host_is_reported_too(run_dir, tmp_path):
 
 
 def test_a_peer_whose_process_is_gone_is_named_and_a_live_one_is_not():
-    alive = socket.socket()
-    alive.bind(("127.0.0.1", 0))
-    alive.listen(1)
+    alive = peers.listen()  # what each rank opens at start
     with socket.socket() as gone:  # a port nobody listens on any more: a dead process's
         gone.bind(("127.0.0.1", 0))
         gone_port = gone.getsockname()[1]
     roster = (
-        peers.Peer(0, 0, "host-a", alive.getsockname()),
-        peers.Peer(1, 0, "host-a", alive.getsockname()),
+        peers.Peer(0, 0, "host-a", ("127.0.0.1", alive.getsockname()[1])),
+        peers.Peer(1, 0, "host-a", ("127.0.0.1", alive.getsockname()[1])),
         peers.Peer(2, 1, "host-b", ("127.0.0.1", gone_port)),
     )
     try:
@@ -224,6 +222,7 @@ def test_a_peer_whose_process_is_gone_is_named_and_a_live_one_is_not():
         # every peer answers: the error is something else and is left as it is
         assert peers.explain(error, roster[:2], me=0) is None
         assert peers.explain(UserError("bad setting"), roster, me=0) is None
+        assert all(peers.knock(roster[1]) is None for _ in range(300))  # more than the backlog
     finally:
         alive.close()
 

@@ -1,12 +1,12 @@
 """Who the other ranks are, and which of them is gone when a collective fails.
 
-At start every rank opens a small listening socket (the kernel accepts connections into its
-backlog; no thread serves it) and the ranks exchange (rank, node, host, socket address). When
-training then fails with a collective error (gloo notices a closed connection at once; a hung or
-unplugged host shows up as the process group's timeout, `parallel.timeout_s`), each surviving
-rank knocks on every peer's socket: refused means that process is gone, no answer within a few
-seconds means its host is unreachable. The error becomes a `PeerLost` that names those ranks,
-their node (torchrun's agent, one per host) and host, instead of a backend stack trace.
+At start every rank opens a small listening socket (a daemon thread accepts and hangs up) and
+the ranks exchange (rank, node, host, socket address). When training then fails with a
+collective error (gloo notices a closed connection at once; a hung or unplugged host shows up as
+the process group's timeout, `parallel.timeout_s`), each surviving rank knocks on every peer's
+socket: refused means that process is gone, no answer within a few seconds means its host is
+unreachable. The error becomes a `PeerLost` that names those ranks, their node (torchrun's
+agent, one per host) and host, instead of a backend stack trace.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -61,14 +62,32 @@ def _local_address() -> str:
         return socket.gethostbyname(socket.gethostname())
 
 
+def listen() -> socket.socket:
+    """A socket on every interface that answers knocks: a daemon thread accepts and hangs up,
+    so that the backlog never fills however often peers knock. Closing it ends the thread."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("", 0))
+    listener.listen(128)
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed
+                return
+            conn.close()
+
+    threading.Thread(target=answer, name="hanlm-peer-knock", daemon=True).start()
+    return listener
+
+
 def exchange(rank: int, world_size: int) -> tuple[Peer, ...]:
     """Open this rank's socket and learn every rank's (a collective: all ranks call it)."""
     global _listener
     close()
-    _listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    _listener.bind(("", 0))  # every interface; peers are told the one that faces them
-    _listener.listen(128)
+    _listener = listen()
     port = _listener.getsockname()[1]
+    # peers are told the address of the interface that faces them
     mine = Peer(rank, node_rank(rank), socket.gethostname(), (_local_address(), port))
     roster: list[Peer | None] = [None] * world_size
     dist.all_gather_object(roster, mine)
