@@ -277,7 +277,8 @@ def test_mirror_keeps_the_layout_and_the_retention_and_restores(mirror_url, tmp_
     }
 
     restored = tmp_path / "restored"
-    restored.mkdir()
+    (restored / "step-00000005").mkdir(parents=True)  # a save of that step cut short here
+    (restored / "step-00000005" / "__0_0.distcp").write_bytes(b"torn")
     checkpoint._restore_from_mirror(mirror_url, restored)
     assert latest(restored).name == "step-00000005" and verify(latest(restored)) is None
     assert _tree(None, latest(restored)) == _tree(None, checkpoint.step_dir(primary, 5))

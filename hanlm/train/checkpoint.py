@@ -585,6 +585,7 @@ def _restore_from_mirror(mirror: str, root: Path) -> None:
         warn(f"the mirror's {name} is damaged ({problem}); not restored")
         shutil.rmtree(tmp, ignore_errors=True)
         return
+    shutil.rmtree(root / name, ignore_errors=True)  # an uncommitted folder of that name
     os.replace(tmp, root / name)
     atomic_write_text(root / LATEST, name + "\n")
     info(f"restored checkpoint {name} from the mirror {mirror}")
