@@ -131,6 +131,19 @@ def pretrain_args(run_dir: Path) -> list[str]:
     return ["pretrain", "--run-dir", str(run_dir), "--parallel", "ddp", *settings_args(TRAIN)]
 
 
+def logged_losses(run_dir: Path) -> dict[int, float]:
+    """The losses rank 0 logged, up to a line that a kill may have cut."""
+    found = {}
+    for line in (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            break
+        if "loss" in record:
+            found[record["step"]] = record["loss"]
+    return found
+
+
 def logged_steps(run_dir: Path) -> int:
     path = run_dir / "pretrain" / "metrics.jsonl"
     return len(path.read_text().splitlines()) if path.is_file() else 0
@@ -152,7 +165,7 @@ def lose_a_host_past_a_checkpoint(run_dir: Path, hosts: list[Host], lost: int) -
     victim, survivor = (hosts[0], hosts[1]) if ranks[0] == lost else (hosts[1], hosts[0])
     victim.kill()
     killed_at = time.monotonic()
-    before, committed = losses(run_dir), latest(root)
+    before, committed = logged_losses(run_dir), latest(root)
     assert int(committed.name[5:]) < max(before) < TRAIN["pretrain.max_steps"]
 
     assert survivor.proc.wait(timeout=60) != 0
