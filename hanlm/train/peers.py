@@ -12,6 +12,7 @@ agent, one per host) and host, instead of a backend stack trace.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import socket
 import threading
@@ -97,6 +98,8 @@ def exchange(rank: int, world_size: int) -> tuple[Peer, ...]:
 def close() -> None:
     global _listener
     if _listener is not None:
+        with contextlib.suppress(OSError):  # wakes the thread blocked in accept (Linux)
+            _listener.shutdown(socket.SHUT_RDWR)
         _listener.close()
         _listener = None
 
