@@ -115,6 +115,53 @@ def _hard_table() -> np.ndarray:
     return hard
 
 
+_MAY_CHANGE = np.uint32(1 << 31)  # flags a character of `_bmp_fold_table` (folded ones are < 2^21)
+
+
+@functools.cache
+def _bmp_fold_table() -> np.ndarray:
+    """`fold_table` over the BMP, with _MAY_CHANGE set on every character NFC may change or join
+    to the one before it, and on surrogates. Text without any such character is NFC already
+    (Unicode's NFC quick check: only starters, each allowed in NFC), so a batch of it needs no
+    per-text `unicodedata.is_normalized`, which took a tenth of the scan."""
+    table = fold_table()[:0x10000].copy()
+    # Characters that join the one before them: the second of a two-character canonical
+    # decomposition (planes 2 and up hold none), and the Hangul jamo (composed by rule).
+    joiners = set()
+    for cp in range(0x20000):
+        decomposition = unicodedata.decomposition(chr(cp)).split()
+        if len(decomposition) == 2 and not decomposition[0].startswith("<"):
+            joiners.add(int(decomposition[1], 16))
+    for cp in range(0x10000):
+        char = chr(cp)
+        if (
+            cp in joiners
+            or unicodedata.combining(char)
+            or not unicodedata.is_normalized("NFC", char)
+        ):
+            table[cp] |= _MAY_CHANGE
+    table[0x1100:0x1200] |= _MAY_CHANGE  # Hangul jamo
+    table[0xD800:0xE000] |= _MAY_CHANGE  # surrogates: never alone in a str, but kept apart
+    return table
+
+
+def _nfc_texts(texts: list[str], cps: np.ndarray) -> list[str]:
+    """`texts` (whose code points end to end are `cps`) in NFC, checking only those holding a
+    character beyond the BMP or one `_bmp_fold_table` flags."""
+    may_change = (cps >= 0x10000) | (np.take(_bmp_fold_table(), cps & 0xFFFF) >= _MAY_CHANGE)
+    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+    texts = list(texts)  # a copy: the caller compares
+    for i in distinct(np.searchsorted(ends, np.flatnonzero(may_change), side="right")).tolist():
+        texts[i] = nfc(texts[i])
+    return texts
+
+
+def prepare_tables() -> None:
+    """Build the folding tables now (once per process: before workers fork, or a timed scan)."""
+    _bmp_fold_table()
+    _hard_table()
+
+
 def fold(text: str) -> tuple[np.ndarray, np.ndarray]:
     """Folded code points of an NFC text and a keep mask over its original characters."""
     chars, keep, _ = _fold(text)
@@ -157,6 +204,15 @@ def prefix_sums(chars: np.ndarray) -> np.ndarray:
         np.multiply(chars.astype(np.uint64), backward[:size], out=q[1:])
         np.cumsum(q[1:], out=q[1:])
     return q
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted: np.unique by sorting (numpy 2's np.unique hashes integers,
+    several times slower on the few thousand hits of a batch)."""
+    values = np.sort(values)
+    first = np.ones(len(values), dtype=bool)
+    first[1:] = values[1:] != values[:-1]
+    return values[first]
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
@@ -215,9 +271,20 @@ class Segments:
 def fold_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, Segments]:
     """Folded characters of several texts end to end, where each starts (plus the end), and
     their segment boundaries."""
-    # Checked text by text: is_normalized is several times slower on one long string.
-    texts = [nfc(t) for t in texts]
-    chars, keep, cps = _fold("".join(texts))
+    texts = list(texts)
+    cps = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
+    bmp = not len(cps) or cps.max() < 0x10000
+    folded = np.take(_bmp_fold_table(), cps) if bmp else None
+    if not bmp or (len(folded) and folded.max() >= _MAY_CHANGE):
+        # Rare: a character NFC may change, or one beyond the BMP. The texts holding one are
+        # normalised where they need it; the others are NFC already.
+        normal = _nfc_texts(texts, cps)
+        if any(new is not old for new, old in zip(normal, texts, strict=True)):
+            texts = normal
+            cps = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
+        folded = np.take(fold_table(), cps)
+    keep = folded != 0
+    chars = np.compress(keep, folded)
     raw_ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
     # Kept characters before each document end = its raw end minus the removed ones before it.
     removed = np.flatnonzero(~keep)
@@ -471,12 +538,13 @@ class BenchmarkIndex:
         self._full_hashes = self.unit_hashes[full]
         self._full_units = np.flatnonzero(full)
         self._full_filter = _BitFilter(self._full_hashes)
+        self._full_lookup = _SortedHashes(self._full_hashes)
         order = np.argsort(self.anchor_hashes, kind="stable")
-        self._anchor_sorted = self.anchor_hashes[order]
+        self._anchor_lookup = _SortedHashes(self.anchor_hashes[order])
         self._anchor_units = self.anchor_units[order]
         bits = int(min(24, max(10, np.ceil(np.log2(max(len(self.anchor_keys), 1) * 64)))))
         self._key_shift = np.uint32(32 - bits)
-        self._key_table = np.zeros(1 << bits, dtype=np.uint8)
+        self._key_table = np.zeros(1 << bits, dtype=bool)  # bool: np.flatnonzero's fast path
         self._key_table[self.anchor_keys.astype(np.uint32) >> self._key_shift] = 1
 
     # -- persistence ---------------------------------------------------------------------------
@@ -545,7 +613,7 @@ class BenchmarkIndex:
                 near = (pos[:, None] + np.arange(1 - STRIDE, STRIDE)[None, :]).ravel()
                 doc = np.repeat(doc, 2 * STRIDE - 1)
                 inside = (near >= starts[doc]) & (near + n <= ends[doc])
-                near = np.unique(near[inside])
+                near = distinct(near[inside])
                 pos, units = self._lookup_full(q, near)
             found_pos.append(pos)
             found_units.append(units)
@@ -582,11 +650,8 @@ class BenchmarkIndex:
             return starts, starts
         h = window_hashes(q, self.ngram, starts)
         candidates = self._full_filter.candidates(h)
-        h, starts = h[candidates], starts[candidates]
-        where = np.searchsorted(self._full_hashes, h)
-        where[where == len(self._full_hashes)] = 0
-        ok = self._full_hashes[where] == h
-        return starts[ok], self._full_units[where[ok]]
+        which, where = self._full_lookup.find(h[candidates])
+        return starts[candidates[which]], self._full_units[where]
 
     def _scan_short(self, chars, q: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
         """Places where a whole short item occurs: anchor candidates, then exact hashes."""
@@ -597,14 +662,9 @@ class BenchmarkIndex:
         keys = _prefix_keys(chars, min(a, KEY_CHARS)) >> self._key_shift
         pos = np.flatnonzero(np.take(self._key_table, keys))
         pos = pos[pos + a <= size]
-        h = window_hashes(q, a, pos)
-        lo = np.searchsorted(self._anchor_sorted, h, side="left")
-        hi = np.searchsorted(self._anchor_sorted, h, side="right")
-        count = hi - lo
         # Every (place, short unit with this anchor) pair, checked with the unit's full length.
-        pos = np.repeat(pos, count)
-        offsets = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-        units = self._anchor_units[np.repeat(lo, count) + offsets]
+        which, where = self._anchor_lookup.find(window_hashes(q, a, pos))
+        pos, units = pos[which], self._anchor_units[where]
         lengths = self.unit_lengths[units]
         fits = pos + lengths <= size
         pos, units, lengths = pos[fits], units[fits], lengths[fits]
@@ -638,7 +698,7 @@ class BenchmarkIndex:
             # Documents holding every part of an item: distinct (document, part entry) hits,
             # counted per (document, item).
             part = self._is_part[entries]
-            held = np.unique(docs[part] * len(self.entry_item) + entries[part])
+            held = distinct(docs[part] * len(self.entry_item) + entries[part])
             held_doc, held_entry = np.divmod(held, len(self.entry_item))
             keys, parts = np.unique(
                 held_doc * n_items + self.entry_item[held_entry], return_counts=True
@@ -647,7 +707,7 @@ class BenchmarkIndex:
             ok = ~needs_others | np.isin(doc_item, complete)
             pairs, doc_item = pairs[ok], doc_item[ok]
         keys, counts = np.unique(doc_item, return_counts=True)
-        return Held(np.unique(pairs), keys // n_items, keys % n_items, counts)
+        return Held(distinct(pairs), keys // n_items, keys % n_items, counts)
 
     def item_coverage(self, pair_found: np.ndarray, items: np.ndarray | None = None):
         """Per item (all, or `items`): the share of its characters found, as the best of its
@@ -857,8 +917,8 @@ class _BitFilter:
         top = (hashes >> self._shift).astype(np.int64)
         self._bytes = None
         if 1 << bits <= self.BYTE_TABLE_LIMIT:
-            self._bytes = np.zeros(1 << bits, dtype=np.uint8)
-            self._bytes[top] = 1
+            self._bytes = np.zeros(1 << bits, dtype=bool)  # bool: np.flatnonzero's fast path
+            self._bytes[top] = True
             return
         words = np.zeros(1 << (bits - 6), dtype=np.uint64)
         np.bitwise_or.at(words, top >> 6, np.left_shift(np.uint64(1), (top & 63).astype(np.uint64)))
@@ -872,7 +932,31 @@ class _BitFilter:
         word = np.take(self._words, top >> 6)
         word >>= (top & 63).view(np.uint64)
         word &= np.uint64(1)
-        return np.flatnonzero(word)
+        return np.flatnonzero(word != 0)  # a bool array: np.flatnonzero's fast path
+
+
+class _SortedHashes:
+    """Sorted 64-bit hashes (repeats allowed) found by their top bits: a table of where each
+    value of the top bits starts in the sorted array leaves a bucket of one or two hashes to
+    compare, instead of a binary search (some 18 dependent reads, each a cache miss)."""
+
+    def __init__(self, hashes: np.ndarray):
+        self.hashes = hashes
+        bits = max(1, int(np.log2(max(len(hashes), 2))))  # one to two hashes per bucket
+        self._shift = np.uint64(64 - bits)
+        bucket_starts = np.arange(1 << bits, dtype=np.uint64) << self._shift
+        self._bounds = np.append(np.searchsorted(hashes, bucket_starts), len(hashes))
+
+    def find(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(i, j) for every queries[i] equal to hashes[j], in order of i then j."""
+        bucket = (queries >> self._shift).view(np.int64)
+        lo = np.take(self._bounds, bucket)
+        count = np.take(self._bounds, bucket + 1) - lo
+        which = np.repeat(np.arange(len(queries)), count)
+        # places lo .. lo + count - 1 of each query, laid end to end
+        where = np.arange(len(which)) + np.repeat(lo - (np.cumsum(count) - count), count)
+        equal = np.take(self.hashes, where) == np.take(queries, which)
+        return which[equal], where[equal]
 
 
 def _grid(starts: np.ndarray, ends: np.ndarray, n: int, stride: int) -> np.ndarray:
