@@ -310,8 +310,9 @@ def window_hashes(q: np.ndarray, n: int, starts: np.ndarray | None = None) -> np
             h = q[n:] - q[:-n]
             h *= forward[n - 1 : len(q) - 1]
         else:
-            h = np.take(q, starts + n) - np.take(q, starts)
-            h *= np.take(forward, starts + n - 1)
+            # offset views rather than starts + n: no index arithmetic on every start
+            h = _gather(q[n:], starts) - _gather(q, starts)
+            h *= _gather(forward[n - 1 :], starts)
     return _mix(h)
 
 
