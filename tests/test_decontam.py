@@ -418,11 +418,11 @@ def test_text_without_a_flagged_character_is_nfc_already():
 
 def test_sorted_hashes_find_every_equal_pair():
     rng = np.random.default_rng(0)
-    for dtype, size in ((np.uint64, 5000), (np.uint64, 1), (np.uint64, 0), (np.uint32, 300)):
-        values = rng.integers(0, np.iinfo(dtype).max, size, dtype=dtype, endpoint=True)
+    for size in (5000, 1, 0):
+        values = rng.integers(0, 1 << 64, size, dtype=np.uint64, endpoint=False)
         hashes = np.sort(np.concatenate([values, values[: size // 10]]))  # some repeated
         lookup = index_module._SortedHashes(hashes)
-        queries = np.concatenate([values[::3], rng.integers(0, 1 << 30, 50).astype(dtype)])
+        queries = np.concatenate([values[::3], rng.integers(0, 1 << 64, 50, dtype=np.uint64)])
         which, where = lookup.find(queries)
         expected = [(i, j) for i, v in enumerate(queries.tolist())
                     for j in np.flatnonzero(hashes == v).tolist()]  # fmt: skip

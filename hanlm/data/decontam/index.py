@@ -19,7 +19,8 @@ either sentence alone, a common phrase, is none. Coverage is the share of an ite
 found, of its whole text or of its parts together, whichever is higher.
 
 Speed (no Python loop per character): a batch of documents becomes one array of code points
-(UTF-32, one table lookup folds and removes). Window hashes come from one prefix sum, so their
+(UTF-32, one table lookup folds and removes, and flags the characters NFC could change: a batch
+with none needs no normalising). Window hashes come from one prefix sum, so their
 cost does not grow with n: with c_j the characters and B an odd constant,
 Q[i] = sum_{j<i} c_j B^-j and hash(i..i+n) = B^(i+n-1) (Q[i+n] - Q[i]), modulo 2^64 (numpy's
 wrapping uint64), then one xor-shift-multiply round. Three more tricks:
@@ -29,7 +30,8 @@ wrapping uint64), then one xor-shift-multiply round. Three more tricks:
   more characters always has a window on the grid, so every n-gram of it is found, exactly as
   by checking every window; items too short for that guarantee are checked at every window;
 * filters: a table over the top hash bits, about 1.5% full, rules out almost every window with
-  one memory read; only the rest are looked up in the sorted hash array;
+  one memory read; only the rest are looked up in the sorted hash array (by their top bits,
+  `_SortedHashes`: no binary search);
 * items shorter than n (and the short ones above) are found through an anchor, their first
   characters: a 32-bit key of up to 4 characters at every position, then the exact hash of the
   whole item at the few places whose key matches.
