@@ -400,7 +400,7 @@ def _print_table(rows: list[dict], ratios: dict[str, float], header: str) -> Non
             f"{r['memory_vs_plan']:.2f}x" if "memory_vs_plan" in r else "",
             f"{t['warmup_s']:.0f}" if ok and t else "",
             f"{r['elapsed_s']:.0f}",
-            r["status"].splitlines()[0][:70],
+            r["status"].splitlines()[0][:70] + (" (recompile limit hit)" if "warning" in r else ""),
         )
     console = Console(highlight=False, width=200)
     console.print(table)
