@@ -84,7 +84,7 @@ def test_packed_sft_rows_restart_positions_at_each_conversation():
     rng = np.random.default_rng(0)
     examples = [conversation(rng, n) for n in (6, 9, 7, 20)]
     ids, mask, positions, too_long = chat_data.build_rows(examples, SEQ_LEN, PAD, packing=True)
-    assert too_long == 0 and ids.shape == positions.shape == (2, SEQ_LEN + 1)
+    assert too_long == 0 and ids.shape == mask.shape == positions.shape == (2, SEQ_LEN + 1)
     # row 0 packs 6 + 9 + 7 of its 25 tokens, row 1 the 20; the padding continues a row's last
     # conversation, so it starts no document of its own
     assert positions[0].tolist() == [*range(6), *range(9), *range(7), 7, 8, 9]
@@ -107,7 +107,7 @@ def packed_chat_loader(micro_batch: int = 3, **kwargs):
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_packed_sft_row_logits_equal_each_conversation_alone(attention):
     loader, _ = packed_chat_loader(shuffle=False)
-    inputs, labels, extra = loader.next_batch()
+    inputs, _, extra = loader.next_batch()
     assert set(extra) == {"position_ids"} and extra["position_ids"].shape == inputs.shape
     assert assert_each_document_as_if_alone(tiny_model(attention), inputs, extra) > len(inputs)
 
@@ -136,7 +136,10 @@ def test_a_row_of_one_document_is_unaffected():
 def test_flex_attention_keeps_documents_apart_too():
     """Flex attention (the CUDA choice) compiles its kernel on CPU too: slow, but the same."""
     model = tiny_model()
-    if document_attention.prepare(model, torch.device("cpu"), "flex", setting="t") != "flex_attention":
+    if (
+        document_attention.prepare(model, torch.device("cpu"), "flex", setting="t")
+        != "flex_attention"
+    ):
         pytest.fail("flex attention was not chosen")
     loader, _ = packed_chat_loader(shuffle=False)
     inputs, _, extra = loader.next_batch()
@@ -181,7 +184,7 @@ def token_loader(shards: Path, **kwargs) -> TokenLoader:
 
 def test_pretraining_windows_with_document_masking_equal_each_document_alone(document_shards):
     loader = token_loader(document_shards, document_masking=True)
-    inputs, labels, extra = loader.next_batch()
+    inputs, _, extra = loader.next_batch()
     positions = extra["position_ids"].numpy()
     # a document starts after every end-of-document token of the inputs, and nowhere else
     assert ((positions[:, 1:] == 0) == (inputs[:, :-1] == EOD).numpy()).all()
@@ -189,7 +192,10 @@ def test_pretraining_windows_with_document_masking_equal_each_document_alone(doc
 
 
 def test_pretraining_without_document_masking_is_unchanged(document_shards):
-    plain, masked = token_loader(document_shards), token_loader(document_shards, document_masking=True)
+    plain, masked = (
+        token_loader(document_shards),
+        token_loader(document_shards, document_masking=True),
+    )
     for _ in range(3):
         batch, with_masking = plain.next_batch(), masked.next_batch()
         assert len(batch) == 2  # (inputs, labels) as before: no extra model inputs

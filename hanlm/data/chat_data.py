@@ -203,6 +203,8 @@ class ChatLoader:
         seed: int = 0,
         shuffle: bool = True,
     ):
+        if positions is not None and positions.shape != ids.shape:
+            raise ValueError(f"positions of shape {positions.shape} for rows of {ids.shape}")
         self.inputs, self.labels = labels_of(ids, mask)
         # the inputs' per-conversation positions (packed rows), None for one conversation a row
         self.positions = None if positions is None else positions[:, :-1]

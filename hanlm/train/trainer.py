@@ -2,9 +2,9 @@
 
 Per optimizer step: fetch the step's micro-batches (inputs, labels, and for rows of packed
 documents their extra model inputs: hanlm.train.document_attention), count the target tokens over
-all ranks, run forward/backward on each (loss summed over tokens and divided by the global count, so one process
-and N ranks with the same global batch compute the same gradient), clip, step, then log,
-validate and checkpoint when due.
+all ranks, run forward/backward on each (loss summed over tokens and divided by the global count,
+so one process and N ranks with the same global batch compute the same gradient), clip, step,
+then log, validate and checkpoint when due.
 """
 
 from __future__ import annotations
