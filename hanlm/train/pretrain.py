@@ -22,7 +22,7 @@ from hanlm.data.loader import TokenLoader
 from hanlm.errors import UserError
 from hanlm.files import fingerprint
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.train import parallel, precision
+from hanlm.train import document_attention, parallel, precision
 from hanlm.train.build import (
     Components,
     Placement,
@@ -91,6 +91,7 @@ def _loaders(
         "rank": d.rank,
         "world_size": d.world_size,
         "expected_tokenizer_sha256": data.tokenizer_sha256,
+        "document_masking": p.document_masking,
     }
     train_loader = TokenLoader.from_shards(data.shards_dir, "train", seed=cfg.run.seed, **common)
     try:
@@ -110,6 +111,10 @@ def _built_model(cfg: Config, vocab_size: int, at: Placement):
         cfg.model.preset, vocab_size=vocab_size, seq_len=cfg.pretrain.seq_len
     )
     model = model_lib.build_model(mconfig, seed=cfg.run.seed, device=at.d.device)
+    if cfg.pretrain.document_masking:
+        document_attention.prepare(
+            model, at.d.device, par.document_attention, setting="pretrain.document_masking"
+        )
     converted = precision.apply_fp8(
         model, at.plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather
     )
@@ -122,6 +127,10 @@ def _built_model(cfg: Config, vocab_size: int, at: Placement):
         compile_blocks=par.compile,
     )
     return mconfig, model, converted
+
+
+def _attention(model) -> str:
+    return parallel.unwrap(model).config._attn_implementation
 
 
 def pretrain(
@@ -178,6 +187,7 @@ def pretrain(
                 f"pretrain: {model_lib.describe(mconfig)}; {precision.describe(plan)}; {mode} on "
                 f"{d.world_size} x {d.device.type}; {steps} steps of {p.global_batch_tokens:,} tokens "
                 f"({accumulation} micro-steps); fp8 layers: {len(converted)}; MFU peak: {peak_source}"
+                + (f"; documents masked apart ({_attention(model)})" if p.document_masking else "")
             )
         result = trainer.fit(stop_after_steps=stop_after_steps)
         summary = {**result, "total_steps": steps, "world_size": d.world_size, "mode": mode}
