@@ -137,6 +137,16 @@ def parallelize(
     return model
 
 
+def write_full_value(param: torch.nn.Parameter, value: torch.Tensor) -> None:
+    """Copy a parameter's full value into it; a sharded (DTensor) parameter keeps only this
+    rank's shard of it, cut locally (every rank holds the same full value, nothing is sent)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(param, DTensor):
+        value = distribute_tensor(value, param.device_mesh, param.placements, src_data_rank=None)
+    param.copy_(value)
+
+
 def no_sync(model: torch.nn.Module, mode: str, last_micro_step: bool):
     """DDP: skip the gradient all-reduce on all but the last micro-step of an accumulation.
 
