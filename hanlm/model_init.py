@@ -288,6 +288,9 @@ def plan_replay(model: torch.nn.Module, writes: list[_Write], problems: list[str
             written_whole.add(w.storage)
     for storage, name in params.items():
         if storage not in last_overwrite:
+            opaque = [w.op for w in writes if w.storage == storage and not w.replayable]
+            if opaque:
+                return MetaInit(unsupported=_opaque(name, opaque[-1]))
             return MetaInit(
                 unsupported=f"parameter {name} gets its value otherwise than by an init op "
                 "(uniform_, normal_, fill_, ...)"
@@ -297,7 +300,7 @@ def plan_replay(model: torch.nn.Module, writes: list[_Write], problems: list[str
         name = params.get(w.storage)
         if name is not None and i >= last_overwrite[w.storage]:
             if not w.replayable:
-                return MetaInit(unsupported=f"parameter {name} is written by {w.op} from a tensor")
+                return MetaInit(unsupported=_opaque(name, w.op))
             store_as = name if i == last_write[w.storage] else None
             steps.append(_Step(_APPLY, w, store_as))
         elif w.random:  # values overwritten or dropped, but the draw advances the generator
@@ -308,6 +311,10 @@ def plan_replay(model: torch.nn.Module, writes: list[_Write], problems: list[str
     if problem:
         return MetaInit(unsupported=problem)
     return MetaInit(steps=steps, shapes=shapes, buffer_owners=owners)
+
+
+def _opaque(name: str, op) -> str:
+    return f"parameter {name} is written by {op} with tensor or generator arguments"
 
 
 def _buffer_owners(model: torch.nn.Module, written_whole: set[int]) -> tuple[list[str], str]:
