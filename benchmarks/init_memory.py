@@ -59,7 +59,11 @@ def worker(way: str, preset: str, vocab: int, out: Path) -> None:
         model = parallel.parallelize(model, d, "fsdp")
     else:
         cfg = Config.model_validate(
-            {"model": {"preset": preset}, "pretrain": {"seq_len": 2048}, "parallel": {"device": "cpu"}}
+            {
+                "model": {"preset": preset},
+                "pretrain": {"seq_len": 2048},
+                "parallel": {"device": "cpu"},
+            }
         )
         at = Placement(d, "fsdp", precision.resolve("fp32", d.device))
         _, model, _ = pretrain._built_model(cfg, vocab, at)

@@ -3,6 +3,7 @@ FSDP does (on the meta device, sharded, then initialised), gathers its full stat
 compares it bit for bit with the eager `build_model` of the same seed.
 
 Usage: torchrun --nproc_per_node 2 tests/fsdp_init_worker.py OUT_DIR VARIANT_JSON...
+A variant with "loaded" instead shards a whole model as SFT does (parallel.parallelize_loaded).
 Each rank writes OUT_DIR/rank-R.json: per variant, whether the meta path was taken, the names
 of tensors that differ, whether the head is still tied, and the largest fraction of a full
 parameter that this rank holds.
@@ -41,8 +42,13 @@ def check(d: parallel.Dist, variant: dict) -> dict:
     plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
     at = Placement(d, "fsdp", plan)
     mconfig = model_lib.model_config(cfg.model.preset, vocab_size=VOCAB, seq_len=32)
-    _, meta_init = pretrain._new_model(mconfig, cfg.run.seed, at)
-    _, model, converted = pretrain._built_model(cfg, VOCAB, at)
+    if variant.get("loaded"):  # SFT's way: a whole model loaded on the host, then sharded
+        meta_init, converted = True, []
+        loaded = model_lib.build_model(mconfig, seed=cfg.run.seed)
+        model = parallel.parallelize_loaded(loaded, d, "fsdp")
+    else:
+        _, meta_init = pretrain._new_model(mconfig, cfg.run.seed, at)
+        _, model, converted = pretrain._built_model(cfg, VOCAB, at)
 
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     eager = model_lib.build_model(mconfig, seed=cfg.run.seed)
@@ -55,6 +61,7 @@ def check(d: parallel.Dist, variant: dict) -> dict:
     )
     return {
         "meta": meta_init is not None,
+        "training": model.training,
         "fp8_layers": len(converted),
         "differ": differ,
         "compared": len(expected),

@@ -9,6 +9,7 @@ in torchtitan's order, activation checkpointing, per-block torch.compile, then D
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import os
 from dataclasses import dataclass
@@ -135,6 +136,44 @@ def parallelize(
             fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
+
+
+def parallelize_loaded(
+    model: torch.nn.Module,
+    d: Dist,
+    mode: str,
+    *,
+    compute_dtype: torch.dtype = torch.float32,
+) -> torch.nn.Module:
+    """`parallelize` for a model loaded whole on the host (SFT's start): under FSDP the device
+    gets only this rank's shards, copied in one parameter at a time, rather than the whole
+    model moved over and then sharded."""
+    if mode != "fsdp":
+        return parallelize(model.to(d.device), d, mode, compute_dtype=compute_dtype)
+    from hanlm.model import build_model  # deferred: hanlm.model is heavy and FSDP-only here
+
+    # A copy of the config: build_model sets its attention implementation, and the loaded
+    # model may have been given another (flex for packed documents) that the shell must keep.
+    shell = build_model(
+        copy.deepcopy(model.config), dtype=next(model.parameters()).dtype, device="meta"
+    )
+    attention = model.config._attn_implementation
+    if shell.config._attn_implementation != attention:
+        shell.set_attn_implementation(attention)
+    loaded = dict(model.named_parameters(remove_duplicate=False))
+    shapes = {n: p.shape for n, p in shell.named_parameters(remove_duplicate=False)}
+    if shapes != {n: p.shape for n, p in loaded.items()}:  # not what its config builds
+        return parallelize(model.to(d.device), d, mode, compute_dtype=compute_dtype)
+    shell.train(model.training)
+    shell = parallelize(shell, d, mode, compute_dtype=compute_dtype)
+    shell.to_empty(device=d.device)
+    with torch.no_grad():
+        for name, param in shell.named_parameters():
+            write_full_value(param, loaded[name].to(d.device))
+        buffers = dict(model.named_buffers())
+        for name, buffer in shell.named_buffers():
+            buffer.copy_(buffers[name])
+    return shell
 
 
 def write_full_value(param: torch.nn.Parameter, value: torch.Tensor) -> None:
