@@ -10,6 +10,7 @@ who and where the others are (peers.py), so that a lost peer can be named when a
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import os
 from dataclasses import dataclass, field
@@ -146,6 +147,54 @@ def parallelize(
             fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
+
+
+def parallelize_loaded(
+    model: torch.nn.Module,
+    d: Dist,
+    mode: str,
+    *,
+    compute_dtype: torch.dtype = torch.float32,
+) -> torch.nn.Module:
+    """`parallelize` for a model loaded whole on the host (SFT's start): under FSDP the device
+    gets only this rank's shards, copied in one parameter at a time, rather than the whole
+    model moved over and then sharded."""
+    if mode != "fsdp":
+        return parallelize(model.to(d.device), d, mode, compute_dtype=compute_dtype)
+    from hanlm.model import build_model  # deferred: hanlm.model is heavy and FSDP-only here
+
+    # A copy of the config: build_model sets its attention implementation, and the loaded
+    # model may have been given another (flex for packed documents) that the shell must keep.
+    shell = build_model(
+        copy.deepcopy(model.config), dtype=next(model.parameters()).dtype, device="meta"
+    )
+    attention = model.config._attn_implementation
+    if shell.config._attn_implementation != attention:
+        shell.set_attn_implementation(attention)
+    loaded = dict(model.named_parameters(remove_duplicate=False))
+    shapes = {n: p.shape for n, p in shell.named_parameters(remove_duplicate=False)}
+    if shapes != {n: p.shape for n, p in loaded.items()}:  # not what its config builds
+        return parallelize(model.to(d.device), d, mode, compute_dtype=compute_dtype)
+    shell.train(model.training)
+    shell = parallelize(shell, d, mode, compute_dtype=compute_dtype)
+    shell.to_empty(device=d.device)
+    with torch.no_grad():
+        for name, param in shell.named_parameters():
+            write_full_value(param, loaded[name].to(d.device))
+        buffers = dict(model.named_buffers())
+        for name, buffer in shell.named_buffers():
+            buffer.copy_(buffers[name])
+    return shell
+
+
+def write_full_value(param: torch.nn.Parameter, value: torch.Tensor) -> None:
+    """Copy a parameter's full value into it; a sharded (DTensor) parameter keeps only this
+    rank's shard of it, cut locally (every rank holds the same full value, nothing is sent)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(param, DTensor):
+        value = distribute_tensor(value, param.device_mesh, param.placements, src_data_rank=None)
+    param.copy_(value)
 
 
 def no_sync(model: torch.nn.Module, mode: str, last_micro_step: bool):

@@ -16,6 +16,7 @@ from typing import Protocol
 import torch
 
 from hanlm import model as model_lib
+from hanlm import model_init
 from hanlm.config import Config, PretrainSection
 from hanlm.console import info, warn
 from hanlm.data.loader import TokenLoader
@@ -110,7 +111,7 @@ def _built_model(cfg: Config, vocab_size: int, at: Placement):
     mconfig = model_lib.model_config(
         cfg.model.preset, vocab_size=vocab_size, seq_len=cfg.pretrain.seq_len
     )
-    model = model_lib.build_model(mconfig, seed=cfg.run.seed, device=at.d.device)
+    model, meta_init = _new_model(mconfig, cfg.run.seed, at)
     if cfg.pretrain.document_masking:
         document_attention.prepare(
             model, at.d.device, par.document_attention, setting="pretrain.document_masking"
@@ -126,7 +127,27 @@ def _built_model(cfg: Config, vocab_size: int, at: Placement):
         activation_checkpointing=par.activation_checkpointing,
         compile_blocks=par.compile,
     )
+    if meta_init is not None:  # sharded: each rank now allocates and fills its shards only
+        model_init.materialise(
+            model, meta_init, seed=cfg.run.seed, device=at.d.device, store=parallel.write_full_value
+        )
     return mconfig, model, converted
+
+
+def _new_model(mconfig, seed: int, at: Placement):
+    """(the model, how to initialise it once sharded): under FSDP built on the meta device,
+    so no rank ever holds the whole model; otherwise built whole (DDP and one process need
+    it whole anyway). Both give the same weights for the same seed."""
+    if at.mode == "fsdp":
+        model, meta_init = model_init.build_on_meta(mconfig)
+        if meta_init.unsupported is None:
+            return model, meta_init
+        if at.d.is_main:
+            warn(
+                f"pretrain: building the whole model on every rank before sharding: "
+                f"its initialisation cannot be replayed shard by shard ({meta_init.unsupported})"
+            )
+    return model_lib.build_model(mconfig, seed=seed, device=at.d.device), None
 
 
 def _attention(model) -> str:

@@ -268,7 +268,7 @@ def train_once(
             document_attention.prepare(
                 model, d.device, cfg.parallel.document_attention, setting="sft.packing"
             )
-        model = parallel.parallelize(model.to(d.device), d, mode, compute_dtype=plan.compute_dtype)
+        model = parallel.parallelize_loaded(model, d, mode, compute_dtype=plan.compute_dtype)
         train_loader, val_loader = _chat_loaders(rows, cfg.run.seed, s.micro_batch, d)
         job = build.TrainingJob(
             total_steps=s.max_steps,
