@@ -113,6 +113,25 @@ def test_loss_fn_runs_the_teacher_in_inference_mode(teacher):
     assert logits.grad is not None
 
 
+def test_the_teacher_sees_packed_documents_apart(teacher):
+    run_dir, folder = teacher
+    cfg = DistillSection(enabled=True, teacher=str(folder), alpha=0.5, temperature=2.0)
+    size = vocab_size(folder)
+    loss_fn = distill.make_loss_fn(cfg, size, "cpu", student_tokenizer=run_dir / "tokenizer")
+    inputs = torch.randint(0, size, (1, 12))
+    labels = inputs.roll(-1, dims=1)
+    extra = {"position_ids": torch.cat([torch.arange(5), torch.arange(7)])[None]}
+    logits = torch.randn(1, 12, size)
+    sums = loss_fn(logits, inputs, labels, extra)
+    with torch.no_grad():  # each document alone
+        parts = [loss_fn.teacher(input_ids=inputs[:, a:b]).logits for a, b in ((0, 5), (5, 12))]
+        together = loss_fn.teacher(input_ids=inputs).logits
+    alone = distill.kd_loss_sums(logits, torch.cat(parts, 1), labels, alpha=0.5, temperature=2.0)
+    seen = distill.kd_loss_sums(logits, together, labels, alpha=0.5, temperature=2.0)
+    assert sums["kl"].item() == pytest.approx(alone["kl"].item(), rel=1e-5)
+    assert sums["kl"].item() != pytest.approx(seen["kl"].item(), rel=1e-5)
+
+
 def test_a_different_vocabulary_size_is_refused(teacher):
     run_dir, folder = teacher
     cfg = DistillSection(enabled=True, teacher=str(folder))

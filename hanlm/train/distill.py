@@ -6,7 +6,8 @@ summed over the target tokens (labels != -100), both distributions softened at t
 (T^2 keeps the KL term's gradient on the CE term's scale; Hinton et al. 2015). The Trainer
 divides the sums by the global token count and logs "ce" and "kl" per token apart from the
 total. The teacher is any Hugging Face causal LM folder with the student's tokenizer; it runs
-in inference mode, optionally on another device.
+in inference mode, optionally on another device; on packed rows it sees each document alone,
+as the student does (hanlm.train.document_attention).
 
 A field report found that distilling toward a larger teacher during pretraining made every
 domain worse: benchmarks/distill_ablation.py measures it on the demo world.
@@ -24,9 +25,12 @@ from tokenizers import Tokenizer
 from hanlm.config import DistillSection
 from hanlm.errors import UserError
 from hanlm.inference import load_folder, read_config, resolve_device
+from hanlm.train import document_attention
 
 IGNORE = -100
-LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
+PACKING_SETTINGS = "sft.packing (or pretrain.document_masking)"  # what packs documents in a row
+# (logits, inputs, labels, the batch's extra model inputs) -> the summed loss and its parts
+LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, dict], dict[str, torch.Tensor]]
 
 
 def kd_loss_sums(
@@ -160,10 +164,17 @@ def make_loss_fn(
     teacher_device = _teacher_device(cfg_distill.teacher_device, device)
     teacher = load_teacher(cfg_distill, teacher_device)
     alpha, temperature = cfg_distill.alpha, cfg_distill.temperature
+    prepared = False
 
-    def loss_fn(logits: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor):
+    def loss_fn(logits: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor, extra=None):
+        nonlocal prepared
+        if extra and not prepared:  # the first packed batch: the teacher must mask documents too
+            document_attention.prepare(teacher, teacher_device, "sdpa", setting=PACKING_SETTINGS)
+            prepared = True
+        extra = {name: value.to(teacher_device) for name, value in (extra or {}).items()}
         with torch.inference_mode():
-            teacher_logits = teacher(input_ids=inputs.to(teacher_device)).logits
+            attention = document_attention.model_inputs(teacher, extra)
+            teacher_logits = teacher(input_ids=inputs.to(teacher_device), **attention).logits
         # inference tensors cannot join autograd: a plain copy on the student's device can
         teacher_logits = teacher_logits.to(logits.device).clone()
         return kd_loss_sums(logits, teacher_logits, labels, alpha=alpha, temperature=temperature)

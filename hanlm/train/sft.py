@@ -38,7 +38,7 @@ from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint, read_json
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.train import build, checkpoint, export, parallel, precision
+from hanlm.train import build, checkpoint, document_attention, export, parallel, precision
 
 if TYPE_CHECKING:
     from hanlm.data.decontam.index import BenchmarkIndex
@@ -151,11 +151,11 @@ def _rows(tokenizer, train, heldout, s: SftSection, eot: int, pad: int):
     def encode(conversations):
         return [chat_data.tokenize(tokenizer, c["messages"], eot) for c in conversations]
 
-    train_ids, train_mask, too_long = chat_data.build_rows(
+    train_ids, train_mask, train_positions, too_long = chat_data.build_rows(
         encode(train), s.seq_len, pad, packing=s.packing
     )
     held_encoded = encode(heldout)
-    held_ids, held_mask, held_too_long = chat_data.build_rows(
+    held_ids, held_mask, held_positions, held_too_long = chat_data.build_rows(
         held_encoded, s.seq_len, pad, packing=s.packing
     )
     # The closure check asks only what the model could have learned: conversations that fit.
@@ -184,7 +184,11 @@ def _rows(tokenizer, train, heldout, s: SftSection, eot: int, pad: int):
             fix="raise sft.seq_len or sft.heldout",
         )
     report["closure_prompts"] = len(fitting)
-    return {"train": (train_ids, train_mask), "heldout": (held_ids, held_mask)}, report, fitting
+    rows = {
+        "train": (train_ids, train_mask, train_positions),
+        "heldout": (held_ids, held_mask, held_positions),
+    }
+    return rows, report, fitting
 
 
 # --- one training -----------------------------------------------------------------------------------
@@ -235,14 +239,24 @@ def _row_step_scale(s: SftSection, model, ids: list[int], init: str):
 
 
 def _placed_model(model, cfg: Config, plan: precision.PrecisionPlan, d: parallel.Dist, mode: str):
-    """(the model converted to FP8 where the plan says, compiled and parallelised as in
+    """(the loaded model converted to FP8 where the plan says, compiled and parallelised as in
     pretraining, the names of the converted layers). Before the optimizer is built: FP8's
     FSDP all-gather wraps the weights anew."""
     par = cfg.parallel
-    converted = precision.apply_fp8(model, plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather)
-    compiled = precision.blocks_compiled(plan, par.compile, announce=d.is_main)
-    model = parallel.parallelize(
-        model, d, mode, compute_dtype=plan.compute_dtype, compile_blocks=compiled
+    converted: list[str] = []
+
+    def to_fp8(module) -> None:  # the model itself, or the shell FSDP fills with its shards
+        converted[:] = precision.apply_fp8(
+            module, plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather
+        )
+
+    model = parallel.parallelize_loaded(
+        model,
+        d,
+        mode,
+        compute_dtype=plan.compute_dtype,
+        compile_blocks=precision.blocks_compiled(plan, par.compile, announce=d.is_main),
+        convert=to_fp8,
     )
     return model, converted
 
@@ -263,14 +277,18 @@ def train_once(
     """Initialise, train and checkpoint one SFT into `outputs`; returns the trainer's summary
     and the model config (the weights are in the latest checkpoint)."""
     s = cfg.sft
-    with build.processes(cfg.parallel.device) as d:
+    with build.processes(cfg.parallel.device, cfg.parallel.timeout_s) as d:
         plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
         mode = parallel.resolve_mode(cfg.parallel.mode, d)
         accumulation = _accumulation(s, d.world_size)
         if force or s.checkpoint.resume == "never":
             build.start_fresh(d, [outputs.checkpoints, outputs.metrics])
         model, mconfig, ids, done = _initialised_model(cfg, source, audit, special, init)
-        model, converted = _placed_model(model.to(d.device), cfg, plan, d, mode)
+        if s.packing:  # packed conversations must not see each other
+            document_attention.prepare(
+                model, d.device, cfg.parallel.document_attention, setting="sft.packing"
+            )
+        model, converted = _placed_model(model, cfg, plan, d, mode)
 
         def after_step() -> None:
             precision.precompute_fp8_scales_if_needed(

@@ -1,9 +1,10 @@
 """One explicit training loop for pretraining and SFT.
 
-Per optimizer step: fetch the step's micro-batches, count the target tokens over all ranks, run
-forward/backward on each (loss summed over tokens and divided by the global count, so one process
-and N ranks with the same global batch compute the same gradient), clip, step, then log,
-validate and checkpoint when due.
+Per optimizer step: fetch the step's micro-batches (inputs, labels, and for rows of packed
+documents their extra model inputs: hanlm.train.document_attention), count the target tokens over
+all ranks, run forward/backward on each (loss summed over tokens and divided by the global count,
+so one process and N ranks with the same global batch compute the same gradient), clip, step,
+then log, validate and checkpoint when due.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from hanlm.errors import UserError
-from hanlm.train import checkpoint, parallel
+from hanlm.train import checkpoint, document_attention, parallel
 from hanlm.train.metrics import MetricsLog, peak_memory_gb
 from hanlm.train.optim import lr_at
 from hanlm.train.preemption import Preempted, PreemptionWatch
@@ -86,6 +87,17 @@ class _Window:
         self.tokens += out["tokens"]
 
 
+def _on_device(batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(inputs, labels, extra model inputs) of a loader's batch, on `device`."""
+    inputs, labels, *rest = batch
+    extra = rest[0] if rest else {}
+    return (
+        inputs.to(device, non_blocking=True),
+        labels.to(device, non_blocking=True),
+        {name: value.to(device, non_blocking=True) for name, value in extra.items()},
+    )
+
+
 def _due(step: int, every: int) -> bool:
     return every > 0 and step % every == 0
 
@@ -119,8 +131,9 @@ class Trainer:
         self.preemption = PreemptionWatch()
         self.token_bytes = token_bytes.to(dist.device) if token_bytes is not None else None
         self.after_optimizer_step = after_optimizer_step
-        # loss_fn(logits, inputs, labels) -> {"loss": summed loss to minimise, other summed parts
-        # to log per token (e.g. "ce", "kl")}; None: token-summed cross-entropy.
+        # loss_fn(logits, inputs, labels, extra) -> {"loss": summed loss to minimise, other summed
+        # parts to log per token (e.g. "ce", "kl")}; None: token-summed cross-entropy. extra: the
+        # batch's extra model inputs (a packed batch's position_ids), {} for plain rows.
         self.loss_fn = loss_fn
         self.state = TrainState()
 
@@ -174,11 +187,14 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------------
 
-    def _loss_sums(self, inputs: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _loss_sums(
+        self, inputs: torch.Tensor, labels: torch.Tensor, extra: dict
+    ) -> dict[str, torch.Tensor]:
+        attention = document_attention.model_inputs(self.model, extra)
         with self.plan.autocast_context(self.d.device):
-            logits = self.model(input_ids=inputs).logits
+            logits = self.model(input_ids=inputs, **attention).logits
         if self.loss_fn is not None:
-            return self.loss_fn(logits, inputs, labels)
+            return self.loss_fn(logits, inputs, labels, extra)
         loss = F.cross_entropy(
             logits.float().view(-1, logits.size(-1)),
             labels.view(-1),
@@ -195,20 +211,18 @@ class Trainer:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         device = self.d.device
         micro = [self.train_loader.next_batch() for _ in range(self.s.accumulation)]
-        micro = [
-            (x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in micro
-        ]
-        local_tokens = sum(int((y != IGNORE).sum()) for _, y in micro)
+        micro = [_on_device(batch, device) for batch in micro]
+        local_tokens = sum(int((y != IGNORE).sum()) for _, y, _ in micro)
         counts = torch.tensor([float(local_tokens)], device=device, dtype=torch.float64)
         global_tokens = int(parallel.all_reduce_sum(counts, self.d).item())
         # DDP and FSDP average gradients over ranks; scaling by world size turns that into a sum.
         scale = self.d.world_size / max(global_tokens, 1)
         loss_sum = torch.zeros((), device=device, dtype=torch.float32)
         parts: dict[str, torch.Tensor] = {}
-        for i, (x, y) in enumerate(micro):
+        for i, (x, y, extra) in enumerate(micro):
             last = i == len(micro) - 1
             with parallel.no_sync(self.model, self.mode, last):
-                sums = self._loss_sums(x, y)
+                sums = self._loss_sums(x, y, extra)
                 (sums["loss"] * scale).backward()
             loss_sum += sums["loss"].detach()
             for name, value in sums.items():
@@ -245,10 +259,11 @@ class Trainer:
         totals = torch.zeros(
             4, device=device, dtype=torch.float64
         )  # loss, tokens, byte-loss, bytes
-        for x, y in self.val_loader.eval_batches(self.s.eval_batches):
-            x, y = x.to(device), y.to(device)
+        for batch in self.val_loader.eval_batches(self.s.eval_batches):
+            x, y, extra = _on_device(batch, device)
+            attention = document_attention.model_inputs(self.model, extra)
             with self.plan.autocast_context(device):
-                logits = self.model(input_ids=x).logits
+                logits = self.model(input_ids=x, **attention).logits
             per_token = F.cross_entropy(
                 logits.float().view(-1, logits.size(-1)),
                 y.view(-1),
