@@ -324,6 +324,17 @@ class ParallelSection(Section):
     )
     compile: bool = Field(False, description="pretraining: torch.compile each decoder block")
     fsdp_float8_all_gather: bool = Field(False, description="FSDP all-gathers weights in FP8")
+    loss_chunk_tokens: int = Field(
+        1024,
+        ge=1,
+        description="training and validation: the loss makes the logits of this many tokens at "
+        "a time, never a whole micro-batch's",
+    )
+    loss_kernel: Literal["chunked", "auto", "liger"] = Field(
+        "chunked",
+        description="the cross-entropy: chunked (any device), liger (Liger-Kernel's fused linear "
+        "cross-entropy, CUDA, when installed), auto (liger where it can run, else chunked)",
+    )
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod

@@ -2,8 +2,10 @@
 
 The model code knows nothing of this: `parallelize` takes a plain transformers model and applies,
 in torchtitan's order, activation checkpointing, per-block torch.compile, then DDP or FSDP2
-(`fully_shard` per decoder layer and at the root). Launch several processes with torchrun
-(one host or several, c10d rendezvous); gloo on CPU, NCCL on GPU.
+(`fully_shard` per decoder layer and at the root). The root is the model ending in its loss
+(hanlm.train.loss.CausalLMWithLoss), so the output head is used inside the root's forward.
+Launch several processes with torchrun (one host or several, c10d rendezvous); gloo on CPU,
+NCCL on GPU.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch.distributed as dist
 from hanlm.errors import UserError
 from hanlm.inference import resolve_device
 from hanlm.model import enable_activation_checkpointing
+from hanlm.train.loss import CausalLMWithLoss
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,8 @@ def parallelize(
     activation_checkpointing: bool | str = False,
     compile_blocks: bool = False,
 ) -> torch.nn.Module:
-    """Apply activation checkpointing, per-block compile and DDP/FSDP2, in that order."""
+    """Apply activation checkpointing, per-block compile and DDP/FSDP2, in that order; the result
+    ends in the loss (its forward takes labels and a loss function) and `unwrap` gives the model."""
     if activation_checkpointing not in (False, "none"):
         enable_activation_checkpointing(
             model, "full" if activation_checkpointing is True else activation_checkpointing
@@ -116,13 +120,14 @@ def parallelize(
     if compile_blocks:
         for layer in decoder_layers(model):
             layer.compile()
+    root = CausalLMWithLoss(model)  # the module DDP and FSDP2 wrap
     if mode == "ddp":
         # deferred: DDP and FSDP2 are needed only under torchrun
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [d.device.index] if d.device.type == "cuda" else None
         # Gradients live in the reducer's buckets: no second copy of them (4 bytes a parameter).
-        return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+        return DistributedDataParallel(root, device_ids=ids, gradient_as_bucket_view=True)
     if mode == "fsdp":
         # deferred: see DDP above
         from torch.distributed.device_mesh import init_device_mesh
@@ -133,8 +138,8 @@ def parallelize(
         mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
         for layer in decoder_layers(model):
             fully_shard(layer, mesh=mesh, mp_policy=mp)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
-    return model
+        fully_shard(root, mesh=mesh, mp_policy=mp)
+    return root
 
 
 def no_sync(model: torch.nn.Module, mode: str, last_micro_step: bool):
@@ -149,7 +154,10 @@ def no_sync(model: torch.nn.Module, mode: str, last_micro_step: bool):
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return getattr(model, "module", model)
+    """The causal LM inside DDP and CausalLMWithLoss."""
+    while isinstance(getattr(model, "module", None), torch.nn.Module):
+        model = model.module
+    return model
 
 
 def all_reduce_sum(values: torch.Tensor, d: Dist) -> torch.Tensor:
