@@ -328,12 +328,12 @@ class ParallelSection(Section):
         1024,
         ge=1,
         description="training and validation: the loss makes the logits of this many tokens at "
-        "a time, never a whole micro-batch's",
+        "a time, never those of a whole batch",
     )
     loss_kernel: Literal["chunked", "auto", "liger"] = Field(
         "chunked",
-        description="the cross-entropy: chunked (any device), liger (Liger-Kernel's fused linear "
-        "cross-entropy, CUDA, when installed), auto (liger where it can run, else chunked)",
+        description="how the loss runs: chunked (any device), liger (the fused linear cross "
+        "entropy of Liger Kernel: CUDA, when installed), auto (liger where it can, else chunked)",
     )
 
     @field_validator("activation_checkpointing", mode="before")
