@@ -96,6 +96,16 @@ def test_the_incoming_gradient_scales_the_precomputed_ones():
     assert_close(torch.autograd.grad(got, [hidden])[0], expected)
 
 
+def test_a_second_backward_is_refused_not_wrong():
+    hidden = torch.randn(2, SEQ, 8, requires_grad=True)
+    weight = torch.randn(VOCAB, 8, requires_grad=True)
+    labels = torch.randint(0, VOCAB, (2, SEQ))
+    loss = loss_lib.chunked_loss_sums(hidden, weight, labels, chunk_tokens=5)["loss"]
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="runs once"):
+        loss.backward()
+
+
 def test_without_grad_mode_nothing_is_differentiated():
     hidden = torch.randn(2, SEQ, 8, requires_grad=True)
     weight = torch.randn(VOCAB, 8, requires_grad=True)

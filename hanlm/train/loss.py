@@ -99,18 +99,23 @@ def _compute_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
 
 class _PrecomputedGrad(torch.autograd.Function):
     """A scalar whose gradients with respect to `hidden` and `weight` were computed with it:
-    backward only scales them by the incoming gradient."""
+    backward only scales them by the incoming gradient, in place (no second copy of the head's
+    gradient at the start of backward, when memory peaks), so it runs once."""
 
     @staticmethod
     def forward(ctx, value, hidden, weight, grad_hidden, grad_weight):
         ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.done = False
         return value.clone()
 
     @staticmethod
     def backward(ctx, grad):
+        if ctx.done:
+            raise RuntimeError("the chunked loss's backward runs once: its gradients are consumed")
+        ctx.done = True
         grad_hidden, grad_weight = ctx.saved_tensors
-        to_hidden = grad * grad_hidden if ctx.needs_input_grad[1] else None
-        to_weight = grad * grad_weight if ctx.needs_input_grad[2] else None
+        to_hidden = grad_hidden.mul_(grad) if ctx.needs_input_grad[1] else None
+        to_weight = grad_weight.mul_(grad) if ctx.needs_input_grad[2] else None
         return None, to_hidden, to_weight, None, None
 
 
