@@ -199,7 +199,7 @@ def main() -> None:
 
     from hanlm.config import load_config
     from hanlm.data import decontam
-    from hanlm.data.decontam.index import fold_table
+    from hanlm.data.decontam.index import prepare_tables
     from hanlm.stages import decontam as decontam_stage
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -212,7 +212,7 @@ def main() -> None:
         docs = korean_documents(args.mb, same_domain=args.same_domain)
         planted = plant(docs, items, args.planted)
         total_mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
-        fold_table()  # built once per process: not part of the scan
+        prepare_tables()  # built once per process: not part of the scan
 
         hanlm_s, hanlm_cpu, rows = best_of(args.repeats, lambda: index.check(docs))
         hanlm_mbs, hanlm_cpu_mbs = total_mb / hanlm_s, total_mb / hanlm_cpu

@@ -324,6 +324,19 @@ class ParallelSection(Section):
     )
     compile: bool = Field(False, description="pretraining: torch.compile each decoder block")
     fsdp_float8_all_gather: bool = Field(False, description="FSDP all-gathers weights in FP8")
+    timeout_s: float = Field(
+        600,
+        gt=0,
+        description="a collective waiting this long for a peer (a hung or unreachable host) "
+        "fails; a peer whose process is gone is noticed at once",
+        json_schema_extra={"cli": {"flag": "collective-timeout", "metavar": "S"}},
+    )
+    document_attention: Literal["auto", "sdpa", "flex"] = Field(
+        "auto",
+        description="how packed documents (sft.packing, pretrain.document_masking) are kept "
+        "apart: flex attention's block mask, or SDPA with a block-diagonal mask; auto: flex on "
+        "CUDA, sdpa elsewhere",
+    )
     loss_chunk_tokens: int = Field(
         1024,
         ge=1,
@@ -432,6 +445,11 @@ class PretrainSection(Section):
     )
     max_steps: int | None = Field(None, ge=1, description="optimizer steps (or use max_tokens)")
     max_tokens: int | None = Field(None, ge=1, description="training tokens, rounded to steps")
+    document_masking: bool = Field(
+        False,
+        description="a window's documents (split at the end-of-document token) do not see "
+        "each other: attention stays within a document, positions restart at each",
+    )
 
     @model_validator(mode="after")
     def _whole_micro_batches(self) -> PretrainSection:

@@ -38,7 +38,7 @@ def test_loss_mask_has_every_end_of_turn_and_no_user_token(tokenizer, special):
     assert pad not in (eot, special["eod"]["id"])
     ids, mask = chat_data.tokenize(tokenizer, CONVERSATION, eot)
     for packing in (True, False):
-        rows, masks, too_long = chat_data.build_rows([(ids, mask)] * 3, 64, pad, packing=packing)
+        rows, masks, _, too_long = chat_data.build_rows([(ids, mask)] * 3, 64, pad, packing=packing)
         assert too_long == 0
         _, labels = chat_data.labels_of(rows, masks)
         trained = labels[labels != chat_data.IGNORE]
@@ -52,21 +52,21 @@ def test_loss_mask_has_every_end_of_turn_and_no_user_token(tokenizer, special):
         for role in ("<|user|>", "<|system|>", "<|assistant|>"):
             assert role not in text
     # padding: one conversation per row, the rest <|pad|> and never a label
-    rows, masks, _ = chat_data.build_rows([(ids, mask)] * 3, 64, pad, packing=False)
+    rows, masks, _, _ = chat_data.build_rows([(ids, mask)] * 3, 64, pad, packing=False)
     assert len(rows) == 3 and (rows[:, len(ids) :] == pad).all()
-    packed, _, _ = chat_data.build_rows([(ids, mask)] * 3, 2 * len(ids), pad, packing=True)
+    packed, _, _, _ = chat_data.build_rows([(ids, mask)] * 3, 2 * len(ids), pad, packing=True)
     assert len(packed) == 2
 
 
 def test_too_long_conversations_are_dropped_not_cut(tokenizer, special):
     ids, mask = chat_data.tokenize(tokenizer, CONVERSATION, special["eot"]["id"])
-    rows, _, too_long = chat_data.build_rows([(ids, mask)], len(ids) - 5, 2, packing=True)
+    rows, _, _, too_long = chat_data.build_rows([(ids, mask)], len(ids) - 5, 2, packing=True)
     assert too_long == 1 and len(rows) == 0
 
 
 def test_loader_resumes_exactly(tokenizer, special):
     ids, mask = chat_data.tokenize(tokenizer, CONVERSATION, special["eot"]["id"])
-    rows, masks, _ = chat_data.build_rows([(ids, mask)] * 10, 64, 2, packing=False)
+    rows, masks, _, _ = chat_data.build_rows([(ids, mask)] * 10, 64, 2, packing=False)
     a = chat_data.ChatLoader(rows, masks, micro_batch=3, seed=1)
     b = chat_data.ChatLoader(rows, masks, micro_batch=3, seed=1)
     for _ in range(4):

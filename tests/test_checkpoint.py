@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -142,6 +143,10 @@ def test_mirror_copies_and_resume_starts_from_it(run_dir, tmp_path):
     pretrain.run(cfg, run_dir)
     assert sorted(losses(run_dir)) == list(range(1, 11))
     assert (mirror / "latest").read_text().strip() == "step-00000010"
+    # the mirror keeps what the primary keeps (keep_last 3 of the saves every 2 steps)
+    mirrored = sorted(p.name for p in mirror.glob("step-*"))
+    assert mirrored == [p.name for p in committed(ckpt_root(run_dir))]
+    assert mirrored == ["step-00000006", "step-00000008", "step-00000010"]
 
 
 def _spawn(run_dir, extra_env=None, **settings):
@@ -215,3 +220,97 @@ def test_sigkill_at_random_moments_never_loses_a_committed_checkpoint(run_dir, t
 
 def test_policy_defaults_match_the_config():
     assert checkpoint.Policy().async_save is load_config().checkpoint.async_save
+
+
+# -- the mirror: no nesting on fsspec targets, the primary's retention, verified restores -------
+
+
+def _committed_folder(root, step: int):
+    """A committed checkpoint folder as _commit leaves it: files in a subfolder too, a manifest."""
+    folder = checkpoint.step_dir(root, step)
+    (folder / "sub").mkdir(parents=True)
+    (folder / "__0_0.distcp").write_bytes(bytes([step]) * 1000)
+    (folder / "sub" / "extra.bin").write_bytes(b"x" * step)
+    (folder / "trainer.json").write_text(json.dumps({"step": step}))
+    checkpoint.write_manifest(folder)
+    return folder
+
+
+def _tree(fs, base) -> set[str]:
+    """Every file under `base` (fsspec or local), relative to it."""
+    if fs is None:
+        return {str(p.relative_to(base)) for p in Path(base).rglob("*") if p.is_file()}
+    prefix = base.rstrip("/") + "/"
+    return {p[len(prefix) :] for p in fs.find(base)}
+
+
+@pytest.fixture(params=["folder", "file-url", "memory-url"])
+def mirror_url(request, tmp_path):
+    if request.param == "folder":
+        yield str(tmp_path / "mirror")
+    elif request.param == "file-url":
+        yield f"file://{tmp_path / 'mirror'}"
+    else:
+        pytest.importorskip("fsspec")
+        url = f"memory://hanlm-test/{tmp_path.name}"
+        yield url
+        fs, base = checkpoint._fs(url)
+        if fs.exists(base):
+            fs.rm(base, recursive=True)
+
+
+def test_mirror_keeps_the_layout_and_the_retention_and_restores(mirror_url, tmp_path):
+    primary = tmp_path / "primary"
+    policy = checkpoint.Policy(keep_last=2, keep_every=2, backoff_s=0.0, mirror=mirror_url)
+    fs, base = checkpoint._fs(mirror_url)
+    one = _committed_folder(primary, 1)
+    files = {f"{one.name}/{p}" for p in _tree(None, one)}
+    checkpoint._copy_to_mirror(one, policy)
+    checkpoint._copy_to_mirror(one, policy)  # the same step again: replaced, not nested
+    assert _tree(fs, base) == files | {"latest"}
+    for step in range(2, 6):
+        checkpoint._copy_to_mirror(_committed_folder(primary, step), policy)
+    kept = {p.split("/")[0] for p in _tree(fs, base)} - {"latest"}
+    assert kept == {"step-00000002", "step-00000004", "step-00000005"}
+    assert kept == {
+        checkpoint.step_dir(primary, s).name for s in checkpoint.retained([1, 2, 3, 4, 5], policy)
+    }
+
+    restored = tmp_path / "restored"
+    (restored / "step-00000005").mkdir(parents=True)  # a save of that step cut short here
+    (restored / "step-00000005" / "__0_0.distcp").write_bytes(b"torn")
+    checkpoint._restore_from_mirror(mirror_url, restored)
+    assert latest(restored).name == "step-00000005" and verify(latest(restored)) is None
+    assert _tree(None, latest(restored)) == _tree(None, checkpoint.step_dir(primary, 5))
+    assert not list(restored.glob("*.incomplete"))
+
+
+def test_a_damaged_mirror_copy_is_not_restored(mirror_url, tmp_path):
+    policy = checkpoint.Policy(backoff_s=0.0, mirror=mirror_url)
+    checkpoint._copy_to_mirror(_committed_folder(tmp_path / "primary", 7), policy)
+    fs, base = checkpoint._fs(mirror_url)
+    shard = f"{base}/step-00000007/__0_0.distcp"
+    if fs is None:
+        Path(shard).write_bytes(b"torn")
+    else:
+        fs.pipe(shard, b"torn")
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    checkpoint._restore_from_mirror(mirror_url, restored)
+    assert latest(restored) is None and not list(restored.iterdir())
+
+
+def test_an_unfinished_remote_copy_is_not_taken_for_a_checkpoint(tmp_path):
+    """A remote copy cut short before its manifest: the previous committed copy is restored."""
+    pytest.importorskip("fsspec")
+    url = f"file://{tmp_path / 'mirror'}"
+    policy = checkpoint.Policy(backoff_s=0.0, mirror=url)
+    checkpoint._copy_to_mirror(_committed_folder(tmp_path / "primary", 3), policy)
+    cut = tmp_path / "mirror" / "step-00000004"
+    cut.mkdir()
+    (cut / "__0_0.distcp").write_bytes(b"half")
+    (tmp_path / "mirror" / "latest").write_text("step-00000004\n")
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    checkpoint._restore_from_mirror(url, restored)
+    assert latest(restored).name == "step-00000003"

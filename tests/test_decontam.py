@@ -400,6 +400,42 @@ def test_batches_fold_as_their_nfc_texts():
         assert np.diff(starts).tolist() == [len(e) for e in expected]
 
 
+def test_text_without_a_flagged_character_is_nfc_already():
+    """The fast path's premise: the BMP table flags every character NFC could change or join
+    to its neighbour, so strings of the others need no normalisation."""
+    table = index_module._bmp_fold_table()
+    flagged = table >= index_module._MAY_CHANGE
+    for char in ("\u0301", "\u1100", "\u1161", "\u11a8", "\u212b", "\uf900", "\u0cd5", "\ud800"):
+        assert flagged[ord(char)], hex(ord(char))  # accents, jamo, singletons, a vowel sign
+    assert not flagged[[ord(c) for c in "가힣a,. 1!한"]].any()
+    assert (table[~flagged] == index_module.fold_table()[:0x10000][~flagged]).all()
+    plain = np.flatnonzero(~flagged)
+    rng = np.random.default_rng(0)
+    for sample in rng.choice(plain, size=(2000, 6)):
+        text = "".join(map(chr, sample))
+        assert unicodedata.is_normalized("NFC", text), [hex(c) for c in sample]
+
+
+def test_sorted_hashes_find_every_equal_pair():
+    rng = np.random.default_rng(0)
+    for size in (5000, 1, 0):
+        values = rng.integers(0, 1 << 64, size, dtype=np.uint64, endpoint=False)
+        hashes = np.sort(np.concatenate([values, values[: size // 10]]))  # some repeated
+        lookup = index_module._SortedHashes(hashes)
+        queries = np.concatenate([values[::3], rng.integers(0, 1 << 64, 50, dtype=np.uint64)])
+        which, where = lookup.find(queries)
+        expected = [(i, j) for i, v in enumerate(queries.tolist())
+                    for j in np.flatnonzero(hashes == v).tolist()]  # fmt: skip
+        assert list(zip(which.tolist(), where.tolist(), strict=True)) == expected
+
+
+def test_distinct_is_unique():
+    rng = np.random.default_rng(0)
+    for size in (0, 1, 7, 3000):
+        values = rng.integers(-5, 50, size)
+        assert index_module.distinct(values).tolist() == np.unique(values).tolist()
+
+
 def test_normalise():
     assert normalise("Hello, WORLD!  한국어  띄어 쓰기…") == "helloworld한국어띄어쓰기"
     decomposed = unicodedata.normalize("NFD", "한국어")

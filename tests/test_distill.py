@@ -109,7 +109,7 @@ def test_the_objective_runs_the_teacher_in_inference_mode_and_matches_its_logits
     hidden = torch.randn(2, 6, 16, requires_grad=True)
     head = torch.randn(size, 16, requires_grad=True)
     # the student's loss in chunks of 5 tokens, the teacher's logits made per chunk
-    objective = objective_for({"input_ids": inputs})
+    objective = objective_for(inputs, {})
     sums = TokenLoss(5).sums(hidden, head, labels, objective=objective)
     with torch.no_grad():
         teacher_logits = objective_for.teacher(input_ids=inputs).logits
@@ -120,6 +120,29 @@ def test_the_objective_runs_the_teacher_in_inference_mode_and_matches_its_logits
         assert sums[part].item() == pytest.approx(expected[part].item(), rel=1e-5), part
     sums["loss"].backward()
     assert hidden.grad is not None and head.grad is not None
+
+
+def test_the_teacher_sees_packed_documents_apart(teacher):
+    run_dir, folder = teacher
+    cfg = DistillSection(enabled=True, teacher=str(folder), alpha=0.5, temperature=2.0)
+    size = vocab_size(folder)
+    objective_for = distill.make_objective(
+        cfg, size, "cpu", student_tokenizer=run_dir / "tokenizer"
+    )
+    inputs = torch.randint(0, size, (1, 12))
+    labels = inputs.roll(-1, dims=1)
+    extra = {"position_ids": torch.cat([torch.arange(5), torch.arange(7)])[None]}
+    hidden, head = torch.randn(1, 12, 16), torch.randn(size, 16)
+    logits = hidden @ head.T
+    sums = TokenLoss(5).sums(hidden, head, labels, objective=objective_for(inputs, extra))
+    teacher = objective_for.teacher
+    with torch.no_grad():  # each document alone
+        parts = [teacher(input_ids=inputs[:, a:b]).logits for a, b in ((0, 5), (5, 12))]
+        together = teacher(input_ids=inputs).logits
+    alone = distill.kd_loss_sums(logits, torch.cat(parts, 1), labels, alpha=0.5, temperature=2.0)
+    seen = distill.kd_loss_sums(logits, together, labels, alpha=0.5, temperature=2.0)
+    assert sums["kl"].item() == pytest.approx(alone["kl"].item(), rel=1e-5)
+    assert sums["kl"].item() != pytest.approx(seen["kl"].item(), rel=1e-5)
 
 
 def test_a_different_vocabulary_size_is_refused(teacher):

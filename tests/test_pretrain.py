@@ -81,6 +81,24 @@ def test_stop_and_resume_continue_steps_schedule_and_data(run_dir, tmp_path):
         assert resumed[step] == expected[step]  # bit for bit
 
 
+def test_document_masking_trains_resumes_exactly_and_is_in_effect(run_dir, tmp_path):
+    masking = {"pretrain.max_steps": 4, "pretrain.document_masking": True}
+    plain, whole = tmp_path / "plain", tmp_path / "whole"
+    shutil.copytree(run_dir, plain)
+    shutil.copytree(run_dir, whole)
+    train(whole, **masking)
+    expected = losses(whole)
+    train(run_dir, stop_after_steps=2, **masking)
+    train(run_dir, **masking)
+    resumed = losses(run_dir)
+    assert sorted(resumed) == [1, 2, 3, 4]
+    for step in (3, 4):
+        assert resumed[step] == expected[step]  # bit for bit
+    train(plain, **{"pretrain.max_steps": 4})
+    without = losses(plain)
+    assert without[1] != expected[1]  # the demo's windows hold several documents each
+
+
 def test_complete_stage_is_skipped(run_dir):
     train(run_dir, **{"pretrain.max_steps": 2})
     marker = (run_dir / "pretrain" / "stage.json").read_text()
@@ -130,7 +148,7 @@ def test_no_shards_is_a_user_error(tmp_path, cli):
     )
 
 
-def torchrun(run_dir, parallel: str):
+def torchrun(run_dir, parallel: str, **extra):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     cmd = [
         sys.executable,
@@ -146,7 +164,7 @@ def torchrun(run_dir, parallel: str):
         str(run_dir),
         "--parallel",
         parallel,
-        *settings_args(TINY),
+        *settings_args({**TINY, **extra}),
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -167,6 +185,19 @@ def test_ddp_and_fsdp_match_one_process(run_dir, tmp_path):
             assert abs(got[step] - loss) / loss < 1e-4, (mode, step, got[step], loss)
         summary = json.loads((other / "pretrain" / "summary.json").read_text())
         assert summary["world_size"] == 2 and summary["mode"] == mode
+
+
+@pytest.mark.slow
+def test_fsdp_with_document_masking_matches_one_process(run_dir, tmp_path):
+    masking = {"pretrain.document_masking": True}
+    fsdp = tmp_path / "fsdp"
+    shutil.copytree(run_dir, fsdp)
+    train(run_dir, **masking)
+    single = losses(run_dir)
+    got = torchrun(fsdp, "fsdp", **masking)
+    assert sorted(got) == sorted(single)
+    for step, loss in single.items():
+        assert abs(got[step] - loss) / loss < 1e-4, (step, got[step], loss)
 
 
 @pytest.mark.slow

@@ -10,7 +10,10 @@ Rows hold `seq_len + 1` tokens (inputs are the first `seq_len`, labels the last 
 packing, whole conversations are placed one after another in a row while they fit; otherwise
 each conversation has a row of its own, right-padded with <|pad|> (causal attention: padding
 after the text cannot change the text's logits). A conversation longer than a row is dropped,
-never cut: a cut answer would lose its end-of-turn token.
+never cut: a cut answer would lose its end-of-turn token. Packed conversations do not see each
+other: a packed row's positions restart at 0 with each conversation (the padding continues the
+last one's), and the batches of such rows carry them as the model's `position_ids`
+(hanlm.data.packing), so each conversation is trained exactly as if it were alone in its row.
 
 `ChatLoader` has the `TokenLoader` contract the trainer uses: next_batch(), eval_batches(),
 state_dict() / load_state_dict() with a seeded per-epoch order.
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from hanlm.chat_template import ASSISTANT, END_OF_TURN, SYSTEM, USER
+from hanlm.data import packing as packing_lib
 from hanlm.data.loader import position_state
 from hanlm.errors import UserError
 
@@ -137,31 +141,36 @@ def tokenize(tokenizer, messages: Sequence[Mapping], end_of_turn_id: int) -> tup
 
 def build_rows(
     examples: Sequence[tuple[list, list]], seq_len: int, pad_id: int, *, packing: bool
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """(ids, mask) arrays of shape (rows, seq_len + 1), and how many examples were too long."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
+    """(ids, mask) arrays of shape (rows, seq_len + 1), the rows' per-conversation positions
+    (packing; None without it: a row holds one conversation), and how many examples were too
+    long."""
     width = seq_len + 1
-    rows: list[tuple[list, list]] = []
+    rows: list[tuple[list, list, list]] = []  # ids, mask, where each conversation starts
     too_long = 0
-    current_ids: list = []
-    current_mask: list = []
+    current: tuple[list, list, list] = ([], [], [])
     for ids, mask in examples:
         if len(ids) > width:
             too_long += 1
             continue
-        if not packing or len(current_ids) + len(ids) > width:
-            if current_ids:
-                rows.append((current_ids, current_mask))
-            current_ids, current_mask = [], []
-        current_ids = current_ids + list(ids)
-        current_mask = current_mask + list(mask)
-    if current_ids:
-        rows.append((current_ids, current_mask))
+        if not packing or len(current[0]) + len(ids) > width:
+            if current[0]:
+                rows.append(current)
+            current = ([], [], [])
+        current[2].append(len(current[0]))
+        current[0].extend(ids)
+        current[1].extend(mask)
+    if current[0]:
+        rows.append(current)
     out_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     out_mask = np.zeros((len(rows), width), dtype=np.bool_)
-    for r, (ids, mask) in enumerate(rows):
+    starts = np.zeros((len(rows), width), dtype=np.bool_)
+    for r, (ids, mask, row_starts) in enumerate(rows):
         out_ids[r, : len(ids)] = ids
         out_mask[r, : len(mask)] = np.asarray(mask, dtype=bool)
-    return out_ids, out_mask, too_long
+        starts[r, row_starts] = True
+    positions = packing_lib.positions_from_starts(starts) if packing else None
+    return out_ids, out_mask, positions, too_long
 
 
 def labels_of(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -175,7 +184,8 @@ def labels_of(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 class ChatLoader:
-    """Batches of (inputs, labels) int64 tensors (micro_batch, seq_len) for one rank.
+    """Batches of (inputs, labels) int64 tensors (micro_batch, seq_len) for one rank, and, when
+    rows are packed, the model's `position_ids` as a third item (see hanlm.data.packing).
 
     Same order and state rules as `TokenLoader`: a seeded permutation per epoch, one global
     step of micro_batch x world_size rows per `next_batch()`, the epoch's remainder dropped.
@@ -185,6 +195,7 @@ class ChatLoader:
         self,
         ids: np.ndarray,
         mask: np.ndarray,
+        positions: np.ndarray | None = None,
         *,
         micro_batch: int,
         rank: int = 0,
@@ -192,7 +203,11 @@ class ChatLoader:
         seed: int = 0,
         shuffle: bool = True,
     ):
+        if positions is not None and positions.shape != ids.shape:
+            raise ValueError(f"positions of shape {positions.shape} for rows of {ids.shape}")
         self.inputs, self.labels = labels_of(ids, mask)
+        # the inputs' per-conversation positions (packed rows), None for one conversation a row
+        self.positions = None if positions is None else positions[:, :-1]
         self.micro_batch, self.rank, self.world_size = micro_batch, rank, world_size
         self.seed, self.shuffle = seed, shuffle
         if len(self.inputs) < self.samples_per_step:
@@ -226,10 +241,16 @@ class ChatLoader:
     def _batch(self, rows: np.ndarray):
         import torch  # deferred: the data package imports without torch (tokenizer, shards)
 
-        return (
+        batch = (
             torch.from_numpy(np.ascontiguousarray(self.inputs[rows])),
             torch.from_numpy(np.ascontiguousarray(self.labels[rows])),
         )
+        if self.positions is None:
+            return batch
+        extra = packing_lib.extra_model_inputs(self.positions[rows])
+        if not extra:
+            return batch
+        return (*batch, {k: torch.from_numpy(v) for k, v in extra.items()})
 
     def next_batch(self):
         if self._consumed + self.samples_per_step > self.rows:

@@ -18,6 +18,11 @@ the first two and rank 1 the last two of every group of four. When fewer than on
 of positions is left in an epoch, the remainder is dropped (so all ranks stay in lockstep) and
 the next epoch starts.
 
+Documents. With `end_of_document` set (pretrain.document_masking), a window's documents do not
+see each other: a batch in which some window holds more than one document carries per-document
+position ids, `(inputs, labels, {"position_ids": ...})` (hanlm.data.packing); every other batch
+is `(inputs, labels)`, as without it. The order and the state are the same either way.
+
 State. `state_dict()` is global and identical on every rank: the epoch and how many positions
 of its order all ranks together have consumed. Loading it with another world_size or
 micro_batch is allowed and continues the order exactly at `consumed`, with no sample skipped
@@ -36,12 +41,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hanlm.data import packing
 from hanlm.errors import UserError
 
 if TYPE_CHECKING:
     import torch
 
-Batch = tuple["torch.Tensor", "torch.Tensor"]
+# (inputs, labels), or (inputs, labels, extra model inputs) for rows of packed documents
+Batch = tuple["torch.Tensor", ...]
 
 SUPPORTED_DTYPES = ("uint16", "uint32")
 MANIFEST_NAME = "manifest.json"
@@ -83,6 +90,7 @@ class TokenLoader:
         seed: int = 0,
         shuffle: bool = True,
         pin_memory: bool = False,
+        end_of_document: int | None = None,
     ):
         _check_at_least("seq_len", seq_len, 1)
         _check_at_least("micro_batch", micro_batch, 1)
@@ -104,6 +112,7 @@ class TokenLoader:
         self.seed = seed
         self.shuffle = bool(shuffle)
         self.pin_memory = pin_memory
+        self.end_of_document = end_of_document  # None: windows are not split into documents
 
         self._paths = [Path(f) for f in files]
         self._tokens = [_open_tokens(path, self.dtype) for path in self._paths]
@@ -136,10 +145,12 @@ class TokenLoader:
         shuffle: bool | None = None,
         expected_tokenizer_sha256: str | None = None,
         pin_memory: bool = False,
+        document_masking: bool = False,
     ) -> TokenLoader:
         """A loader over one split of a shards folder, after checking it against its manifest.
 
-        shuffle defaults to True for "train" and False for every other split.
+        shuffle defaults to True for "train" and False for every other split. With
+        document_masking, the manifest's end-of-document id splits windows into documents.
         """
         shards_dir = Path(shards_dir)
         manifest = _read_manifest(shards_dir)
@@ -157,6 +168,7 @@ class TokenLoader:
             seed=seed,
             shuffle=(split == "train") if shuffle is None else shuffle,
             pin_memory=pin_memory,
+            end_of_document=_end_of_document(manifest, shards_dir) if document_masking else None,
         )
 
     # ---- sizes -------------------------------------------------------------------------------
@@ -235,11 +247,20 @@ class TokenLoader:
     def _to_batch(self, windows: np.ndarray) -> Batch:
         import torch  # deferred: the data package imports without torch (preflight, shards)
 
-        inputs = torch.from_numpy(np.ascontiguousarray(windows[:, :-1], dtype=np.int64))
-        labels = torch.from_numpy(np.ascontiguousarray(windows[:, 1:], dtype=np.int64))
+        tensors = [
+            torch.from_numpy(np.ascontiguousarray(windows[:, :-1], dtype=np.int64)),
+            torch.from_numpy(np.ascontiguousarray(windows[:, 1:], dtype=np.int64)),
+        ]
+        extra = {}
+        if self.end_of_document is not None:
+            positions = packing.positions_after_separator(windows[:, :-1], self.end_of_document)
+            extra = {
+                k: torch.from_numpy(v) for k, v in packing.extra_model_inputs(positions).items()
+            }
         if self.pin_memory and torch.cuda.is_available():
-            inputs, labels = inputs.pin_memory(), labels.pin_memory()
-        return inputs, labels
+            tensors = [t.pin_memory() for t in tensors]
+            extra = {k: v.pin_memory() for k, v in extra.items()}
+        return (*tensors, extra) if extra else tuple(tensors)
 
     # ---- evaluation --------------------------------------------------------------------------
 
@@ -406,6 +427,18 @@ def _read_manifest(shards_dir: Path) -> dict[str, Any]:
             fix=_REBUILD_SHARDS,
         )
     return manifest
+
+
+def _end_of_document(manifest: dict[str, Any], shards_dir: Path) -> int:
+    eod = manifest.get("eod_id")
+    if isinstance(eod, bool) or not isinstance(eod, int) or eod < 0:
+        raise UserError(
+            f"the shard manifest names no end-of-document token id (eod_id is {eod!r}), so "
+            "document masking cannot tell where documents end",
+            where=str(shards_dir / MANIFEST_NAME),
+            fix=f"{_REBUILD_SHARDS}, or set pretrain.document_masking = false",
+        )
+    return eod
 
 
 def _check_tokenizer(manifest: dict[str, Any], expected_sha256: str, shards_dir: Path) -> None:

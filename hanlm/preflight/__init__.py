@@ -15,6 +15,7 @@ or alone (one process: every visible GPU is tested, collectives are not). It che
 - storage (storage.py): at the checkpoint folder (the run's pretraining checkpoints or
   --checkpoint-dir; one rank per host): write throughput with fsync, fsync latency, read-back, free space against
   the checkpoint size, save time against the checkpoint interval;
+- shared (shared.py): under torchrun, that every host sees the same checkpoint folder;
 - data (data.py): tokens/s from the run's shards against what a step needs (skipped without shards).
 
 verdict.py turns the measurements into findings, each with a reason and a fix; rank 0 writes
@@ -43,7 +44,7 @@ from hanlm.config import Config
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint
 from hanlm.inference import resolve_device
-from hanlm.preflight import collectives, data, devices, storage, table, verdict
+from hanlm.preflight import collectives, data, devices, shared, storage, table, verdict
 from hanlm.train import parallel
 from hanlm.train.parallel import Dist
 
@@ -100,12 +101,15 @@ def _measure_rank(cfg: Config, shards_dir: Path, d: Dist, folder: Path) -> dict:
             devices.probe, d.device, all_visible=not d.distributed, seconds=pf.matmul_seconds
         ),
         "collectives": None,
+        "shared": None,
         "storage": None,
     }
     if d.distributed:  # every rank takes part, even if its devices failed
         result["collectives"] = _guarded(
             collectives.measure, d, size_mb=pf.collective_mb, iters=pf.collective_iters
         )
+        # a collective too; it reports its own errors instead of raising
+        result["shared"] = shared.probe(d, folder)
     if d.local_rank == 0:  # one disk test per host: ranks of a host share its disk
         result["storage"] = _guarded(
             storage.measure, folder, size_mb=pf.storage_mb, probes=pf.fsync_probes

@@ -5,7 +5,15 @@ from __future__ import annotations
 from rich.table import Table
 
 from hanlm.console import console
-from hanlm.preflight.verdict import CHECKS, FAIL, NOTE, WARN, all_devices, storage_reports
+from hanlm.preflight.verdict import (
+    CHECKS,
+    FAIL,
+    NOTE,
+    WARN,
+    all_devices,
+    shared_probes,
+    storage_reports,
+)
 
 
 def _gb(n: float) -> str:
@@ -62,6 +70,13 @@ def _summaries(report: dict) -> dict[str, str]:
                 f" every {interval:.3g} s" if interval else ""
             )
         lines["storage"] = (lines.get("storage", "") + "\n" + text).strip()
+    probes = shared_probes(report)
+    if probes:
+        nodes = probes[0].get("nodes") or [p["node"] for p in probes]
+        sees_all = sum(1 for p in probes if len(p.get("seen", [])) == len(nodes))
+        lines["shared"] = (
+            f"{sees_all} of {len(probes)} hosts see every host's files in the checkpoint folder"
+        )
     rates = [r["data"]["tokens_per_s"] for r in report["ranks"] if "tokens_per_s" in r["data"]]
     if rates:
         needed = proj.get("tokens_per_s_needed")

@@ -20,7 +20,7 @@ from hanlm.errors import UserError
 from hanlm.plan import estimate as plan
 
 FAIL, WARN, NOTE = "fail", "warn", "note"
-CHECKS = ("rendezvous", "devices", "collectives", "communication", "storage", "data")
+CHECKS = ("rendezvous", "devices", "collectives", "communication", "storage", "shared", "data")
 P2P_FIX = (
     "on consumer GPUs set NCCL_P2P_DISABLE=1 (peer-to-peer through a broken PCIe path returns "
     "zeros); check the IOMMU / ACS settings and the driver, or rent another host"
@@ -313,6 +313,41 @@ def _storage_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
     return found
 
 
+NOT_SHARED_FIX = (
+    "every rank writes its shards of a checkpoint into one folder and rank 0 commits it, so all "
+    "hosts must see the same folder: keep the run folder (or the folder given with "
+    "--checkpoint-dir) on storage that every host mounts at the same path (NFS, a cluster or "
+    "cloud file system). A folder per host does not work, the mirror included: each would hold "
+    "only its own ranks' shards, and checkpoint.mirror (a folder or an s3://, gs:// URL) is a "
+    "second copy of what rank 0 committed, restored when the primary is lost, not a way to "
+    "share it"
+)
+
+
+def shared_probes(report: dict) -> list[dict]:
+    return [r["shared"] for r in report["ranks"] if r.get("shared")]
+
+
+def _shared_findings(report: dict) -> list[dict]:
+    """One finding when some host does not see the others' files in the checkpoint folder."""
+    probes = shared_probes(report)
+    hosts = {p["node"]: p["host"] for p in probes}
+    problems = []
+    for p in probes:
+        where = f"host {p['host']} (node {p['node']})"
+        if "error" in p:
+            problems.append(f"{where}: {p['error']}")
+            continue
+        missing = [n for n in p["nodes"] if n not in p["seen"]]
+        if missing:
+            others = ", ".join(f"{hosts.get(n, '?')} (node {n})" for n in missing)
+            problems.append(f"{where} does not see what {others} wrote in {p['probe_dir']}")
+    if not problems:
+        return []
+    reason = "the checkpoint folder is not shared by all hosts: " + "; ".join(problems)
+    return [finding("shared", FAIL, reason, NOT_SHARED_FIX)]
+
+
 def _data_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
     found = []
     needed = proj.get("tokens_per_s_needed")
@@ -351,6 +386,7 @@ def judge(cfg: Config, report: dict) -> None:
     found += _collective_findings(report)
     found += _communication_findings(cfg, proj)
     found += _storage_findings(cfg, proj, report)
+    found += _shared_findings(report)
     found += _data_findings(cfg, proj, report)
     report["findings"] = found
     report["verdict"] = "NO-GO" if any(f["severity"] == FAIL for f in found) else "GO"

@@ -25,6 +25,7 @@ from hanlm.stages.rundir import RunDir
 from hanlm.train import pretrain as pretrain_lib
 
 STAGE = "pretrain"
+_NEW_OFF = {"document_masking"}  # keys added later, fingerprinted only when not at their default
 
 
 def fingerprinted_settings(cfg: Config) -> dict:
@@ -34,7 +35,8 @@ def fingerprinted_settings(cfg: Config) -> dict:
     o, par, log = cfg.optimizer, cfg.parallel, cfg.logging
     return {
         "preset": cfg.model.preset,
-        **cfg.pretrain.model_dump(),
+        # document_masking only when on, so that runs made before it keep their fingerprints
+        **cfg.pretrain.model_dump(exclude=None if cfg.pretrain.document_masking else _NEW_OFF),
         **o.model_dump(),
         "precision": cfg.precision.mode,
         "fp8_recipe": cfg.precision.fp8_recipe,

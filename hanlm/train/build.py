@@ -89,11 +89,17 @@ def build_checkpoints(
 
 
 @contextlib.contextmanager
-def processes(device: str) -> Iterator[parallel.Dist]:
-    """This process's place among the ranks (a process group under torchrun), left at the end."""
-    d = parallel.init(device)
+def processes(device: str, timeout_s: float = 600.0) -> Iterator[parallel.Dist]:
+    """This process's place among the ranks (a process group under torchrun), left at the end.
+    A failure caused by a peer that is gone is reported as PeerLost, naming it."""
+    d = parallel.init(device, timeout_s=timeout_s)
     try:
         yield d
+    except Exception as e:
+        lost = parallel.lost_peers(d, e)
+        if lost is not None:
+            raise lost from e
+        raise
     finally:
         parallel.shutdown(d)
 

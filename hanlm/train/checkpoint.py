@@ -384,11 +384,9 @@ class CheckpointManager:
 
     def _prune(self) -> None:
         found = committed(self.root)
-        keep = set(found[-max(1, self.policy.keep_last) :])
-        if self.policy.keep_every:
-            keep |= {p for p in found if _step_of(p) % self.policy.keep_every == 0}
+        keep = retained([_step_of(p) for p in found], self.policy)
         for path in found:
-            if path not in keep:
+            if _step_of(path) not in keep:
                 shutil.rmtree(path, ignore_errors=True)
 
     def _mirror(self, folder: Path) -> None:
@@ -434,6 +432,15 @@ class CheckpointManager:
         return None
 
 
+def retained(steps: list[int], policy: Policy) -> set[int]:
+    """The steps that retention keeps out of the committed `steps` (oldest first): the newest
+    keep_last and every keep_every-th. The primary and the mirror both follow it."""
+    keep = set(steps[-max(1, policy.keep_last) :])
+    if policy.keep_every:
+        keep |= {s for s in steps if s % policy.keep_every == 0}
+    return keep
+
+
 def read_trainer_state(path: Path) -> dict:
     try:
         return read_json(Path(path) / TRAINER_STATE)
@@ -454,15 +461,65 @@ def load(path: Path, model, optimizer, group=None) -> dict:
 
 
 # -- mirror --------------------------------------------------------------------------------------
+#
+# The mirror holds committed checkpoints under the same names and the same `latest` pointer as
+# the primary, pruned by the same retention. A folder is committed there too once its manifest
+# is in it: a local mirror gets the folder by rename, a remote one (an fsspec URL) file by file
+# with the manifest last, so a copy cut short is never taken for a checkpoint.
 
 
 def _fs(url: str):
+    """(fsspec file system, base path) for a URL; (None, path) for a local folder."""
     if "://" in url:
         import fsspec  # deferred: optional, needed only by a remote mirror
 
         fs, base = fsspec.core.url_to_fs(url)
         return fs, base.rstrip("/")
     return None, str(Path(url))
+
+
+def _remote_files(fs, folder: str) -> dict[str, str]:
+    """Relative path -> remote path of every file under `folder` on `fs`."""
+    prefix = folder.rstrip("/") + "/"
+    return {p[len(prefix) :]: p for p in fs.find(folder) if p.startswith(prefix)}
+
+
+def _put_files(fs, folder: Path, target: str) -> None:
+    """Copy the files of `folder` to `target` one by one, named explicitly: fsspec's recursive
+    put copies a folder *into* a target that already exists (URL/step-N/step-N)."""
+    files = [*_files(folder), folder / MANIFEST]  # the manifest last: it commits the copy
+    for parent in sorted({str(p.parent.relative_to(folder)) for p in files}):
+        fs.makedirs(target if parent == "." else f"{target}/{parent}", exist_ok=True)
+    for path in files:
+        fs.put_file(str(path), f"{target}/{path.relative_to(folder).as_posix()}")
+
+
+def _mirror_steps(fs, base: str) -> dict[str, bool]:
+    """Folder name -> committed (has its manifest) for every step folder in the mirror."""
+    if fs is None:
+        return {p.name: _is_committed(p) for p in _step_folders(Path(base))}
+    if not fs.exists(base):
+        return {}
+    names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(base, detail=False)]
+    return {
+        name: not name.endswith(INCOMPLETE) and fs.exists(f"{base}/{name}/{MANIFEST}")
+        for name in names
+        if name.startswith("step-")
+    }
+
+
+def _prune_mirror(fs, base: str, policy: Policy) -> None:
+    """Apply the primary's retention to the mirror; drop copies that never finished."""
+    steps = _mirror_steps(fs, base)
+    done = sorted((_step_of(Path(n)) for n, ok in steps.items() if ok))
+    keep = retained(done, policy)
+    for name, ok in steps.items():
+        if ok and _step_of(Path(name)) in keep:
+            continue
+        if fs is None:
+            shutil.rmtree(Path(base) / name, ignore_errors=True)
+        else:
+            fs.rm(f"{base}/{name}", recursive=True)
 
 
 def _copy_to_mirror(folder: Path, policy: Policy) -> None:
@@ -478,29 +535,58 @@ def _copy_to_mirror(folder: Path, policy: Policy) -> None:
                 os.replace(tmp, target)
                 atomic_write_text(Path(base) / LATEST, folder.name + "\n")
             else:
-                fs.put(str(folder), target, recursive=True)
+                if fs.exists(target):  # an earlier copy of this step, maybe cut short
+                    fs.rm(target, recursive=True)
+                _put_files(fs, folder, target)
                 fs.pipe(f"{base}/{LATEST}", (folder.name + "\n").encode())
+            _prune_mirror(fs, base, policy)
             return
         except Exception as e:  # a mirror is best effort: report and keep training
             warn(f"mirror copy of {folder.name} to {policy.mirror} failed ({e})")
             time.sleep(policy.backoff_s * 2**attempt)
 
 
-def _restore_from_mirror(mirror: str, root: Path) -> None:
-    fs, base = _fs(mirror)
+def _mirror_latest(fs, base: str) -> str | None:
+    """The committed folder the mirror's `latest` names, else its newest committed one."""
+    steps = _mirror_steps(fs, base)
     try:
         if fs is None:
             name = (Path(base) / LATEST).read_text().strip()
-            source = Path(base) / name
-            if not (source / MANIFEST).is_file():
-                return
-            shutil.copytree(source, root / (name + INCOMPLETE), dirs_exist_ok=True)
         else:
             name = fs.cat(f"{base}/{LATEST}").decode().strip()
-            fs.get(f"{base}/{name}", str(root / (name + INCOMPLETE)), recursive=True)
-    except (OSError, FileNotFoundError):
+        if steps.get(name):
+            return name
+    except (OSError, FileNotFoundError, UnicodeDecodeError):
+        pass
+    done = sorted((n for n, ok in steps.items() if ok), key=lambda n: _step_of(Path(n)))
+    return done[-1] if done else None
+
+
+def _restore_from_mirror(mirror: str, root: Path) -> None:
+    """Copy the mirror's newest committed checkpoint into `root` (verified, then renamed)."""
+    fs, base = _fs(mirror)
+    try:
+        name = _mirror_latest(fs, base)
+        if name is None:
+            return
+        tmp = root / (name + INCOMPLETE)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if fs is None:
+            shutil.copytree(Path(base) / name, tmp)
+        else:
+            for rel, remote in _remote_files(fs, f"{base}/{name}").items():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                fs.get_file(remote, str(tmp / rel))
+    except OSError as e:
+        warn(f"cannot restore from the mirror {mirror} ({e})")
         return
-    os.replace(root / (name + INCOMPLETE), root / name)
+    problem = verify(tmp)
+    if problem:
+        warn(f"the mirror's {name} is damaged ({problem}); not restored")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    shutil.rmtree(root / name, ignore_errors=True)  # an uncommitted folder of that name
+    os.replace(tmp, root / name)
     atomic_write_text(root / LATEST, name + "\n")
     info(f"restored checkpoint {name} from the mirror {mirror}")
 

@@ -6,9 +6,10 @@ summed over the target tokens (labels != -100), both distributions softened at t
 (T^2 keeps the KL term's gradient on the CE term's scale; Hinton et al. 2015). The Trainer
 divides the sums by the global token count and logs "ce" and "kl" per token apart from the
 total. The teacher is any Hugging Face causal LM folder with the student's tokenizer; it runs
-in inference mode, optionally on another device. Like the plain loss (hanlm.train.loss), the
-sums are taken a chunk of tokens at a time: the teacher's decoder runs on the micro-batch, its
-logits are made per chunk from its hidden states, beside the student's.
+in inference mode, optionally on another device; on packed rows it sees each document alone,
+as the student does (hanlm.train.document_attention). Like the plain loss (hanlm.train.loss),
+the sums are taken a chunk of tokens at a time: the teacher's decoder runs on the micro-batch,
+its logits are made per chunk from its hidden states, beside the student's.
 
 A field report found that distilling toward a larger teacher during pretraining made every
 domain worse: benchmarks/distill_ablation.py measures it on the demo world.
@@ -26,10 +27,12 @@ from tokenizers import Tokenizer
 from hanlm.config import DistillSection
 from hanlm.errors import UserError
 from hanlm.inference import load_folder, read_config, resolve_device
+from hanlm.train import document_attention
 from hanlm.train.loss import IGNORE, Objective, check_plain_head
 
-# the student's model inputs of a micro-batch -> the loss of its chunks (hanlm.train.loss)
-ObjectiveFor = Callable[[dict[str, torch.Tensor]], Objective]
+PACKING_SETTINGS = "sft.packing (or pretrain.document_masking)"  # what packs documents in a row
+# (a micro-batch's token ids, its extra model inputs) -> the loss of its chunks (hanlm.train.loss)
+ObjectiveFor = Callable[[torch.Tensor, dict], Objective]
 
 
 def kd_loss_sums(
@@ -188,11 +191,18 @@ def make_objective(
     teacher = load_teacher(cfg_distill, teacher_device)
     check_plain_head(teacher, f"the teacher {teacher_dir}")
     alpha, temperature = cfg_distill.alpha, cfg_distill.temperature
+    prepared = False
 
-    def objective_for(model_inputs: dict[str, torch.Tensor]) -> TeacherObjective:
-        inputs = {k: v.to(teacher_device) for k, v in model_inputs.items()}
+    def objective_for(inputs: torch.Tensor, extra: dict | None = None) -> TeacherObjective:
+        nonlocal prepared
+        if extra and not prepared:  # the first packed batch: the teacher must mask documents too
+            document_attention.prepare(teacher, teacher_device, "sdpa", setting=PACKING_SETTINGS)
+            prepared = True
+        extra = {name: value.to(teacher_device) for name, value in (extra or {}).items()}
         with torch.inference_mode():
-            hidden = teacher.get_decoder()(**inputs).last_hidden_state
+            attention = document_attention.model_inputs(teacher, extra)
+            decoder = teacher.get_decoder()
+            hidden = decoder(input_ids=inputs.to(teacher_device), **attention).last_hidden_state
         head = teacher.get_output_embeddings().weight
         return TeacherObjective(hidden, head, alpha=alpha, temperature=temperature)
 

@@ -5,15 +5,17 @@ in torchtitan's order, activation checkpointing, per-block torch.compile, then D
 (`fully_shard` per decoder layer and at the root). The root is the model ending in its loss
 (hanlm.train.loss.CausalLMWithLoss), so the output head is used inside the root's forward.
 Launch several processes with torchrun (one host or several, c10d rendezvous); gloo on CPU,
-NCCL on GPU.
+NCCL on GPU. Every rank learns at start who and where the others are (peers.py), so that a lost
+peer can be named when a collective fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -21,6 +23,7 @@ import torch.distributed as dist
 from hanlm.errors import UserError
 from hanlm.inference import resolve_device
 from hanlm.model import enable_activation_checkpointing
+from hanlm.train import peers
 from hanlm.train.loss import CausalLMWithLoss
 
 
@@ -30,6 +33,7 @@ class Dist:
     world_size: int
     local_rank: int
     device: torch.device
+    roster: tuple[peers.Peer, ...] = field(default=(), compare=False)  # every rank, by rank
 
     @property
     def is_main(self) -> bool:
@@ -49,7 +53,8 @@ def _pick_device(preference: str, local_rank: int) -> torch.device:
 
 
 def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
-    """Join the process group when launched by torchrun (WORLD_SIZE > 1), else run alone."""
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1), else run alone.
+    A collective that waits longer than `timeout_s` for a peer fails."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -69,12 +74,19 @@ def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
                 fix="check that every host runs the same torchrun command with the same "
                 "--rdzv-endpoint and that the port is open (hanlm preflight checks this)",
             ) from None
-    return Dist(rank, world_size, local_rank, dev)
+    roster = peers.exchange(rank, world_size) if world_size > 1 else ()
+    return Dist(rank, world_size, local_rank, dev, roster)
 
 
 def shutdown(d: Dist) -> None:
     if d.distributed and dist.is_initialized():
         dist.destroy_process_group()
+    peers.close()
+
+
+def lost_peers(d: Dist, error: BaseException) -> peers.PeerLost | None:
+    """The error to report instead of `error` when it came from peers that are gone."""
+    return peers.explain(error, d.roster, d.rank) if d.distributed else None
 
 
 def resolve_mode(mode: str, d: Dist) -> str:
@@ -140,6 +152,54 @@ def parallelize(
             fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(root, mesh=mesh, mp_policy=mp)
     return root
+
+
+def parallelize_loaded(
+    model: torch.nn.Module,
+    d: Dist,
+    mode: str,
+    *,
+    compute_dtype: torch.dtype = torch.float32,
+) -> torch.nn.Module:
+    """`parallelize` for a model loaded whole on the host (SFT's start): under FSDP the device
+    gets only this rank's shards, copied in one parameter at a time, rather than the whole
+    model moved over and then sharded."""
+    if mode != "fsdp":
+        return parallelize(model.to(d.device), d, mode, compute_dtype=compute_dtype)
+    from hanlm.model import build_model  # deferred: hanlm.model is heavy and FSDP-only here
+
+    # A copy of the config: build_model sets its attention implementation, and the loaded
+    # model may have been given another (flex for packed documents) that the shell must keep.
+    shell = build_model(
+        copy.deepcopy(model.config), dtype=next(model.parameters()).dtype, device="meta"
+    )
+    attention = model.config._attn_implementation
+    if shell.config._attn_implementation != attention:
+        shell.set_attn_implementation(attention)
+    loaded = dict(model.named_parameters(remove_duplicate=False))
+    shapes = {n: p.shape for n, p in shell.named_parameters(remove_duplicate=False)}
+    if shapes != {n: p.shape for n, p in loaded.items()}:  # not what its config builds
+        return parallelize(model.to(d.device), d, mode, compute_dtype=compute_dtype)
+    shell.train(model.training)
+    root = parallelize(shell, d, mode, compute_dtype=compute_dtype)
+    shell.to_empty(device=d.device)
+    with torch.no_grad():
+        for name, param in shell.named_parameters():
+            write_full_value(param, loaded[name].to(d.device))
+        buffers = dict(model.named_buffers())
+        for name, buffer in shell.named_buffers():
+            buffer.copy_(buffers[name])
+    return root
+
+
+def write_full_value(param: torch.nn.Parameter, value: torch.Tensor) -> None:
+    """Copy a parameter's full value into it; a sharded (DTensor) parameter keeps only this
+    rank's shard of it, cut locally (every rank holds the same full value, nothing is sent)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(param, DTensor):
+        value = distribute_tensor(value, param.device_mesh, param.placements, src_data_rank=None)
+    param.copy_(value)
 
 
 def no_sync(model: torch.nn.Module, mode: str, last_micro_step: bool):

@@ -16,13 +16,14 @@ from typing import Protocol
 import torch
 
 from hanlm import model as model_lib
+from hanlm import model_init
 from hanlm.config import Config, PretrainSection
 from hanlm.console import info, warn
 from hanlm.data.loader import TokenLoader
 from hanlm.errors import UserError
 from hanlm.files import fingerprint
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.train import parallel, precision
+from hanlm.train import document_attention, parallel, precision
 from hanlm.train.build import (
     Components,
     Placement,
@@ -91,6 +92,7 @@ def _loaders(
         "rank": d.rank,
         "world_size": d.world_size,
         "expected_tokenizer_sha256": data.tokenizer_sha256,
+        "document_masking": p.document_masking,
     }
     train_loader = TokenLoader.from_shards(data.shards_dir, "train", seed=cfg.run.seed, **common)
     try:
@@ -109,7 +111,11 @@ def _built_model(cfg: Config, vocab_size: int, at: Placement):
     mconfig = model_lib.model_config(
         cfg.model.preset, vocab_size=vocab_size, seq_len=cfg.pretrain.seq_len
     )
-    model = model_lib.build_model(mconfig, seed=cfg.run.seed, device=at.d.device)
+    model, meta_init = _new_model(mconfig, cfg.run.seed, at)
+    if cfg.pretrain.document_masking:
+        document_attention.prepare(
+            model, at.d.device, par.document_attention, setting="pretrain.document_masking"
+        )
     converted = precision.apply_fp8(
         model, at.plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather
     )
@@ -121,7 +127,36 @@ def _built_model(cfg: Config, vocab_size: int, at: Placement):
         activation_checkpointing=par.activation_checkpointing,
         compile_blocks=par.compile,
     )
+    if meta_init is not None:  # sharded: each rank now allocates and fills its shards only
+        model_init.materialise(
+            parallel.unwrap(model),
+            meta_init,
+            seed=cfg.run.seed,
+            device=at.d.device,
+            store=parallel.write_full_value,
+            root=model,
+        )
     return mconfig, model, converted
+
+
+def _new_model(mconfig, seed: int, at: Placement):
+    """(the model, how to initialise it once sharded): under FSDP built on the meta device,
+    so no rank ever holds the whole model; otherwise built whole (DDP and one process need
+    it whole anyway). Both give the same weights for the same seed."""
+    if at.mode == "fsdp":
+        model, meta_init = model_init.build_on_meta(mconfig)
+        if meta_init.unsupported is None:
+            return model, meta_init
+        if at.d.is_main:
+            warn(
+                f"pretrain: building the whole model on every rank before sharding: "
+                f"its initialisation cannot be replayed shard by shard ({meta_init.unsupported})"
+            )
+    return model_lib.build_model(mconfig, seed=seed, device=at.d.device), None
+
+
+def _attention(model) -> str:
+    return parallel.unwrap(model).config._attn_implementation
 
 
 def pretrain(
@@ -141,7 +176,7 @@ def pretrain(
     an earlier finished training)."""
     p, par = cfg.pretrain, cfg.parallel
     steps = total_steps(p)
-    with processes(par.device) as d:
+    with processes(par.device, par.timeout_s) as d:
         plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
         mode = parallel.resolve_mode(par.mode, d)
         accumulation = accumulation_steps(p, d.world_size)
@@ -178,6 +213,7 @@ def pretrain(
                 f"pretrain: {model_lib.describe(mconfig)}; {precision.describe(plan)}; {mode} on "
                 f"{d.world_size} x {d.device.type}; {steps} steps of {p.global_batch_tokens:,} tokens "
                 f"({accumulation} micro-steps); fp8 layers: {len(converted)}; MFU peak: {peak_source}"
+                + (f"; documents masked apart ({_attention(model)})" if p.document_masking else "")
             )
         result = trainer.fit(stop_after_steps=stop_after_steps)
         summary = {**result, "total_steps": steps, "world_size": d.world_size, "mode": mode}

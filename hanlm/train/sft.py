@@ -36,7 +36,7 @@ from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint, read_json
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.train import build, checkpoint, export, parallel, precision
+from hanlm.train import build, checkpoint, document_attention, export, parallel, precision
 
 if TYPE_CHECKING:
     from hanlm.data.decontam.index import BenchmarkIndex
@@ -151,11 +151,11 @@ def _rows(tokenizer, train, heldout, s: SftSection, eot: int, pad: int):
     def encode(conversations):
         return [chat_data.tokenize(tokenizer, c["messages"], eot) for c in conversations]
 
-    train_ids, train_mask, too_long = chat_data.build_rows(
+    train_ids, train_mask, train_positions, too_long = chat_data.build_rows(
         encode(train), s.seq_len, pad, packing=s.packing
     )
     held_encoded = encode(heldout)
-    held_ids, held_mask, held_too_long = chat_data.build_rows(
+    held_ids, held_mask, held_positions, held_too_long = chat_data.build_rows(
         held_encoded, s.seq_len, pad, packing=s.packing
     )
     # The closure check asks only what the model could have learned: conversations that fit.
@@ -184,7 +184,11 @@ def _rows(tokenizer, train, heldout, s: SftSection, eot: int, pad: int):
             fix="raise sft.seq_len or sft.heldout",
         )
     report["closure_prompts"] = len(fitting)
-    return {"train": (train_ids, train_mask), "heldout": (held_ids, held_mask)}, report, fitting
+    rows = {
+        "train": (train_ids, train_mask, train_positions),
+        "heldout": (held_ids, held_mask, held_positions),
+    }
+    return rows, report, fitting
 
 
 # --- one training -----------------------------------------------------------------------------------
@@ -252,7 +256,7 @@ def train_once(
     """Initialise, train and checkpoint one SFT into `outputs`; returns the trainer's summary
     and the model config (the weights are in the latest checkpoint)."""
     s = cfg.sft
-    with build.processes(cfg.parallel.device) as d:
+    with build.processes(cfg.parallel.device, cfg.parallel.timeout_s) as d:
         chosen = cfg.precision.mode if cfg.precision.mode in SFT_PRECISIONS else "bf16"
         plan = precision.resolve(chosen, d.device)
         mode = parallel.resolve_mode(cfg.parallel.mode, d)
@@ -260,7 +264,11 @@ def train_once(
         if force or s.checkpoint.resume == "never":
             build.start_fresh(d, [outputs.checkpoints, outputs.metrics])
         model, mconfig, ids, done = _initialised_model(cfg, source, audit, special, init)
-        model = parallel.parallelize(model.to(d.device), d, mode, compute_dtype=plan.compute_dtype)
+        if s.packing:  # packed conversations must not see each other
+            document_attention.prepare(
+                model, d.device, cfg.parallel.document_attention, setting="sft.packing"
+            )
+        model = parallel.parallelize_loaded(model, d, mode, compute_dtype=plan.compute_dtype)
         train_loader, val_loader = _chat_loaders(rows, cfg.run.seed, s.micro_batch, d)
         job = build.TrainingJob(
             total_steps=s.max_steps,

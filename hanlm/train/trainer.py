@@ -1,10 +1,11 @@
 """One explicit training loop for pretraining and SFT.
 
-Per optimizer step: fetch the step's micro-batches, count the target tokens over all ranks, run
-forward/backward on each (loss summed over tokens and divided by the global count, so one process
-and N ranks with the same global batch compute the same gradient), clip, step, then log,
-validate and checkpoint when due. The model's forward ends in the loss (hanlm.train.loss): the
-logits of a whole micro-batch are never made.
+Per optimizer step: fetch the step's micro-batches (inputs, labels, and for rows of packed
+documents their extra model inputs: hanlm.train.document_attention), count the target tokens over
+all ranks, run forward/backward on each (loss summed over tokens and divided by the global count,
+so one process and N ranks with the same global batch compute the same gradient), clip, step,
+then log, validate and checkpoint when due. The model's forward ends in the loss
+(hanlm.train.loss): the logits of a whole micro-batch are never made.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 
 from hanlm.errors import UserError
-from hanlm.train import checkpoint, parallel
+from hanlm.train import checkpoint, document_attention, parallel
 from hanlm.train.loss import Objective, TokenLoss, with_loss
 from hanlm.train.metrics import MetricsLog, peak_memory_gb
 from hanlm.train.optim import lr_at
@@ -88,6 +89,17 @@ class _Window:
         self.tokens += out["tokens"]
 
 
+def _on_device(batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(inputs, labels, extra model inputs) of a loader's batch, on `device`."""
+    inputs, labels, *rest = batch
+    extra = rest[0] if rest else {}
+    return (
+        inputs.to(device, non_blocking=True),
+        labels.to(device, non_blocking=True),
+        {name: value.to(device, non_blocking=True) for name, value in extra.items()},
+    )
+
+
 def _due(step: int, every: int) -> bool:
     return every > 0 and step % every == 0
 
@@ -124,9 +136,10 @@ class Trainer:
         self.after_optimizer_step = after_optimizer_step
         # how the loss is computed from the hidden states (chunk size, kernel)
         self.loss = loss or TokenLoss()
-        # objective_for(model inputs) -> the loss of a chunk of tokens (hanlm.train.loss.Objective:
+        # objective_for(inputs, extra) -> the loss of a chunk of tokens (hanlm.train.loss.Objective:
         # {"loss": summed loss to minimise, other summed parts to log per token, e.g. "ce", "kl"});
-        # None: token-summed cross-entropy.
+        # None: token-summed cross-entropy. extra: the batch's extra model inputs (a packed
+        # batch's position_ids), {} for plain rows.
         self.objective_for = objective_for
         self.state = TrainState()
 
@@ -180,18 +193,20 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------------
 
-    def _model_inputs(self, inputs: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The model's keyword inputs for a micro-batch of token ids."""
-        return {"input_ids": inputs}
+    def _model_inputs(self, inputs: torch.Tensor, extra: dict) -> dict[str, object]:
+        """The model's keyword inputs for a micro-batch: its token ids and, for packed rows,
+        their positions and document mask."""
+        return {"input_ids": inputs, **document_attention.model_inputs(self.model, extra)}
 
-    def _loss_sums(self, inputs: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-        model_inputs = self._model_inputs(inputs)
+    def _loss_sums(
+        self, inputs: torch.Tensor, labels: torch.Tensor, extra: dict
+    ) -> dict[str, torch.Tensor]:
         objective: Objective | None = None
         if self.objective_for is not None:
-            objective = self.objective_for(model_inputs)
+            objective = self.objective_for(inputs, extra)
         loss_fn = functools.partial(self.loss.sums, objective=objective)
         with self.plan.autocast_context(self.d.device):
-            return self.model(labels=labels, loss_fn=loss_fn, **model_inputs)
+            return self.model(labels=labels, loss_fn=loss_fn, **self._model_inputs(inputs, extra))
 
     def train_step(self) -> dict:
         step = self.state.step
@@ -201,20 +216,18 @@ class Trainer:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         device = self.d.device
         micro = [self.train_loader.next_batch() for _ in range(self.s.accumulation)]
-        micro = [
-            (x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in micro
-        ]
-        local_tokens = sum(int((y != IGNORE).sum()) for _, y in micro)
+        micro = [_on_device(batch, device) for batch in micro]
+        local_tokens = sum(int((y != IGNORE).sum()) for _, y, _ in micro)
         counts = torch.tensor([float(local_tokens)], device=device, dtype=torch.float64)
         global_tokens = int(parallel.all_reduce_sum(counts, self.d).item())
         # DDP and FSDP average gradients over ranks; scaling by world size turns that into a sum.
         scale = self.d.world_size / max(global_tokens, 1)
         loss_sum = torch.zeros((), device=device, dtype=torch.float32)
         parts: dict[str, torch.Tensor] = {}
-        for i, (x, y) in enumerate(micro):
+        for i, (x, y, extra) in enumerate(micro):
             last = i == len(micro) - 1
             with parallel.no_sync(self.model, self.mode, last):
-                sums = self._loss_sums(x, y)
+                sums = self._loss_sums(x, y, extra)
                 (sums["loss"] * scale).backward()
             loss_sum += sums["loss"].detach()
             for name, value in sums.items():
@@ -251,11 +264,11 @@ class Trainer:
         totals = torch.zeros(
             4, device=device, dtype=torch.float64
         )  # loss, tokens, byte-loss, bytes
-        for x, y in self.val_loader.eval_batches(self.s.eval_batches):
-            x, y = x.to(device), y.to(device)
+        for batch in self.val_loader.eval_batches(self.s.eval_batches):
+            x, y, extra = _on_device(batch, device)
             with self.plan.autocast_context(device):
                 per_token = self.model(
-                    labels=y, loss_fn=self.loss.token_losses, **self._model_inputs(x)
+                    labels=y, loss_fn=self.loss.token_losses, **self._model_inputs(x, extra)
                 )
             valid = y.view(-1) != IGNORE
             totals[0] += per_token[valid].sum().double()

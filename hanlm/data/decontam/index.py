@@ -19,7 +19,8 @@ either sentence alone, a common phrase, is none. Coverage is the share of an ite
 found, of its whole text or of its parts together, whichever is higher.
 
 Speed (no Python loop per character): a batch of documents becomes one array of code points
-(UTF-32, one table lookup folds and removes). Window hashes come from one prefix sum, so their
+(UTF-32, one table lookup folds and removes, and flags the characters NFC could change: a batch
+with none needs no normalising). Window hashes come from one prefix sum, so their
 cost does not grow with n: with c_j the characters and B an odd constant,
 Q[i] = sum_{j<i} c_j B^-j and hash(i..i+n) = B^(i+n-1) (Q[i+n] - Q[i]), modulo 2^64 (numpy's
 wrapping uint64), then one xor-shift-multiply round. Three more tricks:
@@ -29,7 +30,8 @@ wrapping uint64), then one xor-shift-multiply round. Three more tricks:
   more characters always has a window on the grid, so every n-gram of it is found, exactly as
   by checking every window; items too short for that guarantee are checked at every window;
 * filters: a table over the top hash bits, about 1.5% full, rules out almost every window with
-  one memory read; only the rest are looked up in the sorted hash array;
+  one memory read; only the rest are looked up in the sorted hash array (by their top bits,
+  `_SortedHashes`: no binary search);
 * items shorter than n (and the short ones above) are found through an anchor, their first
   characters: a 32-bit key of up to 4 characters at every position, then the exact hash of the
   whole item at the few places whose key matches.
@@ -115,6 +117,58 @@ def _hard_table() -> np.ndarray:
     return hard
 
 
+_MAY_CHANGE = np.uint32(1 << 31)  # flags a character of `_bmp_fold_table` (folded ones are < 2^21)
+
+
+@functools.cache
+def _bmp_fold_table() -> np.ndarray:
+    """`fold_table` over the BMP, with _MAY_CHANGE set on every character NFC may change or join
+    to the one before it, and on surrogates. Text without any such character is NFC already
+    (Unicode's NFC quick check: only starters, each allowed in NFC), so a batch of it needs no
+    per-text `unicodedata.is_normalized`, which took a tenth of the scan."""
+    table = fold_table()[:0x10000].copy()
+    # Characters that join the one before them: the second of a two-character canonical
+    # decomposition (planes 2 and up hold none), and the Hangul jamo (composed by rule).
+    joiners = set()
+    for cp in range(0x20000):
+        decomposition = unicodedata.decomposition(chr(cp)).split()
+        if len(decomposition) == 2 and not decomposition[0].startswith("<"):
+            joiners.add(int(decomposition[1], 16))
+    for cp in range(0x10000):
+        char = chr(cp)
+        if (
+            cp in joiners
+            or unicodedata.combining(char)
+            or not unicodedata.is_normalized("NFC", char)
+        ):
+            table[cp] |= _MAY_CHANGE
+    table[0x1100:0x1200] |= _MAY_CHANGE  # Hangul jamo
+    table[0xD800:0xE000] |= _MAY_CHANGE  # surrogates: never alone in a str, but kept apart
+    return table
+
+
+def _nfc_texts(texts: list[str], suspects: np.ndarray) -> list[str]:
+    """`texts` in NFC, checking only those holding a character at `suspects` (positions in
+    the texts end to end)."""
+    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+    texts = list(texts)  # a copy: the caller compares
+    for i in distinct(np.searchsorted(ends, suspects, side="right")).tolist():
+        texts[i] = nfc(texts[i])
+    return texts
+
+
+def _gather(table: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """np.take(table, indices) for indices known to be in range: mode "wrap" is numpy's
+    cheapest bounds handling (about 10% faster than the default on these large gathers)."""
+    return np.take(table, indices, mode="wrap")
+
+
+def prepare_tables() -> None:
+    """Build the folding tables now (once per process: before workers fork, or a timed scan)."""
+    _bmp_fold_table()
+    _hard_table()
+
+
 def fold(text: str) -> tuple[np.ndarray, np.ndarray]:
     """Folded code points of an NFC text and a keep mask over its original characters."""
     chars, keep, _ = _fold(text)
@@ -157,6 +211,15 @@ def prefix_sums(chars: np.ndarray) -> np.ndarray:
         np.multiply(chars.astype(np.uint64), backward[:size], out=q[1:])
         np.cumsum(q[1:], out=q[1:])
     return q
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted: np.unique by sorting (numpy 2's np.unique hashes integers,
+    several times slower on the few thousand hits of a batch)."""
+    values = np.sort(values)
+    first = np.ones(len(values), dtype=bool)
+    first[1:] = values[1:] != values[:-1]
+    return values[first]
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
@@ -215,9 +278,25 @@ class Segments:
 def fold_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, Segments]:
     """Folded characters of several texts end to end, where each starts (plus the end), and
     their segment boundaries."""
-    # Checked text by text: is_normalized is several times slower on one long string.
-    texts = [nfc(t) for t in texts]
-    chars, keep, cps = _fold("".join(texts))
+    texts = list(texts)
+    cps = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
+    beyond_bmp = bool(len(cps)) and cps.max() >= 0x10000
+    folded = _gather(_bmp_fold_table(), cps & 0xFFFF if beyond_bmp else cps)
+    if beyond_bmp or (len(folded) and folded.max() >= _MAY_CHANGE):
+        # Rare: a character NFC may change, or one beyond the BMP. Only the texts holding one
+        # are normalised (where they need it); the others are NFC already.
+        suspects = np.flatnonzero((folded >= _MAY_CHANGE) | (cps >= 0x10000))
+        normal = _nfc_texts(texts, suspects)
+        changed = any(new is not old for new, old in zip(normal, texts, strict=True))
+        if changed:
+            texts = normal
+            cps = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
+        if changed or beyond_bmp:
+            folded = _gather(fold_table(), cps)
+        else:
+            folded &= ~_MAY_CHANGE
+    keep = folded != 0
+    chars = np.compress(keep, folded)
     raw_ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
     # Kept characters before each document end = its raw end minus the removed ones before it.
     removed = np.flatnonzero(~keep)
@@ -233,8 +312,9 @@ def window_hashes(q: np.ndarray, n: int, starts: np.ndarray | None = None) -> np
             h = q[n:] - q[:-n]
             h *= forward[n - 1 : len(q) - 1]
         else:
-            h = np.take(q, starts + n) - np.take(q, starts)
-            h *= np.take(forward, starts + n - 1)
+            # offset views rather than starts + n: no index arithmetic on every start
+            h = _gather(q[n:], starts) - _gather(q, starts)
+            h *= _gather(forward[n - 1 :], starts)
     return _mix(h)
 
 
@@ -471,12 +551,13 @@ class BenchmarkIndex:
         self._full_hashes = self.unit_hashes[full]
         self._full_units = np.flatnonzero(full)
         self._full_filter = _BitFilter(self._full_hashes)
+        self._full_lookup = _SortedHashes(self._full_hashes)
         order = np.argsort(self.anchor_hashes, kind="stable")
-        self._anchor_sorted = self.anchor_hashes[order]
+        self._anchor_lookup = _SortedHashes(self.anchor_hashes[order])
         self._anchor_units = self.anchor_units[order]
         bits = int(min(24, max(10, np.ceil(np.log2(max(len(self.anchor_keys), 1) * 64)))))
         self._key_shift = np.uint32(32 - bits)
-        self._key_table = np.zeros(1 << bits, dtype=np.uint8)
+        self._key_table = np.zeros(1 << bits, dtype=bool)  # bool: np.flatnonzero's fast path
         self._key_table[self.anchor_keys.astype(np.uint32) >> self._key_shift] = 1
 
     # -- persistence ---------------------------------------------------------------------------
@@ -545,7 +626,7 @@ class BenchmarkIndex:
                 near = (pos[:, None] + np.arange(1 - STRIDE, STRIDE)[None, :]).ravel()
                 doc = np.repeat(doc, 2 * STRIDE - 1)
                 inside = (near >= starts[doc]) & (near + n <= ends[doc])
-                near = np.unique(near[inside])
+                near = distinct(near[inside])
                 pos, units = self._lookup_full(q, near)
             found_pos.append(pos)
             found_units.append(units)
@@ -582,11 +663,8 @@ class BenchmarkIndex:
             return starts, starts
         h = window_hashes(q, self.ngram, starts)
         candidates = self._full_filter.candidates(h)
-        h, starts = h[candidates], starts[candidates]
-        where = np.searchsorted(self._full_hashes, h)
-        where[where == len(self._full_hashes)] = 0
-        ok = self._full_hashes[where] == h
-        return starts[ok], self._full_units[where[ok]]
+        which, where = self._full_lookup.find(h[candidates])
+        return starts[candidates[which]], self._full_units[where]
 
     def _scan_short(self, chars, q: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
         """Places where a whole short item occurs: anchor candidates, then exact hashes."""
@@ -595,16 +673,11 @@ class BenchmarkIndex:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         # First a cheap 32-bit key of the anchors' first characters, then their 64-bit hashes.
         keys = _prefix_keys(chars, min(a, KEY_CHARS)) >> self._key_shift
-        pos = np.flatnonzero(np.take(self._key_table, keys))
+        pos = np.flatnonzero(_gather(self._key_table, keys))
         pos = pos[pos + a <= size]
-        h = window_hashes(q, a, pos)
-        lo = np.searchsorted(self._anchor_sorted, h, side="left")
-        hi = np.searchsorted(self._anchor_sorted, h, side="right")
-        count = hi - lo
         # Every (place, short unit with this anchor) pair, checked with the unit's full length.
-        pos = np.repeat(pos, count)
-        offsets = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-        units = self._anchor_units[np.repeat(lo, count) + offsets]
+        which, where = self._anchor_lookup.find(window_hashes(q, a, pos))
+        pos, units = pos[which], self._anchor_units[where]
         lengths = self.unit_lengths[units]
         fits = pos + lengths <= size
         pos, units, lengths = pos[fits], units[fits], lengths[fits]
@@ -638,7 +711,7 @@ class BenchmarkIndex:
             # Documents holding every part of an item: distinct (document, part entry) hits,
             # counted per (document, item).
             part = self._is_part[entries]
-            held = np.unique(docs[part] * len(self.entry_item) + entries[part])
+            held = distinct(docs[part] * len(self.entry_item) + entries[part])
             held_doc, held_entry = np.divmod(held, len(self.entry_item))
             keys, parts = np.unique(
                 held_doc * n_items + self.entry_item[held_entry], return_counts=True
@@ -647,7 +720,7 @@ class BenchmarkIndex:
             ok = ~needs_others | np.isin(doc_item, complete)
             pairs, doc_item = pairs[ok], doc_item[ok]
         keys, counts = np.unique(doc_item, return_counts=True)
-        return Held(np.unique(pairs), keys // n_items, keys % n_items, counts)
+        return Held(distinct(pairs), keys // n_items, keys % n_items, counts)
 
     def item_coverage(self, pair_found: np.ndarray, items: np.ndarray | None = None):
         """Per item (all, or `items`): the share of its characters found, as the best of its
@@ -857,8 +930,8 @@ class _BitFilter:
         top = (hashes >> self._shift).astype(np.int64)
         self._bytes = None
         if 1 << bits <= self.BYTE_TABLE_LIMIT:
-            self._bytes = np.zeros(1 << bits, dtype=np.uint8)
-            self._bytes[top] = 1
+            self._bytes = np.zeros(1 << bits, dtype=bool)  # bool: np.flatnonzero's fast path
+            self._bytes[top] = True
             return
         words = np.zeros(1 << (bits - 6), dtype=np.uint64)
         np.bitwise_or.at(words, top >> 6, np.left_shift(np.uint64(1), (top & 63).astype(np.uint64)))
@@ -868,11 +941,35 @@ class _BitFilter:
         """Indices of `hashes` that may be in the set."""
         top = (hashes >> self._shift).view(np.int64)
         if self._bytes is not None:
-            return np.flatnonzero(np.take(self._bytes, top))
-        word = np.take(self._words, top >> 6)
+            return np.flatnonzero(_gather(self._bytes, top))
+        word = _gather(self._words, top >> 6)
         word >>= (top & 63).view(np.uint64)
         word &= np.uint64(1)
-        return np.flatnonzero(word)
+        return np.flatnonzero(word != 0)  # a bool array: np.flatnonzero's fast path
+
+
+class _SortedHashes:
+    """Sorted 64-bit hashes (repeats allowed) found by their top bits: a table of where each
+    value of the top bits starts in the sorted array leaves a bucket of one or two hashes to
+    compare, instead of a binary search (some 18 dependent reads, each a cache miss)."""
+
+    def __init__(self, hashes: np.ndarray):
+        self.hashes = hashes
+        bits = max(1, int(np.log2(max(len(hashes), 2))))  # one to two hashes per bucket
+        self._shift = np.uint64(64 - bits)
+        bucket_starts = np.arange(1 << bits, dtype=np.uint64) << self._shift
+        self._bounds = np.append(np.searchsorted(hashes, bucket_starts), len(hashes))
+
+    def find(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(i, j) for every queries[i] equal to hashes[j], in order of i then j."""
+        bucket = (queries >> self._shift).view(np.int64)
+        lo = np.take(self._bounds, bucket)
+        count = np.take(self._bounds, bucket + 1) - lo
+        which = np.repeat(np.arange(len(queries)), count)
+        # places lo .. lo + count - 1 of each query, laid end to end
+        where = np.arange(len(which)) + np.repeat(lo - (np.cumsum(count) - count), count)
+        equal = np.take(self.hashes, where) == np.take(queries, which)
+        return which[equal], where[equal]
 
 
 def _grid(starts: np.ndarray, ends: np.ndarray, n: int, stride: int) -> np.ndarray:

@@ -33,7 +33,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from hanlm.config import DataEngineSection
 from hanlm.data import engine
-from hanlm.data.decontam.index import BenchmarkIndex, batches, fold_table
+from hanlm.data.decontam.index import BenchmarkIndex, batches, distinct, prepare_tables
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_bytes,
@@ -244,7 +244,7 @@ def _index_key(path: Path) -> tuple:
 def share_index(path: Path, index: BenchmarkIndex) -> None:
     _INDEXES.clear()
     _INDEXES[_index_key(path)] = index
-    fold_table()  # built once, before the workers fork
+    prepare_tables()  # built once, before the workers fork
 
 
 def task_index(path: Path) -> BenchmarkIndex:
@@ -303,7 +303,7 @@ def scan_batch(batch: Batch, index: BenchmarkIndex, text_field: str = "text") ->
     docs, items, counts = (
         np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64) for k in range(3)
     )
-    hit_docs = np.unique(docs)
+    hit_docs = distinct(docs)
     return {
         "source": batch.source,
         "records": np.asarray(records, dtype=np.int64)[hit_docs],
@@ -311,7 +311,7 @@ def scan_batch(batch: Batch, index: BenchmarkIndex, text_field: str = "text") ->
         "doc": np.searchsorted(hit_docs, docs),  # index into records/ids above
         "item": items,
         "count": counts,
-        "pairs": np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64),
+        "pairs": distinct(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64),
         "documents": len(texts),
         "chars": sum(map(len, texts)),
         "bytes": sum(map(len, batch.raw)),
