@@ -341,6 +341,17 @@ class ParallelSection(Section):
         "apart: flex attention's block mask, or SDPA with a block-diagonal mask; auto: flex on "
         "CUDA, sdpa elsewhere",
     )
+    loss_chunk_tokens: int = Field(
+        1024,
+        ge=1,
+        description="training and validation: the loss makes the logits of this many tokens at "
+        "a time, never those of a whole batch",
+    )
+    loss_kernel: Literal["chunked", "auto", "liger"] = Field(
+        "chunked",
+        description="how the loss runs: chunked (any device), liger (the fused linear cross "
+        "entropy of Liger Kernel: CUDA, when installed), auto (liger where it can, else chunked)",
+    )
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod

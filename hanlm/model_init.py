@@ -226,12 +226,15 @@ def materialise(
     seed: int,
     device: torch.device | str,
     store: Callable[[torch.nn.Parameter, torch.Tensor], None] | None = None,
+    root: torch.nn.Module | None = None,
 ) -> None:
     """Allocate `model` (built on meta, maybe sharded since) on `device` and give it the
     weights of `build_model(seed=seed)`; `store(parameter, full value)` writes one parameter
-    (default: copies the whole value; a sharded model keeps its shard)."""
+    (default: copies the whole value; a sharded model keeps its shard). `root`: the module
+    holding `model` that FSDP2 sharded, when not `model` itself (allocation runs on it, so
+    that FSDP2 registers the new shards)."""
     ties = _tied_names(model)
-    model.to_empty(device=device)
+    (root if root is not None else model).to_empty(device=device)
     for names in ties:  # to_empty gives each module its own new parameter
         shared = model.get_parameter(names[0])
         for name in names[1:]:

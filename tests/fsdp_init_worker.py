@@ -49,6 +49,7 @@ def check(d: parallel.Dist, variant: dict) -> dict:
     else:
         _, meta_init = pretrain._new_model(mconfig, cfg.run.seed, at)
         _, model, converted = pretrain._built_model(cfg, VOCAB, at)
+    model = parallel.unwrap(model)  # the causal LM inside the loss's root (hanlm.train.loss)
 
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     eager = model_lib.build_model(mconfig, seed=cfg.run.seed)

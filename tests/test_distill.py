@@ -14,6 +14,7 @@ from hanlm.errors import UserError
 from hanlm.stages import export, pretrain
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import distill
+from hanlm.train.loss import TokenLoss
 
 TINY = {
     **TINY_PRETRAIN,
@@ -70,8 +71,8 @@ def test_kd_loss_with_alpha_zero_is_plain_cross_entropy():
     assert sums["loss"].item() == pytest.approx(expected.item(), rel=1e-5)
 
 
-def test_off_by_default_gives_no_loss_fn():
-    assert distill.make_loss_fn(DistillSection(), 1024, "cpu") is None
+def test_off_by_default_gives_no_objective():
+    assert distill.make_objective(DistillSection(), 1024, "cpu") is None
 
 
 # --- with a real teacher ---------------------------------------------------------------------------
@@ -93,39 +94,51 @@ def vocab_size(folder):
     return json.loads((folder / "config.json").read_text())["vocab_size"]
 
 
-def test_loss_fn_runs_the_teacher_in_inference_mode(teacher):
+def test_the_objective_runs_the_teacher_in_inference_mode_and_matches_its_logits(teacher):
     run_dir, folder = teacher
     cfg = DistillSection(enabled=True, teacher=str(folder), alpha=0.5, temperature=2.0)
     size = vocab_size(folder)
-    loss_fn = distill.make_loss_fn(cfg, size, "cpu", student_tokenizer=run_dir / "tokenizer")
-    assert not loss_fn.teacher.training
-    assert not any(p.requires_grad for p in loss_fn.teacher.parameters())
+    objective_for = distill.make_objective(
+        cfg, size, "cpu", student_tokenizer=run_dir / "tokenizer"
+    )
+    assert not objective_for.teacher.training
+    assert not any(p.requires_grad for p in objective_for.teacher.parameters())
     inputs = torch.randint(0, size, (2, 6))
     labels = inputs.roll(-1, dims=1)
     labels[:, -1] = -100
-    logits = torch.randn(2, 6, size, requires_grad=True)
-    sums = loss_fn(logits, inputs, labels)
+    hidden = torch.randn(2, 6, 16, requires_grad=True)
+    head = torch.randn(size, 16, requires_grad=True)
+    # the student's loss in chunks of 5 tokens, the teacher's logits made per chunk
+    objective = objective_for(inputs, {})
+    sums = TokenLoss(5).sums(hidden, head, labels, objective=objective)
     with torch.no_grad():
-        teacher_logits = loss_fn.teacher(input_ids=inputs).logits
-    expected = distill.kd_loss_sums(logits, teacher_logits, labels, alpha=0.5, temperature=2.0)
-    assert sums["loss"].item() == pytest.approx(expected["loss"].item(), rel=1e-5)
+        teacher_logits = objective_for.teacher(input_ids=inputs).logits
+    expected = distill.kd_loss_sums(
+        hidden @ head.T, teacher_logits, labels, alpha=0.5, temperature=2.0
+    )
+    for part in ("loss", "ce", "kl"):
+        assert sums[part].item() == pytest.approx(expected[part].item(), rel=1e-5), part
     sums["loss"].backward()
-    assert logits.grad is not None
+    assert hidden.grad is not None and head.grad is not None
 
 
 def test_the_teacher_sees_packed_documents_apart(teacher):
     run_dir, folder = teacher
     cfg = DistillSection(enabled=True, teacher=str(folder), alpha=0.5, temperature=2.0)
     size = vocab_size(folder)
-    loss_fn = distill.make_loss_fn(cfg, size, "cpu", student_tokenizer=run_dir / "tokenizer")
+    objective_for = distill.make_objective(
+        cfg, size, "cpu", student_tokenizer=run_dir / "tokenizer"
+    )
     inputs = torch.randint(0, size, (1, 12))
     labels = inputs.roll(-1, dims=1)
     extra = {"position_ids": torch.cat([torch.arange(5), torch.arange(7)])[None]}
-    logits = torch.randn(1, 12, size)
-    sums = loss_fn(logits, inputs, labels, extra)
+    hidden, head = torch.randn(1, 12, 16), torch.randn(size, 16)
+    logits = hidden @ head.T
+    sums = TokenLoss(5).sums(hidden, head, labels, objective=objective_for(inputs, extra))
+    teacher = objective_for.teacher
     with torch.no_grad():  # each document alone
-        parts = [loss_fn.teacher(input_ids=inputs[:, a:b]).logits for a, b in ((0, 5), (5, 12))]
-        together = loss_fn.teacher(input_ids=inputs).logits
+        parts = [teacher(input_ids=inputs[:, a:b]).logits for a, b in ((0, 5), (5, 12))]
+        together = teacher(input_ids=inputs).logits
     alone = distill.kd_loss_sums(logits, torch.cat(parts, 1), labels, alpha=0.5, temperature=2.0)
     seen = distill.kd_loss_sums(logits, together, labels, alpha=0.5, temperature=2.0)
     assert sums["kl"].item() == pytest.approx(alone["kl"].item(), rel=1e-5)
@@ -136,7 +149,7 @@ def test_a_different_vocabulary_size_is_refused(teacher):
     run_dir, folder = teacher
     cfg = DistillSection(enabled=True, teacher=str(folder))
     with pytest.raises(UserError, match=r"vocabulary mismatch.*1,024 output tokens.*2,048"):
-        distill.make_loss_fn(cfg, 2048, "cpu", student_tokenizer=run_dir / "tokenizer")
+        distill.make_objective(cfg, 2048, "cpu", student_tokenizer=run_dir / "tokenizer")
 
 
 def test_a_different_tokenizer_is_refused(teacher, tmp_path):
@@ -151,7 +164,7 @@ def test_a_different_tokenizer_is_refused(teacher, tmp_path):
     (other / "tokenizer.json").write_text(json.dumps(data))
     cfg = DistillSection(enabled=True, teacher=str(folder))
     with pytest.raises(UserError, match=r"vocabulary mismatch.*differ at 2 token ids"):
-        distill.make_loss_fn(cfg, vocab_size(folder), "cpu", student_tokenizer=other)
+        distill.make_objective(cfg, vocab_size(folder), "cpu", student_tokenizer=other)
 
 
 @pytest.mark.parametrize("damage", ["truncated weights", "garbled header", "pickle weights"])
@@ -160,16 +173,16 @@ def test_a_damaged_teacher_is_refused_before_loading(teacher, tmp_path, damage):
     damaged, phrase = damaged_copy(folder, tmp_path / "teacher", damage)
     cfg = DistillSection(enabled=True, teacher=str(damaged))
     with pytest.raises(UserError, match=phrase):
-        distill.make_loss_fn(
+        distill.make_objective(
             cfg, vocab_size(folder), "cpu", student_tokenizer=run_dir / "tokenizer"
         )
 
 
 def test_bad_teacher_settings_are_user_errors(tmp_path):
     with pytest.raises(UserError, match="no teacher"):
-        distill.make_loss_fn(DistillSection(enabled=True), 1024, "cpu")
+        distill.make_objective(DistillSection(enabled=True), 1024, "cpu")
     with pytest.raises(UserError, match=r"no config\.json"):
-        distill.make_loss_fn(DistillSection(enabled=True, teacher=str(tmp_path)), 1024, "cpu")
+        distill.make_objective(DistillSection(enabled=True, teacher=str(tmp_path)), 1024, "cpu")
 
 
 def test_pretraining_with_distillation_logs_ce_and_kl(teacher, tmp_path):

@@ -152,15 +152,72 @@ def test_activation_estimate_within_15_percent_of_memtracker(
         bf16_params=bf16_params,
     )
     acts = plan.activation_bytes(shapes, setup)
-    # What the tracker sees after forward: saved activations, the logits and, under autocast
-    # without FSDP, the bf16 weight casts kept for backward (recomputed layers drop theirs).
+    # What the tracker sees after forward: saved activations, the gradients the loss keeps and,
+    # under autocast without FSDP, the layers' bf16 weight casts kept for backward (recomputed
+    # layers drop theirs; the loss frees its copy of the head within the forward).
     estimate = acts["layers"] + acts["other"] + plan.logits_bytes(shapes, setup)["forward"]
-    if precision != "fp32" and not bf16_params:
-        kept = plan.working_copy_bytes(shapes, setup)
-        if recompute != "none":
-            kept = 2 * shapes.vocab * shapes.hidden
-        estimate += kept
+    if precision != "fp32" and not bf16_params and recompute == "none":
+        estimate += plan.working_copy_bytes(shapes, setup) - 2 * shapes.vocab * shapes.hidden
     assert estimate == pytest.approx(measured.activations, rel=0.15)
+
+
+def test_the_loss_line_counts_one_chunk_of_logits_not_the_whole(field_shapes):
+    from dataclasses import replace
+
+    setup = replace(FIELD, micro_batch=8)  # vocab 65,536 x seq 2,048 x micro-batch 8
+    line = plan.memory(setup, field_shapes)["items"]["loss (chunked logits)"]
+    # before hanlm.train.loss: bf16 logits plus their float32 log-softmax and gradient, 10 GiB
+    before = plan.full_logits_bytes(field_shapes, setup)
+    assert before == 10 * GIB
+    assert before >= 4 * line
+    smaller = replace(setup, loss_chunk_tokens=256)
+    assert line - plan.memory(smaller, field_shapes)["items"]["loss (chunked logits)"] == (
+        12 * (1024 - 256) * 65536
+    )
+
+
+def _traced_loss_bytes(tokens, vocab, hidden, chunk, *, autocast, bf16_head) -> int:
+    """Peak bytes of the chunked loss's forward and backward above its inputs, on fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from hanlm.train.loss import TokenLoss
+
+    dtype = torch.bfloat16 if bf16_head else torch.float32
+    with FakeTensorMode():
+        states = torch.randn(tokens, hidden, dtype=dtype, requires_grad=True)
+        head = torch.randn(vocab, hidden, dtype=dtype, requires_grad=True)
+        labels = torch.zeros(tokens, dtype=torch.long)
+        tracker = MemTracker()
+        tracker.track_external(states, head)
+        with tracker:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = TokenLoss(chunk).sums(states, head, labels)["loss"]
+            loss.backward()
+        ((by_kind,),) = [tracker.get_tracker_snapshot("peak").values()]
+    return int(by_kind["Total"]) - (tokens + vocab) * hidden * dtype.itemsize  # less the inputs
+
+
+@pytest.mark.parametrize(
+    "precision,fsdp", [("fp32", False), ("bf16", False), ("bf16", True)], ids=str
+)
+def test_loss_bytes_equal_the_memory_tracker(tmp_path, precision, fsdp):
+    from dataclasses import replace
+
+    setup = plan.Setup(
+        model="tiny", vocab_size=4096, seq_len=512, micro_batch=4, gpu="h100",
+        gpus=2 if fsdp else 1, parallel="fsdp" if fsdp else "single", precision=precision,
+        loss_chunk_tokens=384,
+    )  # fmt: skip
+    shapes = replace(plan.model_shapes("tiny", vocab_size=4096, seq_len=512), hidden=128)
+    estimate = plan.logits_bytes(shapes, setup)
+    expected = estimate["forward"] + estimate["loss"]
+    if precision == "bf16" and not fsdp:
+        expected += 2 * 4096 * 128  # the head's bf16 copy: a working copy in the plan
+    measured = _traced_loss_bytes(
+        2048, 4096, 128, 384, autocast=precision == "bf16" and not fsdp, bf16_head=fsdp
+    )
+    assert expected == pytest.approx(measured, rel=0.05)
 
 
 def test_step_profile_for_preflight():

@@ -10,7 +10,10 @@ states; bf16/FP8 compute under autocast or FSDP2's bf16 parameters):
 - activations: the bytes autograd saves per token of a decoder layer, counted from the tensors
   a Llama layer saves (see `_layer_activation_bytes`); `hanlm.plan.memtrace` observes the same step
   on fake tensors and the tests hold the two within a few percent.
-- logits and loss: the forward's logits plus the float32 log-softmax and its gradient.
+- loss: hanlm computes it a chunk of tokens at a time (hanlm.train.loss): the gradients of the
+  final hidden states and of the output head that the forward keeps for backward, one chunk's
+  float32 logits with their log-softmax and gradients, and the head's gradient being summed.
+  (Before, the whole micro-batch's logits and their float32 log-softmax and gradient.)
 - framework: a stated allowance for the CUDA context, cuBLAS/NCCL workspaces and allocator
   fragmentation (FRAMEWORK_GIB + FRAGMENTATION of the rest).
 
@@ -39,6 +42,7 @@ RECOMPUTE_MODES = tuple(RECOMPUTE_COST)
 PARALLEL_MODES = ("single", "ddp", "fsdp")
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activation dtype; FP8 saves bf16 inputs
 DEFAULT_INTER_HOST_GBPS = 25.0  # a rented host's Ethernet, Gbit/s
+DEFAULT_LOSS_CHUNK_TOKENS = 1024  # [parallel] loss_chunk_tokens (hanlm.train.loss)
 
 # Realistic bf16 MFU by class (of the dense BF16 peak): NVLink boards with mature kernels reach
 # 40-50%; consumer and PCIe cards lose more to host overhead and slower links. FP8 GEMMs run at
@@ -78,6 +82,7 @@ class Setup:
     mfu: float | None = None
     inter_host_gbps: float = DEFAULT_INTER_HOST_GBPS
     data: DataWork | None = None  # the data stages' work (hanlm.plan.data_rates)
+    loss_chunk_tokens: int = DEFAULT_LOSS_CHUNK_TOKENS
 
     @property
     def world(self) -> int:
@@ -239,10 +244,31 @@ def activation_bytes(s: Shapes, setup: Setup) -> dict[str, int]:
 
 
 def logits_bytes(s: Shapes, setup: Setup) -> dict[str, int]:
-    """The forward's logits, and the float32 log-softmax and its gradient of the loss."""
+    """The loss's bytes (hanlm.train.loss, `loss_chunk_tokens` tokens at a time).
+
+    forward: what the loss keeps for backward, the gradients it computes with it: of the final
+    hidden states (a residual-stream element each) and of the output head (in the weight's
+    dtype: float32, or bf16 as FSDP2 gathers it). loss: what computing it holds on top at its
+    peak: one chunk's float32 logits, their log-softmax and two gradients in backward (12 bytes
+    an element; the compute dtype's logits are freed as they are upcast) and, for a bf16 head,
+    the head's gradient summed in float32 (4 bytes an element, 2 more than its bf16 copy kept).
+    Under autocast the head's bf16 copy is among the working copies.
+    """
+    tokens = setup.seq_len * setup.micro_batch
+    chunk = min(setup.loss_chunk_tokens, tokens)
+    bf16_params = setup.parallel == "fsdp" and setup.world > 1 and setup.precision != "fp32"
+    stored = 2 if bf16_params else 4  # bytes of a hidden-state and a head-weight element
+    head = s.vocab * s.hidden
+    forward = stored * (tokens * s.hidden + head)
+    loss = 12 * chunk * s.vocab + (2 * head if bf16_params else 0)
+    return {"forward": forward, "loss": loss}
+
+
+def full_logits_bytes(s: Shapes, setup: Setup) -> int:
+    """What the loss took before it was chunked: the micro-batch's logits in the compute dtype,
+    their float32 log-softmax and its gradient (for comparison)."""
     elements = setup.seq_len * setup.micro_batch * s.vocab
-    forward = PRECISION_BYTES[setup.precision] * elements
-    return {"forward": forward, "loss": 8 * elements}
+    return (PRECISION_BYTES[setup.precision] + 8) * elements
 
 
 def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
@@ -257,7 +283,7 @@ def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
         "optimizer (AdamW m, v)": state["optimizer"],
         "working copies (bf16)": working_copy_bytes(s, setup),
         f"activations ({setup.recompute} recompute)": sum(acts.values()),
-        "logits and loss": logits["forward"] + logits["loss"],
+        "loss (chunked logits)": logits["forward"] + logits["loss"],
     }
     subtotal = sum(items.values())
     items["framework allowance"] = int(FRAMEWORK_GIB * GIB + FRAGMENTATION * subtotal)
@@ -541,6 +567,7 @@ def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setu
         mfu=pl.mfu,
         inter_host_gbps=pl.inter_host_gbps,
         data=data_work(cfg, tokens, pl) if with_data else None,
+        loss_chunk_tokens=cfg.parallel.loss_chunk_tokens,
     )
 
 

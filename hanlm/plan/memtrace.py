@@ -4,8 +4,8 @@ The model is built and run under `FakeTensorMode`, so no memory is allocated and
 is done: a 1.3B model at sequence length 2,048 is traced on a laptop in seconds. PyTorch's
 `MemTracker` (torch.distributed._tools) files every tensor alive at each moment under
 parameters, gradients, optimizer states, activations and temporaries. The step is hanlm's:
-forward under the precision's autocast, token-summed cross-entropy on float32 logits,
-backward, fused AdamW. Single process: sharding divides the model state, which the planner
+forward under the precision's autocast ending in the chunked token-summed cross-entropy
+(hanlm.train.loss), backward, fused AdamW. Single process: sharding divides the model state, which the planner
 counts exactly, and leaves a rank's activations as they are.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -23,8 +22,7 @@ RECOMPUTE = ("none", "selective", "full")
 class MeasuredStep:
     """Bytes observed in one training step on fake tensors."""
 
-    activations: int  # tensors saved by the forward pass, the model's output logits included
-    logits: int  # the forward's logits tensor alone
+    activations: int  # tensors the forward keeps for backward, the loss's gradients included
     peak: int  # everything alive at the step's peak
     peak_by_kind: dict[str, int]  # parameters, gradients, optimizer states, ... at that peak
 
@@ -37,6 +35,7 @@ def measure_step(
     precision: str,
     recompute: str,
     bf16_params: bool = False,
+    loss_chunk_tokens: int = 1024,
 ) -> MeasuredStep:
     """Trace one optimizer step of `config` on fake tensors and report its memory.
 
@@ -47,6 +46,7 @@ def measure_step(
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from hanlm.model import build_model, enable_activation_checkpointing  # deferred: transformers
+    from hanlm.train.loss import CausalLMWithLoss, TokenLoss
 
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
@@ -57,17 +57,14 @@ def measure_step(
             enable_activation_checkpointing(model, recompute)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
         ids = torch.zeros(micro_batch, seq_len, dtype=torch.long)
+        root = CausalLMWithLoss(model)
+        loss_fn = TokenLoss(loss_chunk_tokens).sums
         tracker = MemTracker()
         tracker.track_external(model, optimizer)
         with tracker:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                logits = model(input_ids=ids).logits
+                loss = root(labels=ids, loss_fn=loss_fn, input_ids=ids)["loss"]
             after_forward = tracker.get_tracker_snapshot()
-            logits_bytes = logits.numel() * logits.element_size()
-            loss = F.cross_entropy(
-                logits.float().view(-1, logits.size(-1)), ids.view(-1), reduction="sum"
-            )
-            del logits
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -76,7 +73,6 @@ def measure_step(
     at_peak = _one_device(peak)
     return MeasuredStep(
         activations=forward.get("Activation", 0),
-        logits=logits_bytes,
         peak=at_peak.get("Total", 0),
         peak_by_kind={k: v for k, v in at_peak.items() if k != "Total"},
     )

@@ -1,15 +1,16 @@
 """The Trainer assembled once, for pretraining and SFT alike.
 
 Each config component builds its part: [optimizer] the AdamW and its schedule, [checkpoint] the
-checkpoint manager, [logging] the loop's cadence, [distill] the loss; [parallel] starts the
-processes. A training hands over what is its own (the model, placed and parallelised, the
-loaders, the step count, the fingerprints and the output paths) and gets a Trainer ready to
-resume and fit.
+checkpoint manager, [logging] the loop's cadence, [distill] and [parallel]'s loss keys the loss;
+[parallel] starts the processes. A training hands over what is its own (the model, placed and
+parallelised, the loaders, the step count, the fingerprints and the output paths) and gets a
+Trainer ready to resume and fit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,8 +24,10 @@ from hanlm.config import (
     DistillSection,
     LoggingSection,
     OptimizerSection,
+    ParallelSection,
 )
 from hanlm.train import checkpoint, distill, parallel
+from hanlm.train.loss import TokenLoss
 from hanlm.train.optim import adamw
 from hanlm.train.precision import PrecisionPlan
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
@@ -38,17 +41,18 @@ class Components:
     checkpoint: CheckpointSection
     logging: LoggingSection
     distill: DistillSection
+    parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)  # the loss's
 
     @classmethod
     def pretraining(cls, cfg: Config) -> Components:
-        return cls(cfg.optimizer, cfg.checkpoint, cfg.logging, cfg.distill)
+        return cls(cfg.optimizer, cfg.checkpoint, cfg.logging, cfg.distill, cfg.parallel)
 
     @classmethod
     def sft(cls, cfg: Config) -> Components:
         # [checkpoint] says how checkpoints are written and kept; [sft.checkpoint] how often
         cadence = cfg.sft.checkpoint.model_dump()
         checkpoints = cfg.checkpoint.model_copy(update=cadence)
-        return cls(cfg.sft.optimizer, checkpoints, cfg.sft.logging, cfg.distill)
+        return cls(cfg.sft.optimizer, checkpoints, cfg.sft.logging, cfg.distill, cfg.parallel)
 
 
 @dataclass(frozen=True)
@@ -152,9 +156,11 @@ def build_trainer(
     if job.configure_optimizer is not None:
         job.configure_optimizer(adam)
     vocab_size = parallel.unwrap(model).config.get_text_config().vocab_size
-    loss_fn = distill.make_loss_fn(  # distillation, when enabled, applies to SFT as to pretraining
+    objective_for = distill.make_objective(  # distillation applies to SFT as to pretraining
         components.distill, vocab_size, at.d.device, student_tokenizer=job.student_tokenizer
     )
+    par = components.parallel
+    loss = TokenLoss.from_settings(par.loss_chunk_tokens, par.loss_kernel, at.d.device)
     return Trainer(
         model=model,
         optimizer=adam,
@@ -170,5 +176,6 @@ def build_trainer(
         after_optimizer_step=job.after_optimizer_step,
         checkpoints=build_checkpoints(components.checkpoint, job.checkpoints_dir, at.d),
         every_minutes=components.checkpoint.every_minutes,
-        loss_fn=loss_fn,
+        loss=loss,
+        objective_for=objective_for,
     )

@@ -7,7 +7,9 @@ summed over the target tokens (labels != -100), both distributions softened at t
 divides the sums by the global token count and logs "ce" and "kl" per token apart from the
 total. The teacher is any Hugging Face causal LM folder with the student's tokenizer; it runs
 in inference mode, optionally on another device; on packed rows it sees each document alone,
-as the student does (hanlm.train.document_attention).
+as the student does (hanlm.train.document_attention). Like the plain loss (hanlm.train.loss),
+the sums are taken a chunk of tokens at a time: the teacher's decoder runs on the micro-batch,
+its logits are made per chunk from its hidden states, beside the student's.
 
 A field report found that distilling toward a larger teacher during pretraining made every
 domain worse: benchmarks/distill_ablation.py measures it on the demo world.
@@ -26,11 +28,11 @@ from hanlm.config import DistillSection
 from hanlm.errors import UserError
 from hanlm.inference import load_folder, read_config, resolve_device
 from hanlm.train import document_attention
+from hanlm.train.loss import IGNORE, Objective, check_plain_head
 
-IGNORE = -100
 PACKING_SETTINGS = "sft.packing (or pretrain.document_masking)"  # what packs documents in a row
-# (logits, inputs, labels, the batch's extra model inputs) -> the summed loss and its parts
-LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, dict], dict[str, torch.Tensor]]
+# (a micro-batch's token ids, its extra model inputs) -> the loss of its chunks (hanlm.train.loss)
+ObjectiveFor = Callable[[torch.Tensor, dict], Objective]
 
 
 def kd_loss_sums(
@@ -135,14 +137,38 @@ def _teacher_device(name: str, student_device) -> torch.device:
     return resolve_device(name, setting="distill.teacher_device")
 
 
-def make_loss_fn(
+class TeacherObjective:
+    """The distillation loss of a chunk of the student's tokens (an Objective): the teacher's
+    logits for the same rows come from its final hidden states and its output head."""
+
+    def __init__(
+        self,
+        teacher_hidden: torch.Tensor,
+        teacher_head: torch.Tensor,
+        *,
+        alpha: float,
+        temperature: float,
+    ):
+        self.hidden = teacher_hidden.reshape(-1, teacher_hidden.size(-1))
+        self.head, self.alpha, self.temperature = teacher_head, alpha, temperature
+
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, rows: slice) -> dict:
+        with torch.no_grad(), torch.autocast(self.hidden.device.type, enabled=False):
+            # as the teacher's own forward, in its dtype; a plain tensor, not an inference one
+            teacher_logits = F.linear(self.hidden[rows], self.head).to(logits.device)
+        return kd_loss_sums(
+            logits, teacher_logits, labels, alpha=self.alpha, temperature=self.temperature
+        )
+
+
+def make_objective(
     cfg_distill: DistillSection,
     student_vocab_size: int,
     device,
     *,
     student_tokenizer: str | Path | None = None,
-) -> LossFn | None:
-    """The Trainer's loss_fn for distillation, or None when distillation is off.
+) -> ObjectiveFor | None:
+    """The Trainer's objective_for for distillation, or None when distillation is off.
 
     `student_tokenizer` (the student's tokenizer folder or tokenizer.json), when given, must
     hold the same vocabulary as the teacher's; the output sizes must match in any case."""
@@ -163,10 +189,11 @@ def make_loss_fn(
     check_same_vocabulary(teacher_dir, teacher_vocab, student_vocab_size, student_tokenizer)
     teacher_device = _teacher_device(cfg_distill.teacher_device, device)
     teacher = load_teacher(cfg_distill, teacher_device)
+    check_plain_head(teacher, f"the teacher {teacher_dir}")
     alpha, temperature = cfg_distill.alpha, cfg_distill.temperature
     prepared = False
 
-    def loss_fn(logits: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor, extra=None):
+    def objective_for(inputs: torch.Tensor, extra: dict | None = None) -> TeacherObjective:
         nonlocal prepared
         if extra and not prepared:  # the first packed batch: the teacher must mask documents too
             document_attention.prepare(teacher, teacher_device, "sdpa", setting=PACKING_SETTINGS)
@@ -174,10 +201,10 @@ def make_loss_fn(
         extra = {name: value.to(teacher_device) for name, value in (extra or {}).items()}
         with torch.inference_mode():
             attention = document_attention.model_inputs(teacher, extra)
-            teacher_logits = teacher(input_ids=inputs.to(teacher_device), **attention).logits
-        # inference tensors cannot join autograd: a plain copy on the student's device can
-        teacher_logits = teacher_logits.to(logits.device).clone()
-        return kd_loss_sums(logits, teacher_logits, labels, alpha=alpha, temperature=temperature)
+            decoder = teacher.get_decoder()
+            hidden = decoder(input_ids=inputs.to(teacher_device), **attention).last_hidden_state
+        head = teacher.get_output_embeddings().weight
+        return TeacherObjective(hidden, head, alpha=alpha, temperature=temperature)
 
-    loss_fn.teacher = teacher  # type: ignore[attr-defined]  # for tests and inspection
-    return loss_fn
+    objective_for.teacher = teacher  # type: ignore[attr-defined]  # for tests and inspection
+    return objective_for

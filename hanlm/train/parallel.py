@@ -2,9 +2,11 @@
 
 The model code knows nothing of this: `parallelize` takes a plain transformers model and applies,
 in torchtitan's order, activation checkpointing, per-block torch.compile, then DDP or FSDP2
-(`fully_shard` per decoder layer and at the root). Launch several processes with torchrun
-(one host or several, c10d rendezvous); gloo on CPU, NCCL on GPU. Every rank learns at start
-who and where the others are (peers.py), so that a lost peer can be named when a collective fails.
+(`fully_shard` per decoder layer and at the root). The root is the model ending in its loss
+(hanlm.train.loss.CausalLMWithLoss), so the output head is used inside the root's forward.
+Launch several processes with torchrun (one host or several, c10d rendezvous); gloo on CPU,
+NCCL on GPU. Every rank learns at start who and where the others are (peers.py), so that a lost
+peer can be named when a collective fails.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from hanlm.errors import UserError
 from hanlm.inference import resolve_device
 from hanlm.model import enable_activation_checkpointing
 from hanlm.train import peers
+from hanlm.train.loss import CausalLMWithLoss
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,8 @@ def parallelize(
     activation_checkpointing: bool | str = False,
     compile_blocks: bool = False,
 ) -> torch.nn.Module:
-    """Apply activation checkpointing, per-block compile and DDP/FSDP2, in that order."""
+    """Apply activation checkpointing, per-block compile and DDP/FSDP2, in that order; the result
+    ends in the loss (its forward takes labels and a loss function) and `unwrap` gives the model."""
     if activation_checkpointing not in (False, "none"):
         enable_activation_checkpointing(
             model, "full" if activation_checkpointing is True else activation_checkpointing
@@ -129,13 +133,14 @@ def parallelize(
     if compile_blocks:
         for layer in decoder_layers(model):
             layer.compile()
+    root = CausalLMWithLoss(model)  # the module DDP and FSDP2 wrap
     if mode == "ddp":
         # deferred: DDP and FSDP2 are needed only under torchrun
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [d.device.index] if d.device.type == "cuda" else None
         # Gradients live in the reducer's buckets: no second copy of them (4 bytes a parameter).
-        return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+        return DistributedDataParallel(root, device_ids=ids, gradient_as_bucket_view=True)
     if mode == "fsdp":
         # deferred: see DDP above
         from torch.distributed.device_mesh import init_device_mesh
@@ -146,8 +151,8 @@ def parallelize(
         mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
         for layer in decoder_layers(model):
             fully_shard(layer, mesh=mesh, mp_policy=mp)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
-    return model
+        fully_shard(root, mesh=mesh, mp_policy=mp)
+    return root
 
 
 def parallelize_loaded(
@@ -190,7 +195,7 @@ def parallelize_loaded(
     shell.train(model.training)
     if convert is not None:
         convert(shell)
-    shell = parallelize(shell, d, mode, **options)
+    root = parallelize(shell, d, mode, **options)
     shell.to_empty(device=d.device)
     with torch.no_grad():
         for name, param in shell.named_parameters():
@@ -198,7 +203,7 @@ def parallelize_loaded(
         buffers = dict(model.named_buffers())
         for name, buffer in shell.named_buffers():
             buffer.copy_(buffers[name])
-    return shell
+    return root
 
 
 def write_full_value(param: torch.nn.Parameter, value: torch.Tensor) -> None:
@@ -223,7 +228,10 @@ def no_sync(model: torch.nn.Module, mode: str, last_micro_step: bool):
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return getattr(model, "module", model)
+    """The causal LM inside DDP and CausalLMWithLoss."""
+    while isinstance(getattr(model, "module", None), torch.nn.Module):
+        model = model.module
+    return model
 
 
 def all_reduce_sum(values: torch.Tensor, d: Dist) -> torch.Tensor:

@@ -129,7 +129,12 @@ def _built_model(cfg: Config, vocab_size: int, at: Placement):
     )
     if meta_init is not None:  # sharded: each rank now allocates and fills its shards only
         model_init.materialise(
-            model, meta_init, seed=cfg.run.seed, device=at.d.device, store=parallel.write_full_value
+            parallel.unwrap(model),
+            meta_init,
+            seed=cfg.run.seed,
+            device=at.d.device,
+            store=parallel.write_full_value,
+            root=model,
         )
     return mconfig, model, converted
 

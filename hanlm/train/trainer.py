@@ -4,22 +4,24 @@ Per optimizer step: fetch the step's micro-batches (inputs, labels, and for rows
 documents their extra model inputs: hanlm.train.document_attention), count the target tokens over
 all ranks, run forward/backward on each (loss summed over tokens and divided by the global count,
 so one process and N ranks with the same global batch compute the same gradient), clip, step,
-then log, validate and checkpoint when due.
+then log, validate and checkpoint when due. The model's forward ends in the loss
+(hanlm.train.loss): the logits of a whole micro-batch are never made.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from hanlm.errors import UserError
 from hanlm.train import checkpoint, document_attention, parallel
+from hanlm.train.loss import Objective, TokenLoss, with_loss
 from hanlm.train.metrics import MetricsLog, peak_memory_gb
 from hanlm.train.optim import lr_at
 from hanlm.train.preemption import Preempted, PreemptionWatch
@@ -120,9 +122,10 @@ class Trainer:
         token_bytes: torch.Tensor | None = None,
         after_optimizer_step=None,
         every_minutes: float = 0,
-        loss_fn=None,
+        loss: TokenLoss | None = None,
+        objective_for=None,
     ):
-        self.model, self.optimizer = model, optimizer
+        self.model, self.optimizer = with_loss(model), optimizer
         self.train_loader, self.val_loader = train_loader, val_loader
         self.schedule, self.s, self.d, self.mode, self.plan = schedule, settings, dist, mode, plan
         self.metrics_path = Path(metrics_path)
@@ -131,10 +134,13 @@ class Trainer:
         self.preemption = PreemptionWatch()
         self.token_bytes = token_bytes.to(dist.device) if token_bytes is not None else None
         self.after_optimizer_step = after_optimizer_step
-        # loss_fn(logits, inputs, labels, extra) -> {"loss": summed loss to minimise, other summed
-        # parts to log per token (e.g. "ce", "kl")}; None: token-summed cross-entropy. extra: the
-        # batch's extra model inputs (a packed batch's position_ids), {} for plain rows.
-        self.loss_fn = loss_fn
+        # how the loss is computed from the hidden states (chunk size, kernel)
+        self.loss = loss or TokenLoss()
+        # objective_for(inputs, extra) -> the loss of a chunk of tokens (hanlm.train.loss.Objective:
+        # {"loss": summed loss to minimise, other summed parts to log per token, e.g. "ce", "kl"});
+        # None: token-summed cross-entropy. extra: the batch's extra model inputs (a packed
+        # batch's position_ids), {} for plain rows.
+        self.objective_for = objective_for
         self.state = TrainState()
 
     # -- resume --------------------------------------------------------------------------------
@@ -187,21 +193,20 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------------
 
+    def _model_inputs(self, inputs: torch.Tensor, extra: dict) -> dict[str, object]:
+        """The model's keyword inputs for a micro-batch: its token ids and, for packed rows,
+        their positions and document mask."""
+        return {"input_ids": inputs, **document_attention.model_inputs(self.model, extra)}
+
     def _loss_sums(
         self, inputs: torch.Tensor, labels: torch.Tensor, extra: dict
     ) -> dict[str, torch.Tensor]:
-        attention = document_attention.model_inputs(self.model, extra)
+        objective: Objective | None = None
+        if self.objective_for is not None:
+            objective = self.objective_for(inputs, extra)
+        loss_fn = functools.partial(self.loss.sums, objective=objective)
         with self.plan.autocast_context(self.d.device):
-            logits = self.model(input_ids=inputs, **attention).logits
-        if self.loss_fn is not None:
-            return self.loss_fn(logits, inputs, labels, extra)
-        loss = F.cross_entropy(
-            logits.float().view(-1, logits.size(-1)),
-            labels.view(-1),
-            ignore_index=IGNORE,
-            reduction="sum",
-        )
-        return {"loss": loss}
+            return self.model(labels=labels, loss_fn=loss_fn, **self._model_inputs(inputs, extra))
 
     def train_step(self) -> dict:
         step = self.state.step
@@ -261,15 +266,10 @@ class Trainer:
         )  # loss, tokens, byte-loss, bytes
         for batch in self.val_loader.eval_batches(self.s.eval_batches):
             x, y, extra = _on_device(batch, device)
-            attention = document_attention.model_inputs(self.model, extra)
             with self.plan.autocast_context(device):
-                logits = self.model(input_ids=x, **attention).logits
-            per_token = F.cross_entropy(
-                logits.float().view(-1, logits.size(-1)),
-                y.view(-1),
-                ignore_index=IGNORE,
-                reduction="none",
-            )
+                per_token = self.model(
+                    labels=y, loss_fn=self.loss.token_losses, **self._model_inputs(x, extra)
+                )
             valid = y.view(-1) != IGNORE
             totals[0] += per_token[valid].sum().double()
             totals[1] += valid.sum()
