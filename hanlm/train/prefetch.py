@@ -151,7 +151,8 @@ class Prefetcher:
     def _fill(self, out: queue.Queue, stop: threading.Event) -> None:
         stream = None
         if self._cuda:
-            torch.cuda.set_device(self.device)  # the thread's current device is not inherited
+            if self.device.index is not None:  # the thread's current device is not inherited
+                torch.cuda.set_device(self.device)
             stream = torch.cuda.Stream(self.device)
         while not stop.is_set():
             try:

@@ -245,7 +245,9 @@ class Trainer:
         if self.after_optimizer_step is not None:
             self.after_optimizer_step()
         self.state.step += 1
-        self._unread_tokens = tokens if self._unread_tokens is None else self._unread_tokens + tokens
+        self._unread_tokens = (
+            tokens if self._unread_tokens is None else self._unread_tokens + tokens
+        )
         return {
             "loss_sum": loss_sum,
             "parts": parts,
