@@ -432,7 +432,7 @@ class CheckpointManager:
 
     def _gather_checksums(self) -> dict[str, dict]:
         """On rank 0: the checksums every rank took of the files it wrote ({} elsewhere)."""
-        mine = dict(self._storage.checksums)
+        mine = dict(getattr(self._storage, "checksums", {}))  # none before a save began here
         if not self.d.distributed:
             return mine
         every: list | None = [None] * self.d.world_size if self.d.is_main else None
