@@ -128,7 +128,7 @@ def test_an_error_in_the_thread_reaches_the_trainer_at_its_batch(shard):
     ahead.next_batch(), ahead.next_batch()  # the batches before the failure are delivered
     with pytest.raises(OSError, match="Input/output error") as raised:
         ahead.next_batch()
-    assert any("next_batch" in str(frame) for frame in raised.traceback)  # the thread's frames
+    assert any(frame.name == "_read_one" for frame in raised.traceback)  # the thread's frames
     assert ahead._thread is None  # stopped
     with pytest.raises(RuntimeError, match="failed"):
         ahead.next_batch()
@@ -183,7 +183,7 @@ def test_close_does_not_hang_on_a_full_queue(shard):
 # -- the trainer's step ------------------------------------------------------------------------
 
 
-def make_trainer(tmp_path: Path, model, loader, accumulation: int) -> Trainer:
+def make_trainer(tmp_path: Path, model, loader, accumulation: int, grad_clip: float) -> Trainer:
     d = parallel.Dist(0, 1, 0, torch.device("cpu"))
     return Trainer(
         model=model,
@@ -193,7 +193,7 @@ def make_trainer(tmp_path: Path, model, loader, accumulation: int) -> Trainer:
         train_loader=loader,
         val_loader=None,
         schedule=Schedule(100, 1e-3, 0, 0.1, "cosine", 0.2),
-        settings=TrainerSettings(accumulation, 0.0, 1, 0, 1, 0, 1.0, 1.0, "test"),
+        settings=TrainerSettings(accumulation, grad_clip, 1, 0, 1, 0, 1.0, 1.0, "test"),
         dist=d,
         mode="single",
         plan=precision.resolve("fp32", d.device),
@@ -202,11 +202,12 @@ def make_trainer(tmp_path: Path, model, loader, accumulation: int) -> Trainer:
     )
 
 
-def test_step_gradient_is_the_token_sum_over_the_global_count(tmp_path):
+@pytest.mark.parametrize("grad_clip", [0.0, 0.05])  # 0.05: below the norm, so it clips
+def test_step_gradient_is_the_token_sum_over_the_global_count(tmp_path, grad_clip):
     config = model_lib.model_config("tiny", vocab_size=VOCAB, seq_len=SEQ_LEN)
     model = model_lib.build_model(config, seed=0)
     reference = copy.deepcopy(model)
-    trainer = make_trainer(tmp_path, model, chat_loader(), accumulation=3)
+    trainer = make_trainer(tmp_path, model, chat_loader(), accumulation=3, grad_clip=grad_clip)
 
     seen: dict[str, torch.Tensor] = {}
     step = trainer.optimizer.step
@@ -228,6 +229,10 @@ def test_step_gradient_is_the_token_sum_over_the_global_count(tmp_path):
             logits.view(-1, VOCAB), y.view(-1), ignore_index=IGNORE, reduction="sum"
         )
         (loss / count).backward()
+    norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), grad_clip or float("inf"))
+    assert float(out["grad_norm"]) == pytest.approx(float(norm), rel=1e-5)
+    if grad_clip:
+        assert float(norm) > grad_clip  # the clip is really applied
     for name, param in reference.named_parameters():
         # equal up to fp32 rounding: the division now follows the sum instead of preceding it
         scale = float(param.grad.abs().max())

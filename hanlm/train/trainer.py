@@ -238,8 +238,7 @@ class Trainer:
         if summing is not None:
             summing.wait()  # on NCCL the stream waits, not the host
         # DDP and FSDP average gradients over ranks; scaling by world size turns that into a sum.
-        self._scale_gradients((self.d.world_size / tokens.clamp(min=1).double()).float())
-        grad_norm = self._clip()
+        grad_norm = self._scale_and_clip((self.d.world_size / tokens.clamp(min=1).double()).float())
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.after_optimizer_step is not None:
@@ -253,20 +252,26 @@ class Trainer:
             "parts": parts,
             "tokens": tokens,  # a device tensor: read it at log time
             "lr": lr,
-            "grad_norm": grad_norm,  # a DTensor under FSDP: made whole at log time
+            "grad_norm": grad_norm,  # a device tensor: read it at log time
         }
 
     @torch.no_grad()
-    def _scale_gradients(self, scale: torch.Tensor) -> None:
+    def _scale_and_clip(self, scale: torch.Tensor) -> torch.Tensor:
+        """Multiply the gradients by `scale` and clip them, in one pass; their norm after."""
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            return torch.zeros((), device=self.d.device)
+        norm = torch.nn.utils.get_total_norm(grads)
+        if isinstance(norm, DTensor):  # FSDP: each rank holds the norm of its shards
+            norm = norm.full_tensor()
+        norm = norm * scale
+        factor = scale
+        if self.s.grad_clip > 0:
+            factor = scale * (self.s.grad_clip / (norm + 1e-6)).clamp(max=1.0)
         # FSDP's gradients are DTensors: scaling each rank's shard scales the whole.
         local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
-        if local:
-            torch._foreach_mul_(local, scale)
-
-    def _clip(self) -> torch.Tensor:
-        max_norm = self.s.grad_clip if self.s.grad_clip > 0 else float("inf")
-        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        torch._foreach_mul_(local, factor)
+        return norm
 
     # -- validation ------------------------------------------------------------------------------
 
@@ -419,8 +424,6 @@ class Trainer:
         # The one wait for the device per log line: its numbers are read here, not in the step.
         window_tokens = int(window_tokens)
         loss = parallel.all_reduce_sum(window_loss.detach().clone().double(), self.d)
-        grad_norm = out["grad_norm"]
-        grad_norm = grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm
         parts = {
             name: float(parallel.all_reduce_sum(value.clone().double(), self.d))
             / max(window_tokens, 1)
@@ -434,7 +437,7 @@ class Trainer:
             "loss": float(loss) / max(window_tokens, 1),
             **parts,
             "lr": out["lr"],
-            "grad_norm": float(grad_norm),
+            "grad_norm": float(out["grad_norm"]),
             "tokens": self.tokens(),
             "tokens_per_s": tokens_per_s,
             "mfu": mfu if math.isfinite(mfu) else None,
