@@ -3,7 +3,8 @@
 Both train the same transformers model (same preset, same initial weights, same AdamW settings)
 on same-shaped batches in one process, in interleaved rounds. The floor is forward, loss,
 backward, AdamW step on pre-made tensors; hanlm's step adds what a real run needs: the resumable
-loader, the schedule, the global token count, gradient clipping. Target on CPU: >= 0.95x.
+loader (read ahead in a thread), the schedule, the global token count (counted on the host,
+divided out of the gradients after the backward), gradient clipping. Target on CPU: >= 0.95x.
 
     python benchmarks/train_step.py [--preset demo] [--seq-len 256] [--micro-batch 8]
 """

@@ -7,6 +7,12 @@ written as `step-N.incomplete/`, checked, fsynced and renamed; only then does `l
 only then are old checkpoints pruned. Loading verifies the manifest and falls back to the previous
 committed checkpoint (or the mirror) when a folder is damaged.
 
+Each rank reads back and checksums the files it wrote, in the thread that wrote them (DCP's save
+thread when the save is asynchronous); at the commit the checksums are gathered and rank 0 writes
+the manifest, so no rank reads the whole checkpoint on the training thread. Under DDP every rank
+holds the same state: rank 0 alone stages (copies) and writes it, instead of every rank staging a
+full copy of which DCP then writes only a part.
+
 Saves are asynchronous by default (`dcp.async_save` over a gloo group): the state is staged into
 host memory before the call returns, so the next optimizer step cannot change what is written,
 and at most one save is in flight. A failed write (no space, I/O error, permission, timeout) is
@@ -126,14 +132,31 @@ def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
 
 
+def _file_entry(path: Path, rank: int) -> dict:
+    return {"size": path.stat().st_size, "blake2b": _checksum(path), "rank": rank}
+
+
 def write_manifest(folder: Path) -> dict:
-    files = {
-        str(p.relative_to(folder)): {"size": p.stat().st_size, "blake2b": _checksum(p)}
-        for p in _files(folder)
-    }
+    """A manifest of every file in `folder`, checksummed here (a checkpoint written by one process)."""
+    files = {str(p.relative_to(folder)): _file_entry(p, 0) for p in _files(folder)}
     manifest = {"files": files}
     atomic_write_json(folder / MANIFEST, manifest)
     return manifest
+
+
+def _check_listed(folder: Path, files: dict) -> str | None:
+    """None when the files on disk are exactly those listed, with the listed sizes (no reading)."""
+    on_disk = {str(p.relative_to(folder)) for p in _files(folder)}
+    unlisted = sorted(on_disk - set(files))
+    if unlisted:
+        return f"{unlisted[0]} was written but no rank checksummed it"
+    for rel, meta in files.items():
+        path = folder / rel
+        if not path.is_file():
+            return f"{rel} is missing"
+        if path.stat().st_size != meta["size"]:
+            return f"{rel} has {path.stat().st_size} bytes, expected {meta['size']}"
+    return None
 
 
 def verify(folder: Path) -> str | None:
@@ -149,14 +172,41 @@ def verify(folder: Path) -> str | None:
         if path.stat().st_size != meta["size"]:
             return f"{rel} has {path.stat().st_size} bytes, expected {meta['size']}"
         if _checksum(path) != meta["blake2b"]:
-            return f"{rel} fails its checksum"
+            by = f" (written by rank {meta['rank']})" if "rank" in meta else ""
+            return f"{rel} fails its checksum{by}"
     return None
 
 
 # -- fault injection (tests and benchmarks) ----------------------------------------------------
 
 
-class _FaultyWriter(FileSystemWriter):
+class _ChecksummingWriter(FileSystemWriter):
+    """FileSystemWriter that reads back and checksums the files this rank wrote, in the thread
+    that wrote them; `checksums` holds them for the current save ({relative path: entry})."""
+
+    def reset(self, checkpoint_id=None) -> None:
+        super().reset(checkpoint_id)
+        self.checksums: dict[str, dict] = {}
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
+        super().set_up_storage_writer(is_coordinator, *args, **kwargs)
+        self._my_rank = dist.get_rank() if dist.is_initialized() else 0
+
+    def write_data(self, plan, planner):
+        written = super().write_data(plan, planner)
+        written.wait()  # the files are written and fsynced when it returns
+        # Every file with this rank's prefix, even one that holds no tensor.
+        for path in sorted(Path(self.path).glob(f"{plan.storage_data.prefix}*")):
+            self.checksums[path.name] = _file_entry(path, self._my_rank)
+        return written
+
+    def finish(self, metadata, results) -> None:
+        super().finish(metadata, results)  # the coordinator writes DCP's .metadata
+        for path in Path(self.path).glob("*.metadata"):
+            self.checksums[path.name] = _file_entry(path, self._my_rank)
+
+
+class _FaultyWriter(_ChecksummingWriter):
     """A FileSystemWriter that can be slowed down or made to fail, through environment variables."""
 
     _lock = threading.Lock()
@@ -182,11 +232,11 @@ def _maybe_fail() -> None:
     raise OSError(code, os.strerror(code))
 
 
-def _writer(path: Path) -> FileSystemWriter:
+def _writer(path: Path) -> _ChecksummingWriter:
     faulty = os.environ.get("HANLM_FAULT_WRITE_DELAY_S") or os.environ.get(
         "HANLM_FAULT_WRITE_ERRORS"
     )
-    cls = _FaultyWriter if faulty else FileSystemWriter
+    cls = _FaultyWriter if faulty else _ChecksummingWriter
     return cls(str(path), sync_files=True)
 
 
@@ -249,22 +299,43 @@ class CheckpointManager:
                 self._prepare(tmp)
                 model_sd, optim_sd = get_state_dict(model, optimizer)
                 state = {"model": model_sd, "optim": optim_sd}
+                # DDP: every rank holds this same state; rank 0 alone stages and writes it.
+                alone = self.d.distributed and not _is_sharded(state)
+                writes = self.d.is_main or not alone
                 with _single_process_ok():
                     if self.policy.async_save and not sync:
-                        future = dcp.async_save(
-                            state,
-                            checkpoint_id=str(tmp),
-                            storage_writer=self._storage,
-                            process_group=self.save_group,
-                        )
+                        if writes:
+                            future = dcp.async_save(
+                                state,
+                                checkpoint_id=str(tmp),
+                                storage_writer=self._storage,
+                                process_group=self.save_group,
+                                no_dist=alone,
+                            )
+                        else:
+                            future = concurrent.futures.Future()
+                            future.set_result(None)
+                            self._storage.reset(str(tmp))  # nothing written here
                         self._in_flight = _InFlight(step, tmp, future, trainer_state, started)
                         return time.perf_counter() - started
-                    dcp.save(
-                        state,
-                        checkpoint_id=str(tmp),
-                        storage_writer=self._storage,
-                        process_group=self.group,
-                    )
+                    error = None
+                    try:
+                        if writes:
+                            dcp.save(
+                                state,
+                                checkpoint_id=str(tmp),
+                                storage_writer=self._storage,
+                                process_group=self.group,
+                                no_dist=alone,
+                            )
+                        else:
+                            self._storage.reset(str(tmp))
+                    except (OSError, CheckpointException) as e:
+                        error = e
+                    if alone:  # only rank 0 wrote: the others learn its outcome
+                        self._raise_on_every_rank(error)
+                    elif error is not None:
+                        raise error
                 self._commit_all_ranks(step, tmp, trainer_state, ok=True)
                 return time.perf_counter() - started
             except (OSError, CheckpointException) as e:  # DCP wraps a rank's write error
@@ -286,7 +357,14 @@ class CheckpointManager:
                 tmp.mkdir(parents=True)
             except OSError as e:
                 error = e
-        failed = torch.tensor([0.0 if error is None else float(error.errno or errno.EIO)])
+        self._raise_on_every_rank(error)
+
+    def _raise_on_every_rank(self, error: BaseException | None) -> None:
+        """Rank 0's error (None: none) raised on every rank: an OSError with its errno elsewhere."""
+        code = 0.0
+        if error is not None:
+            code = float(getattr(error, "errno", None) or errno.EIO)
+        failed = torch.tensor([code])
         if self.d.distributed:
             dist.broadcast(failed, src=0, group=self.group)
         if failed.item():
@@ -334,9 +412,10 @@ class CheckpointManager:
             dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
         if flag.item() == 1.0:
             error = None
+            files = self._gather_checksums()
             if self.d.is_main:
                 try:
-                    self._commit(step, tmp, trainer_state)
+                    self._commit(step, tmp, trainer_state, files)
                 except OSError as e:
                     error = e
             failed = torch.tensor([0.0 if error is None else 1.0])
@@ -351,12 +430,22 @@ class CheckpointManager:
         if not quiet:
             self._failed(step, OSError("a rank failed to write its shards"))
 
-    def _commit(self, step: int, tmp: Path, trainer_state: dict) -> None:
+    def _gather_checksums(self) -> dict[str, dict]:
+        """On rank 0: the checksums every rank took of the files it wrote ({} elsewhere)."""
+        mine = dict(getattr(self._storage, "checksums", {}))  # none before a save began here
+        if not self.d.distributed:
+            return mine
+        every: list | None = [None] * self.d.world_size if self.d.is_main else None
+        dist.gather_object(mine, every, dst=0, group=self.group)
+        return {rel: entry for part in every or [] for rel, entry in part.items()}
+
+    def _commit(self, step: int, tmp: Path, trainer_state: dict, files: dict[str, dict]) -> None:
         atomic_write_json(tmp / TRAINER_STATE, trainer_state)
-        write_manifest(tmp)
-        problem = verify(tmp)
+        files = {**files, TRAINER_STATE: _file_entry(tmp / TRAINER_STATE, self.d.rank)}
+        problem = _check_listed(tmp, files)
         if problem:
             raise OSError(errno.EIO, f"read-back check failed: {problem}")
+        atomic_write_json(tmp / MANIFEST, {"files": dict(sorted(files.items()))})
         final = step_dir(self.root, step)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
@@ -439,6 +528,19 @@ def retained(steps: list[int], policy: Policy) -> set[int]:
     if policy.keep_every:
         keep |= {s for s in steps if s % policy.keep_every == 0}
     return keep
+
+
+def _is_sharded(state: dict) -> bool:
+    """Whether any tensor of a (nested) state dict is a DTensor, i.e. split over ranks (FSDP)."""
+    from torch.distributed.tensor import DTensor  # deferred: as torch.distributed.checkpoint
+
+    if isinstance(state, DTensor):
+        return True
+    if isinstance(state, dict):
+        return any(_is_sharded(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return any(_is_sharded(v) for v in state)
+    return False
 
 
 def read_trainer_state(path: Path) -> dict:

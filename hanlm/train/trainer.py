@@ -1,11 +1,16 @@
 """One explicit training loop for pretraining and SFT.
 
-Per optimizer step: fetch the step's micro-batches (inputs, labels, and for rows of packed
-documents their extra model inputs: hanlm.train.document_attention), count the target tokens over
-all ranks, run forward/backward on each (loss summed over tokens and divided by the global count,
-so one process and N ranks with the same global batch compute the same gradient), clip, step,
-then log, validate and checkpoint when due. The model's forward ends in the loss
+Per optimizer step: take the step's micro-batches (inputs, labels, and for rows of packed
+documents their extra model inputs: hanlm.train.document_attention), read ahead and already on
+the device (train/prefetch.py), start summing their target tokens over all ranks, run
+forward/backward on each with the loss summed over tokens, then divide the gradients by the
+global count (so one process and N ranks with the same global batch compute the same gradient),
+clip, step, then log, validate and checkpoint when due. The model's forward ends in the loss
 (hanlm.train.loss): the logits of a whole micro-batch are never made.
+
+Nothing in the step waits for the device: the token counts come from the loader's thread, their
+all-reduce is asynchronous, and the numbers of a log line (loss, tokens, grad norm) are read only
+when the line is written.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from hanlm.errors import UserError
-from hanlm.train import checkpoint, document_attention, parallel
+from hanlm.train import checkpoint, document_attention, parallel, prefetch
 from hanlm.train.loss import Objective, TokenLoss, with_loss
 from hanlm.train.metrics import MetricsLog, peak_memory_gb
 from hanlm.train.optim import lr_at
@@ -104,6 +110,13 @@ def _due(step: int, every: int) -> bool:
     return every > 0 and step % every == 0
 
 
+def _all_reduce_async(values: torch.Tensor, d: parallel.Dist):
+    """Start summing `values` over ranks in place; the work to wait on, None alone."""
+    if not d.distributed:
+        return None
+    return torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.SUM, async_op=True)
+
+
 class Trainer:
     def __init__(
         self,
@@ -126,7 +139,11 @@ class Trainer:
         objective_for=None,
     ):
         self.model, self.optimizer = with_loss(model), optimizer
-        self.train_loader, self.val_loader = train_loader, val_loader
+        # Two steps of micro-batches read ahead: the next step's are ready while this one runs.
+        self.train_loader = prefetch.Prefetcher(
+            train_loader, dist.device, depth=2 * settings.accumulation
+        )
+        self.val_loader = val_loader
         self.schedule, self.s, self.d, self.mode, self.plan = schedule, settings, dist, mode, plan
         self.metrics_path = Path(metrics_path)
         self.checkpoints = checkpoints
@@ -142,6 +159,7 @@ class Trainer:
         # batch's position_ids), {} for plain rows.
         self.objective_for = objective_for
         self.state = TrainState()
+        self._unread_tokens: torch.Tensor | None = None  # trained since state.tokens was updated
 
     # -- resume --------------------------------------------------------------------------------
 
@@ -155,6 +173,7 @@ class Trainer:
             return False
         self._check_compatible(self.checkpoints.root, saved)
         self.state.step, self.state.tokens = saved["step"], saved["tokens"]
+        self._unread_tokens = None
         self.train_loader.load_state_dict(saved["loader"])
         checkpoint.set_rng_state(saved.get("rng", {}))
         return True
@@ -179,7 +198,7 @@ class Trainer:
         """Checkpoint the current step; returns the seconds the loop was blocked."""
         state = {
             "step": self.state.step,
-            "tokens": self.state.tokens,
+            "tokens": self.tokens(),
             "loader": self.train_loader.state_dict(),
             "lr": self.schedule.lr(max(self.state.step - 1, 0)),
             "fingerprint": self.s.fingerprint,
@@ -190,6 +209,13 @@ class Trainer:
         return self.checkpoints.save(
             self.state.step, parallel.unwrap(self.model), self.optimizer, state, sync=sync
         )
+
+    def tokens(self) -> int:
+        """Target tokens trained so far, all ranks together (waits for the device)."""
+        if self._unread_tokens is not None:
+            self.state.tokens += int(self._unread_tokens.item())
+            self._unread_tokens = None
+        return self.state.tokens
 
     # -- one step --------------------------------------------------------------------------------
 
@@ -214,44 +240,59 @@ class Trainer:
         for group in self.optimizer.param_groups:
             # a group may train faster or slower than the schedule (SFT's new token rows)
             group["lr"] = lr * group.get("lr_scale", 1.0)
-        device = self.d.device
         micro = [self.train_loader.next_batch() for _ in range(self.s.accumulation)]
-        micro = [_on_device(batch, device) for batch in micro]
-        local_tokens = sum(int((y != IGNORE).sum()) for _, y, _ in micro)
-        counts = torch.tensor([float(local_tokens)], device=device, dtype=torch.float64)
-        global_tokens = int(parallel.all_reduce_sum(counts, self.d).item())
-        # DDP and FSDP average gradients over ranks; scaling by world size turns that into a sum.
-        scale = self.d.world_size / max(global_tokens, 1)
-        loss_sum = torch.zeros((), device=device, dtype=torch.float32)
+        # The global count is summed over ranks while the backward runs: the gradients are
+        # divided by it afterwards, so the host never waits for it.
+        tokens = torch.stack([batch.tokens for batch in micro]).sum()
+        summing = _all_reduce_async(tokens, self.d)
+        loss_sum = torch.zeros((), device=self.d.device, dtype=torch.float32)
         parts: dict[str, torch.Tensor] = {}
-        for i, (x, y, extra) in enumerate(micro):
+        for i, batch in enumerate(micro):
             last = i == len(micro) - 1
             with parallel.no_sync(self.model, self.mode, last):
-                sums = self._loss_sums(x, y, extra)
-                (sums["loss"] * scale).backward()
+                sums = self._loss_sums(batch.inputs, batch.labels, batch.extra or {})
+                sums["loss"].backward()
             loss_sum += sums["loss"].detach()
             for name, value in sums.items():
                 if name != "loss":
                     parts[name] = parts.get(name, 0) + value.detach().float()
-        grad_norm = self._clip()
+        if summing is not None:
+            summing.wait()  # on NCCL the stream waits, not the host
+        # DDP and FSDP average gradients over ranks; scaling by world size turns that into a sum.
+        grad_norm = self._scale_and_clip((self.d.world_size / tokens.clamp(min=1).double()).float())
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.after_optimizer_step is not None:
             self.after_optimizer_step()
         self.state.step += 1
-        self.state.tokens += global_tokens
+        self._unread_tokens = (
+            tokens if self._unread_tokens is None else self._unread_tokens + tokens
+        )
         return {
             "loss_sum": loss_sum,
             "parts": parts,
-            "tokens": global_tokens,
+            "tokens": tokens,  # a device tensor: read it at log time
             "lr": lr,
-            "grad_norm": grad_norm,
+            "grad_norm": grad_norm,  # a device tensor: read it at log time
         }
 
-    def _clip(self) -> torch.Tensor:
-        max_norm = self.s.grad_clip if self.s.grad_clip > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+    @torch.no_grad()
+    def _scale_and_clip(self, scale: torch.Tensor) -> torch.Tensor:
+        """Multiply the gradients by `scale` and clip them, in one pass; their norm after."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            return torch.zeros((), device=self.d.device)
+        norm = torch.nn.utils.get_total_norm(grads)
+        if isinstance(norm, DTensor):  # FSDP: each rank holds the norm of its shards
+            norm = norm.full_tensor()
+        norm = norm * scale
+        factor = scale
+        if self.s.grad_clip > 0:
+            factor = scale * (self.s.grad_clip / (norm + 1e-6)).clamp(max=1.0)
+        # FSDP's gradients are DTensors: scaling each rank's shard scales the whole.
+        local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+        torch._foreach_mul_(local, factor)
+        return norm
 
     # -- validation ------------------------------------------------------------------------------
 
@@ -328,6 +369,7 @@ class Trainer:
         else:
             self.checkpoints.close()
         finally:
+            self.train_loader.close()  # what it read ahead is not consumed: state_dict says so
             self.preemption.uninstall()
             log.close()
         if preempted:
@@ -338,7 +380,7 @@ class Trainer:
             )
         return {
             "step": self.state.step,
-            "tokens": self.state.tokens,
+            "tokens": self.tokens(),
             "completed": self.state.step >= total and not stopped_early,
             **last_eval,
         }
@@ -396,6 +438,8 @@ class Trainer:
     def _record(
         self, out: dict, window_loss, window_parts: dict, window_tokens: int, window_start: float
     ) -> dict:
+        # The one wait for the device per log line: its numbers are read here, not in the step.
+        window_tokens = int(window_tokens)
         loss = parallel.all_reduce_sum(window_loss.detach().clone().double(), self.d)
         parts = {
             name: float(parallel.all_reduce_sum(value.clone().double(), self.d))
@@ -411,7 +455,7 @@ class Trainer:
             **parts,
             "lr": out["lr"],
             "grad_norm": float(out["grad_norm"]),
-            "tokens": self.state.tokens,
+            "tokens": self.tokens(),
             "tokens_per_s": tokens_per_s,
             "mfu": mfu if math.isfinite(mfu) else None,
             "peak_memory_gb": peak_memory_gb(self.d.device),
