@@ -295,3 +295,27 @@ def test_the_memory_benchmark_smoke_run_holds_less_for_the_same_loss():
     assert figures["loss_relative_difference"] < 1e-4
     # 1,024 tokens x 8,192 vocab: the full logits hold ~7x what chunks of 96 tokens hold
     assert figures["ratio"] > 2, result.stdout
+
+
+@pytest.mark.slow
+def test_compiled_blocks_make_one_graph_for_every_layer():
+    """Training's forward builds no KV cache: with one, dynamo guarded each block on its own
+    cache layer and recompiled per layer until its recompile limit (8), leaving the rest eager."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from hanlm import model as model_lib
+    from hanlm.train import parallel
+    from hanlm.train.loss import TokenLoss
+
+    torch._dynamo.reset()
+    counters.clear()
+    config = model_lib.model_config("tiny", vocab_size=256, seq_len=32)
+    config.num_hidden_layers = 12
+    model = model_lib.build_model(config, seed=0, device="cpu")
+    alone = parallel.Dist(0, 1, 0, torch.device("cpu"))
+    root = parallel.parallelize(model, alone, "single", compile_blocks=True)
+    ids = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    root(labels=ids, loss_fn=TokenLoss().sums, input_ids=ids)["loss"].backward()
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["recompiles"]

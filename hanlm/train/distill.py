@@ -202,7 +202,9 @@ def make_objective(
         with torch.inference_mode():
             attention = document_attention.model_inputs(teacher, extra)
             decoder = teacher.get_decoder()
-            hidden = decoder(input_ids=inputs.to(teacher_device), **attention).last_hidden_state
+            hidden = decoder(
+                input_ids=inputs.to(teacher_device), use_cache=False, **attention
+            ).last_hidden_state
         head = teacher.get_output_embeddings().weight
         return TeacherObjective(hidden, head, alpha=alpha, temperature=temperature)
 

@@ -292,7 +292,9 @@ class CausalLMWithLoss(torch.nn.Module):
 
     def forward(self, *, labels: torch.Tensor, loss_fn: HeadLoss, **model_inputs):
         decoder = self.module.get_decoder()
-        hidden = decoder(**model_inputs).last_hidden_state
+        # No KV cache in training: building one also makes dynamo guard each compiled block on
+        # its own cache layer, so per-block compile recompiled once per layer and hit its limit.
+        hidden = decoder(**model_inputs, use_cache=False).last_hidden_state
         head = self.module.get_output_embeddings()
         if getattr(head, "bias", None) is not None:
             raise ValueError(f"{type(self.module).__name__}: an output head with a bias")
