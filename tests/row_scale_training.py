@@ -12,6 +12,7 @@ import torch
 from hanlm.chat import tokens
 from hanlm.model import build_model, model_config
 from hanlm.train import parallel
+from hanlm.train.loss import TokenLoss, with_loss
 
 # 301 rows split 151 / 150 over 2 ranks: the new rows sit on both sides of the boundary.
 VOCAB = 301
@@ -43,13 +44,16 @@ def batches() -> list[torch.Tensor]:
 
 def train(model, scale: float, steps: int) -> dict[str, torch.Tensor]:
     """The token matrices (full, on CPU) after `steps` steps with the new rows' step scaled."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
-    tokens.RowStepScale(optimizer, model, NEW_IDS, scale)
+    root = with_loss(model)  # parallelize's result ends in the loss already; a plain model not
+    causal_lm = parallel.unwrap(root)
+    optimizer = torch.optim.AdamW(root.parameters(), lr=1e-2, weight_decay=0.0)
+    tokens.RowStepScale(optimizer, causal_lm, NEW_IDS, scale)
     for batch in batches()[:steps]:
-        model(input_ids=batch, labels=batch).loss.backward()
+        inputs, labels = batch[:, :-1], batch[:, 1:]
+        root(labels=labels, loss_fn=TokenLoss().sums, input_ids=inputs)["loss"].backward()
         optimizer.step()
         optimizer.zero_grad()
-    return {name: full(w) for name, w in tokens.matrices(model).items()}
+    return {name: full(w) for name, w in tokens.matrices(causal_lm).items()}
 
 
 def full(weight: torch.Tensor) -> torch.Tensor:
