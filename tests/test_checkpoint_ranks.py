@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 from hanlm import model as model_lib
 from hanlm.train import checkpoint, parallel
 from hanlm.train.checkpoint import verify, write_manifest
+from hanlm.train.loss import TokenLoss
 from hanlm.train.optim import adamw
 
 MODES = ("ddp", "fsdp")
@@ -29,7 +30,10 @@ def _trained(d: parallel.Dist, mode: str, seed: int):
         model, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8, device=d.device
     )
     tokens = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(seed + d.rank))
-    model(input_ids=tokens, labels=tokens).loss.backward()
+    # parallelize's result ends in the loss (hanlm.train.loss)
+    model(labels=tokens[:, 1:], loss_fn=TokenLoss().sums, input_ids=tokens[:, :-1])[
+        "loss"
+    ].backward()
     optimizer.step()
     optimizer.zero_grad()
     return model, optimizer
@@ -53,7 +57,7 @@ def _local(state: dict) -> dict:
 def _tensors(model, optimizer) -> dict:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd, optim_sd = get_state_dict(parallel.unwrap(model), optimizer)
     return _local({"model": model_sd, "optim": optim_sd})
 
 

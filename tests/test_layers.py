@@ -27,6 +27,7 @@ ORDER: tuple[str, ...] = (
     "model_folder",
     "testsets",
     "model",
+    "model_init",
     "demo",
     "inference",
     "chat",
@@ -71,6 +72,7 @@ HEAVY = frozenset(
         "huggingface_hub",
         "datatrove",
         "ray",  # optional (hanlm[ray]): the data engine's Ray executor
+    "liger_kernel",  # optional, CUDA only: the fused linear cross-entropy
     }
 )
 

@@ -8,7 +8,7 @@ states; bf16/FP8 compute under autocast or FSDP2's bf16 parameters):
 - working copies: the bf16 weights the compute reads: autocast's casts of every matmul weight
   (single process and DDP), or FSDP2's gathered layers (two in flight) and its root (embedding).
 - activations: the bytes autograd saves per token of a decoder layer, counted from the tensors
-  a Llama layer saves (see `_layer_activation_bytes`); `hanlm.plan.memtrace` observes the same step
+  a Llama layer saves (see `_layer_activation_bytes`); `hanlm.train.memtrace` observes the same step
   on fake tensors and the tests hold the two within a few percent.
 - loss: hanlm computes it a chunk of tokens at a time (hanlm.train.loss): the gradients of the
   final hidden states and of the output head that the forward keeps for backward, one chunk's

@@ -129,6 +129,7 @@ def _allowed(documents: torch.Tensor) -> torch.Tensor:
 
 
 def _block_mask(documents: torch.Tensor):
+    # deferred: flex attention is only used on CUDA, where its import compiles Triton helpers
     from torch.nn.attention.flex_attention import create_block_mask
 
     def same_document_causal(batch, head, q, kv):

@@ -209,6 +209,7 @@ def parallelize_loaded(
 def write_full_value(param: torch.nn.Parameter, value: torch.Tensor) -> None:
     """Copy a parameter's full value into it; a sharded (DTensor) parameter keeps only this
     rank's shard of it, cut locally (every rank holds the same full value, nothing is sent)."""
+    # deferred: as DDP and FSDP2 in parallelize, needed only under torchrun
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     if isinstance(param, DTensor):
