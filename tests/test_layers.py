@@ -72,7 +72,7 @@ HEAVY = frozenset(
         "huggingface_hub",
         "datatrove",
         "ray",  # optional (hanlm[ray]): the data engine's Ray executor
-    "liger_kernel",  # optional, CUDA only: the fused linear cross-entropy
+        "liger_kernel",  # optional, CUDA only: the fused linear cross-entropy
     }
 )
 

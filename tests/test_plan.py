@@ -12,8 +12,8 @@ from transformers import LlamaConfig
 from conftest import assert_user_error
 from hanlm.model import PRESETS, build_model, model_config
 from hanlm.plan import estimate as plan
-from hanlm.train.memtrace import measure_step
 from hanlm.train import precision as precision_lib
+from hanlm.train.memtrace import measure_step
 from hanlm.train.optim import adamw
 
 GIB = 1 << 30
