@@ -37,6 +37,7 @@ ORDER: tuple[str, ...] = (
     "preflight",
     "evals",
     "report",
+    "share",
     "stages",
     "pipeline",
     "cli",
@@ -73,6 +74,9 @@ HEAVY = frozenset(
         "datatrove",
         "ray",  # optional (hanlm[ray]): the data engine's Ray executor
         "liger_kernel",  # optional, CUDA only: the fused linear cross-entropy
+        "gguf",  # optional (hanlm[gguf]): GGUF export
+        "trackio",  # optional trackers
+        "wandb",
     }
 )
 
