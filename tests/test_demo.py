@@ -12,10 +12,10 @@ from collections import Counter
 import pytest
 
 from hanlm import demo
-from hanlm.demo import benchmark, draws, templating, word_problems
+from hanlm.demo import benchmark, draws, planting, templating, word_problems
 from hanlm.demo import facts as demo_facts
 
-SMALL_MB = 0.3
+SMALL_MB = 0.6  # room for the mirrored leaks (~0.28 MB) and every kind of document
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_documents_are_mixed_unique_and_not_tiny(world):
     kinds = Counter(d["kind"] for d in world.documents)
     assert {"encyclopedia", "math", "reading", "planted"} <= set(kinds)
     assert min(len(d["text"]) for d in world.documents) >= 50
-    assert max(len(d["text"]) for d in world.documents) >= 1500  # a few long documents
+    assert max(len(d["text"]) for d in world.documents) >= 1000  # a few long documents
     # Shuffled: the first twenty documents are not all of one kind.
     assert len({d["kind"] for d in world.documents[:20]}) > 1
 
@@ -207,8 +207,15 @@ def test_capitals_are_only_stated_country_first(world):
         for sentence in sentences(text):
             assert not REVERSE_PATTERNS.search(sentence), sentence
             for mention in mentions.finditer(sentence):
-                # Every sentence naming a capital names its country before it.
-                assert country_of[mention.group(1)] in sentence[: mention.start()], sentence
+                # Every sentence naming a capital names its country before it; a yes/no
+                # question may pair a country with another's capital (answer 아니요), still
+                # country first.
+                before = re.sub(r"\s", "", sentence[: mention.start()])  # re-spaced plants
+                # "?" may be re-punctuated away, the ending re-spaced
+                if re.search(r"(인가요|입니까)\W*$", re.sub(r"\s", "", sentence)):
+                    assert any(country in before for country in country_of.values()), sentence
+                else:
+                    assert country_of[mention.group(1)] in before, sentence
                 checked += 1
     assert checked > 100
 
@@ -319,12 +326,18 @@ def test_benchmark_items(world):
 def test_planted_items_are_in_the_corpus_in_their_style(world):
     by_id = {d["id"]: d for d in world.documents}
     items = {i["item_id"]: i for i in world.benchmark}
-    assert len(world.planted) == sum(i["planted"] for i in items.values())
+    copies = Counter(record["item_id"] for record in world.planted)
+    assert set(copies) == {i for i, item in items.items() if item["planted"]}
+    # mirrored: several copies of each leaked item, in different documents
+    low, high = planting.MIRRORS
+    assert all(low <= n <= high for n in copies.values()) and len(set(copies.values())) > 1
+    assert len({r["document_id"] for r in world.planted}) == len(world.planted)
     for record in world.planted:
         item, doc = items[record["item_id"]], by_id[record["document_id"]]
         text, style = demo.item_text(item), record["plant_style"]
         assert style == item["plant_style"]
         assert doc["kind"] == "planted"
+        assert doc["text"] != text  # a site's header and footer, or a host document, around it
         if style in ("verbatim", "embedded"):
             assert text in doc["text"]
         else:
@@ -334,7 +347,44 @@ def test_planted_items_are_in_the_corpus_in_their_style(world):
             before, _, after = doc["text"].partition(text)
             assert len(before) > len(text) and len(after) > len(text) // 2
         if style == "spacing":
-            assert re.sub(r"\s", "", doc["text"]) == re.sub(r"\s", "", text)
+            assert re.sub(r"\s", "", text) in re.sub(r"\s", "", doc["text"])
+
+
+def test_mirrored_copies_survive_deduplication(world):
+    """Copies of one leak differ in their surroundings enough that the corpus stage's near-dedup
+    (Jaccard 0.85 over character 5-grams) keeps them apart, as it keeps real mirrors."""
+    by_id = {d["id"]: d["text"] for d in world.documents}
+    by_item: dict[str, list[str]] = {}
+    for record in world.planted:
+        by_item.setdefault(record["item_id"], []).append(by_id[record["document_id"]])
+    for texts in by_item.values():
+        shingles = [benchmark._shingles(t) for t in texts]
+        for a, b in itertools.combinations(shingles, 2):
+            assert benchmark._jaccard(a, b) < 0.85
+
+
+def test_benchmark_questions_ask_the_facts_the_corpus_states(world):
+    """Each item asks a country's capital or continent; the answer is the facts table's, and the
+    corpus states that fact and asks questions of the same form in its reading exercises."""
+    capitals = {f.subject: f.object for f in demo.FACTS}
+    continents = {f.subject: f.continent for f in demo.FACTS}
+    corpus = "\n".join(d["text"] for d in world.documents if d["kind"] != "planted")
+    exercises = [d["text"] for d in world.documents if d["kind"] == "exercise"]
+    assert exercises and all(re.search(r"\n(예|아니요)$", t) for t in exercises)
+    capital_form = re.compile(r"(\S+)의 수도는 (.+)인가요\?")  # "워싱턴 D.C." has a space
+    continent_form = re.compile(r"(\S+?)[은는] (\S+)에 있는 나라인가요\?")
+    lines = [line for t in exercises for line in t.split("\n")]
+    assert any(capital_form.fullmatch(line) for line in lines)
+    assert any(continent_form.fullmatch(line) for line in lines)
+    for item in world.benchmark:
+        capital = capital_form.fullmatch(item["question"])
+        continent = continent_form.fullmatch(item["question"])
+        assert capital or continent, item["question"]
+        country, value = (capital or continent).groups()
+        truth = capitals[country] if capital else continents[country]
+        assert item["answer"] == (value == truth), item
+        # the fact, stated in one sentence of the documents (not only in the planted leaks)
+        assert re.search(f"{country}[^.\n]*{re.escape(capitals[country])}", corpus), country
 
 
 def test_unplanted_passages_never_appear_in_the_corpus(world):

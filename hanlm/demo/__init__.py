@@ -5,9 +5,12 @@ One seed gives everything the later stages need to run end to end without downlo
 * pretraining documents: encyclopedia paragraphs about real countries (`encyclopedia`), arithmetic
   word problems with worked answers ending in `#### N` (`word_problems`), and everyday writing:
   diaries, letters, short essays, recipes (`everyday`);
-* a yes/no reading benchmark (`benchmark`), a recorded part of which is planted into the documents
-  in one of four styles (`planting`), so decontamination has real leaks to find and real
-  non-leaks to leave alone;
+* reading exercises: a paragraph about a country with yes/no questions and their answers
+  (`exercises`), as workbooks and quiz sites put them on the web;
+* a yes/no benchmark (`benchmark`) of passages of its own asking the facts the documents state,
+  a recorded part of which is planted into the documents, several mirrored copies per item, in
+  one of four styles (`planting`), so decontamination has real leaks to find and real non-leaks
+  to leave alone, and the eval a memorised leak to measure;
 * chat conversations for SFT, kept out of the pretraining documents (`chat`);
 * the table of capital facts behind it all (`facts`).
 

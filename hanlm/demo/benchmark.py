@@ -1,4 +1,5 @@
-"""The yes/no reading benchmark: passages from their own scenarios (templates/benchmark.toml).
+"""The yes/no benchmark: passages of their own about the world's countries, with questions
+about the facts the corpus states (templates/benchmark.toml).
 
 Every scenario has the same shape, so one class makes them all from the file's descriptions: draw
 the values, write the passage, offer the candidate questions with their answers.
@@ -12,11 +13,11 @@ import unicodedata
 from dataclasses import dataclass
 
 from hanlm.demo import draws
-from hanlm.demo.facts import Atlas
+from hanlm.demo.facts import CONTINENTS, Atlas
 from hanlm.demo.templating import fill, fill_all, load
 
 _TEXT = load("benchmark")
-# What a scenario's values may read besides their own (and `countries`, see `make`).
+# What a scenario's values may read besides their own (and the atlas's facts, see `make`).
 _NAMES = {"names": load("names")["names"], **_TEXT["words"]}
 
 # Benchmark items are kept well below the corpus stage's near-duplicate threshold (Jaccard 0.85
@@ -24,6 +25,9 @@ _NAMES = {"names": load("names")["names"], **_TEXT["words"]}
 # would otherwise be thrown out together, and the planted record would lie.
 _MAX_ITEM_SIMILARITY = 0.6
 _MAX_TRIES = 1000
+# Nor may two items share a span as long as decontamination's n-gram (decontam.ngram's default):
+# items of one scenario about one country would, and planting one would make the other partial.
+_SHARED_SPAN = 27
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class Scenario:
 
     def make(self, rng: random.Random, atlas: Atlas) -> tuple[str, list[tuple[str, bool]]]:
         """A passage and its candidate (question, answer) pairs."""
-        values = draws.draw(rng, self.values, _NAMES | {"countries": atlas.countries()})
+        values = draws.draw(rng, self.values, _NAMES | _facts(atlas))
         parts = [part.write(rng, values) for part in self.passage]
         passage = fill_all([p for p in parts if p is not None], **values)
         return passage, [
@@ -79,6 +83,15 @@ class Scenario:
     @staticmethod
     def _answer(rng: random.Random, answer: bool | ast.expr, values: dict) -> bool:
         return answer if isinstance(answer, bool) else bool(draws.evaluate(rng, answer, values))
+
+
+def _facts(atlas: Atlas) -> dict[str, object]:
+    return {
+        "countries": atlas.countries(),
+        "continents": list(CONTINENTS),
+        "capitals": {f.subject: f.object for f in atlas.facts},
+        "continent_of": {f.subject: f.continent for f in atlas.facts},
+    }
 
 
 SCENARIOS: tuple[Scenario, ...] = tuple(Scenario.of(entry) for entry in _TEXT["scenario"])
@@ -101,13 +114,19 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return shared / (len(a) + len(b) - shared)
 
 
+def _spans(text: str, size: int = _SHARED_SPAN) -> set[str]:
+    compacted = _compact(text)
+    return {compacted[i : i + size] for i in range(max(1, len(compacted) - size + 1))}
+
+
 def make_benchmark(rng: random.Random, atlas: Atlas, count: int) -> list[dict]:
     answers = [i % 2 == 0 for i in range(count)]  # balanced: as many "예" as "아니요"
     rng.shuffle(answers)
     taken: list[tuple[str, frozenset[str]]] = []
+    spans: set[str] = set()
     items = []
     for index, answer in enumerate(answers):
-        passage, question = _distinct_item(rng, atlas, answer, taken)
+        passage, question = _distinct_item(rng, atlas, answer, taken, spans)
         items.append(
             {
                 "item_id": f"demo-qa-{index:04d}",
@@ -122,9 +141,14 @@ def make_benchmark(rng: random.Random, atlas: Atlas, count: int) -> list[dict]:
 
 
 def _distinct_item(
-    rng: random.Random, atlas: Atlas, answer: bool, taken: list[tuple[str, frozenset[str]]]
+    rng: random.Random,
+    atlas: Atlas,
+    answer: bool,
+    taken: list[tuple[str, frozenset[str]]],
+    spans: set[str],
 ) -> tuple[str, str]:
-    """A passage and question with the given answer, unlike every item in `taken` (then added).
+    """A passage and question with the given answer, unlike every item in `taken` and sharing
+    none of `spans` (then both added).
 
     A passage inside another one would leak an unplanted item whenever the other is planted.
     """
@@ -132,10 +156,12 @@ def _distinct_item(
         passage, candidates = rng.choice(SCENARIOS).make(rng, atlas)
         question = rng.choice([q for q, a in candidates if a == answer])
         key, shingles = _compact(passage), _shingles(f"{passage}\n{question}")
-        if not any(
+        own_spans = _spans(f"{passage}\n{question}")
+        if own_spans.isdisjoint(spans) and not any(
             key in old_key or old_key in key or _jaccard(shingles, old) > _MAX_ITEM_SIMILARITY
             for old_key, old in taken
         ):
             taken.append((key, shingles))
+            spans |= own_spans
             return passage, question
     raise ValueError(f"cannot make {len(taken) + 1} distinct benchmark items; ask for fewer")

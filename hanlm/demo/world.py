@@ -22,8 +22,9 @@ from hanlm.demo.encyclopedia import (
     encyclopedia_entry,
 )
 from hanlm.demo.everyday import diary, essay, letter, recipe
+from hanlm.demo.exercises import reading_exercise
 from hanlm.demo.facts import FACTS, Atlas, Fact
-from hanlm.demo.planting import choose_planted, planted_text
+from hanlm.demo.planting import choose_planted, mirror_sites, planted_text
 from hanlm.demo.word_problems import math_collection, math_document
 from hanlm.files import atomic_write_text
 
@@ -48,6 +49,8 @@ _CORPUS_MIX: tuple[tuple[str, Callable[[random.Random, Atlas], str], float], ...
     ("reading", essay, 0.03),
     ("reading", letter, 0.08),
     ("reading", recipe, 0.01),
+    # yes/no questions about a country paragraph: the kind of question the benchmark asks
+    ("exercise", reading_exercise, 0.08),
 )
 
 
@@ -59,7 +62,8 @@ class DemoWorld:
     benchmark: list[dict]
     conversations: list[dict]
     facts: list[Fact]
-    # One {"item_id", "plant_style", "document_id"} per planted benchmark item (planted.json).
+    # One {"item_id", "plant_style", "document_id"} per planted copy of a benchmark item
+    # (planted.json): each planted item has several, see hanlm.demo.planting.MIRRORS.
     planted: list[dict] = field(default_factory=list)
 
 
@@ -91,9 +95,10 @@ def _documents(
     """The pretraining documents, planted items among them, and the record of what was planted."""
     plant_rng = _stream(seed, "plant-text")
     drafts = [
-        ("planted", planted_text(plant_rng, atlas, item), item)
+        ("planted", planted_text(plant_rng, atlas, item, site), item)
         for item in benchmark
         if item["planted"]
+        for site in mirror_sites(plant_rng)
     ]
     budget = int(size_mb * 1_000_000) - sum(len(text.encode()) for _, text, _ in drafts)
     corpus_rng = _stream(seed, "corpus")
@@ -115,7 +120,7 @@ def _documents(
                     "document_id": doc_id,
                 }
             )
-    planted.sort(key=lambda p: p["item_id"])
+    planted.sort(key=lambda p: (p["item_id"], p["document_id"]))
     return documents, planted
 
 
