@@ -83,6 +83,15 @@ def test_benchmark_and_chat_do_not_depend_on_size():
     assert small.conversations == larger.conversations
 
 
+def test_a_world_too_small_for_its_leaks_still_has_other_documents():
+    small = demo.build(seed=4, size_mb=0.1)
+    sizes = Counter()
+    for d in small.documents:
+        sizes[d["kind"] == "planted"] += len(d["text"].encode("utf-8"))
+    assert sizes[True] > 0.1e6  # the mirrored leaks alone are more than asked for
+    assert 0.025e6 <= sizes[False] <= 0.025e6 + 20_000  # and a quarter of it besides them
+
+
 def test_size_is_roughly_as_asked(world):
     total = sum(len(d["text"].encode("utf-8")) for d in world.documents)
     assert SMALL_MB * 1e6 <= total <= SMALL_MB * 1e6 + 20_000

@@ -101,6 +101,8 @@ def _documents(
         for site in mirror_sites(plant_rng)
     ]
     budget = int(size_mb * 1_000_000) - sum(len(text.encode()) for _, text, _ in drafts)
+    # a small world is not leaks alone: at least a quarter of size_mb besides them
+    budget = max(budget, int(size_mb * 1_000_000 / 4))
     corpus_rng = _stream(seed, "corpus")
     while budget > 0:
         kind, text = _corpus_document(corpus_rng, atlas)
@@ -135,7 +137,8 @@ def build(
     """Generate the demo world; the same arguments always give byte-identical output.
 
     Documents are generated until their UTF-8 text reaches about `size_mb` megabytes (1e6 bytes),
-    planted benchmark copies included.
+    planted benchmark copies included; a world too small for its ~0.35 MB of planted copies gets
+    a quarter of `size_mb` of other documents besides them.
     """
     _check_arguments(size_mb, benchmark_items, planted_fraction, conversations)
     atlas = Atlas.of(FACTS)
