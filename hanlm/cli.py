@@ -236,15 +236,31 @@ def _add_export(sub) -> None:
     p = _command(
         sub,
         "export",
-        "write a checkpoint as a Hugging Face model folder",
+        "write a checkpoint as a Hugging Face model folder, or a model as GGUF",
         "Write a pretraining checkpoint (the latest committed one by default) as a plain Hugging "
         "Face folder: model.safetensors, config.json, generation_config.json and the tokenizer "
-        "with its chat template. transformers, vLLM, llama.cpp's converter and "
-        "lm-evaluation-harness load it as it is. Default output: DIR/pretrain/hf.",
-        force=REDO,
+        "with its chat template. transformers, vLLM and lm-evaluation-harness load it as it "
+        "is. Default output: DIR/pretrain/hf.\n\n"
+        "--format gguf writes an exported folder (DIR/sft/hf when there is one, else "
+        "DIR/pretrain/hf, or --source) as one GGUF file for llama.cpp and Ollama, with an "
+        "Ollama Modelfile next to it. Default output: DIR/gguf/{chat,base}-TYPE.gguf; needs "
+        "the `gguf` package (pip install 'hanlm[gguf]').",
+        force="redo the export even if it is complete; replace an earlier GGUF file",
     )
+    p.add_argument("--format", choices=("hf", "gguf"), default="hf", help="output format")
     p.add_argument("--checkpoint", metavar="STEP|PATH", help="a step number or a checkpoint folder")
-    p.add_argument("--out", type=Path, metavar="DIR", help="output folder")
+    p.add_argument(
+        "--out", type=Path, metavar="PATH", help="output folder (hf) or file NAME.gguf (gguf)"
+    )
+    p.add_argument(
+        "--gguf-type",
+        default="f16",
+        metavar="TYPE",
+        help="GGUF weights: f16 (default), bf16 or q8_0",
+    )
+    p.add_argument(
+        "--source", type=Path, metavar="DIR", help="gguf: the exported folder to convert"
+    )
     p.set_defaults(func=_cmd_export, stage="export")
 
 
@@ -450,6 +466,25 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from hanlm.stages import export
 
     cfg = _load(args)
+    if args.format == "gguf":
+        if args.checkpoint is not None:
+            raise UserError(
+                "--checkpoint chooses what the Hugging Face export reads; GGUF is written from "
+                "an exported folder",
+                fix="export the step first (hanlm export --checkpoint STEP --out DIR), then "
+                "hanlm export --format gguf --source DIR",
+            )
+        export.run_gguf(
+            cfg,
+            args.run,
+            gguf_type=args.gguf_type,
+            source=args.source,
+            out=args.out,
+            force=args.force,
+        )
+        return 0
+    if args.source is not None or args.gguf_type != "f16":
+        raise UserError("--source and --gguf-type belong to --format gguf", fix="add --format gguf")
     export.run(cfg, args.run, force=args.force, checkpoint=args.checkpoint, out=args.out)
     _save(cfg, args.run)
     return 0

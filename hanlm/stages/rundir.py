@@ -206,6 +206,11 @@ class RunDir:
     def sft(self) -> SftDirs:
         return SftDirs(self.stage("sft"))
 
+    @property
+    def gguf(self) -> Path:
+        """GGUF files for llama.cpp and Ollama, each with its Modelfile (`export --format gguf`)."""
+        return self.stage("gguf")
+
     # --- evaluation -----------------------------------------------------------------------
     @property
     def eval(self) -> Path:
