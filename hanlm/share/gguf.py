@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import torch
+from safetensors import safe_open
+
 from hanlm.chat_template import (
     ASSISTANT,
     CHAT_TEMPLATE,
@@ -40,8 +44,6 @@ from hanlm.files import claim_output_file, fsync_dir, read_json
 from hanlm.model_folder import CONFIG, WEIGHTS, check_model_folder
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from hanlm.config import GenerateSection
 
 GGUF_TYPES = ("f16", "bf16", "q8_0")
@@ -72,7 +74,7 @@ _BLOCK_NAME = re.compile(r"model\.layers\.(\d+)\.(.+)")
 def require_gguf():
     """The `gguf` package, or a UserError naming the extra that installs it."""
     try:
-        import gguf
+        import gguf  # deferred: an optional extra, needed only when writing GGUF
     except ImportError as e:
         raise UserError(
             "GGUF export needs the `gguf` package, which is not installed",
@@ -326,10 +328,6 @@ def write_gguf(
     replace_earlier: bool = False,
 ) -> dict[str, Any]:
     """Write the Llama model of the Hugging Face folder `folder` as the GGUF file `out`."""
-    import numpy as np
-    import torch
-    from safetensors import safe_open
-
     if gguf_type not in GGUF_TYPES:
         raise UserError(
             f"unknown GGUF type {gguf_type!r}", fix=f"use one of {', '.join(GGUF_TYPES)}"
