@@ -169,7 +169,7 @@ def main() -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     started = time.time()
     work = Path(tempfile.mkdtemp(prefix="gguf-roundtrip-"))
-    folder = model_folder(args)
+    folder = source = model_folder(args)
     if args.as_qwen2:
         folder = with_qwen2_pre_tokenizer(folder, work)
     special = json.loads((folder / "special_tokens.json").read_text())
@@ -262,7 +262,7 @@ def main() -> None:
 
     n = len(rows)
     summary = {
-        "model": str(folder),
+        "model": f"{source}{' (pre-tokenizer swapped, --as-qwen2)' if args.as_qwen2 else ''}",
         "pre_tokenizer": gguf_export.read_vocab(
             folder, model.config.vocab_size, gguf_export.require_gguf()
         ).pre,
