@@ -305,6 +305,13 @@ def test_bad_inputs_are_user_errors_and_write_nothing(folder, tmp_path):
     (gpt2 / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
     with pytest.raises(UserError, match="writes Llama models"):
         gguf_export.write_gguf(gpt2, out)
+    (gpt2 / "config.json").write_text(json.dumps({**config, "attention_bias": True}))
+    with pytest.raises(UserError, match="attention_bias"):
+        gguf_export.write_gguf(gpt2, out)
+    del config["rms_norm_eps"]
+    (gpt2 / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match="rms_norm_eps"):
+        gguf_export.write_gguf(gpt2, out)
 
     other = tmp_path / "other-pretokenizer"
     shutil.copytree(folder, other)

@@ -121,6 +121,7 @@ def llama_shape(config: dict, where: str) -> LlamaShape:
             ("attention_bias", config.get("attention_bias")),
             ("mlp_bias", config.get("mlp_bias")),
             (f"rope type {rope_type!r}", rope_type != "default"),
+            (f"activation {config.get('hidden_act')!r}", config.get("hidden_act") != "silu"),
         )
         if present
     ]
@@ -131,6 +132,17 @@ def llama_shape(config: dict, where: str) -> LlamaShape:
             where=where,
             fix="use llama.cpp's convert_hf_to_gguf.py for this model",
         )
+    try:
+        return _shape(config, rope)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(
+            f"config.json lacks or mangles the Llama setting {e}",
+            where=where,
+            fix="export the model again with `hanlm export`",
+        ) from e
+
+
+def _shape(config: dict, rope: dict) -> LlamaShape:
     heads = int(config["num_attention_heads"])
     hidden = int(config["hidden_size"])
     return LlamaShape(
@@ -363,6 +375,9 @@ def write_gguf(
     writer.add_head_count(shape.heads)
     writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_dimension_count(shape.head_dim)
+    if shape.head_dim * shape.heads != shape.hidden:  # llama.cpp assumes hidden / heads otherwise
+        writer.add_key_length(shape.head_dim)
+        writer.add_value_length(shape.head_dim)
     writer.add_rope_freq_base(shape.rope_theta)
     writer.add_layer_norm_rms_eps(shape.rms_eps)
     writer.add_vocab_size(shape.vocab_size)
