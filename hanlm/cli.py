@@ -197,7 +197,8 @@ def _add_data_stages(sub) -> None:
         sub,
         "tokenizer",
         "train the byte-level BPE tokenizer on the corpus",
-        "Train a byte-level BPE tokenizer (NFC, digits split one by one, chat and "
+        "Train a byte-level BPE tokenizer (NFC, Qwen2's pre-tokenizer split, which llama.cpp "
+        "implements: digits one by one; chat and "
         "document special tokens reserved) and write DIR/tokenizer/, loadable with "
         "transformers.AutoTokenizer, plus special_tokens.json and stats.json with the "
         "held-out characters and bytes per token.",
@@ -237,14 +238,14 @@ def _add_export(sub) -> None:
         sub,
         "export",
         "write a checkpoint as a Hugging Face model folder, or a model as GGUF",
-        "Write a pretraining checkpoint (the latest committed one by default) as a plain Hugging "
-        "Face folder: model.safetensors, config.json, generation_config.json and the tokenizer "
-        "with its chat template. transformers, vLLM and lm-evaluation-harness load it as it "
-        "is. Default output: DIR/pretrain/hf.\n\n"
-        "--format gguf writes an exported folder (DIR/sft/hf when there is one, else "
-        "DIR/pretrain/hf, or --source) as one GGUF file for llama.cpp and Ollama, with an "
-        "Ollama Modelfile next to it. Default output: DIR/gguf/{chat,base}-TYPE.gguf; needs "
-        "the `gguf` package (pip install 'hanlm[gguf]').",
+        "Write a pretraining checkpoint (the latest committed one by default) as a plain\n"
+        "Hugging Face folder: model.safetensors, config.json, generation_config.json and the\n"
+        "tokenizer with its chat template. transformers, vLLM and lm-evaluation-harness load\n"
+        "it as it is. Default output: DIR/pretrain/hf.\n\n"
+        "--format gguf writes an exported folder (DIR/sft/hf when there is one, else\n"
+        "DIR/pretrain/hf, or --source) as one GGUF file for llama.cpp and Ollama, with an\n"
+        "Ollama Modelfile next to it. Default output: DIR/gguf/{chat,base}-TYPE.gguf.\n"
+        "Needs the `gguf` package: pip install 'hanlm[gguf]'.",
         force="redo the export even if it is complete; replace an earlier GGUF file",
     )
     p.add_argument("--format", choices=("hf", "gguf"), default="hf", help="output format")
