@@ -23,6 +23,7 @@ from hanlm.data import tokenizer
 from hanlm.errors import UserError
 from hanlm.model import model_config
 from hanlm.share import gguf as gguf_export
+from hanlm.stages import export as export_stage
 
 gguf = pytest.importorskip("gguf")
 
@@ -425,3 +426,16 @@ def test_cli_user_errors(folder, tmp_path, cli):
     )
     assert_user_error(cli("export", "--run-dir", run, "--gguf-type", "q8_0"), "--format gguf")
     assert not (run / "gguf").exists()
+
+
+def test_default_source_is_the_chat_model_then_the_base_model(folder, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(folder, run / "pretrain" / "hf")
+    cfg = load_config()
+    first = export_stage.run_gguf(cfg, run, gguf_type="q8_0")
+    assert first["source"] == str(run / "pretrain" / "hf")
+    assert first["out"] == str(run / "gguf" / "base-q8_0.gguf")
+    shutil.copytree(folder, run / "sft" / "hf")
+    second = export_stage.run_gguf(cfg, run, gguf_type="q8_0")
+    assert second["source"] == str(run / "sft" / "hf")
+    assert Path(second["modelfile"]).read_text().startswith("FROM ./chat-q8_0.gguf\n")
