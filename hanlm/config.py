@@ -732,6 +732,30 @@ class PlanSection(Section):
     )
 
 
+_HUB_LICENSE = re.compile(r"[a-z0-9][a-z0-9.+-]*")
+
+
+def _hub_license(value: str) -> str:
+    if not _HUB_LICENSE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Hub license id: write one of "
+            "huggingface.co/docs/hub/repositories-licenses in lower case, e.g. apache-2.0, mit, "
+            "cc-by-4.0, or `other`"
+        )
+    return value
+
+
+class PublishSection(Section):
+    """`hanlm publish`: the model card's license and the Hub repository's visibility."""
+
+    license: Annotated[str, AfterValidator(_hub_license)] = Field(
+        "apache-2.0",
+        description="the model's license on the card, a Hub license id (apache-2.0, mit, "
+        "cc-by-4.0, other...); check that the training data's licenses allow it",
+    )
+    private: bool = Field(False, description="create the Hub repository private")
+
+
 class Config(Section):
     run: RunSection = Field(default_factory=RunSection)
     plan: PlanSection = Field(default_factory=PlanSection)
@@ -753,6 +777,7 @@ class Config(Section):
     generate: GenerateSection = Field(default_factory=GenerateSection)
     distill: DistillSection = Field(default_factory=DistillSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+    publish: PublishSection = Field(default_factory=PublishSection)
 
     @model_validator(mode="after")
     def _settings_that_go_together(self) -> Config:
