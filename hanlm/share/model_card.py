@@ -94,7 +94,7 @@ def eval_results(facts: CardFacts):
     """Every finite score of the published model as huggingface_hub EvalResults (see the module
     docstring for the layout). Scores without a value (a split with no items) are left out: the
     Hub's format has no empty metric; the card's table shows them as `-`."""
-    from huggingface_hub import EvalResult
+    from huggingface_hub import EvalResult  # deferred: ~0.3 s, only when a card is built
 
     results = []
     taken: dict[tuple, str] = {}  # (dataset, config, split) -> task: the parser's grouping key
@@ -132,7 +132,7 @@ def eval_results(facts: CardFacts):
 
 def card_data(facts: CardFacts):
     """The card's YAML metadata as huggingface_hub's ModelCardData."""
-    from huggingface_hub import ModelCardData
+    from huggingface_hub import ModelCardData  # deferred: as above
 
     tags = [*TAGS, "chat" if facts.kind == "chat" else "base-model"]
     if facts.gguf:

@@ -128,7 +128,7 @@ def _model_scores(results: dict, folder: Path, where: Path, fix: str) -> tuple[s
 
 def count_parameters(folder: Path) -> int:
     """The number of values in the folder's safetensors weights (headers only: milliseconds)."""
-    from safetensors import safe_open
+    from safetensors import safe_open  # deferred: a heavy import `hanlm --help` spares
 
     total = 0
     for path in sorted(folder.glob("*.safetensors")):
@@ -215,6 +215,7 @@ def check_gguf(path: Path | None) -> Path | None:
 
 
 def check_repo_id(repo: str) -> str:
+    # deferred: huggingface_hub costs ~0.3 s, paid only by `hanlm publish`
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -288,6 +289,7 @@ def network_errors() -> tuple[type[BaseException], ...]:
 def login():
     """(HfApi, user name), once the Hub has accepted the token; else a UserError saying how to
     log in. Nothing is written or sent before this passes."""
+    # deferred: huggingface_hub, paid only by `hanlm publish`
     from huggingface_hub import HfApi, get_token
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
@@ -320,7 +322,7 @@ def login():
 def upload(api, repo_id: str, folder: Path, *, private: bool) -> str:
     """Create the model repository (kept as it is if it exists) and upload `folder` in one
     commit, without hanlm's completion marker. Returns the repository's URL."""
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.errors import HfHubHTTPError  # deferred: as in login()
 
     try:
         repo = api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
