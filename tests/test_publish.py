@@ -15,6 +15,7 @@ import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error
 from hanlm.share import model_card
+from hanlm.share import publish as publish_lib
 from hanlm.stages import eval as eval_stage
 from hanlm.stages import export, pretrain, report, sft
 from hanlm.stages.rundir import load_run_config, save_run_config
@@ -248,7 +249,7 @@ def test_upload_logs_in_then_uploads_the_written_folder(run_dir, cli, monkeypatc
     folder = run_dir / "publish"
     assert upload["repo_id"] == "me/ko-tiny"
     assert upload["folder_path"] == str(folder)
-    assert "stage.json" in upload["ignore_patterns"]  # hanlm's marker stays home
+    assert upload["ignore_patterns"] == ["hanlm_publish.json"]  # hanlm's marker stays home
     assert {"README.md", "model.safetensors", "tokenizer.json", "plots"} <= set(files)
     assert '"me/ko-tiny"' in _card(folder).text
     assert "https://huggingface.co/me/ko-tiny" in result.out
@@ -322,6 +323,12 @@ def test_bad_arguments_are_user_errors(run_dir, cli, tmp_path):
     not_gguf.write_bytes(b"PK\x03\x04 not a gguf")
     assert_user_error(cli("publish", run_dir, "--dry-run", "--gguf", not_gguf), "not a GGUF")
     assert_user_error(cli("publish", run_dir, "--dry-run", "--gguf", tmp_path / "x.gguf"))
+    # a stage's own folder is never taken for an earlier publish folder, even with --force
+    sft_files = sorted(p.name for p in (run_dir / "sft").iterdir())
+    assert_user_error(
+        cli("publish", run_dir, "--dry-run", "--out", run_dir / "sft", "--force"), "did not write"
+    )
+    assert sorted(p.name for p in (run_dir / "sft").iterdir()) == sft_files
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "notes.txt").write_text("mine")
@@ -393,3 +400,29 @@ def test_hf_sources_become_datasets_and_dataset_ids():
         ("kobest_copa_again", None, None),  # a second task on one dataset keeps its own result
     ]
     assert model_card.card_data(facts).datasets == ["HuggingFaceFW/fineweb-2"]
+
+
+def test_a_local_copy_of_a_hub_benchmark_names_the_hub_dataset():
+    tasks = {
+        "kobest_wic": {"benchmark": "kobest_wic", "source": "/data/WiC/SKT_WiC_Test.tsv"},
+        "demo_qa": {"benchmark": "demo_qa", "source": "/run/demo/benchmark.jsonl"},
+        "someone_elses": {"benchmark": None, "source": "/data/x.jsonl"},
+    }
+    sources = publish_lib.hub_sources(tasks)
+    assert sources == {"kobest_wic": "hf:skt/kobest_v1:wic"}  # no split claimed for a file
+    facts = model_card.CardFacts(
+        repo_id=REPO,
+        kind="base",
+        license="mit",
+        model_config={},
+        parameters=None,
+        scores={name: {"full": {"acc": {"value": 0.5, "stderr": None, "n": 4}}} for name in tasks},
+        tasks=tasks,
+        hub_sources=sources,
+    )
+    results = model_card.eval_results(facts)
+    assert [(r.dataset_type, r.dataset_config, r.dataset_split) for r in results] == [
+        ("skt/kobest_v1", "wic", None),
+        ("demo_qa", None, None),
+        ("someone_elses", None, None),
+    ]

@@ -42,6 +42,7 @@ class CardFacts:
     parameters: int | None  # counted in the export's weights
     scores: dict  # results.json's results[model]: task -> split -> metric -> {value, stderr, n}
     tasks: dict  # results.json's tasks: task -> {benchmark, source, items}
+    hub_sources: dict = field(default_factory=dict)  # task -> hf: dataset its local file copies
     split_note: str | None = None  # results.json's contamination_splits
     datasets: list[str] = field(default_factory=list)  # Hub dataset ids trained on
     corpus_inputs: list[str] = field(default_factory=list)
@@ -99,7 +100,9 @@ def eval_results(facts: CardFacts):
     results = []
     taken: dict[tuple, str] = {}  # (dataset, config, split) -> task: the parser's grouping key
     for task, splits in facts.scores.items():
-        source = hf_dataset((facts.tasks.get(task) or {}).get("source"))
+        source = hf_dataset((facts.tasks.get(task) or {}).get("source")) or hf_dataset(
+            facts.hub_sources.get(task)
+        )
         dataset, config, split = source or (task, None, None)
         if taken.setdefault((dataset, config, split), task) != task:
             dataset, config, split = task, None, None  # two tasks on one dataset: keep them apart

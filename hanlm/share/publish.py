@@ -25,12 +25,15 @@ from typing import Any
 
 from hanlm.console import info
 from hanlm.errors import UserError
-from hanlm.files import STAGE_MARKER, atomic_output_dir, fingerprint, read_json, write_stage_marker
+from hanlm.files import atomic_output_dir, atomic_write_json, fingerprint, read_json
 from hanlm.model_folder import check_model_folder, is_model_folder
 from hanlm.share import model_card
 
 STAGE = "publish"
 CARD = "README.md"
+# The folder's completion marker, its own name so that a stage's folder (stage.json) is never
+# taken for an earlier publish folder and replaced; it stays home when the folder is uploaded.
+MARKER = "hanlm_publish.json"
 PLOTS = "plots"
 KINDS = ("chat", "base")
 GGUF_MAGIC = b"GGUF"
@@ -138,6 +141,27 @@ def count_parameters(folder: Path) -> int:
     return total
 
 
+def hub_sources(tasks: dict) -> dict[str, str]:
+    """task -> the Hub dataset (`hf:NAME[:CONFIG]`) a task read from a local copy is a copy of,
+    as the task itself names it (KoBEST: skt/kobest_v1); the split stays unclaimed: a local
+    file may hold any of them. Tasks not known here (or without one) are left out."""
+    # deferred: the task registry imports every task module, which only publishing needs here
+    from hanlm.evals import tasks as tasks_lib
+
+    found = {}
+    for name, record in tasks.items():
+        if model_card.hf_dataset((record or {}).get("source")) is not None:
+            continue
+        try:
+            default = tasks_lib.get(name).default_source(None)
+        except UserError:  # a task of a newer hanlm, or a custom one: named by its own name
+            continue
+        dataset = model_card.hf_dataset(default)
+        if dataset is not None:
+            found[name] = "hf:" + ":".join(x for x in dataset[:2] if x)
+    return found
+
+
 def _hf_datasets(sources: list[str]) -> list[str]:
     found = []
     for source in sources:
@@ -179,6 +203,7 @@ def read_facts(
         parameters=count_parameters(folder),
         scores=scores,
         tasks=results.get("tasks") or {},
+        hub_sources=hub_sources(results.get("tasks") or {}),
         split_note=results.get("contamination_splits"),
         datasets=_hf_datasets(trained_on),
         corpus_inputs=corpus_inputs,
@@ -252,7 +277,7 @@ def write_folder(
     """Write the repository's contents to `out` atomically; returns what it holds."""
     card = model_card.render(facts)
     names = [p.name for p in export.iterdir() if p.is_file() and p.name != CARD]
-    with atomic_output_dir(out, replace_earlier=replace_earlier) as tmp:
+    with atomic_output_dir(out, marker=MARKER, replace_earlier=replace_earlier) as tmp:
         for name in names:
             _link_or_copy(export / name, tmp / name)
         if facts.plots:
@@ -262,14 +287,14 @@ def write_folder(
         if gguf is not None:
             _link_or_copy(gguf, tmp / gguf.name)
         (tmp / CARD).write_text(card, encoding="utf-8")
-        write_stage_marker(
-            tmp,
-            STAGE,
-            fingerprint(card, names, gguf and gguf.name),
-            repo=facts.repo_id,
-            kind=facts.kind,
-            source=str(export),
-        )
+        marker = {
+            "stage": STAGE,
+            "fingerprint": fingerprint(card, names, gguf and gguf.name),
+            "repo": facts.repo_id,
+            "kind": facts.kind,
+            "source": str(export),
+        }
+        atomic_write_json(tmp / MARKER, marker)
     return {"folder": str(out), "files": sorted([*names, CARD]), "plots": facts.plots}
 
 
@@ -331,7 +356,7 @@ def upload(api, repo_id: str, folder: Path, *, private: bool) -> str:
             repo_type="model",
             folder_path=str(folder),
             commit_message="hanlm publish: model, card from the run, report figures",
-            ignore_patterns=[STAGE_MARKER],
+            ignore_patterns=[MARKER],
         )
     except HfHubHTTPError as e:
         raise UserError(
