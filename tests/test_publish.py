@@ -146,6 +146,25 @@ def test_card_metadata_round_trips_through_the_hub_parser(run_dir, cli):
     assert again.data.to_dict() == card.data.to_dict()
 
 
+def test_the_recipes_hub_inputs_are_the_cards_datasets(run_dir, cli):
+    config = run_dir / "config.toml"
+    text, count = re.subn(
+        r"(?m)^inputs = \[[^\]]*\]",
+        'inputs = ["hf:HuggingFaceFW/fineweb-2:kor_Hang:train", "/data/extra.jsonl", '
+        '"hf:wikimedia/wikipedia:20231101.ko:train"]',
+        config.read_text(encoding="utf-8"),
+    )
+    assert count == 1
+    config.write_text(text, encoding="utf-8")
+    assert cli("publish", run_dir, "--repo", REPO, "--dry-run").code == 0
+    card = _card(run_dir / "publish")
+    assert card.data.datasets == ["HuggingFaceFW/fineweb-2", "wikimedia/wikipedia"]
+    assert (
+        "(https://huggingface.co/datasets/HuggingFaceFW/fineweb-2) (kor_Hang, train)" in card.text
+    )
+    assert "a local file (`extra.jsonl`)" in card.text
+
+
 def test_folder_loads_in_transformers_and_the_cards_snippet_runs(run_dir, cli):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

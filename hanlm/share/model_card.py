@@ -25,7 +25,7 @@ from typing import Any
 
 TASK_TYPE = "text-generation"  # every hanlm task scores a causal LM's log-likelihoods or text
 TASK_NAME = "Text Generation"
-TAGS = ("hanlm", "korean", "llama", "from-scratch")
+TAGS = ("hanlm", "korean", "from-scratch")
 SPLIT_ORDER = ("full", "clean", "dirty", "partial")  # others follow in their own order
 LESSONS_FILE = "report.md"  # what the report stage calls its card (for the missing-part notes)
 
@@ -138,6 +138,8 @@ def card_data(facts: CardFacts):
     from huggingface_hub import ModelCardData  # deferred: as above
 
     tags = [*TAGS, "chat" if facts.kind == "chat" else "base-model"]
+    if facts.model_config.get("model_type"):
+        tags.append(str(facts.model_config["model_type"]))  # llama, ...
     if facts.gguf:
         tags.append("gguf")
     results = eval_results(facts)
@@ -201,8 +203,8 @@ def _intro(facts: CardFacts) -> str:
         f"layers, hidden size {config.get('hidden_size')}, {config.get('num_attention_heads')} "
         f"attention heads ({config.get('num_key_value_heads')} key/value), vocabulary "
         f"{_num(config.get('vocab_size'))}, context {_num(config.get('max_position_embeddings'))} "
-        "tokens.\n\nEverything below was measured by the run itself; nothing is filled in by "
-        "hand.\n"
+        "tokens.\n\nEvery number below was measured by the run itself and copied from its files; "
+        "none is filled in by hand.\n"
     )
 
 
