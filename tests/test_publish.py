@@ -177,10 +177,15 @@ def test_folder_loads_in_transformers_and_the_cards_snippet_runs(run_dir, cli):
     # the published weights are the chat export's
     exported = (run_dir / "sft" / "hf" / "model.safetensors").read_bytes()
     assert (folder / "model.safetensors").read_bytes() == exported
+    _run_snippet(folder, REPO)
+
+
+def _run_snippet(folder, repo):
+    """The card's transformers snippet, run on the folder in place of the repository."""
     snippet = re.search(r"```python\n(.*?)```", _card(folder).text, re.S).group(1)
-    assert f'"{REPO}"' in snippet
-    snippet = snippet.replace(f'"{REPO}"', repr(str(folder)))
-    snippet = snippet.replace("max_new_tokens=128", "max_new_tokens=3")
+    assert f'"{repo}"' in snippet
+    snippet = snippet.replace(f'"{repo}"', repr(str(folder)))
+    snippet = re.sub(r"max_new_tokens=\d+", "max_new_tokens=3", snippet)
     namespace: dict = {}
     exec(compile(snippet, "card-snippet", "exec"), namespace)
     assert namespace["output"].shape[1] > namespace["inputs"]["input_ids"].shape[1]
@@ -212,6 +217,7 @@ def test_base_model_on_request(run_dir, cli):
     exported = (run_dir / "pretrain" / "hf" / "model.safetensors").read_bytes()
     assert (folder / "model.safetensors").read_bytes() == exported
     assert "base-model" in _card(folder).data.tags
+    _run_snippet(folder, REPO)
 
 
 def test_a_run_without_decontam_report_or_plan_says_so(run_dir, cli):
