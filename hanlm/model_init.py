@@ -20,6 +20,9 @@ Non-persistent buffers (RoPE's `inv_freq`) are recomputed by transformers' own `
 on the module that owns them, as the eager build did last. A model whose initialisation cannot
 be replayed this way (a parameter made by arithmetic rather than by an init op, a draw from
 its own generator) gets `MetaInit.unsupported` with the reason; callers build it eagerly then.
+
+A model whose weights come from a file instead (SFT's pretrained model) uses the same parts:
+`allocate` (storage on the device, ties kept) and `recompute_buffers`.
 """
 
 from __future__ import annotations

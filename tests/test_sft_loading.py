@@ -128,6 +128,24 @@ def test_a_folder_that_does_not_fit_is_named_and_loaded_whole(sources, tmp_path,
     assert pretrained.mismatch(model, "hf", folder) is None
 
 
+def test_sft_places_a_folder_that_does_not_fit_by_loading_it_whole(sources, tmp_path, capsys):
+    from hanlm.config import Config
+    from hanlm.train import precision
+
+    folder = shutil.copytree(sources["hf-untied-fp32"].path, tmp_path / "odd")
+    tensors = load_file(folder / "model.safetensors")
+    extra = {**tensors, "extra.weight": torch.ones(2)}  # from_pretrained drops it with a warning
+    save_file(extra, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    cfg = Config.model_validate({"parallel": {"device": "cpu"}, "sft": {"packing": False}})
+    d = parallel.Dist(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    plan = precision.resolve("fp32", d.device)
+    root, _, _ = sft._placed_model(cfg, hf_source(folder), plan, d, "single")
+    assert "every rank loads the whole source model" in capsys.readouterr().err
+    placed = parallel.unwrap(root).state_dict()
+    for key, value in tensors.items():
+        assert torch.equal(placed[key], value), key
+
+
 def test_a_damaged_checkpoint_is_refused_before_anything_is_built(sources, tmp_path):
     folder = shutil.copytree(sources["checkpoint-tied"].path, tmp_path / "step")
     data = next(p for p in folder.iterdir() if p.suffix == ".distcp")

@@ -7,9 +7,10 @@ states; bf16/FP8 compute under autocast or FSDP2's bf16 parameters):
   FSDP2 gives each rank ceil(dim0 / ranks) rows of every tensor.
 - working copies: the weights the compute reads beside the float32 masters: autocast's bf16
   casts of every matmul weight (single process and DDP), or FSDP2's unsharded parameters, in
-  the compute dtype, fp32 included: two decoder layers (the one computing and the next,
-  prefetched) and the root's (embedding, untied head, final norm), which stay unsharded from
-  forward to backward.
+  the compute dtype, fp32 included: two decoder layers' worth (the layer computing, and in
+  forward its flat all-gather buffer, kept until the next layer's copy-out; in backward the
+  next layer, prefetched) and the root's (embedding, untied head, final norm), which stay
+  unsharded from forward to backward.
 - FSDP2's gradient buffers: a layer's backward makes its full-size (unsharded) gradients in the
   compute dtype, which FSDP2 copies into a full-size float32 reduce-scatter input before freeing
   them; at most one such input is kept while the next layer's backward runs (the default

@@ -5,12 +5,14 @@ stayed untrained, and after SFT the model closed 0 of 50 answers (49 of 50 once 
 This stage makes it impossible to miss:
 
 1. the source model: the run's latest pretraining checkpoint (else DIR/pretrain/hf), or
-   `sft.model` (`--model HF_DIR`, a hanlm export);
+   `sft.model` (`--model HF_DIR`, a hanlm export), built on the meta device, placed as in
+   pretraining (sharded under FSDP2) and read in by parts, each rank reading only the rows it
+   keeps (hanlm.train.pretrained): no rank holds a whole copy;
 2. the data (`sft.data`, default DIR/demo/chat.jsonl) read and checked, conversations holding
    benchmark items dropped or refused (the run's decontam index), N held out (seeded);
 3. the special-token audit (hanlm.chat.tokens) -> audit.json and a table;
-4. the untrained template tokens initialised (`sft.init`), their rows trainable, optionally
-   with their own step size;
+4. the untrained template tokens initialised (`sft.init`) on the placed model, as one process
+   would (hanlm.chat.tokens), their rows trainable, optionally with their own step size;
 5. the pretraining loop (Trainer) on assistant tokens only, each turn's <|eot|> included,
    with checkpoints and resume in DIR/sft/checkpoints, in the run's precision as pretraining
    (fp8: the loaded model's large linear layers become Float8Linear, the blocks compiled; see
