@@ -1,0 +1,311 @@
+"""Experiment trackers: TensorBoard, trackio (local database) and W&B (offline) hold what
+metrics.jsonl holds, a resumed training continues the same tracker runs, and a tracker that
+cannot start is a UserError before any training.
+
+Nothing reaches the network: trackio writes to a session folder (TRACKIO_DIR is read when trackio
+is imported), W&B runs offline with its config and cache folders under tmp, without API key.
+"""
+
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, metrics
+from hanlm.config import load_config
+from hanlm.errors import UserError
+from hanlm.stages import pretrain
+from hanlm.stages.rundir import load_run_config
+from hanlm.train import trackers
+from hanlm.train.build import Components
+
+# not imported here: trackio reads TRACKIO_DIR when it is imported (tracker_home sets it)
+pytestmark = pytest.mark.skipif(
+    not all(trackers.installed(m) for m in ("trackio", "wandb", "tensorboard")),
+    reason="the trackers' extras are not installed (pip install 'hanlm[dev]')",
+)
+
+WANDB_ENV = ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_MODE", "WANDB_BASE_URL")
+
+
+@pytest.fixture(scope="module")
+def tracker_home(tmp_path_factory):
+    """Folders for trackio and W&B, set before either is imported, restored afterwards."""
+    home = tmp_path_factory.mktemp("trackers")
+    values = {
+        "TRACKIO_DIR": str(home / "trackio"),
+        "WANDB_CONFIG_DIR": str(home / "wandb-config"),
+        "WANDB_CACHE_DIR": str(home / "wandb-cache"),
+        "WANDB_DATA_DIR": str(home / "wandb-data"),
+        "WANDB_SILENT": "true",
+        "NETRC": str(home / "no-netrc"),  # no W&B key found in the user's ~/.netrc
+    }
+    if "trackio" in sys.modules:
+        from trackio import utils
+
+        assert Path(values["TRACKIO_DIR"]) == utils.TRACKIO_DIR, "trackio imported elsewhere"
+    saved = {k: os.environ.get(k) for k in [*values, *WANDB_ENV]}
+    os.environ.update(values)
+    for name in WANDB_ENV:
+        os.environ.pop(name, None)
+    yield home
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    import wandb
+
+    wandb.teardown()  # the wandb-core service this process started
+
+
+@pytest.fixture
+def run_dir(demo_run, tmp_path):
+    return copy_data_run(demo_run, tmp_path / "run")
+
+
+def train(run_dir, **extra):
+    stop = extra.pop("stop_after_steps", None)
+    cfg = load_run_config(run_dir, values={**TINY_PRETRAIN, **extra})
+    return pretrain.run(cfg, run_dir, stop_after_steps=stop)
+
+
+def logged(run_dir: Path) -> dict[int, dict[str, float]]:
+    """metrics.jsonl as the trackers should hold it: step -> the numbers of that step."""
+    out: dict[int, dict[str, float]] = {}
+    for record in metrics(run_dir):
+        out.setdefault(record["step"], {}).update(trackers.loggable(record))
+    return out
+
+
+# --- reading back what each tracker stored ---------------------------------------------------
+
+
+def tensorboard_scalars(folder: Path) -> dict[int, dict[str, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    out: dict[int, dict[str, float]] = {}
+    for key in events.Tags()["scalars"]:
+        for event in events.Scalars(key):
+            out.setdefault(event.step, {})[key] = event.value
+    return out
+
+
+def tensorboard_text(folder: Path, tag: str) -> str:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    events.Reload()
+    return events.Tensors(tag)[-1].tensor_proto.string_val[0].decode()
+
+
+def trackio_logs(project: str, name: str) -> tuple[dict[int, dict[str, float]], dict]:
+    from trackio.sqlite_storage import SQLiteStorage
+
+    out: dict[int, dict[str, float]] = {}
+    for row in SQLiteStorage.get_logs(project, name):
+        values = {k: v for k, v in row.items() if k not in ("step", "timestamp")}
+        out.setdefault(row["step"], {}).update(values)
+    return out, SQLiteStorage.get_run_config(project, name)
+
+
+def wandb_records(path: Path):
+    """The records of a W&B transaction log (run-ID.wandb): a 7-byte header (":W&B", magic,
+    version), then LevelDB's log format: 32 KiB blocks of chunks, each with a 7-byte header
+    (checksum, length, type FULL=1 / FIRST=2 / MIDDLE=3 / LAST=4)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    block, header = 32768, 7
+    pos, pending = 7, b""
+    while pos + header <= len(data):
+        room = block - pos % block
+        if room < header:  # the block's trailer
+            pos += room
+            continue
+        _checksum, length, kind = struct.unpack("<IHB", data[pos : pos + header])
+        if kind == 0:  # zero padding up to the next block
+            pos += room
+            continue
+        chunk = data[pos + header : pos + header + length]
+        pos += header + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            yield record
+
+
+def _items(items) -> dict:
+    """{key: value} of W&B's protobuf items (a key, or its parts in nested_key)."""
+    return {i.key or ".".join(i.nested_key): json.loads(i.value_json) for i in items}
+
+
+def wandb_run(folder: Path) -> tuple[set[str], dict[int, dict[str, float]], dict]:
+    """(the run ids, step -> values, the config) of the offline W&B runs under `folder`."""
+    ids, history, config = set(), {}, {}
+    for path in sorted((folder / "wandb").glob("offline-run-*/run-*.wandb")):
+        for record in wandb_records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                ids.add(record.run.run_id)
+                config.update(_items(record.run.config.update))
+            elif kind == "history":
+                row = _items(record.history.item)
+                values = {k: v for k, v in row.items() if not k.startswith("_")}
+                history.setdefault(record.history.step.num, {}).update(values)
+    return ids, history, config
+
+
+def close(got: dict, expected: dict, rel: float = 0.0) -> bool:
+    """Same steps, same keys, same values (to `rel`; NaN equals NaN)."""
+    if sorted(got) != sorted(expected):
+        return False
+    for step, values in expected.items():
+        if sorted(got[step]) != sorted(values):
+            return False
+        for key, value in values.items():
+            if value != value:
+                if got[step][key] == got[step][key]:
+                    return False
+            elif got[step][key] != pytest.approx(value, rel=rel, abs=0):
+                return False
+    return True
+
+
+# --- the trackers against metrics.jsonl ------------------------------------------------------
+
+
+def test_every_tracker_holds_metrics_jsonl_and_resume_continues_the_same_runs(
+    tracker_home, run_dir
+):
+    project = f"hanlm-test-{run_dir.parent.name}"  # trackio's database is per project
+    chosen = {
+        "logging.trackers": ["tensorboard", "trackio", "wandb"],
+        "logging.trackio.project": project,
+        "logging.wandb.project": project,
+        "logging.wandb.mode": "offline",
+        "checkpoint.every": 2,
+        "pretrain.max_steps": 4,
+        "logging.eval_every": 2,
+    }
+    first = train(run_dir, stop_after_steps=2, **chosen)
+    assert first["step"] == 2 and not first["completed"]
+    stage = run_dir / "pretrain"
+    state = json.loads((stage / "trackers.json").read_text())
+    second = train(run_dir, **chosen)
+    assert second["completed"]
+    expected = logged(run_dir)
+    assert sorted(expected) == [1, 2, 3, 4] and "val_loss" in expected[4]
+
+    # the same tracker runs, continued
+    assert json.loads((stage / "trackers.json").read_text()) == state
+    ids, history, config = wandb_run(stage)
+    assert ids == {state["wandb"]["id"]}
+    assert len(list((stage / "wandb").glob("offline-run-*"))) == 2  # one per start, one id
+    assert close(history, expected, rel=1e-12)
+    assert config["pretrain"]["max_steps"] == 4 and config["logging"]["trackers"] == [
+        "tensorboard",
+        "trackio",
+        "wandb",
+    ]
+
+    trackio_history, trackio_config = trackio_logs(project, state["trackio"]["name"])
+    assert state["trackio"]["name"] == "run-pretrain"  # the run directory's name, the stage
+    assert close(trackio_history, expected, rel=1e-12)
+    assert trackio_config["pretrain"]["max_steps"] == 4
+    assert trackio_config["_Group"] == "run"
+
+    # TensorBoard stores float32
+    assert close(tensorboard_scalars(stage / "tensorboard"), expected, rel=1e-6)
+    text = tensorboard_text(stage / "tensorboard", "config/text_summary")
+    assert '"max_steps": 4' in text
+
+
+def test_default_is_tensorboard_when_installed_and_an_empty_list_is_none(
+    tracker_home, run_dir, monkeypatch
+):
+    cfg = load_config(values={})
+    assert cfg.logging.trackers is None
+    assert trackers.chosen(cfg.logging) == ["tensorboard"]
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed
+    assert trackers.chosen(cfg.logging) == []
+    monkeypatch.undo()
+    train(run_dir, **{"pretrain.max_steps": 1, "logging.trackers": []})
+    stage = run_dir / "pretrain"
+    assert not (stage / "tensorboard").exists() and not (stage / "trackers.json").exists()
+    assert sorted(logged(run_dir)) == [1]
+
+
+def test_sft_logs_under_its_own_name_with_its_cadence_and_the_shared_trackers():
+    cfg = load_config(
+        values={
+            "logging.trackers": ["wandb"],
+            "logging.name": "ko-small",
+            "logging.log_every": 7,
+            "sft.logging.log_every": 3,
+        }
+    )
+    sft, pre = Components.sft(cfg), Components.pretraining(cfg)
+    assert (sft.logging.log_every, sft.logging.trackers, sft.stage) == (3, ["wandb"], "sft")
+    assert (pre.logging.log_every, pre.stage) == (7, "pretrain")
+    plan = trackers.plan_for(sft.logging, sft.stage, Path("/runs/x/sft"), sft.config)
+    assert (plan.name, plan.run_name) == ("ko-small-sft", "ko-small")
+    assert plan.config["sft"]["logging"]["log_every"] == 3
+    unnamed = cfg.logging.model_copy(update={"name": None})
+    assert trackers.plan_for(unnamed, "sft", Path("/runs/x/sft"), {}).name == "x-sft"
+
+
+# --- refused at the start ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["trackio", "wandb", "tensorboard"])
+def test_a_tracker_not_installed_is_refused_before_training(
+    tracker_home, run_dir, cli, monkeypatch, name
+):
+    monkeypatch.setitem(sys.modules, name, None)  # `import name` fails as if not installed
+    result = cli(
+        "pretrain", "--run-dir", run_dir, "--max-steps", "2", "--tracker", name,
+        "--wandb-mode", "offline",
+    )  # fmt: skip
+    assert_user_error(result, f"hanlm[{name}]", "logging.trackers")
+    assert not (run_dir / "pretrain" / "checkpoints").exists()
+    assert not (run_dir / "pretrain" / "metrics.jsonl").exists()
+
+
+def test_wandb_online_without_a_key_is_refused_before_training(tracker_home, run_dir, cli):
+    result = cli("pretrain", "--run-dir", run_dir, "--max-steps", "2", "--tracker", "wandb")
+    assert_user_error(result, "wandb login", "WANDB_API_KEY", "offline")
+    assert not (run_dir / "pretrain" / "checkpoints").exists()
+
+
+def test_the_pipeline_checks_trackers_before_the_data_stages(tracker_home, tmp_path, cli):
+    result = cli("run", "--run-dir", tmp_path / "run", "--set", 'logging.trackers=["wandb"]')
+    assert_user_error(result, "wandb login")
+    assert not (tmp_path / "run" / "corpus").exists()
+
+
+def test_a_trackio_space_without_a_hugging_face_token_is_refused(tracker_home, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tracker_home / "no-hf-home"))
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tracker_home / "no-hf-token"))
+    cfg = load_config(
+        values={"logging.trackers": ["trackio"], "logging.trackio.space_id": "someone/runs"}
+    )
+    with pytest.raises(UserError, match="hf auth login"):
+        trackers.check(cfg.logging)
+
+
+def test_tracker_settings_are_checked(tracker_home):
+    with pytest.raises(UserError, match="named twice"):
+        load_config(values={"logging.trackers": ["wandb", "wandb"]})
+    with pytest.raises(UserError, match=r"logging\.trackers"):
+        load_config(values={"logging.trackers": ["mlflow"]})
+    with pytest.raises(UserError, match=r"logging\.wandb\.mode"):
+        load_config(values={"logging.wandb.mode": "dryrun"})
