@@ -17,6 +17,7 @@ import pytest
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, metrics
 from hanlm.config import load_config
 from hanlm.errors import UserError
+from hanlm.stages import preflight as preflight_stage
 from hanlm.stages import pretrain
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import trackers
@@ -289,6 +290,27 @@ def test_the_pipeline_checks_trackers_before_the_data_stages(tracker_home, tmp_p
     result = cli("run", "--run-dir", tmp_path / "run", "--set", 'logging.trackers=["wandb"]')
     assert_user_error(result, "wandb login")
     assert not (tmp_path / "run" / "corpus").exists()
+
+
+def test_preflight_says_no_go_for_a_tracker_that_cannot_start(tracker_home, run_dir):
+    quick = {  # small measurements: only the trackers' finding matters here
+        "preflight.storage_mb": 1,
+        "preflight.fsync_probes": 1,
+        "preflight.matmul_seconds": 0.05,
+        "preflight.data_seconds": 0.05,
+        "preflight.min_write_mb_s": 0.1,
+    }
+    cfg = load_run_config(run_dir, values={**TINY_PRETRAIN, **quick, "logging.trackers": ["wandb"]})
+    report = preflight_stage.check(cfg, run_dir)
+    refused = [f for f in report["findings"] if f["check"] == "trackers"]
+    assert report["verdict"] == "NO-GO" and len(refused) == 1
+    assert refused[0]["severity"] == "fail" and "wandb login" in refused[0]["fix"]
+    cfg = load_run_config(
+        run_dir, values={**TINY_PRETRAIN, **quick, "logging.trackers": ["tensorboard"]}
+    )
+    report = preflight_stage.check(cfg, run_dir)
+    assert report["ranks"][0]["trackers"] == {"trackers": ["tensorboard"]}
+    assert not [f for f in report["findings"] if f["check"] == "trackers"]
 
 
 def test_a_trackio_space_without_a_hugging_face_token_is_refused(tracker_home, monkeypatch):
