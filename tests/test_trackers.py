@@ -10,6 +10,7 @@ import json
 import os
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,11 +149,24 @@ def _items(items) -> dict:
     return {i.key or ".".join(i.nested_key): json.loads(i.value_json) for i in items}
 
 
+def finished_wandb_logs(folder: Path, timeout_s: float = 60) -> list[list]:
+    """The records of each offline W&B run under `folder`, once each ends with its exit record
+    (wandb-core writes the log after run.finish() returns)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        paths = sorted((folder / "wandb").glob("offline-run-*/run-*.wandb"))
+        logs = [list(wandb_records(path)) for path in paths]
+        if all(log and log[-1].WhichOneof("record_type") == "exit" for log in logs):
+            return logs
+        assert time.monotonic() < deadline, f"a W&B run under {folder} has no exit record"
+        time.sleep(0.1)
+
+
 def wandb_run(folder: Path) -> tuple[set[str], dict[int, dict[str, float]], dict]:
     """(the run ids, step -> values, the config) of the offline W&B runs under `folder`."""
     ids, history, config = set(), {}, {}
-    for path in sorted((folder / "wandb").glob("offline-run-*/run-*.wandb")):
-        for record in wandb_records(path):
+    for log in finished_wandb_logs(folder):
+        for record in log:
             kind = record.WhichOneof("record_type")
             if kind == "run":
                 ids.add(record.run.run_id)
@@ -227,6 +241,26 @@ def test_every_tracker_holds_metrics_jsonl_and_resume_continues_the_same_runs(
     assert close(tensorboard_scalars(stage / "tensorboard"), expected, rel=1e-6)
     text = tensorboard_text(stage / "tensorboard", "config/text_summary")
     assert '"max_steps": 4' in text
+
+
+def test_a_failed_training_finishes_its_tracker_runs_as_failed(tracker_home, run_dir, monkeypatch):
+    monkeypatch.setenv("HANLM_FAULT_WRITE_ERRORS", "ENOSPC:100")  # every checkpoint write fails
+    settings = {
+        "logging.trackers": ["tensorboard", "wandb"],
+        "logging.wandb.mode": "offline",
+        "pretrain.max_steps": 2,
+        "checkpoint.every": 0,
+        "checkpoint.retries": 0,
+        "checkpoint.async_save": False,
+    }
+    with pytest.raises(UserError, match="could not be written"):
+        train(run_dir, **settings)
+    stage = run_dir / "pretrain"
+    (log,) = finished_wandb_logs(stage)
+    assert log[-1].exit.exit_code == 1  # finished, as failed
+    _, history, _ = wandb_run(stage)
+    assert close(history, logged(run_dir), rel=1e-12)
+    assert close(tensorboard_scalars(stage / "tensorboard"), logged(run_dir), rel=1e-6)
 
 
 def test_default_is_tensorboard_when_installed_and_an_empty_list_is_none(
