@@ -20,6 +20,7 @@ from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.stages import preflight as preflight_stage
 from hanlm.stages import pretrain
+from hanlm.stages import sft as sft_stage
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import trackers
 from hanlm.train.build import Components
@@ -276,6 +277,38 @@ def test_default_is_tensorboard_when_installed_and_an_empty_list_is_none(
     stage = run_dir / "pretrain"
     assert not (stage / "tensorboard").exists() and not (stage / "trackers.json").exists()
     assert sorted(logged(run_dir)) == [1]
+
+
+def test_sft_sends_its_records_to_the_trackers_as_run_sft(tracker_home, run_dir):
+    project = f"hanlm-sft-{run_dir.parent.name}"
+    shared = {"logging.trackers": ["trackio"], "logging.trackio.project": project}
+    train(run_dir, **{"pretrain.max_steps": 1, **shared})
+    cfg = load_run_config(
+        run_dir,
+        values={
+            **TINY_PRETRAIN,
+            **shared,
+            "sft.seq_len": 128,
+            "sft.micro_batch": 2,
+            "sft.batch_rows": 2,
+            "sft.max_steps": 2,
+            "sft.compare_inits": [],  # no ablation run: one SFT
+            "sft.heldout": 2,
+            "sft.closure_max_tokens": 4,
+            "sft.logging.log_every": 1,
+        },
+    )
+    sft_stage.run(cfg, run_dir)
+    records: dict[int, dict[str, float]] = {}
+    for line in (run_dir / "sft" / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        records.setdefault(record["step"], {}).update(trackers.loggable(record))
+    assert sorted(records) == [1, 2]
+    state = json.loads((run_dir / "sft" / "trackers.json").read_text())
+    assert state["trackio"]["name"] == "run-sft"
+    history, config = trackio_logs(project, "run-sft")
+    assert close(history, records, rel=1e-12)
+    assert config["sft"]["max_steps"] == 2 and config["_Group"] == "run"
 
 
 def test_sft_logs_under_its_own_name_with_its_cadence_and_the_shared_trackers():

@@ -248,17 +248,22 @@ def _open_trackio(plan: TrackerPlan, folder: Path, start_step: int, previous):
     name = previous["name"] if resume else plan.name
     if start_step > 0 and not resume:
         info(f"trackio: no run of project {s.project!r} to continue; a new run {name!r}")
-    run = trackio.init(
-        project=s.project,
-        name=name,
-        group=plan.run_name,
-        space_id=s.space_id,
-        config=plan.config,
-        resume="allow" if resume else "never",
-        embed=False,  # no dashboard server from a training
-        auto_log_gpu=False,  # exactly metrics.jsonl's records, no system metrics
-        auto_log_cpu=False,
-    )
+    try:
+        run = trackio.init(
+            project=s.project,
+            name=name,
+            group=plan.run_name,
+            space_id=s.space_id,
+            config=plan.config,
+            resume="allow" if resume else "never",
+            embed=False,  # no dashboard server from a training
+        )
+    except Exception as e:  # trackio's errors: a bad project name, a Space it cannot reach
+        raise UserError(
+            f"trackio could not start the run ({type(e).__name__}: {e})",
+            where="logging.trackio",
+            fix="check logging.trackio.project and .space_id (and `hf auth login` for a Space)",
+        ) from e
     return _Trackio(run), {"project": s.project, "space_id": s.space_id, "name": name}
 
 
