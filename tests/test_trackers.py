@@ -353,6 +353,13 @@ def test_wandb_online_without_a_key_is_refused_before_training(tracker_home, run
     assert not (run_dir / "pretrain" / "checkpoints").exists()
 
 
+def test_a_wandb_key_that_cannot_be_one_is_refused(tracker_home, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "abc")
+    cfg = load_config(values={"logging.trackers": ["wandb"]})
+    with pytest.raises(UserError, match="wandb login --relogin"):
+        trackers.check(cfg.logging)
+
+
 def test_the_pipeline_checks_trackers_before_the_data_stages(tracker_home, tmp_path, cli):
     result = cli("run", "--run-dir", tmp_path / "run", "--set", 'logging.trackers=["wandb"]')
     assert_user_error(result, "wandb login")

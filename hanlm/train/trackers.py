@@ -84,7 +84,15 @@ def _wandb_logged_in() -> bool:
     # deferred: wandb is optional and slow to import
     import wandb
 
-    return bool(wandb.login(verify=False, prompt=False))
+    try:
+        return bool(wandb.login(verify=False, prompt=False))
+    except wandb.errors.Error as e:  # e.g. a WANDB_API_KEY that cannot be a key
+        raise UserError(
+            f"Weights & Biases cannot use its credentials: {e}",
+            where="logging.wandb",
+            fix="run `wandb login --relogin` (or fix WANDB_API_KEY), or set logging.wandb.mode "
+            '= "offline"',
+        ) from e
 
 
 def _hf_token() -> str | None:
