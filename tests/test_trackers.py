@@ -264,6 +264,32 @@ def test_a_failed_training_finishes_its_tracker_runs_as_failed(tracker_home, run
     assert close(tensorboard_scalars(stage / "tensorboard"), logged(run_dir), rel=1e-6)
 
 
+def test_a_tracker_that_fails_during_training_is_dropped_and_the_others_go_on(
+    tracker_home, tmp_path, capsys
+):
+    cfg = load_config(
+        values={"logging.trackers": ["tensorboard", "wandb"], "logging.wandb.mode": "offline"}
+    )
+    folder = tmp_path / "run" / "pretrain"
+    plan = trackers.plan_for(cfg.logging, "pretrain", folder, {"seed": 1})
+    opened = trackers.open_trackers(plan, folder, start_step=0)
+    opened.log({"step": 1, "loss": 2.5})
+    import wandb  # deferred: imported once tracker_home has set W&B's folders
+
+    wandb.finish()  # the current W&B run, finished behind hanlm's back: its log now raises
+    opened.log({"step": 2, "loss": 2.0})
+    assert "tracker wandb failed and is dropped" in capsys.readouterr().err
+    opened.log({"step": 3, "loss": 1.5})
+    opened.close()
+    assert tensorboard_scalars(folder / "tensorboard") == {
+        1: {"loss": 2.5},
+        2: {"loss": 2.0},
+        3: {"loss": 1.5},
+    }
+    _, history, _ = wandb_run(folder)
+    assert history == {1: {"loss": 2.5}}
+
+
 def test_default_is_tensorboard_when_installed_and_an_empty_list_is_none(
     tracker_home, run_dir, monkeypatch
 ):

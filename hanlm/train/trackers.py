@@ -139,10 +139,6 @@ class Trackers:
     def __init__(self, opened: dict[str, object]):
         self._open = opened
 
-    @property
-    def names(self) -> list[str]:
-        return list(self._open)
-
     def log(self, record: dict) -> None:
         values, step = loggable(record), record["step"]
         for name, tracker in list(self._open.items()):
