@@ -59,7 +59,8 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
         "checkpoint",
         "logging",
     ),
-    "sft": ("sft",),
+    # SFT logs to [logging]'s trackers, at [sft.logging]'s cadence
+    "sft": ("sft", "logging.trackers", "logging.name", "logging.wandb", "logging.trackio"),
     "eval": ("eval",),
     "preflight": ("preflight",),
     "generate": ("generate",),
