@@ -59,10 +59,12 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
         "checkpoint",
         "logging",
     ),
-    "sft": ("sft",),
+    # SFT logs to [logging]'s trackers, at [sft.logging]'s cadence
+    "sft": ("sft", "logging.trackers", "logging.name", "logging.wandb", "logging.trackio"),
     "eval": ("eval",),
     "preflight": ("preflight",),
     "generate": ("generate",),
+    "publish": ("publish",),
     "chat": ("generate", "-generate.batch_size"),  # one conversation: nothing to batch
     "plan": (
         "plan",
@@ -159,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     for add in (_add_eval, _add_decontam, _add_generate, _add_chat, _add_sft):
         add(sub)
-    for add in (_add_doctor, _add_plan, _add_demo):
+    for add in (_add_doctor, _add_plan, _add_demo, _add_publish):
         add(sub)
     return parser
 
@@ -435,6 +437,37 @@ def _add_demo(sub) -> None:
     p.set_defaults(func=_cmd_demo)
 
 
+def _add_publish(sub) -> None:
+    p = _command(
+        sub,
+        "publish",
+        "upload the run's model to the Hugging Face Hub with a card built from the run",
+        "Write the run's chat model (RUN/sft/hf; the base model RUN/pretrain/hf when there is no "
+        "chat model, or with --model base) with a model card built from the run into "
+        "RUN/publish/ (or --out), then upload it to the Hub repository --repo. The card holds "
+        "every eval score as full / clean / dirty beside the decontamination summary (Hub "
+        "metadata and model-index), the recipe, hardware and cost, the report card with its "
+        "figures, and how to run the model. Log in first: `hf auth login` or HF_TOKEN.\n\n"
+        "  hanlm publish runs/ko13b --repo my-org/ko-small-chat --dry-run   look first\n"
+        "  hanlm publish runs/ko13b --repo my-org/ko-small-chat --gguf model-f16.gguf",
+        force="replace an earlier folder at --out",
+        run=False,
+    )
+    p.add_argument("run", type=Path, metavar="RUN", help="the run directory")
+    p.add_argument("--repo", metavar="NAME", help="Hub repository: NAME (yours) or OWNER/NAME")
+    p.add_argument(
+        "--model",
+        choices=["chat", "base"],
+        help="which export (default: chat when the run has one, else base)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="write the folder only; no network, no token"
+    )
+    p.add_argument("--out", type=Path, metavar="DIR", help="the folder (default: RUN/publish)")
+    p.add_argument("--gguf", type=Path, metavar="FILE", help="also upload this GGUF file")
+    p.set_defaults(func=_cmd_publish)
+
+
 def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
     """{config key: value} of the config flags given."""
     values = config_flags.flag_values(args)
@@ -677,6 +710,25 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
     paths = demo_stage.write_standalone(args.out, args.seed, args.size_mb, force=args.force)
     info("demo world written: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from hanlm.stages import publish
+    from hanlm.stages.rundir import load_run_config
+
+    cfg = load_run_config(args.run, None, None, _flag_values(args), recipe_fallback=False)
+    summary = publish.run(
+        cfg,
+        args.run,
+        repo=args.repo,
+        model=args.model,
+        out=args.out,
+        dry_run=args.dry_run,
+        gguf=args.gguf,
+        force=args.force,
+    )
+    print(summary.get("url") or summary["folder"])
     return 0
 
 

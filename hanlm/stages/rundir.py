@@ -224,6 +224,12 @@ class RunDir:
     def eval_samples(self) -> Path:
         return self.eval / "samples.jsonl"
 
+    # --- sharing --------------------------------------------------------------------------
+    @property
+    def publish(self) -> Path:
+        """The folder `hanlm publish` uploads to the Hub (written by --dry-run too)."""
+        return self.stage("publish")
+
 
 def load_run_config(
     run: RunDir | Path | str | None,
