@@ -27,6 +27,7 @@ import sys
 sys.path[:] = [p for p in sys.path if p not in ("", __file__.rsplit("/", 1)[0])]
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -47,9 +48,24 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
-def worker(way: str, preset: str, vocab: int, out: Path) -> None:
-    import gc
+def _write_result(path: Path, rank: int, model, before: int, seconds: float) -> None:
+    """One rank's figures: peak and final RSS above `before`, and the sizes they compare with."""
+    gc.collect()
+    params = list(model.parameters())
+    result = {
+        "rank": rank,
+        "peak_above_start_mb": (peak_rss() - before) / MB,
+        "after_above_start_mb": (current_rss() - before) / MB,
+        "seconds": seconds,
+        "local_params_mb": sum(p.to_local().numel() * p.element_size() for p in params) / MB,
+        "largest_param_mb": max(p.numel() * p.element_size() for p in params) / MB,
+        "model_mb": sum(p.numel() * p.element_size() for p in params) / MB,
+        "params": sum(p.numel() for p in params),
+    }
+    path.write_text(json.dumps(result))
 
+
+def worker(way: str, preset: str, vocab: int, out: Path) -> None:
     import torch
 
     from hanlm import model as model_lib
@@ -76,21 +92,7 @@ def worker(way: str, preset: str, vocab: int, out: Path) -> None:
         at = Placement(d, "fsdp", precision.resolve("fp32", d.device))
         _, model, _ = pretrain._built_model(cfg, vocab, at)
     seconds = time.perf_counter() - start
-    gc.collect()
-    local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
-    largest = max(p.numel() * p.element_size() for p in model.parameters())
-    total = sum(p.numel() * p.element_size() for p in model.parameters())
-    result = {
-        "rank": d.rank,
-        "peak_above_start_mb": (peak_rss() - before) / MB,
-        "after_above_start_mb": (current_rss() - before) / MB,
-        "seconds": seconds,
-        "local_params_mb": local / MB,
-        "largest_param_mb": largest / MB,
-        "model_mb": total / MB,
-        "params": sum(p.numel() for p in model.parameters()),
-    }
-    (out / f"{way}-{d.rank}.json").write_text(json.dumps(result))
+    _write_result(out / f"{way}-{d.rank}.json", d.rank, model, before, seconds)
     del model
     torch.distributed.barrier()
     parallel.shutdown(d)
@@ -126,8 +128,6 @@ def save_sources(preset: str, vocab: int, folder: Path) -> None:
 
 
 def sft_worker(way: str, source_kind: str, preset: str, vocab: int, out: Path) -> None:
-    import gc
-
     import torch
 
     from hanlm import model as model_lib
@@ -179,22 +179,8 @@ def sft_worker(way: str, source_kind: str, preset: str, vocab: int, out: Path) -
         model, _, _ = sft._placed_model(cfg, source, plan, d, "fsdp")
         sft._initialise_rows(cfg, model, source, untrained, special, "mean")
     seconds = time.perf_counter() - start
-    gc.collect()
     model = parallel.unwrap(model)
-    local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
-    total = sum(p.numel() * p.element_size() for p in model.parameters())
-    largest = max(p.numel() * p.element_size() for p in model.parameters())
-    result = {
-        "rank": d.rank,
-        "peak_above_start_mb": (peak_rss() - before) / MB,
-        "after_above_start_mb": (current_rss() - before) / MB,
-        "seconds": seconds,
-        "local_params_mb": local / MB,
-        "largest_param_mb": largest / MB,
-        "model_mb": total / MB,
-        "params": sum(p.numel() for p in model.parameters()),
-    }
-    (out / f"{way}-{source_kind}-{d.rank}.json").write_text(json.dumps(result))
+    _write_result(out / f"{way}-{source_kind}-{d.rank}.json", d.rank, model, before, seconds)
     del model
     torch.distributed.barrier()
     parallel.shutdown(d)

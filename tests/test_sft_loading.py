@@ -4,10 +4,7 @@ loaded the old way, bit for bit; under torchrun with FSDP2 (each rank reading on
 and DDP too, and it trains as one process does."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file, save_file
 
+from conftest import run_two_rank_worker
 from hanlm import inference
 from hanlm.chat import tokens
 from hanlm.errors import UserError
@@ -170,17 +168,7 @@ def test_under_torchrun_every_rank_reads_its_rows_and_trains_as_one_process(sour
         source = sources[v["source"]]
         tied = "untied" not in v["source"]
         variants.append({**v, "kind": source.kind, "path": str(source.path), "tied": tied})
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONWARNINGS": "ignore",
-        "PYTHONPATH": os.pathsep.join(
-            [str(worker.parent.parent), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    cmd += [str(worker), str(tmp_path), *map(json.dumps, variants)]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    result = run_two_rank_worker(worker, tmp_path, *map(json.dumps, variants))
     assert result.returncode == 0, result.stderr[-3000:]
     for rank in (0, 1):
         got_all = json.loads((tmp_path / f"rank-{rank}.json").read_text())
