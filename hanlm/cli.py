@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     for add in (_add_eval, _add_decontam, _add_generate, _add_chat, _add_sft):
         add(sub)
-    for add in (_add_doctor, _add_plan, _add_demo):
+    for add in (_add_doctor, _add_plan, _add_demo, _add_facts):
         add(sub)
     return parser
 
@@ -641,6 +641,50 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
     paths = demo_stage.write_standalone(args.out, args.seed, args.size_mb, force=args.force)
     info("demo world written: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _add_facts(sub) -> None:
+    p = _command(
+        sub,
+        "facts",
+        "write a facts table as training documents stating each fact both ways",
+        "Read a facts table (TSV with columns subject, relation, object, or JSONL with those "
+        "keys) and write JSONL documents that state each fact subject first and, for a seeded "
+        "--reverse-share of them, object first too; add the file to corpus.inputs. "
+        "--probe-table writes the table for `hanlm eval --task direction=FILE`, which then "
+        "compares the facts with and without reverse statements. See docs/facts.md.",
+        force="replace existing output files",
+        run=False,
+    )
+    p.add_argument("table", type=Path, metavar="TABLE")
+    p.add_argument("--out", type=Path, required=True, metavar="DOCS.jsonl")
+    p.add_argument("--probe-table", type=Path, metavar="FILE.tsv")
+    p.add_argument("--templates", type=Path, metavar="FILE.toml", help="sentences per relation")
+    p.add_argument("--reverse-share", type=float, default=1.0, metavar="SHARE")
+    p.add_argument("--copies", type=int, default=1, help="documents per fact")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_facts)
+
+
+def _cmd_facts(args: argparse.Namespace) -> int:
+    from hanlm.console import info
+    from hanlm.data import fact_statements
+
+    done = fact_statements.write(
+        args.table,
+        args.out,
+        templates_file=args.templates,
+        reverse_share=args.reverse_share,
+        copies=args.copies,
+        seed=args.seed,
+        probe_out=args.probe_table,
+        replace=args.force,
+    )
+    info(
+        f"facts: {done['documents']:,} documents from {done['facts']:,} facts "
+        f"({done['reverse_stated']:,} also stated object first) -> {args.out}"
+    )
     return 0
 
 
