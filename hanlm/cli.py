@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hanlm import __version__, config_flags
+from hanlm.data import fact_statements
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_json,
@@ -669,7 +670,6 @@ def _add_facts(sub) -> None:
 
 def _cmd_facts(args: argparse.Namespace) -> int:
     from hanlm.console import info
-    from hanlm.data import fact_statements
 
     done = fact_statements.write(
         args.table,
