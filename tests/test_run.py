@@ -193,8 +193,8 @@ def test_card_says_why_answers_end_and_compares_the_reverse_gap(interrupted_then
     reproduced = max(by_init["mean"], by_init["mean-cov"]) - by_init["none"] >= CLOSURE_MARGIN
     verdict = "failure, reproduced" if reproduced else "Not reproduced at demo size"
     assert verdict in closure
-    if not reproduced:  # the explanation carries the numbers
-        assert re.search(r"starts at median rank [\d,]+ .* lifts it to [\d,]+", closure)
+    # the verdict carries the numbers behind it
+    assert re.search(r"rank where answers end, before → after SFT: `none` [\d,]+ \(top-1", closure)
 
     direction = _section(report, "7. Knowledge in both directions")
     samples = [json.loads(line) for line in (run_dir / "eval" / "samples.jsonl").open()]

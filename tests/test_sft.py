@@ -28,6 +28,9 @@ TINY_SFT = {
     "sft.new_token_lr_scale": 3.0,  # the initialised rows move faster: they start identical
     "sft.optimizer.lr": 1e-2,
     "sft.optimizer.warmup_steps": 4,
+    # the schedule these tests were written for, whatever the demo recipe's [sft.optimizer] says
+    "sft.optimizer.schedule": "cosine",
+    "sft.optimizer.min_lr_ratio": 0.1,
     "sft.heldout": 30,
     "sft.closure_max_tokens": 64,
     "sft.checkpoint.every": 30,

@@ -395,44 +395,59 @@ def _audit_norms(audit: dict) -> str:
         for name, value in norms["template"].items()
     )
     start = audit["row_norms"].get("initial_norm")
+    pushed = ""
+    if audit.get("tied") and min(norms["template"].values()) > norms["ordinary_mean"]:
+        pushed = (
+            " The never-seen rows moved further than the trained ones: in a tied head the "
+            "softmax pushes every row it never predicts away from the hidden states, and Adam "
+            "steps a row by the learning rate however small its gradient."
+        )
     return (
         f"\nAfter pretraining (the audit, embedding rows): trained rows' mean norm "
         f"{norms['ordinary_mean']:.2f} (median {norms['ordinary_median']:.2f})"
         + (f", from {start:.2f} at initialisation" if start is not None else "")
-        + f"; template rows: {template}.\n"
+        + f"; template rows: {template}.{pushed}\n"
     )
 
 
+def _ranks(check: dict) -> str:
+    """<|eot|>'s median rank at answer ends before -> after SFT, for one init's closure.json."""
+    diagnosis = check.get("diagnosis", {})
+    return f"{_rank_cell(diagnosis.get('before'))} → {_rank_cell(diagnosis.get('after'))}"
+
+
 def _closure_verdict(by_init: dict, checks: dict) -> str:
-    """The field's failure reproduced or not, and why not with this run's numbers."""
+    """The field's failure reproduced or not, said with this run's numbers."""
     if "none" not in by_init or len(by_init) < 2:
         return ""
     others = {k: v for k, v in by_init.items() if k != "none"}
     best_init, best = max(others.items(), key=lambda kv: kv[1])
     shortfall = best - by_init["none"]
+    ranks = ""
+    if "none" in checks and best_init in checks:
+        ranks = (
+            f" <|eot|>'s median rank where answers end, before → after SFT: `none` "
+            f"{_ranks(checks['none'])}, `{best_init}` {_ranks(checks[best_init])}."
+        )
+    rates = f"`none` ended {by_init['none']:.0%} of the answers, `{best_init}` {best:.0%}"
     if shortfall >= CLOSURE_MARGIN:
         return (
-            f"\n**The field's failure, reproduced:** without initialisation the model ended "
-            f"{by_init['none']:.0%} of its answers, with `{best_init}` {best:.0%} "
-            f"({shortfall:.0%} fewer; the card calls a shortfall of {CLOSURE_MARGIN:.0%} or "
-            "more a reproduction).\n"
+            f"\n**The field's failure, reproduced:** {rates} ({shortfall:.0%} fewer without "
+            f"initialisation; the card counts a shortfall of {CLOSURE_MARGIN:.0%} or more).{ranks}\n"
         )
-    diagnosis = checks.get("none", {}).get("diagnosis", {})
-    rank_before = (diagnosis.get("before") or {}).get("eot_rank", {})
-    rank_after = (diagnosis.get("after") or {}).get("eot_rank", {})
-    why = ""
-    if rank_before and rank_after:
+    if best < 0.5:
         why = (
-            f" Without initialisation <|eot|> starts at median rank {rank_before['median_rank']:,} "
-            f"where answers end and SFT lifts it to {rank_after['median_rank']:,} (top-1 at "
-            f"{rank_after['top1']:.0%} of answer ends): this SFT moves the never-trained row "
-            "as far as it needs."
+            " Neither initialisation taught this model to end most answers: this SFT is too "
+            "short for either, so it cannot show what the initialisation adds."
+        )
+    else:
+        why = (
+            " Without initialisation this SFT still moved the never-trained row as far as "
+            "ending needs; the field's model had trained its other rows on ~22B tokens first."
         )
     return (
-        f"\n**Not reproduced at demo size:** `none` ended {by_init['none']:.0%} of answers, "
-        f"`{best_init}` {best:.0%} (a shortfall under the {CLOSURE_MARGIN:.0%} the card asks "
-        f"for).{why} The field's model trained its other rows on ~22B tokens; the row norms "
-        "above show how far this run's pretraining moved them.\n"
+        f"\n**Not reproduced at demo size:** {rates}, a shortfall under the "
+        f"{CLOSURE_MARGIN:.0%} the card asks for.{ranks}{why}\n"
     )
 
 
@@ -479,7 +494,7 @@ def _closure_section(files: RunFiles) -> str:
     ]
     if after_norms:
         out.append(
-            "After SFT, trained rows' mean norm: "
+            "\nAfter SFT, trained rows' mean norm: "
             + ", ".join(f"{init} {value:.2f}" for init, value in after_norms)
             + ".\n"
         )
@@ -519,8 +534,32 @@ def _direction_row(label: str, group: str, items: list[dict]) -> list:
     ]
 
 
-def _mean_gap(items: list[dict]) -> float:
-    return sum(s["scores"]["gap"] for s in items) / len(items)
+def _mean_reverse(items: list[dict]) -> float:
+    return sum(s["scores"]["reverse_logprob"] for s in items) / len(items)
+
+
+def _by_group(by_model: dict, files: RunFiles):
+    """(model label, {stated: its samples}) for each model whose facts fall in both groups."""
+    for model, items in by_model.items():
+        groups = {
+            stated: [s for s in items if s.get("reverse_stated") is stated]
+            for stated in (True, False)
+        }
+        if groups[True] and groups[False]:
+            yield _model_label(model, files), groups
+
+
+def _group_contrast(label: str, groups: dict) -> str:
+    def mean(rows, key):
+        return sum(s["scores"][key] for s in rows) / len(rows)
+
+    with_, without = groups[True], groups[False]
+    return (
+        f"{label}: reverse log-prob {mean(with_, 'reverse_logprob'):.2f} with reverse "
+        f"statements vs {mean(without, 'reverse_logprob'):.2f} without, reverse rank accuracy "
+        f"{mean(with_, 'reverse_acc'):.2f} vs {mean(without, 'reverse_acc'):.2f}, gap "
+        f"{mean(with_, 'gap'):.2f} vs {mean(without, 'gap'):.2f}"
+    )
 
 
 def _direction_section(files: RunFiles) -> str:
@@ -533,7 +572,7 @@ def _direction_section(files: RunFiles) -> str:
     by_model: dict[str, list[dict]] = {}
     for s in samples:
         by_model.setdefault(s.get("model", "model"), []).append(s)
-    rows, gaps, first = [], {}, None
+    rows, reverse, first = [], {}, None
     for model, items in by_model.items():
         label = _model_label(model, files)
         for stated, group in DIRECTION_GROUPS:
@@ -541,7 +580,7 @@ def _direction_section(files: RunFiles) -> str:
             if members and (stated is None or len(members) < len(items)):
                 rows.append(_direction_row(label, group, members))
                 if stated is not None:
-                    gaps.setdefault(label, {})[group] = _mean_gap(members)
+                    reverse.setdefault(label, {})[group] = _mean_reverse(members)
         if first is None:  # the plot shows the first model: in a run, the base model
             first = (items, model)
     header = ["model", "facts", "n", "forward log-prob", "reverse log-prob", "gap"]
@@ -559,21 +598,19 @@ def _direction_section(files: RunFiles) -> str:
     if stated:
         out.append(
             f"\nThe training text states {stated} of the {len(items)} probed facts also object first "
-            '("B는 A의 수도이다"; `demo.reverse_share`, a seeded pick, or '
-            "`hanlm.data.fact_statements` for a user's table) and the others only subject first, "
-            "so one model answers both kinds. Reverse gap (forward minus reverse log-prob) "
+            '("B는 A의 수도이다"; `demo.reverse_share`, a seeded pick, or `hanlm facts` for a '
+            "user's table) and the others only subject first, so one model answers both kinds. "
+            "Forward and reverse answers are different words, so the controlled comparison is "
+            "each direction's score across the two groups: "
             + "; ".join(
-                f"{label}: {g['reverse not stated']:.2f} without reverse statements, "
-                f"{g['reverse stated']:.2f} with them"
-                for label, g in gaps.items()
-                if {"reverse stated", "reverse not stated"} <= set(g)
+                _group_contrast(label, rows_of) for label, rows_of in _by_group(by_model, files)
             )
             + ". The field report's conclusion: each direction must be in the data.\n"
         )
         path = report_plots.grouped_bars(
-            gaps, files.plots / "direction_gap.png", ylabel="forward − reverse log-prob"
+            reverse, files.plots / "direction_groups.png", ylabel="reverse log-prob, right answer"
         )
-        out.append(f"\n![reverse gap by group]({path.relative_to(files.root)})\n")
+        out.append(f"\n![reverse log-prob by group]({path.relative_to(files.root)})\n")
     elif any(s.get("reverse_stated") is False for s in items):
         out.append(
             "\nThe training text states every fact subject first only, so the reverse direction "
