@@ -31,6 +31,7 @@ TINY_SFT = {
     # the schedule these tests were written for, whatever the demo recipe's [sft.optimizer] says
     "sft.optimizer.schedule": "cosine",
     "sft.optimizer.min_lr_ratio": 0.1,
+    "sft.optimizer.decay_fraction": 0.2,
     "sft.heldout": 30,
     "sft.closure_max_tokens": 64,
     "sft.checkpoint.every": 30,
