@@ -206,6 +206,11 @@ class RunDir:
     def sft(self) -> SftDirs:
         return SftDirs(self.stage("sft"))
 
+    @property
+    def gguf(self) -> Path:
+        """GGUF files for llama.cpp and Ollama, each with its Modelfile (`export --format gguf`)."""
+        return self.stage("gguf")
+
     # --- evaluation -----------------------------------------------------------------------
     @property
     def eval(self) -> Path:
@@ -218,6 +223,12 @@ class RunDir:
     @property
     def eval_samples(self) -> Path:
         return self.eval / "samples.jsonl"
+
+    # --- sharing --------------------------------------------------------------------------
+    @property
+    def publish(self) -> Path:
+        """The folder `hanlm publish` uploads to the Hub (written by --dry-run too)."""
+        return self.stage("publish")
 
 
 def load_run_config(

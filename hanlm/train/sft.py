@@ -5,12 +5,14 @@ stayed untrained, and after SFT the model closed 0 of 50 answers (49 of 50 once 
 This stage makes it impossible to miss:
 
 1. the source model: the run's latest pretraining checkpoint (else DIR/pretrain/hf), or
-   `sft.model` (`--model HF_DIR`, a hanlm export);
+   `sft.model` (`--model HF_DIR`, a hanlm export), built on the meta device, placed as in
+   pretraining (sharded under FSDP2) and read in by parts, each rank reading only the rows it
+   keeps (hanlm.train.pretrained): no rank holds a whole copy;
 2. the data (`sft.data`, default DIR/demo/chat.jsonl) read and checked, conversations holding
    benchmark items dropped or refused (the run's decontam index), N held out (seeded);
 3. the special-token audit (hanlm.chat.tokens) -> audit.json and a table;
-4. the untrained template tokens initialised (`sft.init`), their rows trainable, optionally
-   with their own step size;
+4. the untrained template tokens initialised (`sft.init`) on the placed model, as one process
+   would (hanlm.chat.tokens), their rows trainable, optionally with their own step size;
 5. the pretraining loop (Trainer) on assistant tokens only, each turn's <|eot|> included,
    with checkpoints and resume in DIR/sft/checkpoints, in the run's precision as pretraining
    (fp8: the loaded model's large linear layers become Float8Linear, the blocks compiled; see
@@ -26,13 +28,14 @@ This stage makes it impossible to miss:
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from hanlm import inference
+from hanlm import inference, model_init
 from hanlm import model as model_lib
 from hanlm.chat import closure, tokens
 from hanlm.config import Config, SftSection
@@ -41,7 +44,15 @@ from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint, read_json
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.train import build, checkpoint, document_attention, export, parallel, precision
+from hanlm.train import (
+    build,
+    checkpoint,
+    document_attention,
+    export,
+    parallel,
+    precision,
+    pretrained,
+)
 
 if TYPE_CHECKING:
     from hanlm.data.decontam.index import BenchmarkIndex
@@ -80,11 +91,9 @@ class SftSource:
 # --- the source model -----------------------------------------------------------------------------
 
 
-def load_source_model(source: SftSource):
-    """(CPU model in train mode, its config)."""
-    if source.kind == "hf":
-        model = export.load_exported(source.path)
-        return model.float().train(), model.config
+def _check_checkpoint(source: SftSource) -> None:
+    if source.kind != "checkpoint":
+        return
     problem = checkpoint.verify(source.path)  # its files against its manifest
     if problem:
         raise UserError(
@@ -92,8 +101,34 @@ def load_source_model(source: SftSource):
             fix="move that step folder away (SFT then starts from the previous committed "
             "checkpoint), or pretrain again",
         )
+
+
+def load_source_model(source: SftSource):
+    """(CPU model in train mode, its config): the whole model, on this process."""
+    if source.kind == "hf":
+        model = export.load_exported(source.path)
+        return model.float().train(), model.config
+    _check_checkpoint(source)
     model = export.load_checkpoint_model(source.path, source.model_config)
     return model.train(), source.model_config
+
+
+def _model_on_meta(source: SftSource):
+    """(the source's model built on the meta device from its config, why its weights cannot be
+    read into it part by part or None): see hanlm.train.pretrained."""
+    _check_checkpoint(source)
+    if source.kind == "hf":
+        config = inference.read_config(source.path)
+    else:  # a copy: building sets the attention implementation in the config
+        config = copy.deepcopy(source.model_config)
+    model = model_lib.build_model(config, device="meta")
+    problem = pretrained.mismatch(model, source.kind, source.path)
+    if problem is None:
+        try:
+            model_init.buffer_owners(model)
+        except ValueError as e:
+            problem = str(e)
+    return model, problem
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -207,18 +242,19 @@ def _accumulation(s: SftSection, world_size: int) -> int:
     return s.batch_rows // per_pass
 
 
-def _initialised_model(cfg: Config, source: SftSource, audit: dict, special: dict, init: str):
-    """(the source model with its untrained template rows initialised, its config, those rows'
-    ids, what the initialisation did)."""
-    model, mconfig = load_source_model(source)
+def _initialise_rows(cfg: Config, model, source: SftSource, audit: dict, special: dict, init: str):
+    """(the ids of the untrained template rows, what initialising them did) on the placed
+    model: every rank computes the rows one process would, and writes those it holds."""
     ids = [special[n]["id"] for n in audit["untrained_template_tokens"]]
     text_ids = None
     if init == "text":
         text_ids = load_tokenizer(source.tokenizer_dir).encode(
             cfg.sft.init_text, add_special_tokens=False
         )
-    done = tokens.initialise(model, ids, init, special, text_ids=text_ids, seed=cfg.run.seed)
-    return model, mconfig, ids, done
+    done = tokens.initialise(
+        parallel.unwrap(model), ids, init, special, text_ids=text_ids, seed=cfg.run.seed
+    )
+    return ids, done
 
 
 def _chat_loaders(rows: dict, seed: int, micro_batch: int, d: parallel.Dist):
@@ -241,27 +277,42 @@ def _row_step_scale(s: SftSection, model, ids: list[int], init: str):
     )
 
 
-def _placed_model(model, cfg: Config, plan: precision.PrecisionPlan, d: parallel.Dist, mode: str):
-    """(the loaded model converted to FP8 where the plan says, compiled and parallelised as in
-    pretraining, the names of the converted layers). Before the optimizer is built: FP8's
-    FSDP all-gather wraps the weights anew."""
+def _placed_model(
+    cfg: Config, source: SftSource, plan: precision.PrecisionPlan, d: parallel.Dist, mode: str
+):
+    """(the source model placed as in pretraining: converted to FP8 where the plan says,
+    compiled and parallelised; its config; the names of the converted layers). Built on the
+    meta device and filled from the source where it can be, each rank reading only what it
+    keeps; else loaded whole on every rank. Before the optimizer is built: FP8's FSDP
+    all-gather wraps the weights anew."""
     par = cfg.parallel
     converted: list[str] = []
 
-    def to_fp8(module) -> None:  # the model itself, or the shell FSDP fills with its shards
+    def to_fp8(module) -> None:
         converted[:] = precision.apply_fp8(
             module, plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather
         )
 
-    model = parallel.parallelize_loaded(
-        model,
-        d,
-        mode,
-        compute_dtype=plan.compute_dtype,
-        compile_blocks=precision.blocks_compiled(plan, par.compile, announce=d.is_main),
-        convert=to_fp8,
-    )
-    return model, converted
+    options = {
+        "compute_dtype": plan.compute_dtype,
+        "compile_blocks": precision.blocks_compiled(plan, par.compile, announce=d.is_main),
+        "convert": to_fp8,
+    }
+    model, problem = _model_on_meta(source)
+    if problem is not None:
+        if d.is_main:
+            warn(f"sft: every rank loads the whole source model ({source.path}: {problem})")
+        model, _ = load_source_model(source)
+    if cfg.sft.packing:  # packed conversations must not see each other
+        document_attention.prepare(model, d.device, par.document_attention, setting="sft.packing")
+    if problem is not None:
+        return parallel.parallelize_whole(model, d, mode, **options), model.config, converted
+
+    def fill(placed) -> None:
+        pretrained.fill(placed, source.kind, source.path)
+
+    root = parallel.parallelize_loaded(model, d, mode, fill=fill, **options)
+    return root, model.config, converted
 
 
 def train_once(
@@ -286,12 +337,8 @@ def train_once(
         accumulation = _accumulation(s, d.world_size)
         if force or s.checkpoint.resume == "never":
             build.start_fresh(d, [outputs.checkpoints, outputs.metrics])
-        model, mconfig, ids, done = _initialised_model(cfg, source, audit, special, init)
-        if s.packing:  # packed conversations must not see each other
-            document_attention.prepare(
-                model, d.device, cfg.parallel.document_attention, setting="sft.packing"
-            )
-        model, converted = _placed_model(model, cfg, plan, d, mode)
+        model, mconfig, converted = _placed_model(cfg, source, plan, d, mode)
+        ids, done = _initialise_rows(cfg, model, source, audit, special, init)
 
         def after_step() -> None:
             precision.precompute_fp8_scales_if_needed(
@@ -334,7 +381,11 @@ def train_once(
 
 
 def _audit(source: SftSource, special: dict, outputs: SftOutputs) -> dict:
-    model, _ = load_source_model(source)
+    model, problem = _model_on_meta(source)
+    if problem is None:  # the audit reads the token matrices only
+        model = pretrained.with_token_matrices(model, source.kind, source.path)
+    else:
+        model, _ = load_source_model(source)
     audit = tokens.audit(model, special, source.pretrain_counts)
     audit["source"] = str(source.path)
     del model
