@@ -418,7 +418,8 @@ def _diagnosis(model, tokenizer, heldout: list, special: dict) -> dict:
 
 def _before_sft(cfg: Config, source: SftSource, audit: dict, special: dict, init: str, heldout):
     """The diagnosis of the source model as SFT starts it: initialised by `init`."""
-    model, *_ = _initialised_model(cfg, source, audit, special, init)
+    model, _ = load_source_model(source)
+    _initialise_rows(cfg, model, source, audit, special, init)
     tokenizer = load_tokenizer(source.tokenizer_dir)
     return _diagnosis(model, tokenizer, heldout, special)
 
