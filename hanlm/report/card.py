@@ -445,9 +445,10 @@ def _closure_verdict(by_init: dict, checks: dict) -> str:
             " Without initialisation this SFT still moved the never-trained row as far as "
             "ending needs; the field's model had trained its other rows on ~22B tokens first."
         )
+    short = "`none` ended at least as many" if shortfall <= 0 else f"a shortfall of {shortfall:.0%}"
     return (
-        f"\n**Not reproduced at demo size:** {rates}, a shortfall under the "
-        f"{CLOSURE_MARGIN:.0%} the card asks for.{ranks}{why}\n"
+        f"\n**Not reproduced at demo size:** {rates}: {short}, under the {CLOSURE_MARGIN:.0%} "
+        f"shortfall the card asks for.{ranks}{why}\n"
     )
 
 
