@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hanlm import __version__, config_flags
+from hanlm.data import fact_statements
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_json,
@@ -161,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     for add in (_add_eval, _add_decontam, _add_generate, _add_chat, _add_sft):
         add(sub)
-    for add in (_add_doctor, _add_plan, _add_demo, _add_publish):
+    for add in (_add_doctor, _add_plan, _add_demo, _add_publish, _add_facts):
         add(sub)
     return parser
 
@@ -729,6 +730,49 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         force=args.force,
     )
     print(summary.get("url") or summary["folder"])
+    return 0
+
+
+def _add_facts(sub) -> None:
+    p = _command(
+        sub,
+        "facts",
+        "write a facts table as training documents stating each fact both ways",
+        "Read a facts table (TSV with columns subject, relation, object, or JSONL with those "
+        "keys) and write JSONL documents that state each fact subject first and, for a seeded "
+        "--reverse-share of them, object first too; add the file to corpus.inputs. "
+        "--probe-table writes the table for `hanlm eval --task direction=FILE`, which then "
+        "compares the facts with and without reverse statements. See docs/facts.md.",
+        force="replace existing output files",
+        run=False,
+    )
+    p.add_argument("table", type=Path, metavar="TABLE")
+    p.add_argument("--out", type=Path, required=True, metavar="DOCS.jsonl")
+    p.add_argument("--probe-table", type=Path, metavar="FILE.tsv")
+    p.add_argument("--templates", type=Path, metavar="FILE.toml", help="sentences per relation")
+    p.add_argument("--reverse-share", type=float, default=1.0, metavar="SHARE")
+    p.add_argument("--copies", type=int, default=1, help="documents per fact")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_facts)
+
+
+def _cmd_facts(args: argparse.Namespace) -> int:
+    from hanlm.console import info
+
+    done = fact_statements.write(
+        args.table,
+        args.out,
+        templates_file=args.templates,
+        reverse_share=args.reverse_share,
+        copies=args.copies,
+        seed=args.seed,
+        probe_out=args.probe_table,
+        replace=args.force,
+    )
+    info(
+        f"facts: {done['documents']:,} documents from {done['facts']:,} facts "
+        f"({done['reverse_stated']:,} also stated object first) -> {args.out}"
+    )
     return 0
 
 

@@ -51,6 +51,13 @@ class DemoSection(Section):
 
     seed: int = Field(0, description="seed of the generator; the same seed gives the same world")
     size_mb: float = Field(4.0, gt=0, le=512, description="approximate UTF-8 size of the corpus")
+    reverse_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="share of the facts (a seeded pick) also stated object first in the "
+        "documents; the direction probe compares them with the rest",
+    )
 
 
 _FW2 = "FineWeb-2 configs/kor_Hang.yml"

@@ -36,6 +36,7 @@ one process, with no communication.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -176,6 +177,31 @@ def geometry(model, ids: Sequence[int], special: dict, vocab_rows: int | None = 
     return result
 
 
+@torch.no_grad()
+def row_norms(model, special: dict) -> dict:
+    """Per token matrix: the ordinary rows' mean and median norm, each template token's row norm,
+    and the norm a row starts with (`initializer_range` x sqrt(width), when the config says).
+    Trained rows grow away from the start; rows no text ever trained stay near it or shrink."""
+    all_special = list(special_ids(special).values()) + reference_ids(special)
+    out: dict = {}
+    for name, weight in matrices(model).items():
+        w = weight.detach().float().cpu()
+        ordinary = w[torch.as_tensor(ordinary_ids(len(w), all_special))].norm(dim=1)
+        out[name] = {
+            "ordinary_mean": round(float(ordinary.mean()), 4),
+            "ordinary_median": round(float(ordinary.median()), 4),
+            "template": {
+                n: round(float(w[special[n]["id"]].norm()), 4)
+                for n in TEMPLATE_TOKENS
+                if n in special and special[n]["id"] < len(w)
+            },
+        }
+    init_range = getattr(getattr(model, "config", None), "initializer_range", None)
+    if init_range is not None:
+        out["initial_norm"] = round(init_range * math.sqrt(model.config.hidden_size), 4)
+    return out
+
+
 # --- the audit ------------------------------------------------------------------------------------
 
 
@@ -219,6 +245,7 @@ def audit(model, special: dict, pretrain_counts: dict[str, int] | None) -> dict:
         "tokens": tokens,
         "decisions": decisions,
         "untrained_template_tokens": untrained,
+        "row_norms": row_norms(model, special),
     }
 
 

@@ -19,6 +19,9 @@ This stage makes it impossible to miss:
    hanlm.train.precision);
 6. export to DIR/sft/hf with generation_config.eos_token_id = [<|eot|>, <|endoftext|>];
 7. the closure check on the held-out prompts -> closure.json, and the `sft.min_closure` gate;
+   beside it, why answers end or not: the template rows' norms against the trained rows', and
+   the rank of <|eot|>'s logit where the held-out reference answers end, both before SFT (after
+   the initialisation) and after it;
 8. `sft.compare_inits`: the same SFT with other inits into DIR/sft/ablation/<init>/, summed up
    in closure_by_init.json.
 """
@@ -403,7 +406,34 @@ def _export(outputs: SftOutputs, config, tokenizer_dir: Path, eos_ids: list[int]
     info(f"sft: exported {latest.name} -> {outputs.export} (eos: <|eot|>, <|endoftext|>)")
 
 
-def _closure(model, tokenizer, heldout: list, special: dict, s: SftSection, init: str, path: Path):
+def _diagnosis(model, tokenizer, heldout: list, special: dict) -> dict:
+    """The template rows' norms and <|eot|>'s rank at the held-out answers' ends, for `model`."""
+    eot = special["eot"]["id"]
+    examples = [chat_data.tokenize(tokenizer, c["messages"], eot) for c in heldout]
+    return {
+        "row_norms": tokens.row_norms(model, special),
+        "eot_rank": closure.end_of_answer_ranks(model, examples, end_of_turn_id=eot),
+    }
+
+
+def _before_sft(cfg: Config, source: SftSource, audit: dict, special: dict, init: str, heldout):
+    """The diagnosis of the source model as SFT starts it: initialised by `init`."""
+    model, _ = load_source_model(source)
+    _initialise_rows(cfg, model, source, audit, special, init)
+    tokenizer = load_tokenizer(source.tokenizer_dir)
+    return _diagnosis(model, tokenizer, heldout, special)
+
+
+def _closure(
+    model,
+    tokenizer,
+    heldout: list,
+    special: dict,
+    s: SftSection,
+    init: str,
+    path: Path,
+    before: dict,
+):
     check = closure.check(
         model,
         tokenizer,
@@ -413,6 +443,7 @@ def _closure(model, tokenizer, heldout: list, special: dict, s: SftSection, init
         max_new_tokens=s.closure_max_tokens,
         init=init,
     )
+    check["diagnosis"] = {"before": before, "after": _diagnosis(model, tokenizer, heldout, special)}
     atomic_write_json(path, check)
     return check
 
@@ -453,6 +484,10 @@ def fine_tune(
     }
     result = train_once(cfg, outputs=outputs, init=s.init, **common)
     is_main = result["is_main"]
+    before = {}
+    if is_main:
+        for init in dict.fromkeys([s.init, *s.compare_inits]):
+            before[init] = _before_sft(cfg, source, audit, special, init, heldout)
     summary: dict = {"init": s.init, "step": result["step"], "tokens": result["tokens"]}
     if "val_loss" in result:
         summary["val_loss"] = result["val_loss"]
@@ -461,7 +496,9 @@ def fine_tune(
         _export(outputs, result["config"], source.tokenizer_dir, [eot, eod])
         model = export.load_exported(outputs.export)
         exported_tokenizer = load_tokenizer(outputs.export)
-        check = _closure(model, exported_tokenizer, heldout, special, s, s.init, outputs.closure)
+        check = _closure(
+            model, exported_tokenizer, heldout, special, s, s.init, outputs.closure, before[s.init]
+        )
         by_init[s.init] = check["rate"]
         info(
             f"sft: closure {check['closed']}/{check['total']} ({check['rate']:.2f}) with init {s.init}"
@@ -474,7 +511,9 @@ def fine_tune(
         if is_main:
             latest = checkpoint.latest(folder.checkpoints)
             model = export.load_checkpoint_model(latest, ablation["config"])
-            check = _closure(model, tokenizer, heldout, special, s, other, folder.closure)
+            check = _closure(
+                model, tokenizer, heldout, special, s, other, folder.closure, before[other]
+            )
             by_init[other] = check["rate"]
             info(f"sft: ablation closure {check['closed']}/{check['total']} with init {other}")
     if not is_main:
