@@ -5,12 +5,16 @@ Splits: `full` is every item; `clean` the items found clean; `dirty` every item 
 overlap (status dirty or partial), so clean + dirty = full for checked items; `partial` repeats
 the partial ones alone. Items the report does not list count only in `full` (their number is
 reported as `unchecked`).
+
+`dirty_clean_gap` puts a bootstrap confidence interval over items on a split's mean score and on
+dirty minus clean, so a gap can be told from the noise of a few hundred items.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from hanlm.data.decontam.outputs import ITEMS_FILE
@@ -78,3 +82,88 @@ def split_samples(
     counts = {name: len(rows) for name, rows in splits.items()}
     counts["unchecked"] = unchecked
     return splits, counts
+
+
+# The bootstrap behind every interval the report prints: fixed, so a rerun prints the same.
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_CONFIDENCE = 0.95
+BOOTSTRAP_SEED = 0
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over items with its percentile bootstrap interval."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+
+    def excludes(self, point: float) -> bool:
+        return not self.low <= point <= self.high
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "low": self.low, "high": self.high, "n": self.n}
+
+
+def _resampled_means(values, rng, resamples: int):
+    import numpy as np  # deferred: the CLI's import stays light
+
+    values = np.asarray(values, dtype=np.float64)
+    picks = rng.integers(0, len(values), size=(resamples, len(values)))
+    return values[picks].mean(axis=1)
+
+
+def _interval(value: float, means, n: int, confidence: float) -> Interval:
+    import numpy as np  # deferred: the CLI's import stays light
+
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return Interval(float(value), float(low), float(high), n)
+
+
+def dirty_clean_gap(
+    clean: Sequence[float],
+    dirty: Sequence[float],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = BOOTSTRAP_CONFIDENCE,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict[str, Interval]:
+    """Clean mean, dirty mean and dirty minus clean, each with a percentile bootstrap interval.
+
+    Items are resampled with replacement within each split (the splits are fixed by the
+    decontamination report, so each keeps its size); the gap's interval comes from the same
+    resamples, paired draw by draw."""
+    import numpy as np  # deferred: the CLI's import stays light
+
+    if len(clean) == 0 or len(dirty) == 0:
+        raise ValueError("both splits need at least one item")
+    if resamples < 1 or not 0 < confidence < 1:
+        raise ValueError("resamples must be positive and confidence between 0 and 1")
+    rng = np.random.default_rng(seed)
+    clean_means = _resampled_means(clean, rng, resamples)
+    dirty_means = _resampled_means(dirty, rng, resamples)
+    clean_value, dirty_value = float(np.mean(clean)), float(np.mean(dirty))
+    return {
+        "clean": _interval(clean_value, clean_means, len(clean), confidence),
+        "dirty": _interval(dirty_value, dirty_means, len(dirty), confidence),
+        "gap": _interval(
+            dirty_value - clean_value,
+            dirty_means - clean_means,
+            len(clean) + len(dirty),
+            confidence,
+        ),
+    }
+
+
+def scores_by_split(samples: Sequence[dict], metric: str) -> dict[str, list[float]]:
+    """A metric's per-item scores, split clean / dirty by the `contamination` status that
+    `split_samples` wrote into each sample (samples.jsonl keeps it)."""
+    out: dict[str, list[float]] = {"clean": [], "dirty": []}
+    for sample in samples:
+        status, value = sample.get("contamination"), sample["scores"].get(metric)
+        if status is None or value is None:
+            continue
+        out["clean" if status == "clean" else "dirty"].append(float(value))
+    return out

@@ -87,6 +87,8 @@ class RunFiles:
     eval_results: Path
     eval_samples: Path
     export_folder: str  # what a training stage names its Hugging Face export (".../pretrain/hf")
+    # the samples.jsonl of the same recipe trained without the flagged documents (compare stage)
+    compare_eval_samples: Path | None = None
 
 
 def _heading(title: str, field_report: str) -> str:
@@ -220,11 +222,13 @@ def _data_section(files: RunFiles) -> str:
     planted = _read(files.planted)
     if planted is not None:
         found = {r["item_id"] for r in _jsonl(files.decontam_items) if r["status"] == "dirty"}
-        hit = sum(1 for p in planted if p["item_id"] in found)
+        items = {p["item_id"] for p in planted}
+        hit = len(items & found)
         out.append(
-            f"\nThe demo world planted {len(planted)} benchmark items into its documents (verbatim, "
-            f"re-spaced, re-punctuated, embedded); decontam marked {hit} of them dirty (a planted "
-            f"copy removed by the corpus stage's deduplication is no longer in the corpus).\n"
+            f"\nThe demo world planted {len(items)} benchmark items into its documents, with their "
+            f"answers, in {len(planted)} mirrored copies (verbatim, re-spaced, re-punctuated, "
+            f"embedded); decontam marked {hit} of them dirty (an item whose every copy the corpus "
+            f"stage's deduplication removed is no longer in the corpus).\n"
         )
     return "".join(out)
 
@@ -289,62 +293,160 @@ def _model_label(name: str, files: RunFiles) -> str:
     return path.name or name
 
 
+# Per-item scores the contamination section sets clean against dirty, with their names there.
+GAP_METRICS = {"acc": "accuracy", "gold_margin": "log-likelihood margin"}
+
+
+def _split_scores(samples: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Samples of the scored benchmark tasks (those decontamination split) by (model, task)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for s in samples:
+        if s.get("contamination") is not None:
+            groups.setdefault((s["model"], s["task"]), []).append(s)
+    return groups
+
+
+def _gaps(samples: list[dict]) -> dict[str, dict]:
+    """metric -> clean, dirty and dirty - clean, each with its bootstrap interval."""
+    from hanlm.evals import contamination  # deferred: numpy
+
+    out = {}
+    for metric in GAP_METRICS:
+        split = contamination.scores_by_split(samples, metric)
+        if split["clean"] and split["dirty"]:
+            out[metric] = contamination.dirty_clean_gap(split["clean"], split["dirty"])
+    return out
+
+
+def _ci(interval, signed: bool = True) -> str:
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f"{f.format(interval.value)} [{f.format(interval.low)}, {f.format(interval.high)}]"
+
+
+def _chance(samples: list[dict]) -> float:
+    """The accuracy of guessing: the mean of 1 / choices over the items."""
+    return sum(1 / len(s["loglikelihoods"]) for s in samples) / len(samples)
+
+
+def _gap_rows(label: str, task: str, gaps: dict[str, dict]) -> list[list[str]]:
+    return [[label, task, GAP_METRICS[m], *_cells(m, g)] for m, g in gaps.items()]
+
+
+def _cells(metric: str, gaps: dict) -> list[str]:
+    """Clean, dirty, dirty - clean: a margin and a gap may be negative, an accuracy not."""
+    signed = metric != "acc"
+    return [_ci(gaps["clean"], signed), _ci(gaps["dirty"], signed), _ci(gaps["gap"])]
+
+
+def _gap_verdict(label: str, task: str, gaps: dict[str, dict], chance: float) -> str:
+    """What the intervals say, in words: clean accuracy against chance, dirty against clean."""
+    acc = gaps.get("acc")
+    if acc is None:
+        return ""
+    clean, gap = acc["clean"], acc["gap"]
+    above = "above" if clean.low > chance else "below" if clean.high < chance else "not above"
+    inflated = (
+        "dirty items score higher: contamination inflates accuracy"
+        if gap.low > 0
+        else "dirty items score lower"
+        if gap.high < 0
+        else "no difference between dirty and clean items beyond the noise"
+    )
+    return (
+        f"\n{label} on {task}: clean accuracy {clean.value:.3f} is {above} chance ({chance:.2f}); "
+        f"dirty minus clean {gap.value:+.3f} [{gap.low:+.3f}, {gap.high:+.3f}]: {inflated}.\n"
+    )
+
+
+def _comparison_rows(kept: list[dict], dropped: list[dict], task: str) -> list[list[str]]:
+    """Before and after decontamination: one row per corpus, clean and dirty side by side."""
+    rows = []
+    for corpus, samples in (("kept (this run)", kept), ("dropped (compare/drop)", dropped)):
+        gaps = _gaps(samples)
+        for metric, g in gaps.items():
+            rows.append([corpus, task, GAP_METRICS[metric], *_cells(metric, g)])
+    return rows
+
+
+def _comparison(files: RunFiles, kept_by_task: dict[str, list[dict]]) -> str:
+    """The same recipe trained without the flagged documents, beside this run's base model."""
+    if files.compare_eval_samples is None or not files.compare_eval_samples.is_file():
+        return (
+            "\nNo comparison without the contaminated documents in this run "
+            "(`decontam.compare_drop = true` trains one).\n"
+        )
+    dropped = _split_scores(_jsonl(files.compare_eval_samples))
+    out: list[str] = []
+    rows, verdicts = [], []
+    for (_, task), samples in dropped.items():
+        kept = kept_by_task.get(task)
+        if not kept:
+            continue
+        rows += _comparison_rows(kept, samples, task)
+        before, after = _gaps(kept).get("acc"), _gaps(samples).get("acc")
+        if before and after:
+            gap = after["gap"]
+            fell = "at the clean level" if not gap.excludes(0) else "still apart from clean items"
+            verdicts.append(
+                f"{task}: dirty-item accuracy {before['dirty'].value:.3f} with the leaked documents "
+                f"in training, {after['dirty'].value:.3f} without them, {fell} "
+                f"(dirty minus clean {_ci(gap)}; clean {before['clean'].value:.3f} and "
+                f"{after['clean'].value:.3f})."
+            )
+    if not rows:
+        return "\nThe comparison's eval has no benchmark task in common with this run's.\n"
+    out.append(
+        "\n**Before and after decontamination.** The same recipe (seed, steps, tokenizer) "
+        "trained on the corpus with the flagged documents dropped (`decontam.action = drop`, "
+        "in `compare/drop/`), its base model beside this run's:\n\n"
+    )
+    out.append(
+        _table(["training corpus", "task", "score", "clean", "dirty", "dirty − clean"], rows)
+    )
+    out += [f"\n{v}\n" for v in verdicts]
+    return "".join(out)
+
+
 def _contamination_section(files: RunFiles) -> str:
+    from hanlm.evals import contamination  # deferred: numpy
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
     results = _eval_results(files)
     if results is None:
         return _missing("eval")
-    out: list[str] = []
-    rows, groups, plotted = [], {}, None
-    for model, tasks in results["results"].items():
+    groups = _split_scores(_jsonl(files.eval_samples))
+    if not groups:
+        return "_No benchmark task of this run's eval was split by a decontamination report._\n"
+    out: list[str] = [
+        f"Mean per item with a {contamination.BOOTSTRAP_CONFIDENCE:.0%} bootstrap interval over "
+        f"items ({contamination.BOOTSTRAP_RESAMPLES:,} resamples, seed "
+        f"{contamination.BOOTSTRAP_SEED}); dirty: the items decontamination found in the "
+        "training corpus (dirty or partial), clean: the rest. The margin is the log-likelihood "
+        "of the right answer minus the best wrong one.\n\n"
+    ]
+    rows, verdicts, bars, spans, base_samples = [], [], {}, {}, {}
+    for (model, task), samples in groups.items():
         label = _model_label(model, files)
-        for task, splits in tasks.items():
-            full = splits.get("full", {})
-            metrics = [m for m in ("acc", "macro_f1", "gold_margin") if m in full]
-            if task in ("direction", "repetition") or not metrics:
-                continue
-            # the plot shows the margin when the task has it: it moves where accuracy cannot
-            plotted = "gold_margin" if "gold_margin" in full else metrics[0]
-            for metric in metrics:
-                row = [label, task, metric]
-                for split in ("full", "clean", "dirty"):
-                    cell = splits.get(split, {}).get(metric)
-                    if cell and cell.get("value") is None:  # an empty split (e.g. no dirty item)
-                        cell = None
-                    row.append(f"{cell['value']:.3f} (n={cell['n']})" if cell else "-")
-                    if cell and metric == plotted:
-                        groups.setdefault(f"{task}\n{label}", {})[split] = cell["value"]
-                rows.append(row)
-    if not rows:
-        return "".join(out) + "_No scored task in this run's eval._\n"
-    out.append(_table(["model", "task", "metric", "full", "clean", "dirty"], rows))
-    margin = plotted == "gold_margin"  # a log-likelihood difference: may be negative
-    path = report_plots.grouped_bars(
-        groups,
-        files.plots / "clean_vs_dirty.png",
-        ylabel="log-likelihood margin of the right answer" if margin else plotted,
-        ylim=None if margin else (0, 1),
-    )
-    out.append(f"\n![clean vs dirty]({path.relative_to(files.root)})\n")
-    for model, tasks in results["results"].items():
-        for task, splits in tasks.items():
-            clean, dirty = splits.get("clean", {}), splits.get("dirty", {})
-            gaps = [
-                f"{m} {dirty[m]['value'] - clean[m]['value']:+.3f}"
-                for m in ("acc", "gold_margin")
-                if m in clean and m in dirty and None not in (clean[m]["value"], dirty[m]["value"])
-            ]
-            if gaps:
-                out.append(
-                    f"\nDirty minus clean, {_model_label(model, files)} on {task}: {', '.join(gaps)}"
-                    + (
-                        " (no inflation measured)."
-                        if all(float(g.split()[-1]) <= 0 for g in gaps)
-                        else "."
-                    )
-                    + "\n"
-                )
+        gaps = _gaps(samples)
+        rows += _gap_rows(label, task, gaps)
+        verdicts.append(_gap_verdict(label, task, gaps, _chance(samples)))
+        if "acc" in gaps:
+            name = f"{task}\n{label}"
+            bars[name] = {split: gaps["acc"][split].value for split in ("clean", "dirty")}
+            spans[name] = {
+                split: (gaps["acc"][split].low, gaps["acc"][split].high)
+                for split in ("clean", "dirty")
+            }
+        if label == Path(files.pretrain_summary).parent.name:  # the base model: compared below
+            base_samples[task] = samples
+    out.append(_table(["model", "task", "score", "clean", "dirty", "dirty − clean"], rows))
+    out += verdicts
+    if bars:
+        path = report_plots.grouped_bars(
+            bars, files.plots / "clean_vs_dirty.png", ylabel="accuracy", ylim=(0, 1),
+            intervals=spans,
+        )  # fmt: skip
+        out.append(f"\n![clean vs dirty]({path.relative_to(files.root)})\n")
     decontam = _read(files.decontam_report) or {}
     if decontam.get("action") == "keep":
         out.append(
@@ -352,6 +454,7 @@ def _contamination_section(files: RunFiles) -> str:
             "(`decontam.action = keep`), so the gap between dirty and clean items measures what "
             "contamination adds; a real recipe drops them.\n"
         )
+        out.append(_comparison(files, base_samples))
     return "".join(out)
 
 

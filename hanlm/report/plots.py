@@ -70,9 +70,15 @@ def throughput(steps: Sequence[float], tokens_per_s: Sequence[float], mfu, path:
 
 
 def grouped_bars(
-    groups: dict[str, dict[str, float]], path: Path, *, ylabel: str, ylim=None
+    groups: dict[str, dict[str, float]],
+    path: Path,
+    *,
+    ylabel: str,
+    ylim=None,
+    intervals: dict[str, dict[str, tuple[float, float]]] | None = None,
 ) -> Path:
-    """groups: {group: {bar: value}}, bars side by side within each group."""
+    """groups: {group: {bar: value}}, bars side by side within each group; `intervals`
+    ({group: {bar: (low, high)}}) draws an error bar on the bars it names."""
     fig, ax = plt.subplots(figsize=(max(7.0, 1.3 * len(groups)), 3.6))
     group_names = list(groups)
     bar_names = sorted({b for g in groups.values() for b in g}, key=_bar_order)
@@ -80,7 +86,14 @@ def grouped_bars(
     for i, bar in enumerate(bar_names):
         xs = [j + i * width for j in range(len(group_names))]
         values = [groups[g].get(bar, float("nan")) for g in group_names]
-        rects = ax.bar(xs, values, width, label=bar)
+        spans = [(intervals or {}).get(g, {}).get(bar) for g in group_names]
+        errors = None
+        if any(spans):
+            errors = [
+                [v - span[0] if span else 0 for v, span in zip(values, spans, strict=True)],
+                [span[1] - v if span else 0 for v, span in zip(values, spans, strict=True)],
+            ]
+        rects = ax.bar(xs, values, width, label=bar, yerr=errors, capsize=3 if errors else 0)
         ax.bar_label(rects, fmt="%.2f", fontsize=7)
     ax.set_xticks([j + width * (len(bar_names) - 1) / 2 for j in range(len(group_names))])
     ax.set_xticklabels(group_names)

@@ -1,0 +1,170 @@
+"""Dirty versus clean with bootstrap intervals (hanlm.evals.contamination), and the report
+card's contamination section: the intervals, what they say in words, and the comparison with
+the same recipe trained without the contaminated documents."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hanlm.evals import contamination
+from hanlm.report import card
+
+
+def test_a_real_gap_is_told_from_noise():
+    clean = [0.0, 1.0] * 60  # at chance
+    dirty = [1.0] * 30 + [0.0] * 10  # memorised: 0.75
+    gaps = contamination.dirty_clean_gap(clean, dirty)
+    assert gaps["clean"].value == pytest.approx(0.5) and not gaps["clean"].excludes(0.5)
+    assert gaps["dirty"].value == pytest.approx(0.75)
+    assert gaps["gap"].value == pytest.approx(0.25) and gaps["gap"].low > 0
+    # the same two splits drawn from one distribution: the gap's interval holds 0
+    rng = np.random.default_rng(1)
+    same = contamination.dirty_clean_gap(rng.random(120) < 0.6, rng.random(80) < 0.6)
+    assert same["gap"].low < 0 < same["gap"].high
+
+
+def test_intervals_are_fixed_by_the_seed_and_cover_the_mean():
+    rng = np.random.default_rng(0)
+    clean, dirty = rng.normal(0, 1, 150), rng.normal(0.5, 1, 60)
+    first = contamination.dirty_clean_gap(clean, dirty)
+    assert first == contamination.dirty_clean_gap(clean, dirty)  # seed 0 by default
+    other = contamination.dirty_clean_gap(clean, dirty, seed=1)
+    assert other["gap"] != first["gap"]
+    for name, values in (("clean", clean), ("dirty", dirty)):
+        interval = first[name]
+        assert interval.low < values.mean() < interval.high and interval.n == len(values)
+        # about two standard errors each side, as a 95% interval of a mean should be
+        half = (interval.high - interval.low) / 2
+        assert half == pytest.approx(1.96 * values.std(ddof=1) / np.sqrt(len(values)), rel=0.2)
+    wider = contamination.dirty_clean_gap(clean, dirty, confidence=0.99)
+    assert wider["gap"].high - wider["gap"].low > first["gap"].high - first["gap"].low
+
+
+def test_bad_splits_and_settings_are_refused():
+    with pytest.raises(ValueError, match="both splits"):
+        contamination.dirty_clean_gap([], [1.0])
+    with pytest.raises(ValueError, match="confidence"):
+        contamination.dirty_clean_gap([1.0], [1.0], confidence=1.0)
+    with pytest.raises(ValueError, match="resamples"):
+        contamination.dirty_clean_gap([1.0], [1.0], resamples=0)
+
+
+def test_scores_split_by_the_status_each_sample_carries():
+    samples = [
+        {"contamination": "clean", "scores": {"acc": 1.0}},
+        {"contamination": "dirty", "scores": {"acc": 0.0}},
+        {"contamination": "partial", "scores": {"acc": 1.0}},  # any overlap counts as dirty
+        {"contamination": None, "scores": {"acc": 1.0}},  # not in the report: neither
+        {"contamination": "clean", "scores": {"macro_f1": 1.0}},  # no such score
+    ]
+    assert contamination.scores_by_split(samples, "acc") == {"clean": [1.0], "dirty": [0.0, 1.0]}
+
+
+# --- the report card -----------------------------------------------------------------------------
+
+
+def _samples(model: str, seed: int, clean_acc: float, dirty_acc: float) -> list[dict]:
+    """demo_qa samples of one model: 120 clean and 80 dirty items at the given accuracies."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for status, n, acc in (("clean", 120, clean_acc), ("dirty", 80, dirty_acc)):
+        for i in range(n):
+            right = bool(rng.random() < acc)
+            margin = float(rng.normal(1.0 if right else -1.0, 0.5))
+            rows.append(
+                {
+                    "model": model,
+                    "task": "demo_qa",
+                    "item_id": f"{status}-{i}",
+                    "loglikelihoods": [0.0, margin],
+                    "contamination": status,
+                    "scores": {"acc": float(right), "gold_margin": margin},
+                }
+            )
+    return rows
+
+
+def _files(tmp_path: Path, samples: list[dict], compared: list[dict] | None) -> card.RunFiles:
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    (run / "decontam").mkdir()
+    (run / "eval" / "results.json").write_text(json.dumps({"results": {}}))
+    lines = "".join(json.dumps(s) + "\n" for s in samples)
+    (run / "eval" / "samples.jsonl").write_text(lines)
+    (run / "decontam" / "report.json").write_text(json.dumps({"action": "keep"}))
+    compare = run / "compare" / "drop" / "eval" / "samples.jsonl"
+    if compared is not None:
+        compare.parent.mkdir(parents=True)
+        compare.write_text("".join(json.dumps(s) + "\n" for s in compared))
+    missing = run / "missing.json"
+    return card.RunFiles(
+        name="run", root=run, plots=run / "plots", config=missing, plan=missing,
+        preflight=missing, corpus_stats=missing, decontam_report=run / "decontam" / "report.json",
+        decontam_items=missing, planted=missing, pretrain_metrics=missing,
+        pretrain_summary=run / "pretrain" / "summary.json", sft_metrics=missing, closure=missing,
+        closure_by_init=missing, ablation_closure=lambda init: missing, audit=missing,
+        eval_results=run / "eval" / "results.json", eval_samples=run / "eval" / "samples.jsonl",
+        export_folder="hf", compare_eval_samples=compare,
+    )  # fmt: skip
+
+
+def test_card_shows_the_gap_with_intervals_and_the_comparison(tmp_path):
+    kept = _samples("run/pretrain", 0, clean_acc=0.65, dirty_acc=0.95)
+    dropped = _samples("drop/pretrain", 1, clean_acc=0.65, dirty_acc=0.65)
+    text = card._contamination_section(_files(tmp_path, kept, dropped))
+    gaps = contamination.dirty_clean_gap(*contamination.scores_by_split(kept, "acc").values())
+    clean, dirty, gap = gaps["clean"], gaps["dirty"], gaps["gap"]
+    row = (
+        f"| pretrain | demo_qa | accuracy | {clean.value:.3f} [{clean.low:.3f}, {clean.high:.3f}] "
+        f"| {dirty.value:.3f} [{dirty.low:.3f}, {dirty.high:.3f}] "
+        f"| {gap.value:+.3f} [{gap.low:+.3f}, {gap.high:+.3f}] |"
+    )
+    assert row in text
+    assert "clean accuracy" in text and "is above chance (0.50)" in text
+    assert "contamination inflates accuracy" in text
+    assert "| kept (this run) | demo_qa | accuracy |" in text
+    assert "| dropped (compare/drop) | demo_qa | log-likelihood margin |" in text
+    assert "without them" in text and "at the clean level" in text
+    assert "2,000 resamples, seed 0" in text
+    assert (tmp_path / "run" / "plots" / "clean_vs_dirty.png").is_file()
+
+
+def test_card_says_when_nothing_is_measured(tmp_path):
+    flat = _samples("run/pretrain", 2, clean_acc=0.5, dirty_acc=0.5)
+    text = card._contamination_section(_files(tmp_path, flat, None))
+    assert "is not above chance" in text
+    assert "no difference between dirty and clean items beyond the noise" in text
+    assert "No comparison without the contaminated documents" in text
+
+
+# --- the lesson on a real demo run ---------------------------------------------------------------
+
+DEMO_RUN = os.environ.get("HANLM_DEMO_RUN")
+
+
+def _base_model_scores(samples_file: Path) -> dict[str, list[float]]:
+    samples = [json.loads(line) for line in samples_file.read_text().splitlines() if line]
+    base = [s for s in samples if s["task"] == "demo_qa" and s["model"].endswith("/pretrain")]
+    return contamination.scores_by_split(base, "acc")
+
+
+@pytest.mark.skipif(
+    not DEMO_RUN,
+    reason="the demo model needs minutes to learn: set HANLM_DEMO_RUN to a finished `hanlm run` "
+    "of the demo recipe (decontam.compare_drop on) to check its effect",
+)
+def test_the_demo_run_shows_the_contamination_lesson():
+    """Clean accuracy above chance, dirty above clean, and without the leaked documents in
+    training the dirty items back at the clean level: each judged by its 95% interval."""
+    run = Path(DEMO_RUN)
+    kept = contamination.dirty_clean_gap(**_base_model_scores(run / "eval" / "samples.jsonl"))
+    dropped_file = run / "compare" / "drop" / "eval" / "samples.jsonl"
+    dropped = contamination.dirty_clean_gap(**_base_model_scores(dropped_file))
+    assert kept["clean"].low > 0.5, kept["clean"]
+    assert kept["gap"].low > 0, kept["gap"]
+    assert not dropped["gap"].excludes(0), dropped["gap"]
