@@ -332,7 +332,7 @@ def _whole_on_cpu(weight: torch.Tensor) -> torch.Tensor:
 
 def write_rows(weight: torch.Tensor, ids: Sequence[int], values: torch.Tensor) -> None:
     """weight[ids] = values; a sharded (FSDP2) matrix writes only the rows this rank holds."""
-    rows, first = _local_block(weight)
+    rows, first = local_block(weight)
     wanted = torch.as_tensor(list(ids), dtype=torch.long)
     mine = (wanted >= first) & (wanted < first + rows.shape[0])
     if mine.any():
@@ -377,14 +377,15 @@ def local_rows(weight: torch.Tensor, ids: Sequence[int]) -> tuple[torch.Tensor, 
     A plain tensor holds every row. An FSDP2 parameter is a DTensor sharded on dim 0 the way
     torch.chunk splits it: rank r holds rows [r * ceil(n / ranks), ...) of its local tensor,
     which shares storage with the parameter, so writing it updates the parameter."""
-    rows, first = _local_block(weight)
+    rows, first = local_block(weight)
     wanted = torch.as_tensor(list(ids), dtype=torch.long)
     mine = wanted[(wanted >= first) & (wanted < first + rows.shape[0])]
     return rows, (mine - first).to(rows.device)
 
 
-def _local_block(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(the rows of `weight` this process holds, the index of the first): see `local_rows`."""
+def local_block(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(the rows of `weight` this process holds, sharing its storage; the index of the first,
+    at most the row count: a rank past the end holds none): see `local_rows`."""
     from torch.distributed.tensor import DTensor, Shard  # deferred: only FSDP runs have them
 
     if not isinstance(weight, DTensor):
@@ -396,7 +397,7 @@ def _local_block(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
     rows = weight.to_local()
     n, ranks = weight.shape[0], weight.device_mesh.size()
     per_rank = -(-n // ranks)
-    first = weight.device_mesh.get_local_rank() * per_rank
-    if rows.shape[0] != max(0, min(per_rank, n - first)):
+    first = min(weight.device_mesh.get_local_rank() * per_rank, n)
+    if rows.shape[0] != min(per_rank, n - first):
         raise RuntimeError(f"unexpected FSDP2 shard: {rows.shape[0]} rows from row {first}")
     return rows, first

@@ -39,7 +39,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
 )
 
-from hanlm.chat.tokens import matrices
+from hanlm.chat.tokens import local_block, matrices
 from hanlm.errors import UserError
 from hanlm.model_folder import WEIGHTS, WEIGHTS_INDEX
 from hanlm.train.export import checkpoint_tensor_shapes
@@ -148,27 +148,13 @@ def _fill_from_safetensors(model: torch.nn.Module, folder: Path) -> None:
     found = _source_names(model, files)
     dtype = _load_dtype(model)
     for first, name in found.items():
-        target, start = local_rows(model.get_parameter(first))
+        target, start = local_block(model.get_parameter(first))
         # opened per tensor: the file is memory-mapped, and the pages read stay in this
         # process's resident memory until it is closed
         with safe_open(str(files[name]), "pt") as f:
             tensor = f.get_slice(name)
             piece = tensor[start : start + target.shape[0]] if target.dim() else tensor[:]
         target.copy_(piece if dtype is None else piece.to(dtype))
-
-
-def local_rows(param: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(the part of `param` this rank holds, sharing its storage; the index of its first row):
-    the whole tensor from row 0, or an FSDP2 shard, rows [rank * ceil(n / ranks), ...)."""
-    from torch.distributed.tensor import DTensor, Shard  # deferred: only FSDP runs have them
-
-    if not isinstance(param, DTensor):
-        return param, 0
-    if len(param.placements) != 1 or param.placements[0] != Shard(0):
-        raise NotImplementedError(f"a parameter sharded as {param.placements}")
-    rows = param.to_local()
-    per_rank = -(-param.shape[0] // param.device_mesh.size())
-    return rows, min(param.device_mesh.get_local_rank() * per_rank, param.shape[0])
 
 
 @contextlib.contextmanager
