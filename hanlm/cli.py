@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hanlm import __version__, config_flags
+from hanlm.data import fact_statements
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_json,
@@ -59,10 +60,12 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
         "checkpoint",
         "logging",
     ),
-    "sft": ("sft",),
+    # SFT logs to [logging]'s trackers, at [sft.logging]'s cadence
+    "sft": ("sft", "logging.trackers", "logging.name", "logging.wandb", "logging.trackio"),
     "eval": ("eval",),
     "preflight": ("preflight",),
     "generate": ("generate",),
+    "publish": ("publish",),
     "chat": ("generate", "-generate.batch_size"),  # one conversation: nothing to batch
     "plan": (
         "plan",
@@ -159,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     for add in (_add_eval, _add_decontam, _add_generate, _add_chat, _add_sft):
         add(sub)
-    for add in (_add_doctor, _add_plan, _add_demo):
+    for add in (_add_doctor, _add_plan, _add_demo, _add_publish, _add_facts):
         add(sub)
     return parser
 
@@ -197,7 +200,8 @@ def _add_data_stages(sub) -> None:
         sub,
         "tokenizer",
         "train the byte-level BPE tokenizer on the corpus",
-        "Train a byte-level BPE tokenizer (NFC, digits split one by one, chat and "
+        "Train a byte-level BPE tokenizer (NFC, Qwen2's pre-tokenizer split, which llama.cpp "
+        "implements: digits one by one; chat and "
         "document special tokens reserved) and write DIR/tokenizer/, loadable with "
         "transformers.AutoTokenizer, plus special_tokens.json and stats.json with the "
         "held-out characters and bytes per token.",
@@ -236,15 +240,31 @@ def _add_export(sub) -> None:
     p = _command(
         sub,
         "export",
-        "write a checkpoint as a Hugging Face model folder",
-        "Write a pretraining checkpoint (the latest committed one by default) as a plain Hugging "
-        "Face folder: model.safetensors, config.json, generation_config.json and the tokenizer "
-        "with its chat template. transformers, vLLM, llama.cpp's converter and "
-        "lm-evaluation-harness load it as it is. Default output: DIR/pretrain/hf.",
-        force=REDO,
+        "write a checkpoint as a Hugging Face model folder, or a model as GGUF",
+        "Write a pretraining checkpoint (the latest committed one by default) as a plain\n"
+        "Hugging Face folder: model.safetensors, config.json, generation_config.json and the\n"
+        "tokenizer with its chat template. transformers, vLLM and lm-evaluation-harness load\n"
+        "it as it is. Default output: DIR/pretrain/hf.\n\n"
+        "--format gguf writes an exported folder (DIR/sft/hf when there is one, else\n"
+        "DIR/pretrain/hf, or --source) as one GGUF file for llama.cpp and Ollama, with an\n"
+        "Ollama Modelfile next to it. Default output: DIR/gguf/{chat,base}-TYPE.gguf.\n"
+        "Needs the `gguf` package: pip install 'hanlm[gguf]'.",
+        force="redo the export even if it is complete; replace an earlier GGUF file",
     )
+    p.add_argument("--format", choices=("hf", "gguf"), default="hf", help="output format")
     p.add_argument("--checkpoint", metavar="STEP|PATH", help="a step number or a checkpoint folder")
-    p.add_argument("--out", type=Path, metavar="DIR", help="output folder")
+    p.add_argument(
+        "--out", type=Path, metavar="PATH", help="output folder (hf) or file NAME.gguf (gguf)"
+    )
+    p.add_argument(
+        "--gguf-type",
+        default="f16",
+        metavar="TYPE",
+        help="GGUF weights: f16 (default), bf16 or q8_0",
+    )
+    p.add_argument(
+        "--source", type=Path, metavar="DIR", help="gguf: the exported folder to convert"
+    )
     p.set_defaults(func=_cmd_export, stage="export")
 
 
@@ -418,6 +438,37 @@ def _add_demo(sub) -> None:
     p.set_defaults(func=_cmd_demo)
 
 
+def _add_publish(sub) -> None:
+    p = _command(
+        sub,
+        "publish",
+        "upload the run's model to the Hugging Face Hub with a card built from the run",
+        "Write the run's chat model (RUN/sft/hf; the base model RUN/pretrain/hf when there is no "
+        "chat model, or with --model base) with a model card built from the run into "
+        "RUN/publish/ (or --out), then upload it to the Hub repository --repo. The card holds "
+        "every eval score as full / clean / dirty beside the decontamination summary (Hub "
+        "metadata and model-index), the recipe, hardware and cost, the report card with its "
+        "figures, and how to run the model. Log in first: `hf auth login` or HF_TOKEN.\n\n"
+        "  hanlm publish runs/ko13b --repo my-org/ko-small-chat --dry-run   look first\n"
+        "  hanlm publish runs/ko13b --repo my-org/ko-small-chat --gguf model-f16.gguf",
+        force="replace an earlier folder at --out",
+        run=False,
+    )
+    p.add_argument("run", type=Path, metavar="RUN", help="the run directory")
+    p.add_argument("--repo", metavar="NAME", help="Hub repository: NAME (yours) or OWNER/NAME")
+    p.add_argument(
+        "--model",
+        choices=["chat", "base"],
+        help="which export (default: chat when the run has one, else base)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="write the folder only; no network, no token"
+    )
+    p.add_argument("--out", type=Path, metavar="DIR", help="the folder (default: RUN/publish)")
+    p.add_argument("--gguf", type=Path, metavar="FILE", help="also upload this GGUF file")
+    p.set_defaults(func=_cmd_publish)
+
+
 def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
     """{config key: value} of the config flags given."""
     values = config_flags.flag_values(args)
@@ -450,6 +501,25 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from hanlm.stages import export
 
     cfg = _load(args)
+    if args.format == "gguf":
+        if args.checkpoint is not None:
+            raise UserError(
+                "--checkpoint chooses what the Hugging Face export reads; GGUF is written from "
+                "an exported folder",
+                fix="export the step first (hanlm export --checkpoint STEP --out DIR), then "
+                "hanlm export --format gguf --source DIR",
+            )
+        export.run_gguf(
+            cfg,
+            args.run,
+            gguf_type=args.gguf_type,
+            source=args.source,
+            out=args.out,
+            force=args.force,
+        )
+        return 0
+    if args.source is not None or args.gguf_type != "f16":
+        raise UserError("--source and --gguf-type belong to --format gguf", fix="add --format gguf")
     export.run(cfg, args.run, force=args.force, checkpoint=args.checkpoint, out=args.out)
     _save(cfg, args.run)
     return 0
@@ -641,6 +711,68 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
     paths = demo_stage.write_standalone(args.out, args.seed, args.size_mb, force=args.force)
     info("demo world written: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from hanlm.stages import publish
+    from hanlm.stages.rundir import load_run_config
+
+    cfg = load_run_config(args.run, None, None, _flag_values(args), recipe_fallback=False)
+    summary = publish.run(
+        cfg,
+        args.run,
+        repo=args.repo,
+        model=args.model,
+        out=args.out,
+        dry_run=args.dry_run,
+        gguf=args.gguf,
+        force=args.force,
+    )
+    print(summary.get("url") or summary["folder"])
+    return 0
+
+
+def _add_facts(sub) -> None:
+    p = _command(
+        sub,
+        "facts",
+        "write a facts table as training documents stating each fact both ways",
+        "Read a facts table (TSV with columns subject, relation, object, or JSONL with those "
+        "keys) and write JSONL documents that state each fact subject first and, for a seeded "
+        "--reverse-share of them, object first too; add the file to corpus.inputs. "
+        "--probe-table writes the table for `hanlm eval --task direction=FILE`, which then "
+        "compares the facts with and without reverse statements. See docs/facts.md.",
+        force="replace existing output files",
+        run=False,
+    )
+    p.add_argument("table", type=Path, metavar="TABLE")
+    p.add_argument("--out", type=Path, required=True, metavar="DOCS.jsonl")
+    p.add_argument("--probe-table", type=Path, metavar="FILE.tsv")
+    p.add_argument("--templates", type=Path, metavar="FILE.toml", help="sentences per relation")
+    p.add_argument("--reverse-share", type=float, default=1.0, metavar="SHARE")
+    p.add_argument("--copies", type=int, default=1, help="documents per fact")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_facts)
+
+
+def _cmd_facts(args: argparse.Namespace) -> int:
+    from hanlm.console import info
+
+    done = fact_statements.write(
+        args.table,
+        args.out,
+        templates_file=args.templates,
+        reverse_share=args.reverse_share,
+        copies=args.copies,
+        seed=args.seed,
+        probe_out=args.probe_table,
+        replace=args.force,
+    )
+    info(
+        f"facts: {done['documents']:,} documents from {done['facts']:,} facts "
+        f"({done['reverse_stated']:,} also stated object first) -> {args.out}"
+    )
     return 0
 
 

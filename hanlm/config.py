@@ -51,6 +51,13 @@ class DemoSection(Section):
 
     seed: int = Field(0, description="seed of the generator; the same seed gives the same world")
     size_mb: float = Field(4.0, gt=0, le=512, description="approximate UTF-8 size of the corpus")
+    reverse_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="share of the facts (a seeded pick) also stated object first in the "
+        "documents; the direction probe compares them with the rest",
+    )
 
 
 _FW2 = "FineWeb-2 configs/kor_Hang.yml"
@@ -426,15 +433,93 @@ class SftCheckpointSection(CheckpointCadence):
     )
 
 
-class LoggingSection(Section):
-    """How often training logs and validates."""
+class LoggingCadence(Section):
+    """How often a training logs and validates."""
 
     log_every: int = Field(10, ge=1)
     eval_every: int = Field(100, ge=0, description="validation every N steps; 0 = only at the end")
     eval_batches: int = Field(20, ge=1, description="validation micro-batches per rank")
 
 
-class SftLoggingSection(LoggingSection):
+class WandbSection(Section):
+    """Weights & Biases, when [logging] trackers holds "wandb"."""
+
+    project: str = Field(
+        "hanlm",
+        min_length=1,
+        description="W&B project of the runs",
+        json_schema_extra={"cli": {"flag": "wandb-project"}},
+    )
+    entity: str | None = Field(
+        None,
+        description="W&B team or user the project belongs to; unset: your default entity",
+        json_schema_extra={"cli": {"flag": "wandb-entity"}},
+    )
+    mode: Literal["online", "offline"] = Field(
+        "online",
+        description="online needs `wandb login` (or WANDB_API_KEY); offline writes the run "
+        "under dir only, to upload later with `wandb sync`",
+        json_schema_extra={"cli": {"flag": "wandb-mode"}},
+    )
+    dir: str | None = Field(
+        None,
+        description="where W&B keeps its files; unset: the stage's folder (RUN/pretrain, RUN/sft)",
+        json_schema_extra={"cli": {"flag": False}},
+    )
+
+
+class TrackioSection(Section):
+    """trackio (local-first; a Hugging Face Space when asked), when [logging] trackers holds
+    "trackio". Locally it writes to TRACKIO_DIR (default ~/.cache/huggingface/trackio)."""
+
+    project: str = Field(
+        "hanlm",
+        min_length=1,
+        description="trackio project of the runs",
+        json_schema_extra={"cli": {"flag": "trackio-project"}},
+    )
+    space_id: str | None = Field(
+        None,
+        description='log to this Hugging Face Space ("user/name"; needs `hf auth login` or '
+        "HF_TOKEN); unset: the local database",
+        json_schema_extra={"cli": {"flag": "trackio-space-id"}},
+    )
+
+
+class LoggingSection(LoggingCadence):
+    """How often training logs and validates, and the trackers that receive what goes to
+    metrics.jsonl (pretraining and SFT alike; SFT's cadence is [sft.logging])."""
+
+    trackers: list[Literal["tensorboard", "trackio", "wandb"]] | None = Field(
+        None,
+        description="experiment trackers, one or several of tensorboard, trackio, wandb, each "
+        "checked before training starts; [] for metrics.jsonl only; unset: TensorBoard when "
+        "it is installed",
+        json_schema_extra={"cli": {"flag": "tracker"}},
+    )
+    name: str | None = Field(
+        None,
+        description="the run's name in the trackers; unset: the run directory's name. "
+        "Pretraining logs as NAME-pretrain and SFT as NAME-sft, grouped under NAME",
+        json_schema_extra={"cli": {"flag": "tracker-run-name"}},
+    )
+    wandb: WandbSection = Field(default_factory=WandbSection)
+    trackio: TrackioSection = Field(default_factory=TrackioSection)
+
+    # the keys that say when the loop logs, as opposed to where the records go
+    CADENCE_KEYS: ClassVar[frozenset[str]] = frozenset(LoggingCadence.model_fields)
+
+    @field_validator("trackers")
+    @classmethod
+    def _each_once(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"a tracker is named twice in {value}; name each once")
+        return value
+
+
+class SftLoggingSection(LoggingCadence):
+    """SFT's cadence; the trackers are [logging]'s."""
+
     eval_every: int = Field(0, ge=0, description="held-out loss every N steps; 0 = at the end")
     eval_batches: int = Field(8, ge=1, description="held-out micro-batches per rank")
 
@@ -739,6 +824,30 @@ class PlanSection(Section):
     )
 
 
+_HUB_LICENSE = re.compile(r"[a-z0-9][a-z0-9.+-]*")
+
+
+def _hub_license(value: str) -> str:
+    if not _HUB_LICENSE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Hub license id: write one of "
+            "huggingface.co/docs/hub/repositories-licenses in lower case, e.g. apache-2.0, mit, "
+            "cc-by-4.0, or `other`"
+        )
+    return value
+
+
+class PublishSection(Section):
+    """`hanlm publish`: the model card's license and the Hub repository's visibility."""
+
+    license: Annotated[str, AfterValidator(_hub_license)] = Field(
+        "apache-2.0",
+        description="the model's license on the card, a Hub license id (apache-2.0, mit, "
+        "cc-by-4.0, other...); check that the training data's licenses allow it",
+    )
+    private: bool = Field(False, description="create the Hub repository private")
+
+
 class Config(Section):
     run: RunSection = Field(default_factory=RunSection)
     plan: PlanSection = Field(default_factory=PlanSection)
@@ -760,6 +869,7 @@ class Config(Section):
     generate: GenerateSection = Field(default_factory=GenerateSection)
     distill: DistillSection = Field(default_factory=DistillSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+    publish: PublishSection = Field(default_factory=PublishSection)
 
     @model_validator(mode="after")
     def _settings_that_go_together(self) -> Config:

@@ -20,6 +20,9 @@ Non-persistent buffers (RoPE's `inv_freq`) are recomputed by transformers' own `
 on the module that owns them, as the eager build did last. A model whose initialisation cannot
 be replayed this way (a parameter made by arithmetic rather than by an init op, a draw from
 its own generator) gets `MetaInit.unsupported` with the reason; callers build it eagerly then.
+
+A model whose weights come from a file instead (SFT's pretrained model) uses the same parts:
+`allocate` (storage on the device, ties kept) and `recompute_buffers`.
 """
 
 from __future__ import annotations
@@ -211,12 +214,28 @@ class MetaInit:
                     store(step.store_as, live.pop(w.storage).view(self.shapes[step.store_as]))
 
     def recompute_buffers(self, model: torch.nn.Module, device: torch.device | str) -> None:
-        """Fill the buffers left empty by `to_empty` (RoPE frequencies) as the eager build did:
-        with transformers' `_init_weights` of the model part owning each, on `device`."""
-        owners = _init_weights_owners(model)
-        with torch.no_grad(), torch.device(device):
-            for name in self.buffer_owners:
-                owners[name]._init_weights(model.get_submodule(name))
+        """Fill the buffers left empty by `to_empty` (RoPE frequencies) as the eager build did."""
+        recompute_buffers(model, self.buffer_owners, device)
+
+
+def recompute_buffers(
+    model: torch.nn.Module, owners: list[str], device: torch.device | str
+) -> None:
+    """Fill the buffers of the modules `owners` names (left empty by `to_empty`) as the build
+    does: with transformers' `_init_weights` of the model part owning each, on `device`."""
+    init_owners = _init_weights_owners(model)
+    with torch.no_grad(), torch.device(device):
+        for name in owners:
+            init_owners[name]._init_weights(model.get_submodule(name))
+
+
+def buffer_owners(model: torch.nn.Module) -> list[str]:
+    """The modules whose buffers `recompute_buffers` can fill for a model whose weights come
+    from elsewhere (a pretrained one); ValueError saying why when a buffer cannot be."""
+    owners, problem = _buffer_owners(model, None)
+    if problem:
+        raise ValueError(problem)
+    return owners
 
 
 def materialise(
@@ -233,6 +252,17 @@ def materialise(
     (default: copies the whole value; a sharded model keeps its shard). `root`: the module
     holding `model` that FSDP2 sharded, when not `model` itself (allocation runs on it, so
     that FSDP2 registers the new shards)."""
+    allocate(model, device, root=root)
+    write = store or (lambda param, value: param.copy_(value))
+    init.replay(seed, device, lambda name, value: write(model.get_parameter(name), value))
+    init.recompute_buffers(model, device)
+
+
+def allocate(
+    model: torch.nn.Module, device: torch.device | str, *, root: torch.nn.Module | None = None
+) -> None:
+    """Give a model built on meta (maybe sharded since) uninitialised storage on `device`, its
+    tied parameters still one parameter. `root`: as in `materialise`."""
     ties = _tied_names(model)
     (root if root is not None else model).to_empty(device=device)
     for names in ties:  # to_empty gives each module its own new parameter
@@ -240,9 +270,6 @@ def materialise(
         for name in names[1:]:
             owner, _, attr = name.rpartition(".")
             setattr(model.get_submodule(owner), attr, shared)
-    write = store or (lambda param, value: param.copy_(value))
-    init.replay(seed, device, lambda name, value: write(model.get_parameter(name), value))
-    init.recompute_buffers(model, device)
 
 
 def _tied_names(model: torch.nn.Module) -> list[list[str]]:
@@ -320,8 +347,9 @@ def _opaque(name: str, op) -> str:
     return f"parameter {name} is written by {op} with tensor or generator arguments"
 
 
-def _buffer_owners(model: torch.nn.Module, written_whole: set[int]) -> tuple[list[str], str]:
-    """The modules whose buffers `recompute_buffers` fills, or why it cannot."""
+def _buffer_owners(model: torch.nn.Module, written_whole: set[int] | None) -> tuple[list[str], str]:
+    """The modules whose buffers `recompute_buffers` fills, or why it cannot. `written_whole`:
+    the storages the recorded build wrote whole (None: nothing recorded, not checked)."""
     init_owners = _init_weights_owners(model)
     owners: list[str] = []
     for module_name, module in model.named_modules():
@@ -335,7 +363,7 @@ def _buffer_owners(model: torch.nn.Module, written_whole: set[int]) -> tuple[lis
             return [], f"{where} has both parameters and buffers"
         for name, buffer in buffers:
             # Written whole during the build's init: `_init_weights` recomputes it.
-            if _storage_key(buffer) not in written_whole:
+            if written_whole is not None and _storage_key(buffer) not in written_whole:
                 return [], f"buffer {name} of {where} is not set by the model's _init_weights"
         owners.append(module_name)
     return owners, ""

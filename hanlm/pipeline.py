@@ -11,6 +11,7 @@ from hanlm.config import Config
 from hanlm.console import info
 from hanlm.errors import UserError
 from hanlm.stages.rundir import save_run_config
+from hanlm.train import trackers
 
 # name -> module with `run(cfg, run, *, force) -> dict` (run: a RunDir or its path)
 STAGES: dict[str, str] = {
@@ -108,6 +109,8 @@ def run_pipeline(
     stop = names.index(until) + 1 if until else len(names)
     if stop <= start < len(names):
         raise UserError(f"--from {from_stage} comes after --until {until}", fix="swap them")
+    if {"pretrain", "sft"} & set(names[:stop]):  # before hours of data stages, not after
+        trackers.check(cfg.logging)
     results = {}
     for i, name in enumerate(names[:stop]):
         if os.environ.get("RANK", "0") == "0":

@@ -67,6 +67,21 @@ def run_subprocess(*args: str, cwd: Path | None = None, timeout: int = 300):
     )
 
 
+def run_two_rank_worker(worker: Path, out: Path, *args: str, timeout: int = 300):
+    """`worker OUT ARGS...` under torchrun on 2 CPU ranks, one thread each (the cores are two)."""
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": os.pathsep.join(
+            [str(worker.parent.parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += [str(worker), str(out), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
 def assert_user_error(result, *needles: str) -> None:
     """Exit status 2, a one-paragraph message, no traceback."""
     code = result.returncode if hasattr(result, "returncode") else result.code
@@ -123,6 +138,9 @@ def demo_run(tmp_path_factory) -> Path:
     cfg = load_config(
         values={
             "demo.size_mb": 0.4,
+            # the world these tests were written on (the recipe's reverse statements change the
+            # text the tiny models learn; tests/test_run.py runs the recipe's own world)
+            "demo.reverse_share": 0.0,
             "corpus.part_chars": 40_000,
             "tokenizer.vocab_size": 1024,
             "data_engine.workers": 2,

@@ -3,7 +3,8 @@ FSDP does (on the meta device, sharded, then initialised), gathers its full stat
 compares it bit for bit with the eager `build_model` of the same seed.
 
 Usage: torchrun --nproc_per_node 2 tests/fsdp_init_worker.py OUT_DIR VARIANT_JSON...
-A variant with "loaded" instead shards a whole model as SFT does (parallel.parallelize_loaded).
+A variant with "loaded" instead fills the sharded meta model from a saved folder as SFT does
+(parallel.parallelize_loaded, hanlm.train.pretrained).
 Each rank writes OUT_DIR/rank-R.json: per variant, whether the meta path was taken, the names
 of tensors that differ, whether the head is still tied, and the largest fraction of a full
 parameter that this rank holds.
@@ -14,17 +15,18 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_model
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from hanlm import model as model_lib
 from hanlm.config import Config
-from hanlm.train import parallel, precision, pretrain
+from hanlm.train import parallel, precision, pretrain, pretrained
 from hanlm.train.build import Placement
 
 VOCAB = 96
 
 
-def check(d: parallel.Dist, variant: dict) -> dict:
+def check(d: parallel.Dist, variant: dict, out: Path) -> dict:
     cfg = Config.model_validate(
         {
             "model": {"preset": variant.get("preset", "tiny")},
@@ -42,10 +44,15 @@ def check(d: parallel.Dist, variant: dict) -> dict:
     plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
     at = Placement(d, "fsdp", plan)
     mconfig = model_lib.model_config(cfg.model.preset, vocab_size=VOCAB, seq_len=32)
-    if variant.get("loaded"):  # SFT's way: a whole model loaded on the host, then sharded
+    if variant.get("loaded"):  # SFT's way: built on meta, sharded, each rank reading its rows
         meta_init, converted = True, []
-        loaded = model_lib.build_model(mconfig, seed=cfg.run.seed)
-        model = parallel.parallelize_loaded(loaded, d, "fsdp")
+        folder = out / f"saved-by-rank-{d.rank}"
+        folder.mkdir()
+        saved = model_lib.build_model(mconfig, seed=cfg.run.seed)
+        save_model(saved, str(folder / "model.safetensors"))  # a tied tensor once
+        shell = model_lib.build_model(mconfig, device="meta")
+        fill = lambda m: pretrained.fill(m, "hf", folder)  # noqa: E731
+        model = parallel.parallelize_loaded(shell, d, "fsdp", fill=fill)
     else:
         _, meta_init = pretrain._new_model(mconfig, cfg.run.seed, at)
         _, model, converted = pretrain._built_model(cfg, VOCAB, at)
@@ -77,7 +84,7 @@ def main() -> None:
     variants = [json.loads(v) for v in sys.argv[2:]]
     d = parallel.init("cpu")
     try:
-        results = [check(d, v) for v in variants]
+        results = [check(d, v, out) for v in variants]
         (out / f"rank-{d.rank}.json").write_text(json.dumps(results))
     finally:
         parallel.shutdown(d)

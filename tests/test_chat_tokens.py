@@ -231,3 +231,53 @@ def test_geometry_flags_rows_like_the_unused_ones(special):
     geo = tokens.geometry(model, [special["eot"]["id"], 300, 400], special)
     assert geo["under_trained"] == [True, False, False]
     assert np.isfinite(geo["matrices"]["embedding"]["values"]["cos_reference"][0])
+
+
+def test_row_norms_tell_trained_rows_from_template_rows(special):
+    """Rows grown by training stand out from the template rows that kept their start."""
+    model = build_model(model_config("tiny", vocab_size=special["vocab_size"], seq_len=64), seed=0)
+    weight = tokens.matrices(model)["embedding"]
+    excluded = [v["id"] for v in special.values() if isinstance(v, dict)]
+    ordinary = tokens.ordinary_ids(len(weight), excluded + tokens.reference_ids(special))
+    with torch.no_grad():
+        weight[torch.as_tensor(ordinary)] *= 3.0  # what training did to the ordinary rows
+    norms = tokens.row_norms(model, special)
+    start = norms["initial_norm"]
+    assert start == pytest.approx(0.02 * 64**0.5, rel=1e-3)  # tiny: initializer_range x sqrt(64)
+    assert norms["embedding"]["ordinary_mean"] == pytest.approx(3 * start, rel=0.1)
+    assert set(norms["embedding"]["template"]) == {"system", "user", "assistant", "eot"}
+    for value in norms["embedding"]["template"].values():
+        assert value == pytest.approx(start, rel=0.3)
+    assert "head" not in norms  # tied: one matrix
+
+
+def test_end_of_answer_ranks_match_one_conversation_at_a_time(tmp_path, tokenizer, special):
+    """Batched with right padding, each answer end is ranked as in its own forward pass."""
+    from hanlm.chat.closure import end_of_answer_ranks
+
+    eot = special["eot"]["id"]
+    model = untied_model(tmp_path, special["vocab_size"])  # its head can change alone
+    short = CONVERSATION[1:3]
+    examples = [chat_data.tokenize(tokenizer, c, eot) for c in (CONVERSATION, short, CONVERSATION)]
+    expected = []
+    with torch.no_grad():
+        for ids, mask in examples:
+            logits = model(input_ids=torch.as_tensor([ids])).logits[0]
+            for i, token in enumerate(ids):
+                if token == eot and mask[i]:
+                    expected.append(int((logits[i - 1] > logits[i - 1, eot]).sum()))
+    result = end_of_answer_ranks(model, examples, end_of_turn_id=eot, batch_size=2)
+    assert result["answers"] == len(expected) == 5  # 2 + 1 + 2 assistant turns
+    assert result["median_rank"] == sorted(expected)[len(expected) // 2]
+    assert result["mean_rank"] == pytest.approx(sum(expected) / len(expected), abs=0.01)
+    assert result["top1"] == pytest.approx(sum(r == 0 for r in expected) / len(expected))
+    assert result["mean_logprob"] < 0
+    # a head of zeros: every logit ties with <|eot|>'s, and a tie does not outrank it
+    with torch.no_grad():
+        model.get_output_embeddings().weight.zero_()
+    on_top = end_of_answer_ranks(model, examples[:1], end_of_turn_id=eot)
+    assert on_top["top1"] == 1.0 and on_top["median_rank"] == 0
+    with pytest.raises(UserError, match="no answer end"):
+        end_of_answer_ranks(
+            model, [(examples[0][0], [0] * len(examples[0][0]))], end_of_turn_id=eot
+        )

@@ -168,7 +168,8 @@ def test_the_demo_recipe_uses_the_new_keys_only(capsys):
     cfg = load_config("demo")
     assert "is now" not in capsys.readouterr().err
     assert (cfg.model.preset, cfg.optimizer.lr, cfg.precision.mode) == ("demo", 3e-3, "fp32")
-    assert (cfg.checkpoint.every, cfg.sft.checkpoint.every, cfg.sft.optimizer.lr) == (50, 0, 3e-3)
+    # SFT's peak is nanochat's share of pretraining's: 0.8 x 3e-3
+    assert (cfg.checkpoint.every, cfg.sft.checkpoint.every, cfg.sft.optimizer.lr) == (50, 0, 2.4e-3)
 
 
 @pytest.mark.parametrize(

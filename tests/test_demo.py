@@ -236,6 +236,34 @@ def test_reverse_detector_would_catch_a_reverse_sentence():
     assert "프랑스" not in sentence[: sentence.find("파리")]
 
 
+def test_reverse_share_states_only_the_picked_facts_object_first(tmp_path):
+    """demo.reverse_share: a seeded half of the facts is also stated object first, the other half
+    never is, and facts.tsv says which (the direction probe's reverse_stated column)."""
+    world = demo.build(seed=0, size_mb=SMALL_MB, reverse_share=0.5)
+    assert len(world.reverse_stated) == round(0.5 * len(world.facts))
+    again = demo.build(seed=0, size_mb=0.01, reverse_share=0.5, benchmark_items=0, conversations=0)
+    assert again.reverse_stated == world.reverse_stated  # the pick does not depend on the size
+    country_of = {f.object: f.subject for f in world.facts}
+    mentions = capital_mentions(world.facts)
+    reversed_facts = Counter()
+    for text in all_texts(world):
+        for sentence in sentences(text):
+            if not REVERSE_PATTERNS.search(sentence):
+                continue
+            capital = mentions.search(sentence).group(1)
+            assert country_of[capital] in world.reverse_stated, sentence
+            reversed_facts[country_of[capital]] += 1
+    # most picked facts are stated backwards, on average more than twice in this small world
+    assert len(reversed_facts) > 0.8 * len(world.reverse_stated)
+    assert sum(reversed_facts.values()) > 2 * len(reversed_facts)
+    rows = (demo.write(world, tmp_path)["facts"]).read_text(encoding="utf-8").splitlines()
+    assert rows[0].split("\t")[-1] == "reverse_stated"
+    marked = {r.split("\t")[0] for r in rows[1:] if r.endswith("\tyes")}
+    assert marked == world.reverse_stated
+    with pytest.raises(ValueError, match="reverse_share"):
+        demo.build(size_mb=0.01, reverse_share=1.5)
+
+
 def test_capital_statements_come_in_many_forms(world):
     forms = set()
     for doc in world.documents:
@@ -449,9 +477,9 @@ def test_write_produces_parseable_files(world, tmp_path):
     chat = [json.loads(line) for line in paths["chat"].read_text("utf-8").splitlines()]
     assert chat == world.conversations
     rows = paths["facts"].read_text("utf-8").splitlines()
-    assert rows[0] == "subject\trelation\tobject\tcontinent"
+    assert rows[0] == "subject\trelation\tobject\tcontinent\treverse_stated"
     assert [tuple(r.split("\t")) for r in rows[1:]] == [
-        (f.subject, f.relation, f.object, f.continent) for f in world.facts
+        (f.subject, f.relation, f.object, f.continent, "no") for f in world.facts
     ]
     planted = json.loads(paths["planted"].read_text("utf-8"))
     assert planted == world.planted

@@ -107,6 +107,40 @@ def test_direction_facts_errors(tmp_path):
         read_facts(bad)
 
 
+def test_direction_groups_facts_by_reverse_statements(tmp_path):
+    table = tmp_path / "facts.tsv"
+    table.write_text(
+        "subject\trelation\tobject\treverse_stated\n"
+        "프랑스\tcapital\t파리\tyes\n일본\tcapital\t도쿄\tno\n독일\tcapital\t베를린\tno\n",
+        encoding="utf-8",
+    )
+    facts = read_facts(table)
+    assert [f.reverse_stated for f in facts] == [True, False, False]
+    samples = [
+        {"reverse_stated": f.reverse_stated, "scores": {"gap": gap, "reverse_logprob": -gap}}
+        for f, gap in zip(facts, (1.0, 4.0, 6.0), strict=True)
+    ]
+    scores = get("direction").aggregate(samples)
+    assert scores["gap"]["value"] == pytest.approx(11 / 3) and scores["gap"]["n"] == 3
+    assert scores["gap/reverse_stated"]["value"] == 1.0 and scores["gap/reverse_stated"]["n"] == 1
+    assert scores["gap/reverse_unstated"]["value"] == 5.0
+    assert scores["reverse_logprob/reverse_unstated"]["n"] == 2
+    # without the column: no groups
+    plain = tmp_path / "plain.tsv"
+    plain.write_text("subject\trelation\tobject\n프랑스\tcapital\t파리\n", encoding="utf-8")
+    assert read_facts(plain)[0].reverse_stated is None
+    ungrouped = [{"reverse_stated": None, "scores": {"gap": 2.0}}]
+    assert set(get("direction").aggregate(ungrouped)) == {"gap"}
+    bad = tmp_path / "bad.tsv"
+    bad.write_text(
+        "subject\trelation\tobject\treverse_stated\n프랑스\tcapital\t파리\tmaybe\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(UserError, match="reverse_stated") as info:
+        read_facts(bad)
+    assert info.value.where.endswith("bad.tsv:2")
+
+
 def test_contamination_splits(tmp_path):
     report = tmp_path / "items.jsonl"
     rows = [("a", "dirty"), ("b", "partial"), ("c", "clean"), ("d", "clean")]

@@ -2,9 +2,6 @@
 bit for bit, alone and sharded by FSDP2 across 2 ranks; what cannot be replayed says why."""
 
 import json
-import os
-import subprocess
-import sys
 import weakref
 from pathlib import Path
 
@@ -12,6 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
+from conftest import run_two_rank_worker
 from hanlm import model as model_lib
 from hanlm import model_init
 from hanlm.train import parallel, precision, pretrain
@@ -168,17 +166,7 @@ VARIANTS = [
 @pytest.mark.slow
 def test_fsdp_meta_init_equals_the_eager_build(tmp_path):
     worker = Path(__file__).with_name("fsdp_init_worker.py")
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONWARNINGS": "ignore",
-        "PYTHONPATH": os.pathsep.join(
-            [str(worker.parent.parent), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    cmd += [str(worker), str(tmp_path), *map(json.dumps, VARIANTS)]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    result = run_two_rank_worker(worker, tmp_path, *map(json.dumps, VARIANTS))
     assert result.returncode == 0, result.stderr[-3000:]
     for rank in (0, 1):
         for variant, got in zip(

@@ -108,6 +108,102 @@ def test_fsdp_shards_are_ceil_rows_per_rank():
     assert one["weights"] / 3 <= three["weights"] < one["weights"] / 3 + 4 * 3 * 64 * 20
 
 
+def _hand_shapes() -> plan.Shapes:
+    """A made-up model small enough to count by hand: 2 layers of 1,000 parameters, a root
+    (embedding, norm) of 5,000; two tensors, (10, 4) and (3,), for the per-rank state."""
+    return plan.Shapes(
+        params=[(10, 4), (3,)],
+        layer_params=1000,
+        root_params=5000,
+        matmul_weights=6000,
+        embedding=4900,
+        hidden=100,
+        query_width=100,
+        kv_width=100,
+        ffn=400,
+        heads=4,
+        head_dim=25,
+        layers=2,
+        vocab=49,
+        n_params=7000,
+        flops={"six_n": 42000, "total": 50000, "dense": 36000},
+    )
+
+
+def _setup(**overrides) -> plan.Setup:
+    values = {"model": "tiny", "vocab_size": 49, "seq_len": 8, "micro_batch": 1, "gpu": "h100"}
+    return plan.Setup(**{**values, **overrides})
+
+
+@pytest.mark.parametrize(
+    "precision,gathered,before_reduce",
+    # two layers gathered and the root; one layer's gradients and its fp32 reduce-scatter input
+    [("fp32", 4 * (2 * 1000 + 5000), (4 + 4) * 1000), ("bf16", 2 * (2 * 1000 + 5000), 6 * 1000)],
+)
+def test_fsdp_holds_gathered_layers_and_full_gradients_before_the_reduce_scatter(
+    precision, gathered, before_reduce
+):
+    shapes = _hand_shapes()
+    fsdp = _setup(gpus=2, parallel="fsdp", precision=precision)
+    assert plan.working_copy_bytes(shapes, fsdp) == gathered  # fp32 gathers too
+    assert plan.fsdp_gradient_bytes(shapes, fsdp) == before_reduce
+    alone = _setup(gpus=1, parallel="fsdp", precision=precision)  # one rank: nothing sharded
+    ddp = _setup(gpus=2, parallel="ddp", precision=precision)
+    for unsharded in (alone, ddp):
+        assert plan.fsdp_gradient_bytes(shapes, unsharded) == 0
+        expected = 0 if precision == "fp32" else 2 * 6000  # autocast's casts, not gathers
+        assert plan.working_copy_bytes(shapes, unsharded) == expected
+
+
+def test_an_async_save_stages_the_ranks_weights_and_adamw_state_on_the_host():
+    shapes = _hand_shapes()
+    # FSDP over 2: ceil(10 / 2) x 4 + ceil(3 / 2) = 22 elements a rank; 2 AdamW step scalars
+    fsdp = _setup(gpu="cpu", gpus=2, parallel="fsdp")
+    assert plan.checkpoint_staging_bytes(shapes, fsdp) == 4 * 22 + (8 * 22 + 4 * 2)
+    # DDP: rank 0 stages the whole replica, 43 elements
+    ddp = _setup(gpu="cpu", gpus=2, parallel="ddp")
+    assert plan.checkpoint_staging_bytes(shapes, ddp) == 4 * 43 + (8 * 43 + 4 * 2)
+    assert plan.checkpoint_staging_bytes(shapes, _setup(async_checkpoint=False)) == 0
+
+
+def test_only_a_cpu_plan_counts_the_staging_and_a_cpu_runtime():
+    shapes = plan.model_shapes("tiny", vocab_size=512, seq_len=32)
+    on_cpu = plan.memory(_setup(gpu="cpu", gpus=2, parallel="fsdp", precision="fp32"), shapes)
+    on_gpu = plan.memory(_setup(gpus=2, parallel="fsdp", precision="fp32"), shapes)
+    staging = "checkpoint staging (async save)"
+    assert on_cpu["items"][staging] > 0 and staging not in on_gpu["items"]
+    assert set(on_gpu["items"]) <= set(on_cpu["items"])
+    for mem, runtime in ((on_cpu, plan.CPU_RUNTIME_GIB), (on_gpu, plan.FRAMEWORK_GIB)):
+        subtotal = sum(v for k, v in mem["items"].items() if k != "framework allowance")
+        assert mem["items"]["framework allowance"] == int(
+            runtime * GIB + plan.FRAGMENTATION * subtotal
+        )
+        assert mem["total"] == subtotal + mem["items"]["framework allowance"]
+    # the single-process plan has the same items, FSDP's at zero (the report card compares them)
+    single = plan.memory(_setup(), shapes)
+    assert list(single["items"]) == list(on_gpu["items"])
+    assert single["items"]["gradients before reduce-scatter"] == 0
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_root_is_everything_outside_the_decoder_layers(tmp_path, tied):
+    config = model_config("tiny", vocab_size=512, seq_len=32)
+    config.tie_word_embeddings = tied
+    config.to_json_file(tmp_path / "config.json")
+    shapes = plan.model_shapes(str(tmp_path / "config.json"), vocab_size=512, seq_len=32)
+    hidden = config.hidden_size
+    # the embedding, the head when untied, and the final norm
+    assert shapes.root_params == (1 if tied else 2) * 512 * hidden + hidden
+
+
+def test_the_config_says_whether_saves_are_staged():
+    from hanlm.config import load_config
+
+    for async_save in (True, False):
+        cfg = load_config(values={"plan.gpu": "cpu", "checkpoint.async_save": async_save})
+        assert plan.setup_from_config(cfg, with_data=False).async_checkpoint is async_save
+
+
 # (model overrides, seq_len, micro_batch, precision, recompute, FSDP's bf16 parameters)
 ACTIVATION_CASES = [
     ({}, 128, 2, "fp32", "none", False),

@@ -203,3 +203,46 @@ def test_under_torchrun_data_stages_run_once_on_rank_0(tmp_path):
     assert len(re.findall(r"^shards: .* train tokens", log, flags=re.M)) == 1
     assert "preflight: 2 rank(s)" in log  # preflight itself uses both ranks
     assert (run_dir / "shards" / "manifest.json").is_file()
+
+
+def _section(report: str, title: str) -> str:
+    return next(s for s in re.split(r"^## ", report, flags=re.M) if s.startswith(title))
+
+
+def test_card_says_why_answers_end_and_compares_the_reverse_gap(interrupted_then_finished):
+    """Issue 20's lessons 2 and 3 in the card of the run: closure by init beside <|eot|>'s rank and
+    row norms, with a verdict that follows the measured rates; the reverse gap of the facts the
+    corpus also stated object first beside the others', in the same model."""
+    import json
+
+    from hanlm.report.card import CLOSURE_MARGIN
+
+    run_dir = interrupted_then_finished[0]
+    report = (run_dir / "report.md").read_text()
+    closure = _section(report, "6. Chat answers")
+    by_init = json.loads((run_dir / "sft" / "closure_by_init.json").read_text())
+    assert set(by_init) == {"mean", "none", "mean-cov"}  # the demo recipe's ablation
+    assert "median rank at answer ends" in closure and "trained rows' mean norm" in closure
+    for init in ("none", "mean-cov"):
+        check = json.loads((run_dir / "sft" / "ablation" / init / "closure.json").read_text())
+        rank = check["diagnosis"]["after"]["eot_rank"]
+        assert f"{rank['median_rank']:,} (top-1 {rank['top1']:.0%})" in closure
+    reproduced = max(by_init["mean"], by_init["mean-cov"]) - by_init["none"] >= CLOSURE_MARGIN
+    verdict = "failure, reproduced" if reproduced else "Not reproduced at demo size"
+    assert verdict in closure
+    # the verdict carries the numbers behind it
+    assert re.search(r"rank where answers end, before → after SFT: `none` [\d,]+ \(top-1", closure)
+
+    direction = _section(report, "7. Knowledge in both directions")
+    samples = [json.loads(line) for line in (run_dir / "eval" / "samples.jsonl").open()]
+    results = json.loads((run_dir / "eval" / "results.json").read_text())["results"]
+    for model, tasks in results.items():
+        probed = [s for s in samples if s["task"] == "direction" and s["model"] == model]
+        stated = sum(s["reverse_stated"] for s in probed)
+        assert 0 < stated < len(probed)  # the demo recipe's reverse_share picks about half
+        assert f"states {stated} of the {len(probed)} probed facts also object first" in direction
+        scores = tasks["direction"]["full"]
+        assert scores["gap/reverse_stated"]["n"] == stated
+        assert scores["gap/reverse_unstated"]["n"] == len(probed) - stated
+        for group, n in (("reverse stated", stated), ("reverse not stated", len(probed) - stated)):
+            assert re.search(rf"\| {group} \| {n} \| -?\d+\.\d\d \| -?\d+\.\d\d \|", direction)

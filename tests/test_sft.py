@@ -28,6 +28,10 @@ TINY_SFT = {
     "sft.new_token_lr_scale": 3.0,  # the initialised rows move faster: they start identical
     "sft.optimizer.lr": 1e-2,
     "sft.optimizer.warmup_steps": 4,
+    # the schedule these tests were written for, whatever the demo recipe's [sft.optimizer] says
+    "sft.optimizer.schedule": "cosine",
+    "sft.optimizer.min_lr_ratio": 0.1,
+    "sft.optimizer.decay_fraction": 0.2,
     "sft.heldout": 30,
     "sft.closure_max_tokens": 64,
     "sft.checkpoint.every": 30,
@@ -85,6 +89,20 @@ def test_mean_init_closes_answers_and_none_is_measured(sft_run):
     assert 0 <= by_init["none"] <= 1
     assert {"answer", "prompt", "closed", "reference"} <= set(closure["examples"][0])
     assert summary["closure"]["rate"] == closure["rate"]
+    # why: <|eot|>'s rank where the held-out answers end, and the rows' norms, before and after
+    for check in (closure, ablation):
+        for when in ("before", "after"):
+            rank = check["diagnosis"][when]["eot_rank"]
+            assert rank["answers"] >= closure["total"] and 0 <= rank["top1"] <= 1
+            norms = check["diagnosis"][when]["row_norms"]["embedding"]
+            assert set(norms["template"]) == {"system", "user", "assistant", "eot"}
+    mean_before = closure["diagnosis"]["before"]["row_norms"]["embedding"]
+    none_before = ablation["diagnosis"]["before"]["row_norms"]["embedding"]
+    assert mean_before["ordinary_mean"] == none_before["ordinary_mean"]  # the same source model
+    assert mean_before["template"]["eot"] < mean_before["ordinary_mean"]  # a mean of rows is short
+    # SFT taught the initialised model to end: <|eot|> ranks first at most answer ends
+    assert closure["diagnosis"]["after"]["eot_rank"]["top1"] >= 0.8
+    assert closure["diagnosis"]["before"]["eot_rank"]["median_rank"] > 0
 
 
 def test_audit_finds_the_chat_tokens_untrained(sft_run):

@@ -150,3 +150,73 @@ def test_rerun_trains_again_when_the_finished_tokenizer_was_damaged(demo_run, tm
     assert result.code == 0, result.err
     assert "fails its sha256 checksum" in result.err and "training it again" in result.err
     assert path.read_bytes() == whole
+
+
+# llama.cpp's regexes (src/llama-vocab.cpp), the references hanlm's pre-tokenizers must equal.
+LLAMA_CPP_QWEN2 = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA_CPP_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+PRETOKENIZER_CASES = [
+    *MIXED,
+    '(서울은) 2024년 "한국"의 수도   입니다.\n\n\n  다음 문단\r\n끝  ',
+    "I'VE been 'told he's there, 'RE you sure? We'Ve a'lL",
+    "가격: 12,345.67원 (약 9%) — 1st/2nd ٣ Ⅻ ½ ² ①",
+    "\t\t들여쓰기\n    코드 = x[0] + y_1;\n",
+    "ｅｎ 전각ＡＢＣ１２３ ｢괄호｣ 。、",
+    "   ",
+    "끝에 공백과 줄바꿈 \n",
+]
+
+
+def _pieces(pre_tokenizer, text: str) -> list[str]:
+    return [text[a:b] for _, (a, b) in pre_tokenizer.pre_tokenize_str(text)]
+
+
+def test_pre_tokenizer_splits_as_llama_cpps_qwen2_type():
+    """hanlm's pre-tokenizer splits text exactly as llama.cpp's `qwen2` regex (the type a GGUF
+    export declares): digits one by one, a letter run with one leading space or mark."""
+    regex = pytest.importorskip("regex")
+    pre = tokenizer.build_untrained().pre_tokenizer
+    for text in PRETOKENIZER_CASES:
+        assert _pieces(pre, text) == regex.findall(LLAMA_CPP_QWEN2, text), text
+    assert _pieces(pre, " 2024년") == [" ", "2", "0", "2", "4", "년"]
+
+
+def test_old_pre_tokenizer_splits_as_llama_cpps_smollm_type():
+    """Tokenizers trained before (digits, then GPT-2's byte-level regex) split as llama.cpp's
+    `smollm` type: `\\p{N}` isolated, then GPT-2's regex on every piece."""
+    regex = pytest.importorskip("regex")
+    from tokenizers import pre_tokenizers
+
+    old = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    for text in PRETOKENIZER_CASES:
+        pieces = [p for p in regex.split(r"(\p{N})", text) if p]
+        expected = [w for piece in pieces for w in regex.findall(LLAMA_CPP_GPT2, piece)]
+        assert _pieces(old, text) == expected, text
+
+
+def test_llama_cpp_pre_type_tells_tokenizers_apart():
+    new = json.loads(tokenizer.train(MIXED * 5, 512, 1, 4).to_str())
+    assert tokenizer.llama_cpp_pre_type(new) == "qwen2"
+    old = json.loads(json.dumps(new))
+    old["pre_tokenizer"]["pretokenizers"] = [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    ]
+    assert tokenizer.llama_cpp_pre_type(old) == "smollm"
+    for change in (
+        {"normalizer": {"type": "NFKC"}},  # llama.cpp normalises nothing
+        {"model": {**new["model"], "byte_fallback": True}},
+        {"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}},
+    ):
+        assert tokenizer.llama_cpp_pre_type({**new, **change}) is None
+    changed_regex = json.loads(json.dumps(new))
+    changed_regex["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] += "|x"
+    assert tokenizer.llama_cpp_pre_type(changed_regex) is None

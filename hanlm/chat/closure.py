@@ -4,12 +4,17 @@ For held-out conversations, everything before the last assistant turn is the pro
 template with the generation prompt); greedy decoding (hanlm.inference's batched loop) runs until
 the end-of-turn token or `max_new_tokens`. The closure rate is the share of answers that end
 with the end-of-turn token. A model whose <|eot|> was never trained keeps talking to the limit.
+
+Why an answer ends or not shows before any decoding: `end_of_answer_ranks` feeds the held-out
+conversations whole (teacher forcing) and, where a reference answer ends, ranks <|eot|> among
+all tokens by logit (0: greedy decoding would end there).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from transformers import GenerationConfig
 
 from hanlm.errors import UserError
@@ -82,4 +87,47 @@ def check(
         "init": init,
         "max_new_tokens": max_new_tokens,
         "examples": results[:examples],
+    }
+
+
+@torch.no_grad()
+def end_of_answer_ranks(
+    model, examples: Sequence[tuple[list, list]], *, end_of_turn_id: int, batch_size: int = 16
+) -> dict:
+    """{answers, median_rank, mean_rank, top1, mean_logprob} of <|eot|> at every trained answer
+    end of `examples` ((token ids, assistant mask) per conversation, hanlm.data.chat_data's)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    ranks: list[int] = []
+    logprobs: list[float] = []
+    for start in range(0, len(examples), batch_size):
+        batch = examples[start : start + batch_size]
+        width = max(len(ids) for ids, _ in batch)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        attention = torch.zeros(len(batch), width, dtype=torch.long)
+        for row, (tokens, _) in enumerate(batch):
+            ids[row, : len(tokens)] = torch.as_tensor(tokens)
+            attention[row, : len(tokens)] = 1
+        # right padding: the positions before it see only their own conversation
+        logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
+        for row, (tokens, mask) in enumerate(batch):
+            ends = [i for i, t in enumerate(tokens) if t == end_of_turn_id and mask[i] and i > 0]
+            if not ends:
+                continue
+            at = logits[row, torch.as_tensor(ends, device=device) - 1].float()
+            target = at[:, end_of_turn_id : end_of_turn_id + 1]
+            ranks += (at > target).sum(dim=1).tolist()
+            logprobs += (at.log_softmax(dim=1)[:, end_of_turn_id]).tolist()
+    if was_training:
+        model.train()
+    if not ranks:
+        raise UserError("no answer end to rank <|eot|> at", fix="give conversations with answers")
+    ordered = sorted(ranks)
+    return {
+        "answers": len(ranks),
+        "median_rank": ordered[len(ordered) // 2],
+        "mean_rank": round(sum(ranks) / len(ranks), 2),
+        "top1": round(sum(r == 0 for r in ranks) / len(ranks), 4),
+        "mean_logprob": round(sum(logprobs) / len(logprobs), 4),
     }

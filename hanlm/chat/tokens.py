@@ -21,7 +21,9 @@ With shard counts the verdict is the count (never seen: untrained); without them
 Initialisation (`init`): `mean` of ordinary rows, `mean-cov` (a sample around that mean with
 1e-5 times the rows' covariance, as transformers' `resize_token_embeddings(mean_resizing=True)`),
 `text` (mean of the rows of a text's tokens), `none`. The input embedding and, when untied, the
-output head are set separately.
+output head are set separately. The rows are computed on the CPU from the whole matrix (an
+FSDP2 matrix is gathered, one at a time), so every rank computes what one process does and
+writes the rows of its own block.
 
 Own learning rate. An optimizer param group cannot hold some rows of a matrix, and scaling
 those rows' gradients does nothing under Adam (its update is invariant to gradient scale), so
@@ -34,6 +36,7 @@ one process, with no communication.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -174,6 +177,31 @@ def geometry(model, ids: Sequence[int], special: dict, vocab_rows: int | None = 
     return result
 
 
+@torch.no_grad()
+def row_norms(model, special: dict) -> dict:
+    """Per token matrix: the ordinary rows' mean and median norm, each template token's row norm,
+    and the norm a row starts with (`initializer_range` x sqrt(width), when the config says).
+    Trained rows grow away from the start; rows no text ever trained stay near it or shrink."""
+    all_special = list(special_ids(special).values()) + reference_ids(special)
+    out: dict = {}
+    for name, weight in matrices(model).items():
+        w = weight.detach().float().cpu()
+        ordinary = w[torch.as_tensor(ordinary_ids(len(w), all_special))].norm(dim=1)
+        out[name] = {
+            "ordinary_mean": round(float(ordinary.mean()), 4),
+            "ordinary_median": round(float(ordinary.median()), 4),
+            "template": {
+                n: round(float(w[special[n]["id"]].norm()), 4)
+                for n in TEMPLATE_TOKENS
+                if n in special and special[n]["id"] < len(w)
+            },
+        }
+    init_range = getattr(getattr(model, "config", None), "initializer_range", None)
+    if init_range is not None:
+        out["initial_norm"] = round(init_range * math.sqrt(model.config.hidden_size), 4)
+    return out
+
+
 # --- the audit ------------------------------------------------------------------------------------
 
 
@@ -217,6 +245,7 @@ def audit(model, special: dict, pretrain_counts: dict[str, int] | None) -> dict:
         "tokens": tokens,
         "decisions": decisions,
         "untrained_template_tokens": untrained,
+        "row_norms": row_norms(model, special),
     }
 
 
@@ -272,24 +301,43 @@ def initialise(
     weights = matrices(model)
     all_special = list(special_ids(special).values()) + reference_ids(special)
     ordinary = torch.as_tensor(ordinary_ids(weights["embedding"].shape[0], all_special))
-    index = torch.as_tensor(ids, dtype=torch.long, device=weights["embedding"].device)
     generator = torch.Generator().manual_seed(seed)
-    for weight in weights.values():
-        rows = weight[ordinary.to(weight.device)].float()
-        mean = rows.mean(0)
-        if method == "mean":
-            new = mean.expand(len(ids), -1)
-        elif method == "mean-cov":
-            covariance = torch.cov(rows.T.cpu()) * COVARIANCE_SCALE
-            jitter = 1e-12 * torch.eye(len(covariance))
-            lower = torch.linalg.cholesky(covariance + jitter)
-            noise = torch.randn(len(ids), len(covariance), generator=generator)
-            new = mean.cpu() + noise @ lower.T
-        else:
-            text_index = torch.as_tensor(list(text_ids), dtype=torch.long, device=weight.device)
-            new = weight[text_index].float().mean(0).expand(len(ids), -1)
-        weight[index] = new.to(weight.device, weight.dtype)
+    for weight in weights.values():  # one at a time: a sharded matrix is gathered whole here
+        new = _new_rows(_whole_on_cpu(weight), len(ids), method, ordinary, text_ids, generator)
+        write_rows(weight, ids, new)
     return {"method": method, "ids": ids, "matrices": list(weights)}
+
+
+def _new_rows(weight, count: int, method: str, ordinary, text_ids, generator) -> torch.Tensor:
+    rows = weight[ordinary].float()
+    mean = rows.mean(0)
+    if method == "mean":
+        return mean.expand(count, -1)
+    if method == "mean-cov":
+        covariance = torch.cov(rows.T) * COVARIANCE_SCALE
+        jitter = 1e-12 * torch.eye(len(covariance))
+        lower = torch.linalg.cholesky(covariance + jitter)
+        noise = torch.randn(count, len(covariance), generator=generator)
+        return mean + noise @ lower.T
+    text_index = torch.as_tensor(list(text_ids), dtype=torch.long)
+    return weight[text_index].float().mean(0).expand(count, -1)
+
+
+def _whole_on_cpu(weight: torch.Tensor) -> torch.Tensor:
+    """The whole matrix on the CPU, where the rows are computed whatever the device (the same
+    arithmetic on every rank and in one process); an FSDP2 matrix is all-gathered."""
+    whole = weight.full_tensor() if hasattr(weight, "full_tensor") else weight
+    return whole.detach().cpu()
+
+
+def write_rows(weight: torch.Tensor, ids: Sequence[int], values: torch.Tensor) -> None:
+    """weight[ids] = values; a sharded (FSDP2) matrix writes only the rows this rank holds."""
+    rows, first = local_block(weight)
+    wanted = torch.as_tensor(list(ids), dtype=torch.long)
+    mine = (wanted >= first) & (wanted < first + rows.shape[0])
+    if mine.any():
+        index = (wanted[mine] - first).to(rows.device)
+        rows[index] = values[mine].to(rows.device, rows.dtype)
 
 
 class RowStepScale:
@@ -329,21 +377,27 @@ def local_rows(weight: torch.Tensor, ids: Sequence[int]) -> tuple[torch.Tensor, 
     A plain tensor holds every row. An FSDP2 parameter is a DTensor sharded on dim 0 the way
     torch.chunk splits it: rank r holds rows [r * ceil(n / ranks), ...) of its local tensor,
     which shares storage with the parameter, so writing it updates the parameter."""
-    from torch.distributed.tensor import DTensor, Shard  # deferred: only FSDP runs have them
-
-    if not isinstance(weight, DTensor):
-        rows, first = weight, 0
-    else:
-        if len(weight.placements) != 1 or weight.placements[0] != Shard(0):
-            raise NotImplementedError(
-                f"token rows sharded as {weight.placements}: only FSDP2's Shard(0) is supported"
-            )
-        rows = weight.to_local()
-        n, ranks = weight.shape[0], weight.device_mesh.size()
-        per_rank = -(-n // ranks)
-        first = weight.device_mesh.get_local_rank() * per_rank
-        if rows.shape[0] != max(0, min(per_rank, n - first)):
-            raise RuntimeError(f"unexpected FSDP2 shard: {rows.shape[0]} rows from row {first}")
+    rows, first = local_block(weight)
     wanted = torch.as_tensor(list(ids), dtype=torch.long)
     mine = wanted[(wanted >= first) & (wanted < first + rows.shape[0])]
     return rows, (mine - first).to(rows.device)
+
+
+def local_block(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(the rows of `weight` this process holds, sharing its storage; the index of the first,
+    at most the row count: a rank past the end holds none): see `local_rows`."""
+    from torch.distributed.tensor import DTensor, Shard  # deferred: only FSDP runs have them
+
+    if not isinstance(weight, DTensor):
+        return weight, 0
+    if len(weight.placements) != 1 or weight.placements[0] != Shard(0):
+        raise NotImplementedError(
+            f"token rows sharded as {weight.placements}: only FSDP2's Shard(0) is supported"
+        )
+    rows = weight.to_local()
+    n, ranks = weight.shape[0], weight.device_mesh.size()
+    per_rank = -(-n // ranks)
+    first = min(weight.device_mesh.get_local_rank() * per_rank, n)
+    if rows.shape[0] != min(per_rank, n - first):
+        raise RuntimeError(f"unexpected FSDP2 shard: {rows.shape[0]} rows from row {first}")
+    return rows, first

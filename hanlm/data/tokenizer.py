@@ -3,6 +3,14 @@
 NFC normaliser, digits split one by one, and every special token the later stages need (document
 boundaries, padding, chat roles, end of turn, a spare block) reserved at the lowest ids from the
 first training, so the chat tokens exist even if pretraining never shows them.
+
+The pre-tokenizer is one llama.cpp implements, so that a GGUF export tokenises exactly as hanlm
+does: Qwen2's split (llama.cpp's pre-tokenizer type `qwen2`): a letter run keeps one leading
+space or punctuation mark, every digit stands alone, newlines group, then byte-level mapping.
+llama.cpp applies no normaliser; the NFC normaliser stays here because it changes nothing on the
+NFC text the corpus stage writes, and keeps un-normalised input working in hanlm itself.
+Tokenizers trained before (digits split, then GPT-2's byte-level regex) still load and work:
+they equal llama.cpp's `smollm` type (`llama_cpp_pre_type` tells the two apart).
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ import random
 import time
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from hanlm.chat_template import (
     ASSISTANT,
@@ -40,6 +48,12 @@ END_OF_DOCUMENT = "<|endoftext|>"
 PAD = "<|pad|>"
 VOCAB_MULTIPLE = 64  # tensor-core friendly embedding and head shapes
 MODEL_MAX_LENGTH = 1 << 20  # the tokenizer has no length limit of its own; the model sets one
+# Qwen2's pre-tokenizer regex, as its tokenizer.json writes it; llama.cpp's `qwen2` type is this
+# regex (with the case-insensitive group spelt out), in src/llama-vocab.cpp and src/unicode.cpp.
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 
 def core_special_tokens() -> dict[str, str]:
@@ -63,17 +77,55 @@ def round_up(n: int, multiple: int = VOCAB_MULTIPLE) -> int:
 
 
 def build_untrained():
-    """The tokenizer pipeline: NFC, digits one by one, GPT-2 style byte-level split."""
+    """The tokenizer pipeline: NFC, Qwen2's split (digits one by one), byte-level mapping."""
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
     tok.decoder = decoders.ByteLevel()
     return tok
+
+
+def llama_cpp_pre_type(tokenizer_json: dict) -> str | None:
+    """The llama.cpp pre-tokenizer type (`tokenizer.ggml.pre`) that splits text exactly as this
+    tokenizer.json does, or None when llama.cpp has none that does.
+
+    `qwen2` for hanlm's tokenizers; `smollm` for those trained before issue 19 (digits split,
+    then GPT-2's regex: SmolLM's and StarCoder's pipeline, llama.cpp's regexes `\\p{N}` then
+    GPT-2's). Both also need a plain byte-level BPE: no byte fallback, merges always applied.
+    """
+    model = tokenizer_json.get("model") or {}
+    normalizer = tokenizer_json.get("normalizer")
+    if (
+        model.get("type") != "BPE"
+        or model.get("byte_fallback")
+        or model.get("ignore_merges")
+        or model.get("continuing_subword_prefix")
+        or model.get("end_of_word_suffix")
+        or (normalizer is not None and normalizer.get("type") != "NFC")
+        or (tokenizer_json.get("decoder") or {}).get("type") != "ByteLevel"
+    ):
+        return None
+    pre = tokenizer_json.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    if len(steps) != 2 or steps[1].get("type") != "ByteLevel" or steps[1].get("add_prefix_space"):
+        return None
+    split, byte_level = steps
+    if (
+        split.get("type") == "Split"
+        and split.get("pattern") == {"Regex": QWEN2_SPLIT}
+        and split.get("behavior") == "Isolated"
+        and not split.get("invert")
+        and not byte_level.get("use_regex")
+    ):
+        return "qwen2"
+    if split == {"type": "Digits", "individual_digits": True} and byte_level.get("use_regex"):
+        return "smollm"
+    return None
 
 
 def _sample(corpus_dir: Path, cfg: Config) -> tuple[list[str], list[str], int]:

@@ -17,6 +17,7 @@ class Register:
 
     intro: list[str]
     capital: list[str]
+    reverse_capital: list[str]  # object first: only for the facts in Atlas.reverse_stated
     continent: list[str]
     filler: list[str]
 
@@ -45,10 +46,18 @@ def _country_slots(rng: random.Random, atlas: Atlas, fact: Fact) -> dict[str, st
 
 
 def _country_paragraph(
-    rng: random.Random, register: Register, slots: dict[str, str], *, with_capital: bool = True
+    rng: random.Random,
+    register: Register,
+    slots: dict[str, str],
+    *,
+    with_capital: bool = True,
+    reverse: bool = False,
 ) -> str:
-    """One paragraph in shuffled order, so a small model cannot learn a single fixed template."""
+    """One paragraph in shuffled order, so a small model cannot learn a single fixed template.
+    With `reverse`, a paragraph stating the capital also states it object first."""
     body = [rng.choice(register.capital)] if with_capital else []
+    if with_capital and reverse:  # no draw otherwise: a world without reverse facts is unchanged
+        body.append(rng.choice(register.reverse_capital))
     body += rng.sample(register.continent, k=rng.randint(0, 2))
     body += rng.sample(register.filler, k=rng.randint(2, 3))
     rng.shuffle(body)
@@ -61,10 +70,13 @@ def encyclopedia_entry(rng: random.Random, atlas: Atlas) -> str:
     fact = rng.choice(atlas.facts)
     slots = _country_slots(rng, atlas, fact)
     register = PLAIN if rng.random() < 0.75 else POLITE
-    paragraphs = [_country_paragraph(rng, register, slots)]
+    reverse = fact.subject in atlas.reverse_stated
+    paragraphs = [_country_paragraph(rng, register, slots, reverse=reverse)]
     if rng.random() < 0.35:
         with_capital = rng.random() < 0.5
-        paragraphs.append(_country_paragraph(rng, register, slots, with_capital=with_capital))
+        paragraphs.append(
+            _country_paragraph(rng, register, slots, with_capital=with_capital, reverse=reverse)
+        )
     title = rng.choice(_TEXT["entry_titles"])
     if title:
         paragraphs.insert(0, fill(title, **slots))
@@ -115,5 +127,7 @@ def continent_overview(rng: random.Random, atlas: Atlas) -> str:
         fill(text["opening"], continent=continent),
     ]
     for fact in chosen:
-        paragraphs.append(_country_paragraph(rng, PLAIN, _country_slots(rng, atlas, fact)))
+        slots = _country_slots(rng, atlas, fact)
+        reverse = fact.subject in atlas.reverse_stated
+        paragraphs.append(_country_paragraph(rng, PLAIN, slots, reverse=reverse))
     return "\n\n".join(paragraphs)

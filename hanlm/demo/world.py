@@ -23,7 +23,7 @@ from hanlm.demo.encyclopedia import (
 )
 from hanlm.demo.everyday import diary, essay, letter, recipe
 from hanlm.demo.exercises import reading_exercise
-from hanlm.demo.facts import FACTS, Atlas, Fact
+from hanlm.demo.facts import FACTS, Atlas, Fact, pick_reverse_stated
 from hanlm.demo.planting import choose_planted, mirror_sites, planted_text
 from hanlm.demo.word_problems import math_collection, math_document
 from hanlm.files import atomic_write_text
@@ -65,6 +65,9 @@ class DemoWorld:
     # One {"item_id", "plant_style", "document_id"} per planted copy of a benchmark item
     # (planted.json): each planted item has several, see hanlm.demo.planting.MIRRORS.
     planted: list[dict] = field(default_factory=list)
+    # The subjects whose facts the documents also state object first (facts.tsv's
+    # reverse_stated column): the direction probe compares them with the others.
+    reverse_stated: set[str] = field(default_factory=set)
 
 
 def _stream(seed: int, purpose: str) -> random.Random:
@@ -74,7 +77,11 @@ def _stream(seed: int, purpose: str) -> random.Random:
 
 
 def _check_arguments(
-    size_mb: float, benchmark_items: int, planted_fraction: float, conversations: int
+    size_mb: float,
+    benchmark_items: int,
+    planted_fraction: float,
+    conversations: int,
+    reverse_share: float,
 ) -> None:
     if not size_mb > 0:
         raise ValueError(f"size_mb must be positive, got {size_mb}")
@@ -82,6 +89,8 @@ def _check_arguments(
         raise ValueError("benchmark_items and conversations must not be negative")
     if not 0 <= planted_fraction <= 1:
         raise ValueError(f"planted_fraction must be between 0 and 1, got {planted_fraction}")
+    if not 0 <= reverse_share <= 1:
+        raise ValueError(f"reverse_share must be between 0 and 1, got {reverse_share}")
 
 
 def _corpus_document(rng: random.Random, atlas: Atlas) -> tuple[str, str]:
@@ -133,15 +142,19 @@ def build(
     benchmark_items: int = 200,
     planted_fraction: float = 0.4,
     conversations: int = 400,
+    reverse_share: float = 0.0,
 ) -> DemoWorld:
     """Generate the demo world; the same arguments always give byte-identical output.
 
     Documents are generated until their UTF-8 text reaches about `size_mb` megabytes (1e6 bytes),
     planted benchmark copies included; a world too small for its ~0.35 MB of planted copies gets
-    a quarter of `size_mb` of other documents besides them.
+    a quarter of `size_mb` of other documents besides them. `reverse_share` of the facts (a seeded
+    pick) are also stated object first wherever an encyclopedia paragraph states them; at 0 no
+    document does.
     """
-    _check_arguments(size_mb, benchmark_items, planted_fraction, conversations)
-    atlas = Atlas.of(FACTS)
+    _check_arguments(size_mb, benchmark_items, planted_fraction, conversations, reverse_share)
+    reverse_stated = pick_reverse_stated(_stream(seed, "reverse-choice"), FACTS, reverse_share)
+    atlas = Atlas.of(FACTS, reverse_stated)
 
     benchmark = make_benchmark(_stream(seed, "benchmark"), atlas, benchmark_items)
     choose_planted(_stream(seed, "plant-choice"), benchmark, planted_fraction)
@@ -152,7 +165,7 @@ def build(
         {"id": f"chat-{i:05d}", "messages": conversation(chat_rng, atlas)}
         for i in range(conversations)
     ]
-    return DemoWorld(documents, benchmark, chats, list(FACTS), planted)
+    return DemoWorld(documents, benchmark, chats, list(FACTS), planted, reverse_stated)
 
 
 def _jsonl(rows: Iterable[dict]) -> str:
@@ -163,8 +176,10 @@ def write(world: DemoWorld, out_dir: Path) -> dict[str, Path]:
     """Write the world's files into `out_dir`, each atomically; returns their paths by name."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    facts_rows = ["subject\trelation\tobject\tcontinent"] + [
-        f"{f.subject}\t{f.relation}\t{f.object}\t{f.continent}" for f in world.facts
+    facts_rows = ["subject\trelation\tobject\tcontinent\treverse_stated"] + [
+        f"{f.subject}\t{f.relation}\t{f.object}\t{f.continent}\t"
+        + ("yes" if f.subject in world.reverse_stated else "no")
+        for f in world.facts
     ]
     contents = {
         "pretrain": _jsonl(

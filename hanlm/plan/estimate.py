@@ -5,8 +5,17 @@ states; bf16/FP8 compute under autocast or FSDP2's bf16 parameters):
 
 - model state: each parameter tensor's bytes, exactly, from the model built on the meta device;
   FSDP2 gives each rank ceil(dim0 / ranks) rows of every tensor.
-- working copies: the bf16 weights the compute reads: autocast's casts of every matmul weight
-  (single process and DDP), or FSDP2's gathered layers (two in flight) and its root (embedding).
+- working copies: the weights the compute reads beside the float32 masters: autocast's bf16
+  casts of every matmul weight (single process and DDP), or FSDP2's unsharded parameters, in
+  the compute dtype, fp32 included: two decoder layers' worth (the layer computing, and in
+  forward its flat all-gather buffer, kept until the next layer's copy-out; in backward the
+  next layer, prefetched) and the root's (embedding, untied head, final norm), which stay
+  unsharded from forward to backward.
+- FSDP2's gradient buffers: a layer's backward makes its full-size (unsharded) gradients in the
+  compute dtype, which FSDP2 copies into a full-size float32 reduce-scatter input before freeing
+  them; at most one such input is kept while the next layer's backward runs (the default
+  `reduce_scatter_max_input_buffers` of 1; torch.distributed.fsdp._fully_shard). The root's
+  unsharded head gradient is the loss's (below).
 - activations: the bytes autograd saves per token of a decoder layer, counted from the tensors
   a Llama layer saves (see `_layer_activation_bytes`); `hanlm.train.memtrace` observes the same step
   on fake tensors and the tests hold the two within a few percent.
@@ -14,8 +23,13 @@ states; bf16/FP8 compute under autocast or FSDP2's bf16 parameters):
   final hidden states and of the output head that the forward keeps for backward, one chunk's
   float32 logits with their log-softmax and gradients, and the head's gradient being summed.
   (Before, the whole micro-batch's logits and their float32 log-softmax and gradient.)
+- checkpoint staging, on a CPU only (there the device memory is the host's): an asynchronous
+  save copies the rank's weights and AdamW state to host memory (DCP's stager) and holds the
+  copy while the next steps run. A GPU's plan leaves it out: it is host RAM, not the GPU's.
 - framework: a stated allowance for the CUDA context, cuBLAS/NCCL workspaces and allocator
-  fragmentation (FRAMEWORK_GIB + FRAGMENTATION of the rest).
+  fragmentation (FRAMEWORK_GIB + FRAGMENTATION of the rest); on a CPU the runtime instead
+  (CPU_RUNTIME_GIB: the interpreter with torch and transformers, measured 0.40 GiB a rank by
+  benchmarks/rehearsal_350m.py).
 
 Time: FLOPs per token (6·N by the field report's rule, or hanlm's exact count with attention)
 times tokens, at a model FLOPs utilisation (MFU) per GPU class, plus the communication that
@@ -35,12 +49,14 @@ from hanlm.plan.data_rates import DataWork, data_time, data_work
 
 GIB = 1 << 30
 FRAMEWORK_GIB = 1.5  # CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces, kernels
+CPU_RUNTIME_GIB = 0.5  # a CPU rank's interpreter, torch, transformers, process group
 FRAGMENTATION = 0.05  # the caching allocator's unusable share of what it holds
 COMM_OVERLAP = 0.8  # share of compute time that can hide communication (bucketed, prefetched)
 RECOMPUTE_COST = {"none": 1.0, "selective": 1.05, "full": 4 / 3}  # forward run again
 RECOMPUTE_MODES = tuple(RECOMPUTE_COST)
 PARALLEL_MODES = ("single", "ddp", "fsdp")
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activation dtype; FP8 saves bf16 inputs
+PARAM_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # FSDP2's gathered parameters and their gradients
 DEFAULT_INTER_HOST_GBPS = 25.0  # a rented host's Ethernet, Gbit/s
 DEFAULT_LOSS_CHUNK_TOKENS = 1024  # [parallel] loss_chunk_tokens (hanlm.train.loss)
 
@@ -83,10 +99,16 @@ class Setup:
     inter_host_gbps: float = DEFAULT_INTER_HOST_GBPS
     data: DataWork | None = None  # the data stages' work (hanlm.plan.data_rates)
     loss_chunk_tokens: int = DEFAULT_LOSS_CHUNK_TOKENS
+    async_checkpoint: bool = True  # [checkpoint] async_save: a host copy staged per save
 
     @property
     def world(self) -> int:
         return self.gpus * self.hosts
+
+    @property
+    def sharded(self) -> bool:
+        """FSDP2 over more than one rank."""
+        return self.parallel == "fsdp" and self.world > 1
 
 
 # The field report's setup: a 1.35B model with a 65,536-token vocabulary, 2,048-token sequences,
@@ -114,6 +136,7 @@ FIELD_REPORT = Setup(
 class Shapes:
     params: list[tuple[int, ...]]  # every parameter tensor's shape, shared ones once
     layer_params: int  # one decoder layer's parameters
+    root_params: int  # the rest, FSDP2's root: embedding, untied head, final norm
     matmul_weights: int  # weights a token's matmuls read, the output projection included
     embedding: int  # the input embedding's parameters (FSDP2's root holds it whole)
     hidden: int
@@ -143,6 +166,7 @@ def model_shapes(model: str, *, vocab_size: int, seq_len: int) -> Shapes:
     return Shapes(
         params=params,
         layer_params=counts["per_layer"],
+        root_params=counts["total"] - text.num_hidden_layers * counts["per_layer"],
         matmul_weights=flops["dense"] // 6,
         embedding=counts["embedding"],
         hidden=text.hidden_size,
@@ -180,19 +204,38 @@ def model_state_bytes(shapes: Shapes, world: int, parallel: str) -> dict[str, in
 
 
 def working_copy_bytes(shapes: Shapes, setup: Setup) -> int:
-    """The bf16 weights that compute reads, beside the float32 masters."""
+    """The weights that compute reads, beside the float32 masters."""
+    if setup.sharded:
+        # FSDP2 all-gathers into full-size parameters of the compute dtype (fp32 included):
+        # two layers at once (one computing, one prefetched) and the root, kept unsharded
+        # from forward to backward
+        return PARAM_BYTES[setup.precision] * (2 * shapes.layer_params + shapes.root_params)
     if setup.precision == "fp32":
         return 0
-    if setup.parallel == "fsdp" and setup.world > 1:
-        # two layers gathered at once (one computing, one prefetched) and the root's embedding,
-        # kept gathered from forward to backward
-        return 2 * (2 * shapes.layer_params + shapes.embedding)
     if setup.recompute == "none":
         return 2 * shapes.matmul_weights  # autocast's cached casts, saved for backward
     # recomputed layers cast their weights again in backward, one layer at a time
     output_projection = shapes.vocab * shapes.hidden
     layer_matmuls = (shapes.matmul_weights - output_projection) // shapes.layers
     return 2 * (output_projection + layer_matmuls)
+
+
+def fsdp_gradient_bytes(shapes: Shapes, setup: Setup) -> int:
+    """FSDP2's full-size gradients of a layer before its reduce-scatter: autograd's, in the
+    compute dtype, and the float32 reduce-scatter input they are copied into (the previous
+    layer's input is released first, with the default of one kept)."""
+    if not setup.sharded:
+        return 0
+    return (PARAM_BYTES[setup.precision] + 4) * shapes.layer_params
+
+
+def checkpoint_staging_bytes(shapes: Shapes, setup: Setup) -> int:
+    """The host copy an asynchronous save stages: this rank's weights and AdamW state (under
+    DDP rank 0 alone stages the one replica, so the worst rank holds it all)."""
+    if not setup.async_checkpoint:
+        return 0
+    state = model_state_bytes(shapes, setup.world, setup.parallel)
+    return state["weights"] + state["optimizer"]
 
 
 def _layer_activation_bytes(s: Shapes, precision: str, recompute: str, bf16_params: bool) -> int:
@@ -281,12 +324,17 @@ def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
         "weights (fp32 master)": state["weights"],
         "gradients (fp32)": state["gradients"],
         "optimizer (AdamW m, v)": state["optimizer"],
-        "working copies (bf16)": working_copy_bytes(s, setup),
+        "working copies (casts, FSDP2 gathers)": working_copy_bytes(s, setup),
+        "gradients before reduce-scatter": fsdp_gradient_bytes(s, setup),
         f"activations ({setup.recompute} recompute)": sum(acts.values()),
         "loss (chunked logits)": logits["forward"] + logits["loss"],
     }
+    on_cpu = setup.gpu == "cpu"
+    if on_cpu:
+        items["checkpoint staging (async save)"] = checkpoint_staging_bytes(s, setup)
     subtotal = sum(items.values())
-    items["framework allowance"] = int(FRAMEWORK_GIB * GIB + FRAGMENTATION * subtotal)
+    runtime = CPU_RUNTIME_GIB if on_cpu else FRAMEWORK_GIB
+    items["framework allowance"] = int(runtime * GIB + FRAGMENTATION * subtotal)
     total = sum(items.values())
     capacity = capacity_bytes(setup.gpu)
     out: dict[str, Any] = {"items": items, "total": total, "capacity": capacity}
@@ -568,6 +616,7 @@ def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setu
         inter_host_gbps=pl.inter_host_gbps,
         data=data_work(cfg, tokens, pl) if with_data else None,
         loss_chunk_tokens=cfg.parallel.loss_chunk_tokens,
+        async_checkpoint=cfg.checkpoint.async_save,
     )
 
 

@@ -16,7 +16,8 @@ or alone (one process: every visible GPU is tested, collectives are not). It che
   --checkpoint-dir; one rank per host): write throughput with fsync, fsync latency, read-back, free space against
   the checkpoint size, save time against the checkpoint interval;
 - shared (shared.py): under torchrun, that every host sees the same checkpoint folder;
-- data (data.py): tokens/s from the run's shards against what a step needs (skipped without shards).
+- data (data.py): tokens/s from the run's shards against what a step needs (skipped without shards);
+- trackers: the experiment trackers of [logging] are installed and logged in (train/trackers.py).
 
 verdict.py turns the measurements into findings, each with a reason and a fix; rank 0 writes
 the report (DIR/preflight.json) atomically and prints the table (table.py); `hanlm preflight`
@@ -45,7 +46,7 @@ from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint
 from hanlm.inference import resolve_device
 from hanlm.preflight import collectives, data, devices, shared, storage, table, verdict
-from hanlm.train import parallel
+from hanlm.train import parallel, trackers
 from hanlm.train.parallel import Dist
 
 STAGE = "preflight"
@@ -114,6 +115,7 @@ def _measure_rank(cfg: Config, shards_dir: Path, d: Dist, folder: Path) -> dict:
         result["storage"] = _guarded(
             storage.measure, folder, size_mb=pf.storage_mb, probes=pf.fsync_probes
         )
+    result["trackers"] = _guarded(_trackers_ready, cfg)
     result["data"] = _guarded(
         data.measure,
         cfg,
@@ -123,6 +125,15 @@ def _measure_rank(cfg: Config, shards_dir: Path, d: Dist, folder: Path) -> dict:
         seconds=pf.data_seconds,
     )
     return result
+
+
+def _trackers_ready(cfg: Config) -> dict:
+    """{"trackers": the ones training will open} or {"refused": what stops them and the fix}."""
+    try:
+        trackers.check(cfg.logging)
+    except UserError as e:
+        return {"refused": e.what, "fix": e.fix}
+    return {"trackers": trackers.chosen(cfg.logging)}
 
 
 def report_fingerprint(cfg: Config, folder: Path) -> str:

@@ -83,6 +83,9 @@ def _summaries(report: dict) -> dict[str, str]:
         lines["data"] = f"{min(rates):,.0f} tokens/s per rank" + (
             f" (a step needs {needed / report['world_size']:,.0f})" if needed else ""
         )
+    ready = report["ranks"][0].get("trackers") or {}
+    if "trackers" in ready:
+        lines["trackers"] = ", ".join(ready["trackers"]) or "none: metrics.jsonl only"
     return lines
 
 

@@ -20,7 +20,16 @@ from hanlm.errors import UserError
 from hanlm.plan import estimate as plan
 
 FAIL, WARN, NOTE = "fail", "warn", "note"
-CHECKS = ("rendezvous", "devices", "collectives", "communication", "storage", "shared", "data")
+CHECKS = (
+    "rendezvous",
+    "devices",
+    "collectives",
+    "communication",
+    "storage",
+    "shared",
+    "data",
+    "trackers",
+)
 P2P_FIX = (
     "on consumer GPUs set NCCL_P2P_DISABLE=1 (peer-to-peer through a broken PCIe path returns "
     "zeros); check the IOMMU / ACS settings and the driver, or rent another host"
@@ -373,6 +382,19 @@ def _data_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
     return found
 
 
+def _tracker_findings(report: dict) -> list[dict]:
+    found = []
+    for r in report["ranks"]:
+        ready = r.get("trackers") or {}
+        if "refused" in ready:
+            found.append(
+                finding("trackers", FAIL, f"rank {r['rank']}: {ready['refused']}", ready["fix"])
+            )
+        elif "error" in ready:
+            found.append(finding("trackers", FAIL, f"rank {r['rank']}: {ready['error']}"))
+    return found
+
+
 def judge(cfg: Config, report: dict) -> None:
     """Fill report["projection"], report["findings"] and report["verdict"]."""
     found = list(report.get("findings", []))
@@ -388,5 +410,6 @@ def judge(cfg: Config, report: dict) -> None:
     found += _storage_findings(cfg, proj, report)
     found += _shared_findings(report)
     found += _data_findings(cfg, proj, report)
+    found += _tracker_findings(report)
     report["findings"] = found
     report["verdict"] = "NO-GO" if any(f["severity"] == FAIL for f in found) else "GO"

@@ -458,6 +458,103 @@ def _contamination_section(files: RunFiles) -> str:
     return "".join(out)
 
 
+# `none` closing fewer answers than the init by at least this share counts as the field's failure
+# reproduced (5 of 50 answers: more than one or two answers' noise).
+CLOSURE_MARGIN = 0.1
+
+
+def _closure_checks(files: RunFiles, by_init: dict) -> dict[str, dict]:
+    """init -> its closure.json (the main SFT's or an ablation arm's)."""
+    main = _read(files.closure) or {}
+    checks = {}
+    for init in by_init:
+        check = main if main.get("init") == init else _read(files.ablation_closure(init))
+        if check:
+            checks[init] = check
+    return checks
+
+
+def _norm_cell(diagnosis: dict | None, token: str = "eot") -> str:
+    rows = (diagnosis or {}).get("row_norms", {}).get("embedding", {})
+    value = rows.get("template", {}).get(token)
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _rank_cell(diagnosis: dict | None) -> str:
+    rank = (diagnosis or {}).get("eot_rank")
+    if not rank:
+        return "-"
+    return f"{rank['median_rank']:,} (top-1 {rank['top1']:.0%})"
+
+
+def _audit_norms(audit: dict) -> str:
+    """What pretraining did to the rows: trained rows against the template rows and the start."""
+    norms = audit.get("row_norms", {}).get("embedding")
+    if not norms:
+        return ""
+    counts = {t["name"]: t.get("pretrain_count") for t in audit.get("tokens", [])}
+    template = ", ".join(
+        f"{name} {value:.2f} (seen {_fmt(counts.get(name))} times)"
+        for name, value in norms["template"].items()
+    )
+    start = audit["row_norms"].get("initial_norm")
+    pushed = ""
+    if audit.get("tied") and min(norms["template"].values()) > norms["ordinary_mean"]:
+        pushed = (
+            " The never-seen rows moved further than the trained ones: in a tied head the "
+            "softmax pushes every row it never predicts away from the hidden states, and Adam "
+            "steps a row by the learning rate however small its gradient."
+        )
+    return (
+        f"\nAfter pretraining (the audit, embedding rows): trained rows' mean norm "
+        f"{norms['ordinary_mean']:.2f} (median {norms['ordinary_median']:.2f})"
+        + (f", from {start:.2f} at initialisation" if start is not None else "")
+        + f"; template rows: {template}.{pushed}\n"
+    )
+
+
+def _ranks(check: dict) -> str:
+    """<|eot|>'s median rank at answer ends before -> after SFT, for one init's closure.json."""
+    diagnosis = check.get("diagnosis", {})
+    return f"{_rank_cell(diagnosis.get('before'))} → {_rank_cell(diagnosis.get('after'))}"
+
+
+def _closure_verdict(by_init: dict, checks: dict) -> str:
+    """The field's failure reproduced or not, said with this run's numbers."""
+    if "none" not in by_init or len(by_init) < 2:
+        return ""
+    others = {k: v for k, v in by_init.items() if k != "none"}
+    best_init, best = max(others.items(), key=lambda kv: kv[1])
+    shortfall = best - by_init["none"]
+    ranks = ""
+    if "none" in checks and best_init in checks:
+        ranks = (
+            f" <|eot|>'s median rank where answers end, before → after SFT: `none` "
+            f"{_ranks(checks['none'])}, `{best_init}` {_ranks(checks[best_init])}."
+        )
+    rates = f"`none` ended {by_init['none']:.0%} of the answers, `{best_init}` {best:.0%}"
+    if shortfall >= CLOSURE_MARGIN:
+        return (
+            f"\n**The field's failure, reproduced:** {rates} ({shortfall:.0%} fewer without "
+            f"initialisation; the card counts a shortfall of {CLOSURE_MARGIN:.0%} or more).{ranks}\n"
+        )
+    if best < 0.5:
+        why = (
+            " Neither initialisation taught this model to end most answers: this SFT is too "
+            "short for either, so it cannot show what the initialisation adds."
+        )
+    else:
+        why = (
+            " Without initialisation this SFT still moved the never-trained row as far as "
+            "ending needs; the field's model had trained its other rows on ~22B tokens first."
+        )
+    short = "`none` ended at least as many" if shortfall <= 0 else f"a shortfall of {shortfall:.0%}"
+    return (
+        f"\n**Not reproduced at demo size:** {rates}: {short}, under the {CLOSURE_MARGIN:.0%} "
+        f"shortfall the card asks for.{ranks}{why}\n"
+    )
+
+
 def _closure_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
@@ -465,27 +562,52 @@ def _closure_section(files: RunFiles) -> str:
     if by_init is None:
         return _missing("sft")
     out: list[str] = []
+    checks = _closure_checks(files, by_init)
     rows = []
-    for init in by_init:
-        check = _read(files.closure) if files.closure.is_file() else None
-        if check is None or check.get("init") != init:
-            check = _read(files.ablation_closure(init))
-        if check:
-            rows.append([init, f"{check['closed']} / {check['total']}", f"{check['rate']:.2f}"])
-    out.append(_table(["initialisation", "answers ending with <|eot|>", "closure rate"], rows))
-    rates = set(by_init.values())
-    if len(by_init) > 1 and len(rates) == 1:
-        out.append(
-            "\nNo difference between initialisations in this run: the template tokens' rows were "
-            "not pushed far enough from the trained ones by this short pretraining for SFT to "
-            "miss them. The field report's model saw 22B tokens without them.\n"
+    for init, check in checks.items():
+        diagnosis = check.get("diagnosis", {})
+        before, after = diagnosis.get("before"), diagnosis.get("after")
+        rows.append(
+            [
+                init,
+                f"{check['closed']} / {check['total']}",
+                f"{check['rate']:.2f}",
+                f"{_rank_cell(before)} → {_rank_cell(after)}",
+                f"{_norm_cell(before)} → {_norm_cell(after)}",
+            ]
         )
+    header = [
+        "initialisation",
+        "answers ending with <|eot|>",
+        "closure rate",
+        "<|eot|> median rank at answer ends, before → after SFT",
+        "<|eot|> row norm, before → after SFT",
+    ]
+    out.append(_table(header, rows))
+    out.append(
+        "\nRank: where a held-out reference answer ends, how many tokens' logits beat <|eot|>'s "
+        "(0: greedy decoding ends the answer there). Before SFT: the pretrained model with the "
+        "initialisation applied.\n"
+    )
     audit = _read(files.audit) or {}
+    out.append(_audit_norms(audit))
+    after_norms = [
+        (init, c["diagnosis"]["after"]["row_norms"]["embedding"]["ordinary_mean"])
+        for init, c in checks.items()
+        if c.get("diagnosis", {}).get("after", {}).get("row_norms", {}).get("embedding")
+    ]
+    if after_norms:
+        out.append(
+            "\nAfter SFT, trained rows' mean norm: "
+            + ", ".join(f"{init} {value:.2f}" for init, value in after_norms)
+            + ".\n"
+        )
     untrained = audit.get("untrained_template_tokens")
     if untrained is not None:
         out.append(
             f"\nThe audit found these template tokens untrained before SFT: {', '.join(untrained) or 'none'}.\n"
         )
+    out.append(_closure_verdict(by_init, checks))
     path = report_plots.grouped_bars(
         {"closure rate": {k: float(v) for k, v in by_init.items()}},
         files.plots / "closure.png",
@@ -494,6 +616,54 @@ def _closure_section(files: RunFiles) -> str:
     )
     out.append(f"\n![closure by init]({path.relative_to(files.root)})\n")
     return "".join(out)
+
+
+# the direction probe's groups of facts (hanlm.evals.tasks.direction's reverse_stated column)
+DIRECTION_GROUPS = ((None, "all facts"), (True, "reverse stated"), (False, "reverse not stated"))
+
+
+def _direction_row(label: str, group: str, items: list[dict]) -> list:
+    forward = [s["loglikelihoods"]["forward"][0] for s in items]
+    reverse = [s["loglikelihoods"]["reverse"][0] for s in items]
+    mean_f, mean_r = sum(forward) / len(forward), sum(reverse) / len(reverse)
+    return [
+        label,
+        group,
+        len(items),
+        f"{mean_f:.2f}",
+        f"{mean_r:.2f}",
+        f"{mean_f - mean_r:.2f}",
+        f"{sum(s['scores']['forward_acc'] for s in items) / len(items):.2f}",
+        f"{sum(s['scores']['reverse_acc'] for s in items) / len(items):.2f}",
+    ]
+
+
+def _mean_reverse(items: list[dict]) -> float:
+    return sum(s["scores"]["reverse_logprob"] for s in items) / len(items)
+
+
+def _by_group(by_model: dict, files: RunFiles):
+    """(model label, {stated: its samples}) for each model whose facts fall in both groups."""
+    for model, items in by_model.items():
+        groups = {
+            stated: [s for s in items if s.get("reverse_stated") is stated]
+            for stated in (True, False)
+        }
+        if groups[True] and groups[False]:
+            yield _model_label(model, files), groups
+
+
+def _group_contrast(label: str, groups: dict) -> str:
+    def mean(rows, key):
+        return sum(s["scores"][key] for s in rows) / len(rows)
+
+    with_, without = groups[True], groups[False]
+    return (
+        f"{label}: reverse log-prob {mean(with_, 'reverse_logprob'):.2f} with reverse "
+        f"statements vs {mean(without, 'reverse_logprob'):.2f} without, reverse rank accuracy "
+        f"{mean(with_, 'reverse_acc'):.2f} vs {mean(without, 'reverse_acc'):.2f}, gap "
+        f"{mean(with_, 'gap'):.2f} vs {mean(without, 'gap'):.2f}"
+    )
 
 
 def _direction_section(files: RunFiles) -> str:
@@ -506,47 +676,55 @@ def _direction_section(files: RunFiles) -> str:
     by_model: dict[str, list[dict]] = {}
     for s in samples:
         by_model.setdefault(s.get("model", "model"), []).append(s)
-    rows, first = [], None
+    rows, reverse, first = [], {}, None
     for model, items in by_model.items():
-        forward = [s["loglikelihoods"]["forward"][0] for s in items]
-        reverse = [s["loglikelihoods"]["reverse"][0] for s in items]
-        fwd_acc = sum(s["scores"]["forward_acc"] for s in items) / len(items)
-        rev_acc = sum(s["scores"]["reverse_acc"] for s in items) / len(items)
-        mean_f, mean_r = sum(forward) / len(forward), sum(reverse) / len(reverse)
-        rows.append(
-            [
-                _model_label(model, files),
-                len(items),
-                f"{mean_f:.2f}",
-                f"{mean_r:.2f}",
-                f"{mean_f - mean_r:.2f}",
-                f"{fwd_acc:.2f}",
-                f"{rev_acc:.2f}",
-            ]
-        )
+        label = _model_label(model, files)
+        for stated, group in DIRECTION_GROUPS:
+            members = [s for s in items if stated is None or s.get("reverse_stated") is stated]
+            if members and (stated is None or len(members) < len(items)):
+                rows.append(_direction_row(label, group, members))
+                if stated is not None:
+                    reverse.setdefault(label, {})[group] = _mean_reverse(members)
         if first is None:  # the plot shows the first model: in a run, the base model
-            first = (forward, reverse, model)
+            first = (items, model)
+    header = ["model", "facts", "n", "forward log-prob", "reverse log-prob", "gap"]
+    out.append(_table([*header, "forward rank acc", "reverse rank acc"], rows))
+    items, model = first
+    path = report_plots.direction_histograms(
+        [s["loglikelihoods"]["forward"][0] for s in items],
+        [s["loglikelihoods"]["reverse"][0] for s in items],
+        files.plots / "direction.png",
+    )
     out.append(
-        _table(
-            [
-                "model",
-                "facts",
-                "forward log-prob",
-                "reverse log-prob",
-                "gap",
-                "forward rank acc",
-                "reverse rank acc",
-            ],
-            rows,
+        f"\n![direction probe, {_model_label(model, files)}]({path.relative_to(files.root)})\n"
+    )
+    stated = sum(1 for s in items if s.get("reverse_stated") is True)
+    if stated:
+        out.append(
+            f"\nThe training text states {stated} of the {len(items)} probed facts also object first "
+            '("B는 A의 수도이다"; `demo.reverse_share`, a seeded pick, or `hanlm facts` for a '
+            "user's table) and the others only subject first, so one model answers both kinds. "
+            "Forward and reverse answers are different words, so the controlled comparison is "
+            "each direction's score across the two groups: "
+            + "; ".join(
+                _group_contrast(label, rows_of) for label, rows_of in _by_group(by_model, files)
+            )
+            + ". The field report's conclusion: each direction must be in the data.\n"
         )
-    )
-    forward, reverse, model = first
-    path = report_plots.direction_histograms(forward, reverse, files.plots / "direction.png")
-    out.append(
-        f"\n![direction probe, {_model_label(model, files)}]({path.relative_to(files.root)})\n\nThe demo "
-        "corpus states every capital country first only, so the reverse direction is never "
-        "seen in training text.\n"
-    )
+        path = report_plots.grouped_bars(
+            reverse, files.plots / "direction_groups.png", ylabel="reverse log-prob, right answer"
+        )
+        out.append(f"\n![reverse log-prob by group]({path.relative_to(files.root)})\n")
+    elif any(s.get("reverse_stated") is False for s in items):
+        out.append(
+            "\nThe training text states every fact subject first only, so the reverse direction "
+            "is never seen in training text.\n"
+        )
+    else:
+        out.append(
+            "\nThe facts table does not say which facts the training text also states object "
+            "first (no `reverse_stated` column), so the probe cannot compare the two kinds.\n"
+        )
     return "".join(out)
 
 

@@ -20,7 +20,7 @@ from hanlm.files import (
     stage_fingerprint,
 )
 from hanlm.stages import engine_output
-from hanlm.stages.demo import ensure_demo_world
+from hanlm.stages.demo import ensure_demo_world, world_settings
 from hanlm.stages.rundir import RunDir
 
 STAGE = "corpus"
@@ -28,7 +28,7 @@ STAGE = "corpus"
 
 def stage_fp(cfg: Config) -> str:
     sources = readers.expand_inputs(cfg.corpus.inputs)
-    demo_cfg = cfg.demo.model_dump() if "demo" in cfg.corpus.inputs else None
+    demo_cfg = world_settings(cfg) if "demo" in cfg.corpus.inputs else None
     return fingerprint(
         STAGE,
         cfg.corpus.model_dump(),

@@ -20,12 +20,23 @@ from hanlm.files import (
 from hanlm.stages.rundir import RunDir
 
 
+def world_settings(cfg: Config) -> dict:
+    """The [demo] settings that make the world, as its fingerprints name them: an option at its
+    default that leaves the world unchanged is left out, so earlier runs stay recognised."""
+    settings = cfg.demo.model_dump()
+    if not settings["reverse_share"]:
+        del settings["reverse_share"]
+    return settings
+
+
 def ensure_demo_world(cfg: Config, run: RunDir | Path) -> Path:
     """Write the demo world into `RUN/demo/` once (again when cfg.demo changes); its folder."""
     demo_dir = RunDir.of(run).demo
-    fp = fingerprint(cfg.demo.model_dump())
+    fp = fingerprint(world_settings(cfg))
     if stage_fingerprint(demo_dir) != fp:
-        world = demo.build(seed=cfg.demo.seed, size_mb=cfg.demo.size_mb)
+        world = demo.build(
+            seed=cfg.demo.seed, size_mb=cfg.demo.size_mb, reverse_share=cfg.demo.reverse_share
+        )
         with atomic_output_dir(demo_dir) as tmp:
             demo.write(world, tmp)
             write_stage_marker(tmp, "demo", fp)

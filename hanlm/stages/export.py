@@ -2,6 +2,10 @@
 
 Skipped when the folder already holds an export of the same checkpoint, model config and
 tokenizer (hanlm.train.export.export_fingerprint); the library does the writing.
+
+`run_gguf` (`hanlm export --format gguf`) turns an exported folder (the chat model's sft/hf when
+there is one, else pretrain/hf, or any folder given) into a GGUF file and its Ollama Modelfile
+in DIR/gguf/ (hanlm.share.gguf writes them).
 """
 
 from __future__ import annotations
@@ -12,11 +16,14 @@ from typing import NoReturn
 
 import torch
 
+from hanlm.chat_template import TOKENIZER_CONFIG_FILE
 from hanlm.config import Config
 from hanlm.console import info
 from hanlm.errors import UserError
-from hanlm.files import read_json, stage_fingerprint
+from hanlm.files import atomic_write_text, claim_output_file, read_json, stage_fingerprint
 from hanlm.model import model_config
+from hanlm.model_folder import is_model_folder
+from hanlm.share import gguf as gguf_lib
 from hanlm.stages import shards as shards_stage
 from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.rundir import RunDir
@@ -148,3 +155,71 @@ def run(
 def _summary(record: dict, out: Path) -> dict:
     keys = ("source_checkpoint", "step", "tokens", "model_sha256", "dtype")
     return {"out": str(out), **{k: record.get(k) for k in keys}}
+
+
+# --- GGUF -----------------------------------------------------------------------------------------
+
+
+def gguf_source(run: RunDir, source: Path | None) -> tuple[Path, str]:
+    """The folder to convert and its label for file names: the one given, else the run's chat
+    model (sft/hf), else its base model (pretrain/hf)."""
+    if source is not None:
+        return Path(source), Path(source).name
+    for folder, label in ((run.sft.export, "chat"), (run.pretrain.export, "base")):
+        if is_model_folder(folder):
+            return folder, label
+    raise UserError(
+        f"no exported model in {run.root} to write as GGUF (neither sft/hf nor pretrain/hf)",
+        fix=f"run `hanlm export --run-dir {run.root}` first, or name a folder with --source",
+    )
+
+
+def _is_modelfile(path: Path) -> bool:
+    try:
+        return path.read_text(encoding="utf-8").startswith("FROM ./")
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def run_gguf(
+    cfg: Config,
+    run: RunDir | Path,
+    *,
+    gguf_type: str = "f16",
+    source: Path | None = None,
+    out: Path | None = None,
+    force: bool = False,
+) -> dict:
+    """Write a GGUF file (and an Ollama Modelfile next to it) from an exported model folder."""
+    run = RunDir(run) if not isinstance(run, RunDir) else run
+    if gguf_type not in gguf_lib.GGUF_TYPES:
+        raise UserError(
+            f"unknown GGUF type {gguf_type!r}", fix=f"use one of {', '.join(gguf_lib.GGUF_TYPES)}"
+        )
+    folder, label = gguf_source(run, source)
+    out = Path(out) if out is not None else run.gguf / f"{label}-{gguf_type}.gguf"
+    if out.suffix != ".gguf":
+        raise UserError(f"the GGUF file {out} should end in .gguf", fix="name it NAME.gguf")
+    modelfile = out.with_suffix(".Modelfile")
+    # both outputs are checked before the (long) write, so a refusal leaves nothing half-done
+    claim_output_file(
+        out, is_earlier_output=gguf_lib.is_gguf_file, replace_earlier=force, name="GGUF file"
+    )
+    claim_output_file(
+        modelfile, is_earlier_output=_is_modelfile, replace_earlier=force, name="Modelfile"
+    )
+    started = time.perf_counter()
+    summary = gguf_lib.write_gguf(
+        folder, out, gguf_type=gguf_type, name=f"{run.root.name}-{label}", replace_earlier=force
+    )
+    template = read_json(folder / TOKENIZER_CONFIG_FILE).get("chat_template")
+    atomic_write_text(modelfile, gguf_lib.modelfile(out, template, cfg.generate))
+    info(
+        f"export: {folder} -> {out} ({gguf_type}, {summary['bytes'] / 1e6:.1f} MB, "
+        f"pre-tokenizer {summary['pre_tokenizer']}), Ollama: ollama create NAME -f {modelfile}"
+    )
+    return {
+        **summary,
+        "modelfile": str(modelfile),
+        "seconds": round(time.perf_counter() - started, 3),
+    }

@@ -22,7 +22,7 @@ from hanlm.files import (
 from hanlm.stages import shards as shards_stage
 from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.rundir import RunDir
-from hanlm.train import precision
+from hanlm.train import precision, trackers
 from hanlm.train import pretrain as pretrain_lib
 
 STAGE = "pretrain"
@@ -72,6 +72,7 @@ def run(
     if not force and stage_fingerprint(out.root) == fp:
         info(f"pretrain: up to date in {out.root}, skipped")
         return read_json(out.summary)
+    trackers.check(cfg.logging)  # on every rank, before the model is built
     manifest = shards_stage.load_manifest(run.root)
     tokenizer = tokenizer_stage.load(run.root)
     data = pretrain_lib.PretrainData(

@@ -206,6 +206,11 @@ class RunDir:
     def sft(self) -> SftDirs:
         return SftDirs(self.stage("sft"))
 
+    @property
+    def gguf(self) -> Path:
+        """GGUF files for llama.cpp and Ollama, each with its Modelfile (`export --format gguf`)."""
+        return self.stage("gguf")
+
     # --- evaluation -----------------------------------------------------------------------
     @property
     def eval(self) -> Path:
@@ -223,6 +228,12 @@ class RunDir:
     def comparison(self, action: str) -> RunDir:
         """A run of the same recipe on the corpus after decontam `action` (the compare stage)."""
         return RunDir(self.root / "compare" / action)
+
+    # --- sharing --------------------------------------------------------------------------
+    @property
+    def publish(self) -> Path:
+        """The folder `hanlm publish` uploads to the Hub (written by --dry-run too)."""
+        return self.stage("publish")
 
 
 def load_run_config(

@@ -26,7 +26,7 @@ from hanlm.model_folder import check_model_folder, is_model_folder
 from hanlm.stages import shards as shards_stage
 from hanlm.stages.decontam import load_run_index
 from hanlm.stages.rundir import RunDir, SftDirs
-from hanlm.train import checkpoint
+from hanlm.train import checkpoint, trackers
 from hanlm.train import sft as sft_lib
 
 STAGE = "sft"
@@ -187,6 +187,7 @@ def run(
     if not force and stage_fingerprint(outputs.root) == fp:
         info(f"sft: up to date in {outputs.root}, skipped")
         return read_json(outputs.summary)
+    trackers.check(cfg.logging)  # on every rank, before the model is loaded
     (outputs.root / STAGE_MARKER).unlink(missing_ok=True)
     outputs.root.mkdir(parents=True, exist_ok=True)
 

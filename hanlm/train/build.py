@@ -1,7 +1,7 @@
 """The Trainer assembled once, for pretraining and SFT alike.
 
 Each config component builds its part: [optimizer] the AdamW and its schedule, [checkpoint] the
-checkpoint manager, [logging] the loop's cadence, [distill] and [parallel]'s loss keys the loss;
+checkpoint manager, [logging] the loop's cadence and the trackers, [distill] and [parallel]'s loss keys the loss;
 [parallel] starts the processes. A training hands over what is its own (the model, placed and
 parallelised, the loaders, the step count, the fingerprints and the output paths) and gets a
 Trainer ready to resume and fit.
@@ -26,7 +26,7 @@ from hanlm.config import (
     OptimizerSection,
     ParallelSection,
 )
-from hanlm.train import checkpoint, distill, parallel
+from hanlm.train import checkpoint, distill, parallel, trackers
 from hanlm.train.loss import TokenLoss
 from hanlm.train.optim import adamw
 from hanlm.train.precision import PrecisionPlan
@@ -42,17 +42,28 @@ class Components:
     logging: LoggingSection
     distill: DistillSection
     parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)  # the loss's
+    stage: str = "pretrain"  # the trackers' job type
+    config: dict = dataclasses.field(default_factory=dict)  # the resolved config, for trackers
 
     @classmethod
     def pretraining(cls, cfg: Config) -> Components:
-        return cls(cfg.optimizer, cfg.checkpoint, cfg.logging, cfg.distill, cfg.parallel)
+        sections = (cfg.optimizer, cfg.checkpoint, cfg.logging, cfg.distill, cfg.parallel)
+        return cls(*sections, stage="pretrain", config=_resolved(cfg))
 
     @classmethod
     def sft(cls, cfg: Config) -> Components:
-        # [checkpoint] says how checkpoints are written and kept; [sft.checkpoint] how often
+        # [checkpoint] says how checkpoints are written and kept; [sft.checkpoint] how often;
+        # likewise [logging] where the records go and [sft.logging] how often
         cadence = cfg.sft.checkpoint.model_dump()
         checkpoints = cfg.checkpoint.model_copy(update=cadence)
-        return cls(cfg.sft.optimizer, checkpoints, cfg.sft.logging, cfg.distill, cfg.parallel)
+        logging = cfg.logging.model_copy(update=cfg.sft.logging.model_dump())
+        sections = (cfg.sft.optimizer, checkpoints, logging, cfg.distill, cfg.parallel)
+        return cls(*sections, stage="sft", config=_resolved(cfg))
+
+
+def _resolved(cfg: Config) -> dict:
+    """The config as the run's config.toml holds it."""
+    return cfg.model_dump(mode="json", exclude_none=True)
 
 
 @dataclass(frozen=True)
@@ -144,7 +155,7 @@ def trainer_settings(job: TrainingJob, components: Components) -> TrainerSetting
         peak_flops=job.peak_flops,
         fingerprint=job.fingerprint,
         settings=job.settings,
-        **components.logging.model_dump(),  # log_every, eval_every, eval_batches
+        **components.logging.model_dump(include=LoggingSection.CADENCE_KEYS),
     )
 
 
@@ -178,4 +189,7 @@ def build_trainer(
         every_minutes=components.checkpoint.every_minutes,
         loss=loss,
         objective_for=objective_for,
+        trackers=trackers.plan_for(
+            components.logging, components.stage, job.metrics_path.parent, components.config
+        ),
     )

@@ -1,7 +1,7 @@
 """`hanlm export`: a training checkpoint -> a plain Hugging Face folder.
 
-The folder holds what transformers, vLLM, llama.cpp's converter and lm-evaluation-harness read
-and nothing that needs hanlm or pickle to load:
+The folder holds what transformers, vLLM and lm-evaluation-harness read, and nothing that needs
+hanlm or pickle to load (llama.cpp reads the GGUF file `hanlm/share/gguf.py` writes from it):
 
     model.safetensors  config.json  generation_config.json
     tokenizer.json  tokenizer_config.json (with the chat template)  special_tokens.json

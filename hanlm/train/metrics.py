@@ -1,4 +1,5 @@
-"""Training metrics: metrics.jsonl always, TensorBoard when installed, a rich progress bar.
+"""Training metrics: metrics.jsonl always, the experiment trackers of [logging] (train/trackers.py:
+TensorBoard, trackio, W&B) with the same records, a rich progress bar.
 
 Only rank 0 writes. On resume, records past the resumed step (written after the last checkpoint
 of a crashed run) are dropped so the file reads as one consistent run.
@@ -7,7 +8,6 @@ of a crashed run) are dropped so the file reads as one consistent run.
 from __future__ import annotations
 
 import json
-import math
 import resource
 import sys
 from pathlib import Path
@@ -16,6 +16,7 @@ import torch
 
 from hanlm.console import console, progress
 from hanlm.files import atomic_write_text
+from hanlm.train.trackers import TrackerPlan, Trackers, open_trackers
 
 
 def peak_memory_gb(device: torch.device) -> float:
@@ -27,22 +28,26 @@ def peak_memory_gb(device: torch.device) -> float:
 
 
 class MetricsLog:
-    def __init__(self, path: Path, *, enabled: bool, total_steps: int, start_step: int):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        enabled: bool,
+        total_steps: int,
+        start_step: int,
+        trackers: TrackerPlan | None = None,
+    ):
+        """`trackers`: the trackers that receive every record too (None: metrics.jsonl only)."""
         self.path, self.enabled = Path(path), enabled
-        self._writer = None
+        self._trackers = Trackers({})
         self._bar = None
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._truncate_after(start_step)
+        if trackers is not None:  # first: a tracker that cannot start leaves nothing open
+            self._trackers = open_trackers(trackers, self.path.parent, start_step=start_step)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        try:
-            # deferred: tensorboard is optional and slow to import
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(str(self.path.parent / "tensorboard"))
-        except ImportError:  # tensorboard is optional
-            self._writer = None
         self._bar = progress(transient=False)
         self._bar.start()
         self._task = self._bar.add_task("train", total=total_steps, completed=start_step)
@@ -66,22 +71,19 @@ class MetricsLog:
             return
         self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
         self._file.flush()
-        step = record["step"]
-        if self._writer is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._writer.add_scalar(key, value, step)
-        self._bar.update(self._task, completed=step)
+        self._trackers.log(record)
+        self._bar.update(self._task, completed=record["step"])
         if show:
             console.print(_format(record))
 
-    def close(self) -> None:
+    def close(self, outcome: str = "finished") -> None:
+        """Close the file and finish the trackers; outcome: "finished", "failed" or
+        "preempted" (what the trackers record the run as)."""
         if not self.enabled:
             return
         self._bar.stop()
         self._file.close()
-        if self._writer is not None:
-            self._writer.close()
+        self._trackers.close(outcome)
 
 
 def _format(record: dict) -> str:

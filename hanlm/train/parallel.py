@@ -12,7 +12,6 @@ peer can be named when a collective fails.
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime
 import os
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from hanlm import model_init
 from hanlm.errors import UserError
 from hanlm.inference import resolve_device
 from hanlm.model import enable_activation_checkpointing
@@ -160,50 +160,52 @@ def parallelize_loaded(
     d: Dist,
     mode: str,
     *,
+    fill: Callable[[torch.nn.Module], None],
     compute_dtype: torch.dtype = torch.float32,
     compile_blocks: bool = False,
     convert: Callable[[torch.nn.Module], None] | None = None,
 ) -> torch.nn.Module:
-    """`parallelize` for a model loaded whole on the host (SFT's start): under FSDP the device
-    gets only this rank's shards, copied in one parameter at a time, rather than the whole
-    model moved over and then sharded. `convert` swaps modules in place before parallelizing
-    (FP8's Float8Linear keeps the parameter names and shapes), on the model or the shell."""
+    """`parallelize` for a model whose weights come from elsewhere (SFT's pretrained model),
+    built on the meta device: it is placed first (under FSDP2 sharded, each rank allocating
+    only its shards on the device) and `fill(model)` then writes its parameters, each rank
+    those it holds (hanlm.train.pretrained); buffers (RoPE's) are computed as the build computes
+    them. `convert` swaps modules in place (FP8's Float8Linear keeps the parameter names and
+    shapes): before sharding under FSDP2, else once the weights are in."""
+    owners = model_init.buffer_owners(model)  # ValueError: a buffer the build cannot redo
     options = {"compute_dtype": compute_dtype, "compile_blocks": compile_blocks}
-
-    def whole() -> torch.nn.Module:
-        on_device = model.to(d.device)
+    if mode == "fsdp":
         if convert is not None:
-            convert(on_device)
-        return parallelize(on_device, d, mode, **options)
-
-    if mode != "fsdp":
-        return whole()
-    from hanlm.model import build_model  # deferred: hanlm.model is heavy and FSDP-only here
-
-    # A copy of the config: build_model sets its attention implementation, and the loaded
-    # model may have been given another (flex for packed documents) that the shell must keep.
-    shell = build_model(
-        copy.deepcopy(model.config), dtype=next(model.parameters()).dtype, device="meta"
-    )
-    attention = model.config._attn_implementation
-    if shell.config._attn_implementation != attention:
-        shell.set_attn_implementation(attention)
-    loaded = dict(model.named_parameters(remove_duplicate=False))
-    shapes = {n: p.shape for n, p in shell.named_parameters(remove_duplicate=False)}
-    if shapes != {n: p.shape for n, p in loaded.items()}:  # not what its config builds
-        return whole()
-    shell.train(model.training)
-    if convert is not None:
-        convert(shell)
-    root = parallelize(shell, d, mode, **options)
-    shell.to_empty(device=d.device)
+            convert(model)
+        root = parallelize(model, d, mode, **options)
+        model_init.allocate(model, d.device, root=root)
+        model_init.recompute_buffers(model, owners, d.device)
+        with torch.no_grad():
+            fill(model)
+        return root
+    model_init.allocate(model, d.device)
+    model_init.recompute_buffers(model, owners, d.device)
     with torch.no_grad():
-        for name, param in shell.named_parameters():
-            write_full_value(param, loaded[name].to(d.device))
-        buffers = dict(model.named_buffers())
-        for name, buffer in shell.named_buffers():
-            buffer.copy_(buffers[name])
-    return root
+        fill(model)
+    if convert is not None:
+        convert(model)
+    return parallelize(model, d, mode, **options)
+
+
+def parallelize_whole(
+    model: torch.nn.Module,
+    d: Dist,
+    mode: str,
+    *,
+    compute_dtype: torch.dtype = torch.float32,
+    compile_blocks: bool = False,
+    convert: Callable[[torch.nn.Module], None] | None = None,
+) -> torch.nn.Module:
+    """`parallelize` for a model loaded whole on the host: moved to the device whole, then
+    converted and parallelized (FSDP2 shards it there)."""
+    model = model.to(d.device)
+    if convert is not None:
+        convert(model)
+    return parallelize(model, d, mode, compute_dtype=compute_dtype, compile_blocks=compile_blocks)
 
 
 def write_full_value(param: torch.nn.Parameter, value: torch.Tensor) -> None:

@@ -5,31 +5,37 @@ stayed untrained, and after SFT the model closed 0 of 50 answers (49 of 50 once 
 This stage makes it impossible to miss:
 
 1. the source model: the run's latest pretraining checkpoint (else DIR/pretrain/hf), or
-   `sft.model` (`--model HF_DIR`, a hanlm export);
+   `sft.model` (`--model HF_DIR`, a hanlm export), built on the meta device, placed as in
+   pretraining (sharded under FSDP2) and read in by parts, each rank reading only the rows it
+   keeps (hanlm.train.pretrained): no rank holds a whole copy;
 2. the data (`sft.data`, default DIR/demo/chat.jsonl) read and checked, conversations holding
    benchmark items dropped or refused (the run's decontam index), N held out (seeded);
 3. the special-token audit (hanlm.chat.tokens) -> audit.json and a table;
-4. the untrained template tokens initialised (`sft.init`), their rows trainable, optionally
-   with their own step size;
+4. the untrained template tokens initialised (`sft.init`) on the placed model, as one process
+   would (hanlm.chat.tokens), their rows trainable, optionally with their own step size;
 5. the pretraining loop (Trainer) on assistant tokens only, each turn's <|eot|> included,
    with checkpoints and resume in DIR/sft/checkpoints, in the run's precision as pretraining
    (fp8: the loaded model's large linear layers become Float8Linear, the blocks compiled; see
    hanlm.train.precision);
 6. export to DIR/sft/hf with generation_config.eos_token_id = [<|eot|>, <|endoftext|>];
 7. the closure check on the held-out prompts -> closure.json, and the `sft.min_closure` gate;
+   beside it, why answers end or not: the template rows' norms against the trained rows', and
+   the rank of <|eot|>'s logit where the held-out reference answers end, both before SFT (after
+   the initialisation) and after it;
 8. `sft.compare_inits`: the same SFT with other inits into DIR/sft/ablation/<init>/, summed up
    in closure_by_init.json.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from hanlm import inference
+from hanlm import inference, model_init
 from hanlm import model as model_lib
 from hanlm.chat import closure, tokens
 from hanlm.config import Config, SftSection
@@ -38,7 +44,15 @@ from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint, read_json
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.train import build, checkpoint, document_attention, export, parallel, precision
+from hanlm.train import (
+    build,
+    checkpoint,
+    document_attention,
+    export,
+    parallel,
+    precision,
+    pretrained,
+)
 
 if TYPE_CHECKING:
     from hanlm.data.decontam.index import BenchmarkIndex
@@ -77,11 +91,9 @@ class SftSource:
 # --- the source model -----------------------------------------------------------------------------
 
 
-def load_source_model(source: SftSource):
-    """(CPU model in train mode, its config)."""
-    if source.kind == "hf":
-        model = export.load_exported(source.path)
-        return model.float().train(), model.config
+def _check_checkpoint(source: SftSource) -> None:
+    if source.kind != "checkpoint":
+        return
     problem = checkpoint.verify(source.path)  # its files against its manifest
     if problem:
         raise UserError(
@@ -89,8 +101,34 @@ def load_source_model(source: SftSource):
             fix="move that step folder away (SFT then starts from the previous committed "
             "checkpoint), or pretrain again",
         )
+
+
+def load_source_model(source: SftSource):
+    """(CPU model in train mode, its config): the whole model, on this process."""
+    if source.kind == "hf":
+        model = export.load_exported(source.path)
+        return model.float().train(), model.config
+    _check_checkpoint(source)
     model = export.load_checkpoint_model(source.path, source.model_config)
     return model.train(), source.model_config
+
+
+def _model_on_meta(source: SftSource):
+    """(the source's model built on the meta device from its config, why its weights cannot be
+    read into it part by part or None): see hanlm.train.pretrained."""
+    _check_checkpoint(source)
+    if source.kind == "hf":
+        config = inference.read_config(source.path)
+    else:  # a copy: building sets the attention implementation in the config
+        config = copy.deepcopy(source.model_config)
+    model = model_lib.build_model(config, device="meta")
+    problem = pretrained.mismatch(model, source.kind, source.path)
+    if problem is None:
+        try:
+            model_init.buffer_owners(model)
+        except ValueError as e:
+            problem = str(e)
+    return model, problem
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -204,18 +242,19 @@ def _accumulation(s: SftSection, world_size: int) -> int:
     return s.batch_rows // per_pass
 
 
-def _initialised_model(cfg: Config, source: SftSource, audit: dict, special: dict, init: str):
-    """(the source model with its untrained template rows initialised, its config, those rows'
-    ids, what the initialisation did)."""
-    model, mconfig = load_source_model(source)
+def _initialise_rows(cfg: Config, model, source: SftSource, audit: dict, special: dict, init: str):
+    """(the ids of the untrained template rows, what initialising them did) on the placed
+    model: every rank computes the rows one process would, and writes those it holds."""
     ids = [special[n]["id"] for n in audit["untrained_template_tokens"]]
     text_ids = None
     if init == "text":
         text_ids = load_tokenizer(source.tokenizer_dir).encode(
             cfg.sft.init_text, add_special_tokens=False
         )
-    done = tokens.initialise(model, ids, init, special, text_ids=text_ids, seed=cfg.run.seed)
-    return model, mconfig, ids, done
+    done = tokens.initialise(
+        parallel.unwrap(model), ids, init, special, text_ids=text_ids, seed=cfg.run.seed
+    )
+    return ids, done
 
 
 def _chat_loaders(rows: dict, seed: int, micro_batch: int, d: parallel.Dist):
@@ -238,27 +277,42 @@ def _row_step_scale(s: SftSection, model, ids: list[int], init: str):
     )
 
 
-def _placed_model(model, cfg: Config, plan: precision.PrecisionPlan, d: parallel.Dist, mode: str):
-    """(the loaded model converted to FP8 where the plan says, compiled and parallelised as in
-    pretraining, the names of the converted layers). Before the optimizer is built: FP8's
-    FSDP all-gather wraps the weights anew."""
+def _placed_model(
+    cfg: Config, source: SftSource, plan: precision.PrecisionPlan, d: parallel.Dist, mode: str
+):
+    """(the source model placed as in pretraining: converted to FP8 where the plan says,
+    compiled and parallelised; its config; the names of the converted layers). Built on the
+    meta device and filled from the source where it can be, each rank reading only what it
+    keeps; else loaded whole on every rank. Before the optimizer is built: FP8's FSDP
+    all-gather wraps the weights anew."""
     par = cfg.parallel
     converted: list[str] = []
 
-    def to_fp8(module) -> None:  # the model itself, or the shell FSDP fills with its shards
+    def to_fp8(module) -> None:
         converted[:] = precision.apply_fp8(
             module, plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather
         )
 
-    model = parallel.parallelize_loaded(
-        model,
-        d,
-        mode,
-        compute_dtype=plan.compute_dtype,
-        compile_blocks=precision.blocks_compiled(plan, par.compile, announce=d.is_main),
-        convert=to_fp8,
-    )
-    return model, converted
+    options = {
+        "compute_dtype": plan.compute_dtype,
+        "compile_blocks": precision.blocks_compiled(plan, par.compile, announce=d.is_main),
+        "convert": to_fp8,
+    }
+    model, problem = _model_on_meta(source)
+    if problem is not None:
+        if d.is_main:
+            warn(f"sft: every rank loads the whole source model ({source.path}: {problem})")
+        model, _ = load_source_model(source)
+    if cfg.sft.packing:  # packed conversations must not see each other
+        document_attention.prepare(model, d.device, par.document_attention, setting="sft.packing")
+    if problem is not None:
+        return parallel.parallelize_whole(model, d, mode, **options), model.config, converted
+
+    def fill(placed) -> None:
+        pretrained.fill(placed, source.kind, source.path)
+
+    root = parallel.parallelize_loaded(model, d, mode, fill=fill, **options)
+    return root, model.config, converted
 
 
 def train_once(
@@ -283,12 +337,8 @@ def train_once(
         accumulation = _accumulation(s, d.world_size)
         if force or s.checkpoint.resume == "never":
             build.start_fresh(d, [outputs.checkpoints, outputs.metrics])
-        model, mconfig, ids, done = _initialised_model(cfg, source, audit, special, init)
-        if s.packing:  # packed conversations must not see each other
-            document_attention.prepare(
-                model, d.device, cfg.parallel.document_attention, setting="sft.packing"
-            )
-        model, converted = _placed_model(model, cfg, plan, d, mode)
+        model, mconfig, converted = _placed_model(cfg, source, plan, d, mode)
+        ids, done = _initialise_rows(cfg, model, source, audit, special, init)
 
         def after_step() -> None:
             precision.precompute_fp8_scales_if_needed(
@@ -331,7 +381,11 @@ def train_once(
 
 
 def _audit(source: SftSource, special: dict, outputs: SftOutputs) -> dict:
-    model, _ = load_source_model(source)
+    model, problem = _model_on_meta(source)
+    if problem is None:  # the audit reads the token matrices only
+        model = pretrained.with_token_matrices(model, source.kind, source.path)
+    else:
+        model, _ = load_source_model(source)
     audit = tokens.audit(model, special, source.pretrain_counts)
     audit["source"] = str(source.path)
     del model
@@ -352,7 +406,34 @@ def _export(outputs: SftOutputs, config, tokenizer_dir: Path, eos_ids: list[int]
     info(f"sft: exported {latest.name} -> {outputs.export} (eos: <|eot|>, <|endoftext|>)")
 
 
-def _closure(model, tokenizer, heldout: list, special: dict, s: SftSection, init: str, path: Path):
+def _diagnosis(model, tokenizer, heldout: list, special: dict) -> dict:
+    """The template rows' norms and <|eot|>'s rank at the held-out answers' ends, for `model`."""
+    eot = special["eot"]["id"]
+    examples = [chat_data.tokenize(tokenizer, c["messages"], eot) for c in heldout]
+    return {
+        "row_norms": tokens.row_norms(model, special),
+        "eot_rank": closure.end_of_answer_ranks(model, examples, end_of_turn_id=eot),
+    }
+
+
+def _before_sft(cfg: Config, source: SftSource, audit: dict, special: dict, init: str, heldout):
+    """The diagnosis of the source model as SFT starts it: initialised by `init`."""
+    model, _ = load_source_model(source)
+    _initialise_rows(cfg, model, source, audit, special, init)
+    tokenizer = load_tokenizer(source.tokenizer_dir)
+    return _diagnosis(model, tokenizer, heldout, special)
+
+
+def _closure(
+    model,
+    tokenizer,
+    heldout: list,
+    special: dict,
+    s: SftSection,
+    init: str,
+    path: Path,
+    before: dict,
+):
     check = closure.check(
         model,
         tokenizer,
@@ -362,6 +443,7 @@ def _closure(model, tokenizer, heldout: list, special: dict, s: SftSection, init
         max_new_tokens=s.closure_max_tokens,
         init=init,
     )
+    check["diagnosis"] = {"before": before, "after": _diagnosis(model, tokenizer, heldout, special)}
     atomic_write_json(path, check)
     return check
 
@@ -402,6 +484,10 @@ def fine_tune(
     }
     result = train_once(cfg, outputs=outputs, init=s.init, **common)
     is_main = result["is_main"]
+    before = {}
+    if is_main:
+        for init in dict.fromkeys([s.init, *s.compare_inits]):
+            before[init] = _before_sft(cfg, source, audit, special, init, heldout)
     summary: dict = {"init": s.init, "step": result["step"], "tokens": result["tokens"]}
     if "val_loss" in result:
         summary["val_loss"] = result["val_loss"]
@@ -410,7 +496,9 @@ def fine_tune(
         _export(outputs, result["config"], source.tokenizer_dir, [eot, eod])
         model = export.load_exported(outputs.export)
         exported_tokenizer = load_tokenizer(outputs.export)
-        check = _closure(model, exported_tokenizer, heldout, special, s, s.init, outputs.closure)
+        check = _closure(
+            model, exported_tokenizer, heldout, special, s, s.init, outputs.closure, before[s.init]
+        )
         by_init[s.init] = check["rate"]
         info(
             f"sft: closure {check['closed']}/{check['total']} ({check['rate']:.2f}) with init {s.init}"
@@ -423,7 +511,9 @@ def fine_tune(
         if is_main:
             latest = checkpoint.latest(folder.checkpoints)
             model = export.load_checkpoint_model(latest, ablation["config"])
-            check = _closure(model, tokenizer, heldout, special, s, other, folder.closure)
+            check = _closure(
+                model, tokenizer, heldout, special, s, other, folder.closure, before[other]
+            )
             by_init[other] = check["rate"]
             info(f"sft: ablation closure {check['closed']}/{check['total']} with init {other}")
     if not is_main:

@@ -31,6 +31,7 @@ from hanlm.train.loss import Objective, TokenLoss, with_loss
 from hanlm.train.metrics import MetricsLog, peak_memory_gb
 from hanlm.train.optim import lr_at
 from hanlm.train.preemption import Preempted, PreemptionWatch
+from hanlm.train.trackers import TrackerPlan
 
 IGNORE = -100
 
@@ -137,6 +138,7 @@ class Trainer:
         every_minutes: float = 0,
         loss: TokenLoss | None = None,
         objective_for=None,
+        trackers: TrackerPlan | None = None,
     ):
         self.model, self.optimizer = with_loss(model), optimizer
         # Two steps of micro-batches read ahead: the next step's are ready while this one runs.
@@ -158,6 +160,7 @@ class Trainer:
         # None: token-summed cross-entropy. extra: the batch's extra model inputs (a packed
         # batch's position_ids), {} for plain rows.
         self.objective_for = objective_for
+        self.trackers = trackers  # where rank 0 sends the metrics records besides metrics.jsonl
         self.state = TrainState()
         self._unread_tokens: torch.Tensor | None = None  # trained since state.tokens was updated
 
@@ -332,16 +335,12 @@ class Trainer:
     def fit(self, *, stop_after_steps: int | None = None) -> dict:
         total = self.schedule.total_steps
         start = self.state.step
-        log = MetricsLog(
-            self.metrics_path,
-            enabled=self.d.is_main,
-            total_steps=total,
-            start_step=start,
-        )
+        log = self._open_log(total, start)
         self.model.train()
         window = _Window(self.d.device)
         last_eval: dict = {}
         stopped_early = preempted = False
+        outcome = "failed"  # what the trackers record, unless the loop ends normally
         self._last_save = time.monotonic()
         self.preemption.install()
         try:
@@ -368,10 +367,11 @@ class Trainer:
             raise
         else:
             self.checkpoints.close()
+            outcome = "preempted" if preempted else "finished"
         finally:
             self.train_loader.close()  # what it read ahead is not consumed: state_dict says so
             self.preemption.uninstall()
-            log.close()
+            log.close(outcome)
         if preempted:
             raise Preempted(
                 f"stopped by a signal after step {self.state.step}; the checkpoint "
@@ -384,6 +384,32 @@ class Trainer:
             "completed": self.state.step >= total and not stopped_early,
             **last_eval,
         }
+
+    def _open_log(self, total: int, start: int) -> MetricsLog:
+        """The metrics log with its trackers (written by rank 0). Every rank learns whether it
+        opened: a tracker that cannot start stops all ranks, not only rank 0 while the others
+        wait in the first step's collectives."""
+        log, error = None, None
+        try:
+            log = MetricsLog(
+                self.metrics_path,
+                enabled=self.d.is_main,
+                total_steps=total,
+                start_step=start,
+                trackers=self.trackers,
+            )
+        except Exception as e:  # raised below, once every rank knows
+            error = e
+        failed = torch.tensor([float(error is not None)], device=self.d.device)
+        parallel.all_reduce_sum(failed, self.d)
+        if error is not None:
+            raise error
+        if failed.item() > 0:
+            raise UserError(
+                "the metrics log or a tracker could not start on rank 0",
+                fix="read rank 0's message above",
+            )
+        return log
 
     def _log_when_due(self, out: dict, window: _Window, log: MetricsLog) -> dict | None:
         """Log the window (and validate) when due; the validation results when it ran."""

@@ -6,6 +6,12 @@ chosen by B's last sound). Scores per direction: the log-probability of the righ
 over its tokens), and whether it outranks `distractors` wrong answers of the same relation;
 `gap` is forward minus reverse log-probability. Facts: a run's demo world (RUN/demo/facts.tsv)
 or a user TSV with a header naming subject, relation and object.
+
+An optional column `reverse_stated` (yes/no) says whether the training text also stated the fact
+object first (the demo's `demo.reverse_share`, or `hanlm.data.fact_statements` for a user's
+table). Then every score is also reported per group (`gap/reverse_stated`,
+`gap/reverse_unstated`, ...): the facts the model could have learned backwards beside those it
+could not, in the same model.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from hanlm.evals.tasks import Options, Task, register
 from hanlm.korean import josa
 
 COLUMNS = ("subject", "relation", "object")
+REVERSE_COLUMN = "reverse_stated"
+_YES_NO = {"yes": True, "true": True, "1": True, "no": False, "false": False, "0": False}
+GROUPS = {True: "reverse_stated", False: "reverse_unstated"}
 # relation -> (name in prompts, what the subject is)
 RELATIONS = {"capital": ("수도", "나라")}
 
@@ -29,6 +38,7 @@ RELATIONS = {"capital": ("수도", "나라")}
 class Fact:
     item_id: str
     fields: dict
+    reverse_stated: bool | None = None  # None: the table does not say
 
 
 def forward_prompt(subject: str, relation: str) -> str:
@@ -57,6 +67,7 @@ def read_facts(path: Path) -> list[Fact]:
                 where=str(path),
                 fix="the first line must name the tab-separated columns subject, relation, object",
             )
+        grouped = REVERSE_COLUMN in (reader.fieldnames or [])
         facts = []
         for number, row in enumerate(reader, 2):
             values = {c: (row.get(c) or "").strip() for c in COLUMNS}
@@ -66,10 +77,22 @@ def read_facts(path: Path) -> list[Fact]:
                     where=f"{path}:{number}",
                     fix="fill every column or delete the line",
                 )
-            facts.append(Fact(f"{values['subject']}|{values['relation']}", values))
+            stated = _reverse_stated(row, path, number) if grouped else None
+            facts.append(Fact(f"{values['subject']}|{values['relation']}", values, stated))
     if not facts:
         raise UserError(f"direction: no facts in {path}", where=str(path))
     return facts
+
+
+def _reverse_stated(row: dict, path: Path, number: int) -> bool:
+    value = (row.get(REVERSE_COLUMN) or "").strip().lower()
+    if value not in _YES_NO:
+        raise UserError(
+            f"direction: {REVERSE_COLUMN} is {value!r}, not yes or no",
+            where=f"{path}:{number}",
+            fix=f"write yes or no in the {REVERSE_COLUMN} column, or drop the column",
+        )
+    return _YES_NO[value]
 
 
 @register
@@ -123,6 +146,7 @@ class Direction(Task):
             samples.append(
                 {
                     "item_id": fact.item_id,
+                    "reverse_stated": fact.reverse_stated,
                     "choices": {"forward": forward, "reverse": reverse},
                     "loglikelihoods": {"forward": lf, "reverse": lr},
                     "prediction": {
@@ -134,3 +158,13 @@ class Direction(Task):
                 }
             )
         return samples
+
+    def aggregate(self, samples: Sequence[dict]) -> dict[str, dict]:
+        """The mean scores over all facts and, when the table says which facts were also stated
+        object first, over each group."""
+        out = super().aggregate(samples)
+        for stated, group in GROUPS.items():
+            members = [s for s in samples if s.get("reverse_stated") is stated]
+            if members:
+                out.update({f"{k}/{group}": v for k, v in super().aggregate(members).items()})
+        return out

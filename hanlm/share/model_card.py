@@ -1,0 +1,497 @@
+"""The model card of a published run: Hub metadata (YAML) and a markdown body, built only from
+what the run's stages wrote.
+
+The metadata follows the Hub's model card spec: `language`, `license`, `datasets` (the `hf:`
+inputs the model was trained on), `library_name`, `pipeline_tag`, `tags`, and a `model-index`
+holding every score of the published model in eval/results.json. A benchmark is one model-index
+result (task + dataset); its full / clean / dirty scores are separate metrics of that result,
+told apart by the metric's `config` (the split of the items, e.g. `clean`) and named
+`acc (clean, n=118)`, with `args: {n, stderr}`. The dataset's `args` carry decontam's summary of
+that benchmark (items checked, dirty, partial, found whole, found only by parts). This is the
+layout huggingface_hub's own parser (`ModelCardData`, `model_index_to_eval_results`) reads back
+score by score: splits as dataset splits would be merged into one result by the parser's
+(task, dataset, config, split) grouping only if they shared them, and would claim splits the
+benchmark does not have.
+
+A part of the card whose data the run lacks (no decontam, no plan, no report) says so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+TASK_TYPE = "text-generation"  # every hanlm task scores a causal LM's log-likelihoods or text
+TASK_NAME = "Text Generation"
+TAGS = ("hanlm", "korean", "from-scratch")
+SPLIT_ORDER = ("full", "clean", "dirty", "partial")  # others follow in their own order
+LESSONS_FILE = "report.md"  # what the report stage calls its card (for the missing-part notes)
+
+
+@dataclass(frozen=True)
+class CardFacts:
+    """What the card is built from: the run's files, already read (None: the stage did not run
+    or wrote no such file)."""
+
+    repo_id: str
+    kind: str  # "chat" or "base"
+    license: str
+    model_config: dict  # the export's config.json
+    parameters: int | None  # counted in the export's weights
+    scores: dict  # results.json's results[model]: task -> split -> metric -> {value, stderr, n}
+    tasks: dict  # results.json's tasks: task -> {benchmark, source, items}
+    hub_sources: dict = field(default_factory=dict)  # task -> hf: dataset its local file copies
+    split_note: str | None = None  # results.json's contamination_splits
+    datasets: list[str] = field(default_factory=list)  # Hub dataset ids trained on
+    corpus_inputs: list[str] = field(default_factory=list)
+    recipe: dict | None = None  # the run's resolved configuration
+    decontam: dict | None = None  # decontam/report.json
+    plan: dict | None = None
+    preflight: dict | None = None
+    pretrain_summary: dict | None = None
+    pretrain_metrics: list[dict] = field(default_factory=list)
+    sft_summary: dict | None = None
+    report: str | None = None  # report.md
+    plots: list[str] = field(default_factory=list)  # repo paths of the report's figures
+    gguf: str | None = None  # the GGUF file's name in the repository
+
+
+# --- metadata ------------------------------------------------------------------------------
+
+
+def hf_dataset(source: str | None) -> tuple[str, str | None, str | None] | None:
+    """(dataset id, config, split) of an `hf:NAME[:CONFIG][:SPLIT]` source, else None."""
+    if not source or not str(source).startswith("hf:"):
+        return None
+    parts = str(source).removeprefix("hf:").split(":")
+    name = parts[0]
+    config = parts[1] or None if len(parts) > 1 else None
+    split = parts[2] or None if len(parts) > 2 else None
+    return (name, config, split) if name else None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def ordered_splits(splits) -> list[str]:
+    known = [s for s in SPLIT_ORDER if s in splits]
+    return known + [s for s in splits if s not in SPLIT_ORDER]
+
+
+def _contamination_args(facts: CardFacts, task: str) -> dict | None:
+    benchmark = (facts.tasks.get(task) or {}).get("benchmark")
+    summary = ((facts.decontam or {}).get("benchmarks") or {}).get(benchmark)
+    if not summary:
+        return None
+    keys = ("items", "dirty", "partial", "clean", "found_whole", "found_only_by_parts")
+    args = {f"decontam_{k}": summary[k] for k in keys if k in summary}
+    return args or None
+
+
+def eval_results(facts: CardFacts):
+    """Every finite score of the published model as huggingface_hub EvalResults (see the module
+    docstring for the layout). Scores without a value (a split with no items) are left out: the
+    Hub's format has no empty metric; the card's table shows them as `-`."""
+    from huggingface_hub import EvalResult  # deferred: ~0.3 s, only when a card is built
+
+    results = []
+    taken: dict[tuple, str] = {}  # (dataset, config, split) -> task: the parser's grouping key
+    for task, splits in facts.scores.items():
+        source = hf_dataset((facts.tasks.get(task) or {}).get("source")) or hf_dataset(
+            facts.hub_sources.get(task)
+        )
+        dataset, config, split = source or (task, None, None)
+        if taken.setdefault((dataset, config, split), task) != task:
+            dataset, config, split = task, None, None  # two tasks on one dataset: keep them apart
+        dataset_args = _contamination_args(facts, task)
+        for split_name in ordered_splits(splits):
+            for metric, score in (splits[split_name] or {}).items():
+                if not isinstance(score, dict) or not _finite(score.get("value")):
+                    continue
+                args = {"n": score.get("n")}
+                if _finite(score.get("stderr")):
+                    args["stderr"] = score["stderr"]
+                results.append(
+                    EvalResult(
+                        task_type=TASK_TYPE,
+                        task_name=TASK_NAME,
+                        dataset_type=dataset,
+                        dataset_name=task,
+                        dataset_config=config,
+                        dataset_split=split,
+                        dataset_args=dataset_args,
+                        metric_type=metric,
+                        metric_value=float(score["value"]),
+                        metric_name=f"{metric} ({split_name}, n={score.get('n')})",
+                        metric_config=split_name,
+                        metric_args=args,
+                    )
+                )
+    return results
+
+
+def card_data(facts: CardFacts):
+    """The card's YAML metadata as huggingface_hub's ModelCardData."""
+    from huggingface_hub import ModelCardData  # deferred: as above
+
+    tags = [*TAGS, "chat" if facts.kind == "chat" else "base-model"]
+    if facts.model_config.get("model_type"):
+        tags.append(str(facts.model_config["model_type"]))  # llama, ...
+    if facts.gguf:
+        tags.append("gguf")
+    results = eval_results(facts)
+    return ModelCardData(
+        language=["ko"],
+        license=facts.license,
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        tags=tags,
+        datasets=facts.datasets or None,
+        model_name=facts.repo_id.split("/")[-1],
+        eval_results=results or None,
+    )
+
+
+# --- body ------------------------------------------------------------------------------------
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _missing(what: str, how: str) -> str:
+    return f"_Not in this run: {what}. {how}_\n"
+
+
+def _get(mapping: dict | None, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(mapping, dict):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def _intro(facts: CardFacts) -> str:
+    config = facts.model_config
+    what = "chat model" if facts.kind == "chat" else "base (pretrained, not chat-tuned) model"
+    size = f"{facts.parameters:,}-parameter " if facts.parameters else ""
+    return (
+        f"# {facts.repo_id.split('/')[-1]}\n\n"
+        f"A {size}Korean {what} trained from scratch with hanlm: corpus → decontamination → "
+        "tokenizer → pretraining"
+        + (" → chat fine-tuning (SFT)" if facts.kind == "chat" else "")
+        + " → evaluation with every benchmark score split into items found in the training data "
+        "(dirty) and not (clean). Architecture: "
+        f"`{(config.get('architectures') or ['?'])[0]}`, {config.get('num_hidden_layers')} "
+        f"layers, hidden size {config.get('hidden_size')}, {config.get('num_attention_heads')} "
+        f"attention heads ({config.get('num_key_value_heads')} key/value), vocabulary "
+        f"{_num(config.get('vocab_size'))}, context {_num(config.get('max_position_embeddings'))} "
+        "tokens.\n\nEvery number below was measured by the run itself and copied from its files; "
+        "none is filled in by hand.\n"
+    )
+
+
+def _usage(facts: CardFacts) -> str:
+    repo = facts.repo_id
+    if facts.kind == "chat":
+        code = f"""```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{repo}")
+model = AutoModelForCausalLM.from_pretrained("{repo}")
+messages = [{{"role": "user", "content": "한국의 수도는 어디인가요?"}}]
+inputs = tokenizer.apply_chat_template(
+    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+)
+output = model.generate(**inputs, max_new_tokens=128, repetition_penalty=1.3)
+print(tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))
+```
+"""
+        note = (
+            "The chat template (in tokenizer_config.json) wraps each turn in `<|system|>`, "
+            "`<|user|>`, `<|assistant|>` and ends it with `<|eot|>`; generation_config.json "
+            "stops at `<|eot|>`.\n"
+        )
+    else:
+        code = f"""```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{repo}")
+model = AutoModelForCausalLM.from_pretrained("{repo}")
+inputs = tokenizer("대한민국의 수도는", return_tensors="pt")
+output = model.generate(**inputs, max_new_tokens=64, repetition_penalty=1.3)
+print(tokenizer.decode(output[0], skip_special_tokens=True))
+```
+"""
+        note = "A base model continues text; it has not been tuned to follow the chat template.\n"
+    out = ["## How to use\n\n", code, "\n", note]
+    out.append(
+        "\nWith hanlm installed: `hf download "
+        f"{repo} --local-dir model` then `hanlm "
+        + ("chat model" if facts.kind == "chat" else 'generate model --prompt "대한민국의 수도는"')
+        + "`.\n"
+    )
+    if facts.gguf:
+        out.append(
+            f"\n**GGUF** (`{facts.gguf}`, for llama.cpp and Ollama):\n\n```sh\n"
+            f"hf download {repo} {facts.gguf} --local-dir .\n"
+            f"llama-cli -m {facts.gguf} -cnv\n"
+            f"ollama run hf.co/{repo}\n```\n"
+        )
+    return "".join(out)
+
+
+def _score_cell(score: Any) -> str:
+    if not isinstance(score, dict) or not _finite(score.get("value")):
+        n = score.get("n") if isinstance(score, dict) else None
+        return f"- (n={n})" if n is not None else "-"
+    text = _num(float(score["value"]))
+    if _finite(score.get("stderr")):
+        text += f" ± {_num(float(score['stderr']))}"
+    return f"{text} (n={score.get('n')})"
+
+
+def _evaluation(facts: CardFacts) -> str:
+    splits: list[str] = []
+    for task_splits in facts.scores.values():
+        splits += [s for s in task_splits if s not in splits]
+    splits = ordered_splits(splits)
+    rows = []
+    for task, task_splits in facts.scores.items():
+        metrics: list[str] = []
+        for split in ordered_splits(task_splits):
+            metrics += [m for m in task_splits[split] or {} if m not in metrics]
+        for metric in metrics:
+            row = [task, metric]
+            row += [_score_cell(_get(task_splits, split, metric)) for split in splits]
+            rows.append(row)
+    out = [
+        "## Evaluation\n\n",
+        "Each score is the mean over items ± its standard error, with the number of items. "
+        "`full` is every item; `clean` the items decontamination did not find in the training "
+        "data; `dirty` the items it found (whole or in part). A model that only remembers "
+        "benchmark items scores higher on `dirty` than on `clean`.\n\n",
+        _table(["task", "metric", *splits], rows),
+    ]
+    if facts.split_note:
+        out.append(
+            f"\n<details><summary>How the splits are made</summary>\n\n{facts.split_note.strip()}\n\n</details>\n"
+        )
+    out.append("\n### Decontamination\n\n")
+    out.append(_decontamination(facts))
+    return "".join(out)
+
+
+def _decontamination(facts: CardFacts) -> str:
+    report = facts.decontam
+    if not report or not isinstance(report.get("benchmarks"), dict):
+        return _missing(
+            "a decontamination report (decontam/report.json)",
+            "The run did not check its training data for benchmark items, so no score here can "
+            "be split into clean and dirty; enable `[decontam]` and run `hanlm run` again.",
+        )
+    rows = []
+    for benchmark, s in report["benchmarks"].items():
+        rows.append(
+            [benchmark]
+            + [_num(s.get(k)) for k in ("items", "dirty", "partial", "clean")]
+            + [_num(s.get("found_whole")), _num(s.get("found_only_by_parts"))]
+        )
+    header = ["benchmark", "items checked", "dirty", "partial", "clean", "found whole",
+              "found only by parts"]  # fmt: skip
+    how = (
+        f"Matching: NFC, spaces and punctuation removed, {report.get('ngram', '?')}-character "
+        f"n-grams; an item is dirty at coverage ≥ {report.get('dirty_threshold', '?')}, clean "
+        f"below {report.get('clean_threshold', '?')}. Scanned "
+        f"{_num(report.get('documents_scanned'))} documents "
+        f"({_num(report.get('characters_scanned'))} characters); action on the corpus: "
+        f"**{report.get('action', '?')}** ({_num(report.get('documents_dropped'))} documents "
+        f"dropped, {_num(report.get('documents_cut'))} cut).\n"
+    )
+    return _table(header, rows) + "\n" + how
+
+
+def _dataset_line(source: str) -> str:
+    found = hf_dataset(source)
+    if found is None:
+        return (
+            "the built-in synthetic Korean demo world"
+            if source == "demo"
+            else f"a local file (`{source.rsplit('/', 1)[-1]}`)"
+        )
+    name, config, split = found
+    extra = ", ".join(x for x in (config, split) if x)
+    return f"[{name}](https://huggingface.co/datasets/{name})" + (f" ({extra})" if extra else "")
+
+
+def _training(facts: CardFacts) -> str:
+    recipe = facts.recipe or {}
+    summary = facts.pretrain_summary or {}
+    out = ["## Training\n\n"]
+    if facts.corpus_inputs:
+        out.append(
+            "Pretraining data: "
+            + "; ".join(_dataset_line(s) for s in facts.corpus_inputs)
+            + ".\n\n"
+        )
+    if not summary:
+        out.append(
+            _missing(
+                "a pretraining summary (pretrain/summary.json)", "Run `hanlm run` to finish it."
+            )
+        )
+    metrics = facts.pretrain_metrics
+    speeds = sorted(r["tokens_per_s"] for r in metrics if _finite(r.get("tokens_per_s")))
+    val = [r for r in metrics if _finite(r.get("val_loss"))]
+    rows = [
+        ["preset", _get(recipe, "model", "preset")],
+        ["parameters", _num(facts.parameters)],
+        ["tokens seen", _num(summary.get("tokens"))],
+        ["steps", _num(summary.get("step"))],
+        ["sequence length", _num(_get(recipe, "pretrain", "seq_len"))],
+        ["global batch (tokens)", _num(_get(recipe, "pretrain", "global_batch_tokens"))],
+        ["precision", _get(recipe, "precision", "mode")],
+        [
+            "parallelism",
+            f"{summary.get('mode', _get(recipe, 'parallel', 'mode'))}, "
+            f"{_num(summary.get('world_size'))} process(es)",
+        ],
+        [
+            "optimizer",
+            f"AdamW, lr {_get(recipe, 'optimizer', 'lr')}, "
+            f"{_get(recipe, 'optimizer', 'schedule')} schedule, "
+            f"{_get(recipe, 'optimizer', 'warmup_steps')} warm-up steps",
+        ],
+        ["validation loss", _num(val[-1]["val_loss"]) if val else "-"],
+        ["validation bits per byte", _num(summary.get("val_bpb"))],
+        ["median throughput (tokens/s)", _num(speeds[len(speeds) // 2], 0) if speeds else "-"],
+    ]
+    out.append(_table(["pretraining", "value"], rows))
+    sft = facts.sft_summary
+    if facts.kind == "chat":
+        out.append("\n")
+        if sft:
+            closure = sft.get("closure") or {}
+            data = sft.get("data") or {}
+            sft_rows = [
+                ["steps", _num(sft.get("step"))],
+                ["trained tokens", _num(sft.get("tokens"))],
+                ["conversations", _num(data.get("train_conversations"))],
+                ["special-token initialisation", sft.get("init")],
+                ["untrained template tokens found", ", ".join(sft.get("untrained_template_tokens") or []) or "none"],
+                [
+                    "answers that end (closure)",
+                    f"{closure.get('closed')} / {closure.get('total')}" if closure else "-",
+                ],
+            ]  # fmt: skip
+            out.append(_table(["chat fine-tuning (SFT)", "value"], sft_rows))
+        else:
+            out.append(_missing("an SFT summary (sft/summary.json)", "Run `hanlm sft` again."))
+    return "".join(out)
+
+
+def _hardware(facts: CardFacts) -> str:
+    out = ["## Hardware and cost\n\n"]
+    devices = []
+    for rank in _get(facts.preflight, "ranks") or []:
+        for device in _get(rank, "devices", "devices") or []:
+            devices.append(f"{device.get('name')} ({device.get('type')})")
+    if devices:
+        counted = {d: devices.count(d) for d in devices}
+        hosts = len(set(_get(facts.preflight, "hosts") or [])) or 1
+        out.append(
+            "Measured by preflight: "
+            + ", ".join(f"{n} x {d}" for d, n in counted.items())
+            + f" on {hosts} host(s), verdict {_get(facts.preflight, 'verdict') or '-'}.\n\n"
+        )
+    else:
+        out.append(_missing("a preflight report (preflight.json)", "Run `hanlm preflight`.") + "\n")
+    setup = _get(facts.plan, "setup")
+    time_ = _get(facts.plan, "time")
+    if not setup or not time_:
+        out.append(_missing("a plan (plan.json)", "Run `hanlm plan`."))
+        return "".join(out)
+    price = setup.get("price_per_gpu_hour")
+    gpu_hours = time_.get("gpu_hours")
+    rows = [
+        ["GPU", f"{setup.get('gpus')} x {setup.get('gpu')} on {setup.get('hosts')} host(s)"],
+        ["planned GPU-hours", _num(gpu_hours, 4)],
+        ["planned wall-clock hours", _num(time_.get("wall_hours"), 4)],
+        ["price per GPU-hour (USD)", _num(price, 2) if price is not None else "not given"],
+    ]
+    if _finite(price) and _finite(gpu_hours):
+        rows.append(["planned cost (USD)", _num(price * gpu_hours, 2)])
+    tokens = _get(facts.pretrain_summary, "tokens")
+    speeds = sorted(
+        r["tokens_per_s"] for r in facts.pretrain_metrics if _finite(r.get("tokens_per_s"))
+    )
+    if speeds and _finite(tokens):
+        hours = tokens / speeds[len(speeds) // 2] / 3600
+        gpus = (setup.get("gpus") or 1) * (setup.get("hosts") or 1)
+        rows.append(["measured training hours (tokens / median tokens/s)", _num(hours, 4)])
+        if _finite(price):
+            rows.append(["measured cost (USD)", _num(hours * gpus * price, 2)])
+    out.append(_table(["", "value"], rows))
+    return "".join(out)
+
+
+def _lessons(facts: CardFacts) -> str:
+    out = ["## Report card\n\n"]
+    if not facts.report:
+        out.append(
+            _missing(
+                f"a report card ({LESSONS_FILE})",
+                "`hanlm run` writes it after evaluation (finished stages are skipped).",
+            )
+        )
+        return "".join(out)
+    body = facts.report
+    first, _, rest = body.partition("\n")
+    if first.startswith("# "):
+        body = rest
+    # one level deeper: the card's own sections are level 2
+    body = re.sub(r"^(#{2,5}) ", lambda m: "#" + m.group(1) + " ", body, flags=re.M)
+    out.append(body.strip() + "\n")
+    linked = set(re.findall(r"\]\((plots/[^)]+)\)", body))
+    unlinked = [p for p in facts.plots if p not in linked]
+    if unlinked:
+        out.append("\n" + "\n".join(f"![{p}]({p})" for p in unlinked) + "\n")
+    return "".join(out)
+
+
+def _limitations(facts: CardFacts) -> str:
+    return (
+        "## Limitations\n\n"
+        "A small model trained from scratch: it makes facts up, repeats itself without a "
+        "repetition penalty, and has had no safety tuning. Scores on `dirty` items measure "
+        "memory, not ability; compare models on `clean`.\n"
+    )
+
+
+def body(facts: CardFacts) -> str:
+    parts = [_intro(facts), _usage(facts), _evaluation(facts), _training(facts)]
+    parts += [_hardware(facts), _lessons(facts), _limitations(facts)]
+    return "\n".join(parts)
+
+
+def render(facts: CardFacts) -> str:
+    """The README.md: YAML metadata between `---` lines, then the body."""
+    data = card_data(facts)
+    return f"---\n{data.to_yaml()}\n---\n\n{body(facts)}"
