@@ -789,7 +789,7 @@ def test_subprocess_exit_code(tmp_path):
 
 
 def test_run_mode_on_a_text_corpus_writes_the_demo_benchmark_it_needs(tmp_path):
-    world = demo.build(size_mb=0.05, benchmark_items=200, conversations=0)
+    world = demo.build(size_mb=0.05, conversations=0)  # the recipe's benchmark
     leaked = demo.item_text(world.benchmark[3])
     (tmp_path / "in.txt").write_text(
         f"첫 문서입니다. 아무 관련 없는 글.\n\n{leaked}\n", encoding="utf-8"

@@ -14,8 +14,11 @@ import pytest
 from hanlm import demo
 from hanlm.demo import benchmark, draws, planting, templating, word_problems
 from hanlm.demo import facts as demo_facts
+from hanlm.korean import josa
 
-SMALL_MB = 0.6  # room for the mirrored leaks (~0.28 MB) and every kind of document
+SMALL_MB = (
+    1.0  # the demo recipe's size: room for the mirrored leaks (~0.57 MB) and every kind of document
+)
 
 
 @pytest.fixture(scope="module")
@@ -346,18 +349,20 @@ def test_math_answers_are_correct(world):
 
 def test_benchmark_items(world):
     items = world.benchmark
-    assert len(items) == 200
-    assert len({i["item_id"] for i in items}) == 200
-    assert len({compact(i["passage"]) for i in items}) == 200
-    assert Counter(i["answer"] for i in items) == {True: 100, False: 100}
+    assert len(items) == 400
+    assert len({i["item_id"] for i in items}) == 400
+    assert len({compact(i["passage"]) for i in items}) == 400
+    # the right answer first in exactly half: always picking one position scores chance
+    assert Counter(i["answer"] for i in items) == {0: 200, 1: 200}
     planted = [i for i in items if i["planted"]]
     assert len(planted) == 80
     assert all(i["plant_style"] is None for i in items if not i["planted"])
     assert Counter(i["plant_style"] for i in planted) == {s: 20 for s in demo.PLANT_STYLES}
     for item in items:
         assert item["question"].endswith("?")
-        answer = "예" if item["answer"] else "아니요"
-        assert demo.item_text(item) == f"{item['passage']}\n{item['question']}\n{answer}"
+        assert len(item["choices"]) == 2 and len(set(item["choices"])) == 2
+        right = item["choices"][item["answer"]]
+        assert demo.item_text(item) == f"{item['passage']}\n{item['question']}\n{right}"
 
 
 def test_planted_items_are_in_the_corpus_in_their_style(world):
@@ -401,33 +406,49 @@ def test_mirrored_copies_survive_deduplication(world):
 
 
 def test_benchmark_questions_ask_the_facts_the_corpus_states(world):
-    """Each item asks a country's capital or continent; the answer is the facts table's, and the
-    corpus states that fact and asks questions of the same form in its reading exercises."""
+    """Each item asks a country's capital or continent and offers the facts table's answer and a
+    wrong one, in the encyclopedia's words; the corpus states the fact, never in the passage of
+    the item, and its reading exercises answer questions about it in the same words."""
     capitals = {f.subject: f.object for f in demo.FACTS}
     continents = {f.subject: f.continent for f in demo.FACTS}
     corpus = "\n".join(d["text"] for d in world.documents if d["kind"] != "planted")
     exercises = [d["text"] for d in world.documents if d["kind"] == "exercise"]
-    assert exercises and all(re.search(r"\n(예|아니요)$", t) for t in exercises)
-    capital_form = re.compile(r"(\S+)의 수도는 (.+)인가요\?")  # "워싱턴 D.C." has a space
-    continent_form = re.compile(r"(\S+?)[은는] (\S+)에 있는 나라인가요\?")
+    capital_answer = re.compile(r"(\S+)의 수도는 (.+)\.")  # "워싱턴 D.C." has a space
+    continent_answer = re.compile(r"(\S+?)[은는] (\S+)에 있는 나라이다\.")
     lines = [line for t in exercises for line in t.split("\n")]
-    assert any(capital_form.fullmatch(line) for line in lines)
-    assert any(continent_form.fullmatch(line) for line in lines)
+    assert exercises and all(
+        capital_answer.fullmatch(t.rsplit("\n", 1)[1])
+        or continent_answer.fullmatch(t.rsplit("\n", 1)[1])
+        for t in exercises
+    )
+    assert any(capital_answer.fullmatch(line) for line in lines)
+    assert any(continent_answer.fullmatch(line) for line in lines)
+    kinds = Counter()
     for item in world.benchmark:
-        capital = capital_form.fullmatch(item["question"])
-        continent = continent_form.fullmatch(item["question"])
-        assert capital or continent, item["question"]
-        country, value = (capital or continent).groups()
-        truth = capitals[country] if capital else continents[country]
-        assert item["answer"] == (value == truth), item
+        answers = []
+        for choice in item["choices"]:
+            capital, continent = (
+                capital_answer.fullmatch(choice),
+                continent_answer.fullmatch(choice),
+            )
+            assert capital or continent, choice
+            country, value = (capital or continent).groups()
+            truth = josa(capitals[country], "이다/다") if capital else continents[country]
+            answers.append(value == truth)
+            kinds["capital" if capital else "continent"] += 1
+        assert answers == [i == item["answer"] for i in range(2)], item
+        assert country in item["passage"]
+        fact = capitals[country] if "수도" in item["question"] else continents[country]
+        assert fact not in item["passage"], item  # answered from knowledge, not from the passage
         # the fact, stated in one sentence of the documents (not only in the planted leaks)
         assert re.search(f"{country}[^.\n]*{re.escape(capitals[country])}", corpus), country
+    assert kinds["capital"] > 200 and kinds["continent"] > 200
 
 
 def test_unplanted_passages_never_appear_in_the_corpus(world):
     corpus = "\x00".join(compact(d["text"]) for d in world.documents)
     unplanted = [i for i in world.benchmark if not i["planted"]]
-    assert len(unplanted) == 120
+    assert len(unplanted) == 320
     for item in unplanted:
         assert compact(item["passage"]) not in corpus, item["item_id"]
     # ...while every planted one does, so the check above is not vacuous.
@@ -531,17 +552,15 @@ def test_every_word_problem_kind_fills_its_slots_and_checks_out():
             assert check_worked_solutions(text) == 1, kind.id
 
 
-def test_every_scenario_fills_its_slots_and_answers_both_ways():
+def test_every_scenario_fills_its_slots_and_asks_every_question():
     atlas = demo_facts.Atlas.of(demo.FACTS)
     for scenario in benchmark.SCENARIOS:
-        answers = set()
         for seed in range(40):
-            passage, candidates = scenario.make(random.Random(seed), atlas)
-            for text in [passage, *(q for q, _ in candidates)]:
+            passage, questions = scenario.make(random.Random(seed), atlas)
+            assert len(questions) == len(benchmark.QUESTIONS)
+            for text in [passage, *(t for q in questions for t in q)]:
                 assert "{" not in text and "}" not in text, (scenario.id, text)
-            answers |= {a for _, a in candidates}
-            assert all(isinstance(a, bool) for _, a in candidates)
-        assert answers == {True, False}, scenario.id
+            assert all(right != wrong for _, right, wrong in questions), scenario.id
 
 
 @pytest.mark.parametrize(

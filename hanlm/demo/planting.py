@@ -17,7 +17,7 @@ from hanlm.demo.facts import Atlas
 from hanlm.testsets.readers import item_text
 
 PLANT_STYLES = ("verbatim", "spacing", "punctuation", "embedded")
-MIRRORS = (3, 8)  # copies of each leaked item: at least, at most
+MIRRORS = (6, 12)  # copies of each leaked item: at least, at most
 
 _PUNCTUATION_SWAPS = {".": ("", "!", "…"), "?": ("", "?!"), ",": ("", ";"), "'": ("", '"')}
 
@@ -44,6 +44,16 @@ _SITES = (
     ),
     ("학습지 모음 > 초등 > 읽기 이해 ({n}/{views})", "인쇄하기 | 목록으로 | 맨 위로"),
     ("우리 반 숙제 게시판 - {month}월 {day}일 숙제", "선생님 확인: {month}/{day} · 제출 {n2}명"),
+    ("[스크랩] 좋은 읽기 자료 모음 ({n})", "원문 보기 | 스크랩 {n2}회 | 카테고리: 공부"),
+    ("중학 국어 지문 연습 제{n}회", "해설 강의는 회원만 볼 수 있습니다. 수강생 {views}명"),
+    (
+        "문해력 키우기 {n}일차 | {year}.{month}.{day}",
+        "오늘도 수고했어요! 내일 {n2}일차에서 만나요.",
+    ),
+    (
+        "질문 게시판 > 이 문제 답이 뭔가요? (답변 {n2})",
+        "채택된 답변 · 도움이 됐어요 {n2} · 조회 {views}",
+    ),
 )
 assert len(_SITES) >= MIRRORS[1]  # each copy of a leak on a site of its own
 

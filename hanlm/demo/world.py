@@ -39,17 +39,17 @@ FILE_NAMES = {
 
 # (kind, generator, weight): what the pretraining documents are made of.
 _CORPUS_MIX: tuple[tuple[str, Callable[[random.Random, Atlas], str], float], ...] = (
-    ("encyclopedia", encyclopedia_entry, 0.30),
-    ("encyclopedia", capital_list, 0.05),
+    ("encyclopedia", encyclopedia_entry, 0.42),
+    ("encyclopedia", capital_list, 0.08),
     ("encyclopedia", capital_comparison, 0.04),
     ("encyclopedia", continent_overview, 0.02),
-    ("math", math_document, 0.27),
-    ("math", math_collection, 0.03),
-    ("reading", diary, 0.18),
-    ("reading", essay, 0.03),
-    ("reading", letter, 0.08),
+    ("math", math_document, 0.13),
+    ("math", math_collection, 0.02),
+    ("reading", diary, 0.12),
+    ("reading", essay, 0.02),
+    ("reading", letter, 0.06),
     ("reading", recipe, 0.01),
-    # yes/no questions about a country paragraph: the kind of question the benchmark asks
+    # questions about a country paragraph, each with its answer: the kind the benchmark asks
     ("exercise", reading_exercise, 0.08),
 )
 
@@ -139,15 +139,15 @@ def build(
     seed: int = 0,
     size_mb: float = 4.0,
     *,
-    benchmark_items: int = 200,
-    planted_fraction: float = 0.4,
+    benchmark_items: int = 400,
+    planted_fraction: float = 0.2,
     conversations: int = 400,
     reverse_share: float = 0.0,
 ) -> DemoWorld:
     """Generate the demo world; the same arguments always give byte-identical output.
 
     Documents are generated until their UTF-8 text reaches about `size_mb` megabytes (1e6 bytes),
-    planted benchmark copies included; a world too small for its ~0.35 MB of planted copies gets
+    planted benchmark copies included; a world too small for its ~0.57 MB of planted copies gets
     a quarter of `size_mb` of other documents besides them. `reverse_share` of the facts (a seeded
     pick) are also stated object first wherever an encyclopedia paragraph states them; at 0 no
     document does.
