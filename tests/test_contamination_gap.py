@@ -5,7 +5,6 @@ the same recipe trained without the contaminated documents."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -140,31 +139,3 @@ def test_card_says_when_nothing_is_measured(tmp_path):
     assert "is not above chance" in text
     assert "no difference between dirty and clean items beyond the noise" in text
     assert "No comparison without the contaminated documents" in text
-
-
-# --- the lesson on a real demo run ---------------------------------------------------------------
-
-DEMO_RUN = os.environ.get("HANLM_DEMO_RUN")
-
-
-def _base_model_scores(samples_file: Path) -> dict[str, list[float]]:
-    samples = [json.loads(line) for line in samples_file.read_text().splitlines() if line]
-    base = [s for s in samples if s["task"] == "demo_qa" and s["model"].endswith("/pretrain")]
-    return contamination.scores_by_split(base, "acc")
-
-
-@pytest.mark.skipif(
-    not DEMO_RUN,
-    reason="the demo model needs minutes to learn: set HANLM_DEMO_RUN to a finished `hanlm run` "
-    "of the demo recipe (decontam.compare_drop on) to check its effect",
-)
-def test_the_demo_run_shows_the_contamination_lesson():
-    """Clean accuracy above chance, dirty above clean, and without the leaked documents in
-    training the dirty items back at the clean level: each judged by its 95% interval."""
-    run = Path(DEMO_RUN)
-    kept = contamination.dirty_clean_gap(**_base_model_scores(run / "eval" / "samples.jsonl"))
-    dropped_file = run / "compare" / "drop" / "eval" / "samples.jsonl"
-    dropped = contamination.dirty_clean_gap(**_base_model_scores(dropped_file))
-    assert kept["clean"].low > 0.5, kept["clean"]
-    assert kept["gap"].low > 0, kept["gap"]
-    assert not dropped["gap"].excludes(0), dropped["gap"]
