@@ -427,7 +427,7 @@ def _add_demo(sub) -> None:
         sub,
         "demo",
         "write the built-in synthetic Korean world to a folder",
-        "Write the demo world (pretraining documents, yes/no benchmark "
+        "Write the demo world (pretraining documents, two-choice benchmark "
         "with its planted subset, chat conversations, facts table) to --out.",
         run=False,
     )

@@ -713,6 +713,13 @@ class DecontamSection(Section):
         "matching spans, or keep them (report only)",
     )
     cut_margin: int = Field(50, ge=0, description="cut: characters also removed on each side")
+    compare_drop: bool = Field(
+        False,
+        description="with action keep: also train and evaluate the same recipe on the corpus "
+        "with the flagged documents dropped (RUN/compare/drop/), to show scores before and "
+        "after decontamination side by side; costs a second pretraining",
+        json_schema_extra=_NO_FLAG,
+    )
     text_field: str = Field("text", min_length=1, description="JSONL field with the text")
     max_documents: int = Field(5, ge=0, description="document ids listed per item in items.jsonl")
     # how many scan tasks run at once is data_engine.workers (decontam.workers moved there)

@@ -25,6 +25,7 @@ STAGES: dict[str, str] = {
     "export": "hanlm.stages.export",
     "sft": "hanlm.stages.sft",
     "eval": "hanlm.stages.eval",
+    "compare": "hanlm.stages.compare",
     "report": "hanlm.stages.report",
 }
 
@@ -36,7 +37,7 @@ def stage_module(name: str):
 
 
 # Under torchrun these stages use every rank; the others run on rank 0 while the rest wait.
-ALL_RANKS = frozenset({"preflight", "pretrain", "sft"})
+ALL_RANKS = frozenset({"preflight", "pretrain", "sft", "compare"})
 WAIT_LIMIT = datetime.timedelta(days=7)  # a corpus stage on a large crawl takes hours
 
 
@@ -61,8 +62,13 @@ def _pipeline_store():
     return PrefixStore(f"hanlm-pipeline/{restart}", store)
 
 
-def run_on_ranks(name: str, cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
-    """Run a stage: on every rank if it trains or checks hosts, else on rank 0 alone."""
+def run_on_ranks(
+    name: str, cfg: Config, run_dir: Path, *, force: bool = False, key: str | None = None
+) -> dict:
+    """Run a stage: on every rank if it trains or checks hosts, else on rank 0 alone; `key`
+    names its signal to the waiting ranks when one launch runs the stage twice (default: the
+    stage's name)."""
+    key = key or name
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or name in ALL_RANKS:
         return run_stage(name, cfg, run_dir, force=force)
     store = _pipeline_store()
@@ -70,19 +76,21 @@ def run_on_ranks(name: str, cfg: Config, run_dir: Path, *, force: bool = False) 
         try:
             result = run_stage(name, cfg, run_dir, force=force)
         except BaseException as e:
-            store.set(name, f"failed: {e}")
+            store.set(key, f"failed: {e}")
             raise
-        store.set(name, "done")
+        store.set(key, "done")
         return result
-    store.wait([name])
-    status = store.get(name).decode()
+    store.wait([key])
+    status = store.get(key).decode()
     if status != "done":
         raise UserError(f"stage {name} failed on rank 0 ({status})", fix="see rank 0's output")
     return {"stage": name, "ran_on_rank": 0}
 
 
 def run_stage(name: str, cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
-    result = stage_module(name).run(cfg, Path(run_dir), force=force)
+    # the comparison runs stages of its own, coordinated across ranks as the pipeline's are
+    extra = {"run_stage": run_on_ranks} if name == "compare" else {}
+    result = stage_module(name).run(cfg, Path(run_dir), force=force, **extra)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one writer
         save_run_config(cfg, run_dir)
     return result

@@ -455,8 +455,13 @@ def test_run_mode_finds_the_demo_plants_and_training_reads_the_clean_corpus(demo
     rows = status_of(out / "items.jsonl")
     dirty = {i for i, r in rows.items() if r["status"] == "dirty"}
     assert dirty == {p["item_id"] for p in survivors}
+    copies: dict[str, set[str]] = {}
     for p in survivors:
-        assert p["document_id"] in rows[p["item_id"]]["documents"]
+        copies.setdefault(p["item_id"], set()).add(p["document_id"])
+    for item_id, documents in copies.items():
+        # an item lists up to decontam.max_documents of its mirrored copies, and only those
+        listed = set(rows[item_id]["documents"])
+        assert listed <= documents and len(listed) == min(len(documents), 5)
     assert max(r["coverage"] for i, r in rows.items() if i not in dirty) < 0.5
     # The decontaminated corpus: no planted document, every other one, and training reads it.
     assert corpus_stage.training_corpus_dir(demo_run) == out / "corpus"
@@ -784,7 +789,7 @@ def test_subprocess_exit_code(tmp_path):
 
 
 def test_run_mode_on_a_text_corpus_writes_the_demo_benchmark_it_needs(tmp_path):
-    world = demo.build(size_mb=0.05, benchmark_items=200, conversations=0)
+    world = demo.build(size_mb=0.05, conversations=0)  # the recipe's benchmark
     leaked = demo.item_text(world.benchmark[3])
     (tmp_path / "in.txt").write_text(
         f"첫 문서입니다. 아무 관련 없는 글.\n\n{leaked}\n", encoding="utf-8"

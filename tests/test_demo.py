@@ -12,10 +12,13 @@ from collections import Counter
 import pytest
 
 from hanlm import demo
-from hanlm.demo import benchmark, draws, templating, word_problems
+from hanlm.demo import benchmark, draws, planting, templating, word_problems
 from hanlm.demo import facts as demo_facts
+from hanlm.korean import josa
 
-SMALL_MB = 0.3
+SMALL_MB = (
+    1.0  # the demo recipe's size: room for the mirrored leaks (~0.57 MB) and every kind of document
+)
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +86,15 @@ def test_benchmark_and_chat_do_not_depend_on_size():
     assert small.conversations == larger.conversations
 
 
+def test_a_world_too_small_for_its_leaks_still_has_other_documents():
+    small = demo.build(seed=4, size_mb=0.1)
+    sizes = Counter()
+    for d in small.documents:
+        sizes[d["kind"] == "planted"] += len(d["text"].encode("utf-8"))
+    assert sizes[True] > 0.1e6  # the mirrored leaks alone are more than asked for
+    assert 0.025e6 <= sizes[False] <= 0.025e6 + 20_000  # and a quarter of it besides them
+
+
 def test_size_is_roughly_as_asked(world):
     total = sum(len(d["text"].encode("utf-8")) for d in world.documents)
     assert SMALL_MB * 1e6 <= total <= SMALL_MB * 1e6 + 20_000
@@ -95,7 +107,7 @@ def test_documents_are_mixed_unique_and_not_tiny(world):
     kinds = Counter(d["kind"] for d in world.documents)
     assert {"encyclopedia", "math", "reading", "planted"} <= set(kinds)
     assert min(len(d["text"]) for d in world.documents) >= 50
-    assert max(len(d["text"]) for d in world.documents) >= 1500  # a few long documents
+    assert max(len(d["text"]) for d in world.documents) >= 1000  # a few long documents
     # Shuffled: the first twenty documents are not all of one kind.
     assert len({d["kind"] for d in world.documents[:20]}) > 1
 
@@ -207,8 +219,15 @@ def test_capitals_are_only_stated_country_first(world):
         for sentence in sentences(text):
             assert not REVERSE_PATTERNS.search(sentence), sentence
             for mention in mentions.finditer(sentence):
-                # Every sentence naming a capital names its country before it.
-                assert country_of[mention.group(1)] in sentence[: mention.start()], sentence
+                # Every sentence naming a capital names its country before it; a yes/no
+                # question may pair a country with another's capital (answer 아니요), still
+                # country first.
+                before = re.sub(r"\s", "", sentence[: mention.start()])  # re-spaced plants
+                # "?" may be re-punctuated away, the ending re-spaced
+                if re.search(r"(인가요|입니까)\W*$", re.sub(r"\s", "", sentence)):
+                    assert any(country in before for country in country_of.values()), sentence
+                else:
+                    assert country_of[mention.group(1)] in before, sentence
                 checked += 1
     assert checked > 100
 
@@ -330,29 +349,37 @@ def test_math_answers_are_correct(world):
 
 def test_benchmark_items(world):
     items = world.benchmark
-    assert len(items) == 200
-    assert len({i["item_id"] for i in items}) == 200
-    assert len({compact(i["passage"]) for i in items}) == 200
-    assert Counter(i["answer"] for i in items) == {True: 100, False: 100}
+    assert len(items) == 400
+    assert len({i["item_id"] for i in items}) == 400
+    assert len({compact(i["passage"]) for i in items}) == 400
+    # the right answer first in exactly half: always picking one position scores chance
+    assert Counter(i["answer"] for i in items) == {0: 200, 1: 200}
     planted = [i for i in items if i["planted"]]
     assert len(planted) == 80
     assert all(i["plant_style"] is None for i in items if not i["planted"])
     assert Counter(i["plant_style"] for i in planted) == {s: 20 for s in demo.PLANT_STYLES}
     for item in items:
         assert item["question"].endswith("?")
-        answer = "예" if item["answer"] else "아니요"
-        assert demo.item_text(item) == f"{item['passage']}\n{item['question']}\n{answer}"
+        assert len(item["choices"]) == 2 and len(set(item["choices"])) == 2
+        right = item["choices"][item["answer"]]
+        assert demo.item_text(item) == f"{item['passage']}\n{item['question']}\n{right}"
 
 
 def test_planted_items_are_in_the_corpus_in_their_style(world):
     by_id = {d["id"]: d for d in world.documents}
     items = {i["item_id"]: i for i in world.benchmark}
-    assert len(world.planted) == sum(i["planted"] for i in items.values())
+    copies = Counter(record["item_id"] for record in world.planted)
+    assert set(copies) == {i for i, item in items.items() if item["planted"]}
+    # mirrored: several copies of each leaked item, in different documents
+    low, high = planting.MIRRORS
+    assert all(low <= n <= high for n in copies.values()) and len(set(copies.values())) > 1
+    assert len({r["document_id"] for r in world.planted}) == len(world.planted)
     for record in world.planted:
         item, doc = items[record["item_id"]], by_id[record["document_id"]]
         text, style = demo.item_text(item), record["plant_style"]
         assert style == item["plant_style"]
         assert doc["kind"] == "planted"
+        assert doc["text"] != text  # a site's header and footer, or a host document, around it
         if style in ("verbatim", "embedded"):
             assert text in doc["text"]
         else:
@@ -362,13 +389,66 @@ def test_planted_items_are_in_the_corpus_in_their_style(world):
             before, _, after = doc["text"].partition(text)
             assert len(before) > len(text) and len(after) > len(text) // 2
         if style == "spacing":
-            assert re.sub(r"\s", "", doc["text"]) == re.sub(r"\s", "", text)
+            assert re.sub(r"\s", "", text) in re.sub(r"\s", "", doc["text"])
+
+
+def test_mirrored_copies_survive_deduplication(world):
+    """Copies of one leak differ in their surroundings enough that the corpus stage's near-dedup
+    (Jaccard 0.85 over character 5-grams) keeps them apart, as it keeps real mirrors."""
+    by_id = {d["id"]: d["text"] for d in world.documents}
+    by_item: dict[str, list[str]] = {}
+    for record in world.planted:
+        by_item.setdefault(record["item_id"], []).append(by_id[record["document_id"]])
+    for texts in by_item.values():
+        shingles = [benchmark._shingles(t) for t in texts]
+        for a, b in itertools.combinations(shingles, 2):
+            assert benchmark._jaccard(a, b) < 0.85
+
+
+def test_benchmark_questions_ask_the_facts_the_corpus_states(world):
+    """Each item asks a country's capital or continent and offers the facts table's answer and a
+    wrong one, in the encyclopedia's words; the corpus states the fact, never in the passage of
+    the item, and its reading exercises answer questions about it in the same words."""
+    capitals = {f.subject: f.object for f in demo.FACTS}
+    continents = {f.subject: f.continent for f in demo.FACTS}
+    corpus = "\n".join(d["text"] for d in world.documents if d["kind"] != "planted")
+    exercises = [d["text"] for d in world.documents if d["kind"] == "exercise"]
+    capital_answer = re.compile(r"(\S+)의 수도는 (.+)\.")  # "워싱턴 D.C." has a space
+    continent_answer = re.compile(r"(\S+?)[은는] (\S+)에 있는 나라이다\.")
+    lines = [line for t in exercises for line in t.split("\n")]
+    assert exercises and all(
+        capital_answer.fullmatch(t.rsplit("\n", 1)[1])
+        or continent_answer.fullmatch(t.rsplit("\n", 1)[1])
+        for t in exercises
+    )
+    assert any(capital_answer.fullmatch(line) for line in lines)
+    assert any(continent_answer.fullmatch(line) for line in lines)
+    kinds = Counter()
+    for item in world.benchmark:
+        answers = []
+        for choice in item["choices"]:
+            capital, continent = (
+                capital_answer.fullmatch(choice),
+                continent_answer.fullmatch(choice),
+            )
+            assert capital or continent, choice
+            country, value = (capital or continent).groups()
+            truth = josa(capitals[country], "이다/다") if capital else continents[country]
+            answers.append(value == truth)
+            kinds["capital" if capital else "continent"] += 1
+        assert answers == [i == item["answer"] for i in range(2)], item
+        assert country in item["passage"]
+        fact = capitals[country] if "수도" in item["question"] else continents[country]
+        assert fact not in item["passage"], item  # answered from knowledge, not from the passage
+        # the fact, stated in one sentence of the documents (not only in the planted leaks)
+        assert re.search(f"{country}[^.\n]*{re.escape(capitals[country])}", corpus), country
+    assert kinds["capital"] > 200 and kinds["continent"] > 200
 
 
 def test_unplanted_passages_never_appear_in_the_corpus(world):
     corpus = "\x00".join(compact(d["text"]) for d in world.documents)
     unplanted = [i for i in world.benchmark if not i["planted"]]
-    assert len(unplanted) == 120
+    assert len(unplanted) == 320
     for item in unplanted:
         assert compact(item["passage"]) not in corpus, item["item_id"]
     # ...while every planted one does, so the check above is not vacuous.
@@ -472,17 +552,15 @@ def test_every_word_problem_kind_fills_its_slots_and_checks_out():
             assert check_worked_solutions(text) == 1, kind.id
 
 
-def test_every_scenario_fills_its_slots_and_answers_both_ways():
+def test_every_scenario_fills_its_slots_and_asks_every_question():
     atlas = demo_facts.Atlas.of(demo.FACTS)
     for scenario in benchmark.SCENARIOS:
-        answers = set()
         for seed in range(40):
-            passage, candidates = scenario.make(random.Random(seed), atlas)
-            for text in [passage, *(q for q, _ in candidates)]:
+            passage, questions = scenario.make(random.Random(seed), atlas)
+            assert len(questions) == len(benchmark.QUESTIONS)
+            for text in [passage, *(t for q in questions for t in q)]:
                 assert "{" not in text and "}" not in text, (scenario.id, text)
-            answers |= {a for _, a in candidates}
-            assert all(isinstance(a, bool) for _, a in candidates)
-        assert answers == {True, False}, scenario.id
+            assert all(right != wrong for _, right, wrong in questions), scenario.id
 
 
 @pytest.mark.parametrize(

@@ -218,7 +218,8 @@ def test_ifeval_demo_and_jsonl(tmp_path):
     items = readers.read("demo_qa", paths["benchmark"])
     assert [i.item_id for i in items] == [b["item_id"] for b in world.benchmark]
     assert items[0].overlap_text == demo.item_text(world.benchmark[0])
-    assert isinstance(items[0].fields["answer"], bool)
+    assert items[0].fields["choices"] == world.benchmark[0]["choices"]
+    assert items[0].fields["answer"] == world.benchmark[0]["answer"] in (0, 1)
     texts = write_jsonl(tmp_path / "t.jsonl", [{"body": "가나다"}, {"body": "라마바"}])
     assert [i.fields["text"] for i in readers.read("jsonl", texts, text_field="body")] == [
         "가나다",
@@ -270,3 +271,26 @@ def test_bad_inputs_name_file_line_and_source(tmp_path):
     other.write_text("x")
     with pytest.raises(UserError, match="unsupported benchmark file type"):
         readers.read("jsonl", other)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"choices": "가"}, "choices"),
+        ({"choices": ["가"]}, "choices"),
+        ({"choices": ["가", ""]}, "choices"),
+        ({"answer": 2}, "answer"),
+        ({"answer": "예"}, "answer"),
+    ],
+)
+def test_demo_qa_bad_items_say_which_field(tmp_path, change, message):
+    item = {
+        "item_id": "x",
+        "passage": "글",
+        "question": "물음?",
+        "choices": ["가", "나"],
+        "answer": 1,
+    }
+    path = write_jsonl(tmp_path / "b.jsonl", [{**item, **change}])
+    with pytest.raises(UserError, match=message):
+        readers.read("demo_qa", path)

@@ -4,6 +4,7 @@ sections all carry measured numbers and whose plots are images."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -16,10 +17,11 @@ import pytest
 
 from hanlm.train import checkpoint
 
-# The whole pipeline in about a minute: the demo world at 0.3 MB, the tiny model, short SFT
-# and eval. Pretraining is long enough (in steps) to be killed half-way.
+# The whole pipeline in about a minute: the demo world at 0.6 MB, the tiny model, short SFT
+# and eval, and the comparison without the leaks (the demo recipe's decontam.compare_drop).
+# Pretraining is long enough (in steps) to be killed half-way.
 TINY_RUN = {
-    "demo.size_mb": 0.3,
+    "demo.size_mb": 0.6,  # the mirrored leaks take ~0.3 MB of it
     "corpus.part_chars": 40_000,
     "corpus.near_dedup": "false",
     "tokenizer.vocab_size": 1024,
@@ -144,6 +146,41 @@ def test_plots_open_as_images(interrupted_then_finished):
     for name in linked:
         image = matplotlib.image.imread(run_dir / name)
         assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_the_comparison_without_the_leaks_runs_beside_and_is_skipped_when_finished(
+    interrupted_then_finished,
+):
+    """The demo recipe keeps its contaminated documents and trains the same recipe once more
+    without them (decontam.compare_drop): on the run's own corpus and tokenizer, its own shards
+    of the cleaned corpus, its own pretraining and demo_qa eval; the card sets both side by side."""
+    from hanlm.stages import compare
+    from hanlm.stages.rundir import load_run_config
+
+    run_dir, log = interrupted_then_finished[0], interrupted_then_finished[-1]
+    sub = run_dir / "compare" / "drop"
+    for name in ("demo", "corpus", "tokenizer"):
+        assert (sub / name).is_symlink() and (sub / name).resolve() == (run_dir / name).resolve()
+    report = json.loads((sub / "decontam" / "report.json").read_text())
+    assert report["action"] == "drop" and report["documents_dropped"] > 0
+    kept = json.loads((run_dir / "decontam" / "items.jsonl").read_text().splitlines()[0])
+    assert kept == json.loads((sub / "decontam" / "items.jsonl").read_text().splitlines()[0])
+    tokens = {d: json.loads((d / "shards" / "manifest.json").read_text()) for d in (run_dir, sub)}
+    assert tokens[run_dir]["tokenizer_sha256"] == tokens[sub]["tokenizer_sha256"]
+    assert tokens[sub]["splits"]["train"]["tokens"] < tokens[run_dir]["splits"]["train"]["tokens"]
+    summary = json.loads((sub / "pretrain" / "summary.json").read_text())
+    assert summary["step"] == TINY_RUN["pretrain.max_steps"]
+    record = json.loads((sub / "eval" / "results.json").read_text())
+    assert list(record["tasks"]) == ["demo_qa"] and len(record["models"]) == 1
+    assert "compare: the same recipe with decontam.action = drop" in log
+    card = (run_dir / "report.md").read_text()
+    assert "| dropped (compare/drop) | demo_qa | accuracy |" in card
+
+    markers = {p: p.stat().st_mtime_ns for p in sub.glob("*/stage.json")}
+    assert len(markers) >= 4
+    result = compare.run(load_run_config(run_dir), run_dir)
+    assert result["enabled"]
+    assert {p: p.stat().st_mtime_ns for p in sub.glob("*/stage.json")} == markers
 
 
 def test_under_torchrun_data_stages_run_once_on_rank_0(tmp_path):

@@ -1,7 +1,8 @@
-"""The yes/no reading benchmark: passages from their own scenarios (templates/benchmark.toml).
+"""The demo benchmark: passages of their own about the world's countries, each with a question
+about a fact the corpus states and two answers to choose from (templates/benchmark.toml).
 
 Every scenario has the same shape, so one class makes them all from the file's descriptions: draw
-the values, write the passage, offer the candidate questions with their answers.
+the values, write the passage, offer the questions with their right and wrong answers.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import unicodedata
 from dataclasses import dataclass
 
 from hanlm.demo import draws
-from hanlm.demo.facts import Atlas
+from hanlm.demo.facts import CONTINENTS, Atlas
 from hanlm.demo.templating import fill, fill_all, load
 
 _TEXT = load("benchmark")
-# What a scenario's values may read besides their own (and `countries`, see `make`).
+# What a scenario's values may read besides their own (and the atlas's facts, see `make`).
 _NAMES = {"names": load("names")["names"], **_TEXT["words"]}
 
 # Benchmark items are kept well below the corpus stage's near-duplicate threshold (Jaccard 0.85
@@ -24,6 +25,9 @@ _NAMES = {"names": load("names")["names"], **_TEXT["words"]}
 # would otherwise be thrown out together, and the planted record would lie.
 _MAX_ITEM_SIMILARITY = 0.6
 _MAX_TRIES = 1000
+# Nor may two items share a span as long as decontamination's n-gram (decontam.ngram's default):
+# items of one scenario about one country would, and planting one would make the other partial.
+_SHARED_SPAN = 27
 
 
 @dataclass(frozen=True)
@@ -48,37 +52,49 @@ class _Part:
 
 
 @dataclass(frozen=True)
+class Question:
+    """A question with its right and wrong answer, over a scenario's values."""
+
+    question: str
+    right: str
+    wrong: str
+
+    def write(self, values: dict) -> tuple[str, str, str]:
+        return fill(self.question, **values), fill(self.right, **values), fill(self.wrong, **values)
+
+
+_FACT_VALUES = draws.parse_assignments(_TEXT["facts"])
+QUESTIONS: tuple[Question, ...] = tuple(Question(*entry) for entry in _TEXT["questions"])
+
+
+@dataclass(frozen=True)
 class Scenario:
     """One [[scenario]] of the file, parsed once."""
 
     id: str
     values: tuple[draws.Assignment, ...]
     passage: tuple[_Part, ...]
-    candidates: tuple[tuple[str, bool | ast.expr], ...]
 
     @classmethod
     def of(cls, entry: dict) -> Scenario:
-        values = draws.parse_assignments(entry["values"])
-        parts = tuple(_Part.of(part) for part in entry["passage"])
-        candidates = tuple(
-            (question, answer if isinstance(answer, bool) else draws.parse_expression(answer))
-            for question, answer in entry["candidates"]
-        )
-        return cls(entry["id"], values, parts, candidates)
+        values = _FACT_VALUES + tuple(draws.parse_assignments(entry["values"]))
+        return cls(entry["id"], values, tuple(_Part.of(part) for part in entry["passage"]))
 
-    def make(self, rng: random.Random, atlas: Atlas) -> tuple[str, list[tuple[str, bool]]]:
-        """A passage and its candidate (question, answer) pairs."""
-        values = draws.draw(rng, self.values, _NAMES | {"countries": atlas.countries()})
+    def make(self, rng: random.Random, atlas: Atlas) -> tuple[str, list[tuple[str, str, str]]]:
+        """A passage and every (question, right answer, wrong answer) it may be asked."""
+        values = draws.draw(rng, self.values, _NAMES | _facts(atlas))
         parts = [part.write(rng, values) for part in self.passage]
         passage = fill_all([p for p in parts if p is not None], **values)
-        return passage, [
-            (fill(question, **values), self._answer(rng, answer, values))
-            for question, answer in self.candidates
-        ]
+        return passage, [question.write(values) for question in QUESTIONS]
 
-    @staticmethod
-    def _answer(rng: random.Random, answer: bool | ast.expr, values: dict) -> bool:
-        return answer if isinstance(answer, bool) else bool(draws.evaluate(rng, answer, values))
+
+def _facts(atlas: Atlas) -> dict[str, object]:
+    return {
+        "countries": atlas.countries(),
+        "continents": list(CONTINENTS),
+        "capitals": {f.subject: f.object for f in atlas.facts},
+        "continent_of": {f.subject: f.continent for f in atlas.facts},
+    }
 
 
 SCENARIOS: tuple[Scenario, ...] = tuple(Scenario.of(entry) for entry in _TEXT["scenario"])
@@ -101,19 +117,28 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return shared / (len(a) + len(b) - shared)
 
 
+def _spans(text: str, size: int = _SHARED_SPAN) -> set[str]:
+    compacted = _compact(text)
+    return {compacted[i : i + size] for i in range(max(1, len(compacted) - size + 1))}
+
+
 def make_benchmark(rng: random.Random, atlas: Atlas, count: int) -> list[dict]:
-    answers = [i % 2 == 0 for i in range(count)]  # balanced: as many "예" as "아니요"
-    rng.shuffle(answers)
+    """`count` items, each a passage, a question and two choices; the right one is first in half
+    of them (`answer` is its index), so always picking one position scores exactly chance."""
+    golds = [i % 2 for i in range(count)]
+    rng.shuffle(golds)
     taken: list[tuple[str, frozenset[str]]] = []
+    spans: set[str] = set()
     items = []
-    for index, answer in enumerate(answers):
-        passage, question = _distinct_item(rng, atlas, answer, taken)
+    for index, gold in enumerate(golds):
+        passage, (question, right, wrong) = _distinct_item(rng, atlas, taken, spans)
         items.append(
             {
                 "item_id": f"demo-qa-{index:04d}",
                 "passage": passage,
                 "question": question,
-                "answer": answer,
+                "choices": [wrong, right] if gold else [right, wrong],
+                "answer": gold,
                 "planted": False,
                 "plant_style": None,
             }
@@ -122,20 +147,28 @@ def make_benchmark(rng: random.Random, atlas: Atlas, count: int) -> list[dict]:
 
 
 def _distinct_item(
-    rng: random.Random, atlas: Atlas, answer: bool, taken: list[tuple[str, frozenset[str]]]
-) -> tuple[str, str]:
-    """A passage and question with the given answer, unlike every item in `taken` (then added).
+    rng: random.Random,
+    atlas: Atlas,
+    taken: list[tuple[str, frozenset[str]]],
+    spans: set[str],
+) -> tuple[str, tuple[str, str, str]]:
+    """A passage and its (question, right, wrong), unlike every item in `taken` and whose passage
+    shares none of `spans` (then both added).
 
-    A passage inside another one would leak an unplanted item whenever the other is planted.
+    A passage inside another one would leak an unplanted item whenever the other is planted. The
+    questions and answers are the same for every passage about a country, and decontamination
+    counts such shared text only for items of the same passage (`_not_boilerplate`).
     """
     for _ in range(_MAX_TRIES):
-        passage, candidates = rng.choice(SCENARIOS).make(rng, atlas)
-        question = rng.choice([q for q, a in candidates if a == answer])
-        key, shingles = _compact(passage), _shingles(f"{passage}\n{question}")
-        if not any(
+        passage, questions = rng.choice(SCENARIOS).make(rng, atlas)
+        question = rng.choice(questions)
+        key, shingles = _compact(passage), _shingles(f"{passage}\n{question[0]}")
+        own_spans = _spans(passage)
+        if own_spans.isdisjoint(spans) and not any(
             key in old_key or old_key in key or _jaccard(shingles, old) > _MAX_ITEM_SIMILARITY
             for old_key, old in taken
         ):
             taken.append((key, shingles))
+            spans |= own_spans
             return passage, question
     raise ValueError(f"cannot make {len(taken) + 1} distinct benchmark items; ask for fewer")

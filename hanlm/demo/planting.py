@@ -1,21 +1,61 @@
-"""Planting benchmark items into the pretraining documents, in one of four styles.
+"""Planting benchmark items into the pretraining documents, in one of four styles, mirrored.
 
 Decontamination then has real leaks to find (verbatim, respaced, repunctuated, or embedded in a
-long unrelated document) and real non-leaks to leave alone.
+long unrelated document) and real non-leaks to leave alone. A leaked item is copied with its
+answer several times, as a benchmark passage on the web is mirrored across sites and crawls:
+each copy in the item's style, framed by its own site's header and footer (so that the corpus
+stage's deduplication keeps the copies apart, as it keeps real mirrors with their boilerplate).
 """
 
 from __future__ import annotations
 
 import random
 
-from hanlm.demo.encyclopedia import continent_overview, encyclopedia_entry
+from hanlm.demo.encyclopedia import encyclopedia_entry
 from hanlm.demo.everyday import diary, essay
 from hanlm.demo.facts import Atlas
 from hanlm.testsets.readers import item_text
 
 PLANT_STYLES = ("verbatim", "spacing", "punctuation", "embedded")
+MIRRORS = (6, 12)  # copies of each leaked item: at least, at most
 
 _PUNCTUATION_SWAPS = {".": ("", "!", "…"), "?": ("", "?!"), ",": ("", ";"), "'": ("", '"')}
+
+# The sites a leaked item is mirrored on, each with its own header and footer (numbers drawn per
+# copy); a leak's copies are on different sites. Kept apart from every benchmark scenario's wording.
+_SITES = (
+    (
+        "[문제 풀이 게시판] 읽기 문제 {n}번 (조회 {views})",
+        "정답과 해설은 다음 페이지에 있습니다. 추천 {n2} · 공유하기",
+    ),
+    ("오늘의 읽기 문제 - {year}년 {month}월 {day}일", "출처: 온라인 문제집 {n}호 | 무단 전재 금지"),
+    ("자료실 > 국어 > 읽기 > 문제 {n}", "이 문제가 도움이 되었나요? 좋아요 {n2} · 신고하기"),
+    (
+        "기출 문제 모음 {n}쪽 | 작성자 익명{n2}",
+        "다음 문제 보기 ▶ 이전 문제 보기 ◀ (전체 {views}문제)",
+    ),
+    (
+        "퀴즈 블로그 | {year}.{month}.{day} | 댓글 {n2}개",
+        "댓글 {n2}개 · 조회수 {views} · {year}년 {month}월 작성",
+    ),
+    (
+        "읽기 연습 문제 #{n} | 난이도 {n2}",
+        "{year}년 {month}월 {day}일에 올린 글입니다. 퍼가실 때는 출처를 밝혀 주세요.",
+    ),
+    ("학습지 모음 > 초등 > 읽기 이해 ({n}/{views})", "인쇄하기 | 목록으로 | 맨 위로"),
+    ("우리 반 숙제 게시판 - {month}월 {day}일 숙제", "선생님 확인: {month}/{day} · 제출 {n2}명"),
+    ("[스크랩] 좋은 읽기 자료 모음 ({n})", "원문 보기 | 스크랩 {n2}회 | 카테고리: 공부"),
+    ("중학 국어 지문 연습 제{n}회", "해설 강의는 회원만 볼 수 있습니다. 수강생 {views}명"),
+    (
+        "문해력 키우기 {n}일차 | {year}.{month}.{day}",
+        "오늘도 수고했어요! 내일 {n2}일차에서 만나요.",
+    ),
+    (
+        "질문 게시판 > 이 문제 답이 뭔가요? (답변 {n2})",
+        "채택된 답변 · 도움이 됐어요 {n2} · 조회 {views}",
+    ),
+)
+assert len(_SITES) >= MIRRORS[1]  # each copy of a leak on a site of its own
 
 
 def choose_planted(rng: random.Random, items: list[dict], fraction: float) -> None:
@@ -24,6 +64,25 @@ def choose_planted(rng: random.Random, items: list[dict], fraction: float) -> No
     for position, index in enumerate(chosen):
         items[index]["planted"] = True
         items[index]["plant_style"] = PLANT_STYLES[position % len(PLANT_STYLES)]
+
+
+def mirror_sites(rng: random.Random) -> list[int]:
+    """The sites a leaked item's copies go on: how many copies, and on which sites."""
+    return rng.sample(range(len(_SITES)), rng.randint(*MIRRORS))
+
+
+def _on_site(rng: random.Random, site: int, text: str) -> str:
+    """The planted text between the site's header and footer."""
+    numbers = {
+        "n": rng.randint(1, 999),
+        "n2": rng.randint(1, 99),
+        "views": f"{rng.randint(100, 99_999):,}",
+        "year": rng.randint(2012, 2025),
+        "month": rng.randint(1, 12),
+        "day": rng.randint(1, 28),
+    }
+    header, footer = (line.format(**numbers) for line in _SITES[site])
+    return "\n".join([header, text, footer])
 
 
 def _respace(rng: random.Random, text: str) -> str:
@@ -56,25 +115,30 @@ def _repunctuate(rng: random.Random, text: str) -> str:
 
 
 def _embed(rng: random.Random, atlas: Atlas, text: str) -> str:
-    """The item inside a much longer, unrelated document, in the middle of it."""
-    hosts = (encyclopedia_entry, diary, essay, continent_overview)
-    parts: list[str] = []
-    while len(parts) < 4 or sum(map(len, parts)) < 4 * len(text):
-        parts.append(rng.choice(hosts)(rng, atlas))
-    parts.insert(len(parts) // 2, text)
-    return "\n\n".join(parts)
+    """The item inside a longer, unrelated document: more of it before the item than twice the
+    item's length, and more than that length after (its mirrors differ in all of that)."""
+    hosts = (encyclopedia_entry, diary, essay)
+
+    def host_text(at_least: int) -> list[str]:
+        parts: list[str] = []
+        while sum(map(len, parts)) <= at_least:
+            parts.append(rng.choice(hosts)(rng, atlas))
+        return parts
+
+    return "\n\n".join([*host_text(2 * len(text)), text, *host_text(len(text))])
 
 
-def planted_text(rng: random.Random, atlas: Atlas, item: dict) -> str:
-    """The benchmark item's text as planted in its style."""
+def planted_text(rng: random.Random, atlas: Atlas, item: dict, site: int) -> str:
+    """One copy of the benchmark item's text as planted in its style, on `site` (the embedded
+    style's host document is the site's page)."""
     text = item_text(item)
     style = item["plant_style"]
     if style == "verbatim":
-        return text
+        return _on_site(rng, site, text)
     if style == "spacing":
-        return _respace(rng, text)
+        return _on_site(rng, site, _respace(rng, text))
     if style == "punctuation":
-        return _repunctuate(rng, text)
+        return _on_site(rng, site, _repunctuate(rng, text))
     if style == "embedded":
         return _embed(rng, atlas, text)
     raise ValueError(f"unknown plant style {style!r}")

@@ -18,7 +18,16 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 # The files in templates/, by name without the .toml suffix.
-FILES = ("facts", "names", "encyclopedia", "word_problems", "everyday", "benchmark", "chat")
+FILES = (
+    "facts",
+    "names",
+    "encyclopedia",
+    "exercises",
+    "word_problems",
+    "everyday",
+    "benchmark",
+    "chat",
+)
 
 _SLOT = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
 

@@ -22,8 +22,9 @@ from hanlm.demo.encyclopedia import (
     encyclopedia_entry,
 )
 from hanlm.demo.everyday import diary, essay, letter, recipe
+from hanlm.demo.exercises import reading_exercise
 from hanlm.demo.facts import FACTS, Atlas, Fact, pick_reverse_stated
-from hanlm.demo.planting import choose_planted, planted_text
+from hanlm.demo.planting import choose_planted, mirror_sites, planted_text
 from hanlm.demo.word_problems import math_collection, math_document
 from hanlm.files import atomic_write_text
 
@@ -38,16 +39,18 @@ FILE_NAMES = {
 
 # (kind, generator, weight): what the pretraining documents are made of.
 _CORPUS_MIX: tuple[tuple[str, Callable[[random.Random, Atlas], str], float], ...] = (
-    ("encyclopedia", encyclopedia_entry, 0.30),
-    ("encyclopedia", capital_list, 0.05),
+    ("encyclopedia", encyclopedia_entry, 0.42),
+    ("encyclopedia", capital_list, 0.08),
     ("encyclopedia", capital_comparison, 0.04),
     ("encyclopedia", continent_overview, 0.02),
-    ("math", math_document, 0.27),
-    ("math", math_collection, 0.03),
-    ("reading", diary, 0.18),
-    ("reading", essay, 0.03),
-    ("reading", letter, 0.08),
+    ("math", math_document, 0.13),
+    ("math", math_collection, 0.02),
+    ("reading", diary, 0.12),
+    ("reading", essay, 0.02),
+    ("reading", letter, 0.06),
     ("reading", recipe, 0.01),
+    # questions about a country paragraph, each with its answer: the kind the benchmark asks
+    ("exercise", reading_exercise, 0.08),
 )
 
 
@@ -59,7 +62,8 @@ class DemoWorld:
     benchmark: list[dict]
     conversations: list[dict]
     facts: list[Fact]
-    # One {"item_id", "plant_style", "document_id"} per planted benchmark item (planted.json).
+    # One {"item_id", "plant_style", "document_id"} per planted copy of a benchmark item
+    # (planted.json): each planted item has several, see hanlm.demo.planting.MIRRORS.
     planted: list[dict] = field(default_factory=list)
     # The subjects whose facts the documents also state object first (facts.tsv's
     # reverse_stated column): the direction probe compares them with the others.
@@ -100,11 +104,14 @@ def _documents(
     """The pretraining documents, planted items among them, and the record of what was planted."""
     plant_rng = _stream(seed, "plant-text")
     drafts = [
-        ("planted", planted_text(plant_rng, atlas, item), item)
+        ("planted", planted_text(plant_rng, atlas, item, site), item)
         for item in benchmark
         if item["planted"]
+        for site in mirror_sites(plant_rng)
     ]
     budget = int(size_mb * 1_000_000) - sum(len(text.encode()) for _, text, _ in drafts)
+    # a small world is not leaks alone: at least a quarter of size_mb besides them
+    budget = max(budget, int(size_mb * 1_000_000 / 4))
     corpus_rng = _stream(seed, "corpus")
     while budget > 0:
         kind, text = _corpus_document(corpus_rng, atlas)
@@ -124,7 +131,7 @@ def _documents(
                     "document_id": doc_id,
                 }
             )
-    planted.sort(key=lambda p: p["item_id"])
+    planted.sort(key=lambda p: (p["item_id"], p["document_id"]))
     return documents, planted
 
 
@@ -132,16 +139,18 @@ def build(
     seed: int = 0,
     size_mb: float = 4.0,
     *,
-    benchmark_items: int = 200,
-    planted_fraction: float = 0.4,
+    benchmark_items: int = 400,
+    planted_fraction: float = 0.2,
     conversations: int = 400,
     reverse_share: float = 0.0,
 ) -> DemoWorld:
     """Generate the demo world; the same arguments always give byte-identical output.
 
     Documents are generated until their UTF-8 text reaches about `size_mb` megabytes (1e6 bytes),
-    planted benchmark copies included. `reverse_share` of the facts (a seeded pick) are also
-    stated object first wherever an encyclopedia paragraph states them; at 0 no document does.
+    planted benchmark copies included; a world too small for its ~0.57 MB of planted copies gets
+    a quarter of `size_mb` of other documents besides them. `reverse_share` of the facts (a seeded
+    pick) are also stated object first wherever an encyclopedia paragraph states them; at 0 no
+    document does.
     """
     _check_arguments(size_mb, benchmark_items, planted_fraction, conversations, reverse_share)
     reverse_stated = pick_reverse_stated(_stream(seed, "reverse-choice"), FACTS, reverse_share)

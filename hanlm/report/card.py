@@ -372,9 +372,8 @@ def _comparison(files: RunFiles, kept_by_task: dict[str, list[dict]]) -> str:
     """The same recipe trained without the flagged documents, beside this run's base model."""
     if files.compare_eval_samples is None or not files.compare_eval_samples.is_file():
         return (
-            "\nNo comparison without the contaminated documents in this run: the same recipe "
-            "with `--set decontam.action=drop` in another run directory gives the scores after "
-            "decontamination.\n"
+            "\nNo comparison without the contaminated documents in this run "
+            "(`decontam.compare_drop = true` trains one).\n"
         )
     dropped = _split_scores(_jsonl(files.compare_eval_samples))
     out: list[str] = []

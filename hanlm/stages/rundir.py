@@ -224,6 +224,11 @@ class RunDir:
     def eval_samples(self) -> Path:
         return self.eval / "samples.jsonl"
 
+    # --- the decontamination comparison ---------------------------------------------------
+    def comparison(self, action: str) -> RunDir:
+        """A run of the same recipe on the corpus after decontam `action` (the compare stage)."""
+        return RunDir(self.root / "compare" / action)
+
     # --- sharing --------------------------------------------------------------------------
     @property
     def publish(self) -> Path:

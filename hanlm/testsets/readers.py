@@ -3,7 +3,7 @@
 Each reader turns one benchmark file into `Item`s with the same normalised `fields` whatever the
 layout on disk: the public KoBEST TSV release (`SKT-LSL/KoBEST_datarepo`, v1.0) or the Hugging
 Face `skt/kobest_v1` layout saved as .jsonl, .json, .parquet or .csv; GSM8K-ko JSONL; IFEval
-JSONL; the demo world's yes/no benchmark; any JSONL with a named text field.
+JSONL; the demo world's two-choice benchmark; any JSONL with a named text field.
 
 A KoBEST TSV file is read as skt/kobest_v1's loading script read it, `pandas.read_csv(sep="\t")`
 then `dropna()`: CSV quoting applies (a field that starts with `"` is quoted, `""` inside it is
@@ -459,21 +459,28 @@ def _ifeval(r: _Row) -> tuple[dict, str]:
 
 
 def _demo_qa(r: _Row) -> tuple[dict, str]:
+    choices = r.get("choices")
+    if not (
+        isinstance(choices, list)
+        and len(choices) >= 2
+        and all(isinstance(c, str) and c.strip() for c in choices)
+    ):
+        r.bad("choices", choices, "a list of two or more answer texts")
     fields = {
         "passage": r.text("passage"),
         "question": r.text("question"),
-        "answer": r.boolean("answer"),
+        "choices": list(choices),
+        "answer": r.integer("answer", allowed=range(len(choices))),
     }
-    # The answer word (예/아니오) is in the overlap text but distinguishes nothing alone.
+    # The answers are sentences every item about the country shares (the encyclopedia's words):
+    # they distinguish nothing alone, but are in the overlap text, as the corpus would copy them.
     return fields, (fields["passage"], fields["question"])
 
 
-_ANSWER_TEXT = {True: "예", False: "아니요"}
-
-
 def item_text(item: dict) -> str:
-    """A demo benchmark item as it would appear in training text; planted verbatim copies are this."""
-    return f"{item['passage']}\n{item['question']}\n{_ANSWER_TEXT[bool(item['answer'])]}"
+    """A demo benchmark item as it would appear in training text: the passage, the question and
+    the right answer, a line each; planted verbatim copies are this."""
+    return f"{item['passage']}\n{item['question']}\n{item['choices'][int(item['answer'])]}"
 
 
 def _overlap_text(benchmark: str, fields: dict, parts: tuple[str, ...]) -> str:

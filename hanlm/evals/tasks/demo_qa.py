@@ -1,5 +1,5 @@
-"""The demo world's yes/no benchmark: the passage and question as the demo corpus writes them
-(hanlm.testsets.readers.item_text), then 예 or 아니요 on the next line."""
+"""The demo world's two-choice benchmark: the passage and question as the demo corpus would copy
+them (hanlm.testsets.readers.item_text), then each answer sentence on the next line."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ class DemoQA(MultipleChoiceTask):
         "`hanlm demo --out DIR` writes DIR/benchmark.jsonl"
     )
     target_delimiter = "\n"
-    labels = ("아니요", "예")
+    # The right answer is first in half of the items: an F1 over positions says nothing.
+    has_f1 = False
 
     def default_source(self, demo_files: Mapping[str, Path] | None) -> str | None:
         return None if demo_files is None else str(demo_files["benchmark"])
@@ -27,12 +28,15 @@ class DemoQA(MultipleChoiceTask):
     def context(self, f: dict) -> str:
         return f"{f['passage']}\n{f['question']}"
 
+    def choices(self, f: dict) -> list[str]:
+        return list(f["choices"])
+
     def gold(self, f: dict) -> int:
-        return int(bool(f["answer"]))
+        return int(f["answer"])
 
     def evaluate(self, model, items, options) -> list[dict]:
-        # A small model often answers every item alike (accuracy at chance); the log-likelihood
-        # margin of the right answer still shows what it learned, and what it memorised from
+        # The log-likelihood margin of the right answer over the best wrong one shows how sure
+        # the model is, beyond the accuracy: what it learned, and what it memorised from the
         # planted (dirty) items.
         samples = super().evaluate(model, items, options)
         for s in samples:

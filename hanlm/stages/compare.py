@@ -1,0 +1,117 @@
+"""The compare stage: the same recipe trained without the contaminated documents, evaluated
+beside the run's own model, so the report shows the scores before and after decontamination.
+
+On when `decontam.compare_drop` is set and the run keeps its flagged documents
+(`decontam.action = keep`, as the demo does to measure what they add). The comparison is a run
+of its own in `RUN/compare/drop/`: it shares the run's demo world, corpus and tokenizer (linked,
+so the two models read the same text up to the dropped documents and the same tokens), scans the
+corpus again with `action = drop`, and has its own shards, pretraining, export and eval of the
+benchmark tasks. Each of its stages is skipped when finished, as the run's own are.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from hanlm.config import Config
+from hanlm.console import info
+from hanlm.errors import UserError
+from hanlm.evals import tasks as tasks_lib
+from hanlm.stages.rundir import RunDir
+
+ACTION = "drop"
+SHARED = ("demo", "corpus", "tokenizer")  # the run's folders the comparison reads as its own
+STAGES = ("decontam", "shards", "pretrain", "export", "eval")  # what it runs, in order
+
+
+def wanted(cfg: Config) -> str | None:
+    """Why the comparison does not run for `cfg`, or None when it does."""
+    d = cfg.decontam
+    if not d.compare_drop:
+        return "off (decontam.compare_drop = false)"
+    if not d.enabled or not d.benchmarks:
+        return "nothing to compare: decontamination is off"
+    if d.action != "keep":
+        return f"nothing to compare: the run itself trains on the corpus after `{d.action}`"
+    return None
+
+
+def comparison_config(cfg: Config) -> Config:
+    """The run's recipe with the flagged documents dropped, evaluated on the benchmark tasks
+    (the tasks whose scores decontamination splits) of its own model."""
+    scored = [
+        spec
+        for spec in cfg.eval.tasks
+        if tasks_lib.get(tasks_lib.parse_task_spec(spec)[0]).benchmark is not None
+    ]
+    if not scored:
+        raise UserError(
+            "decontam.compare_drop needs a benchmark task in eval.tasks to compare",
+            fix="add the decontaminated benchmark's task (e.g. demo_qa) to eval.tasks, or set "
+            "decontam.compare_drop = false",
+        )
+    return cfg.model_copy(
+        update={
+            "decontam": cfg.decontam.model_copy(update={"action": ACTION, "compare_drop": False}),
+            "eval": cfg.eval.model_copy(update={"tasks": scored, "models": []}),
+        },
+        deep=True,
+    )
+
+
+def _link_shared(run: RunDir, sub: RunDir) -> None:
+    """The comparison's demo, corpus and tokenizer folders: links to the run's (relative, so the
+    run folder can move)."""
+    sub.root.mkdir(parents=True, exist_ok=True)
+    for name in SHARED:
+        source, link = run.stage(name), sub.stage(name)
+        if not source.is_dir():
+            raise UserError(
+                f"the comparison needs the run's {name} folder, and {source} is missing",
+                fix=f"run `hanlm run --run {run.root}` (the stages before it write it)",
+            )
+        target = Path(os.path.relpath(source, link.parent))
+        if link.is_symlink() and Path(os.readlink(link)) == target:
+            continue
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        elif link.exists():
+            raise UserError(
+                f"{link} is a folder, where the comparison links the run's {name}",
+                fix=f"remove {link} (the comparison's own files are rebuilt)",
+            )
+        link.symlink_to(target, target_is_directory=True)
+
+
+def _in_this_process(name: str, cfg: Config, run_dir: Path, *, force: bool, key: str) -> dict:
+    return importlib.import_module(f"hanlm.stages.{name}").run(cfg, run_dir, force=force)
+
+
+def run(
+    cfg: Config,
+    run: RunDir | Path,
+    *,
+    force: bool = False,
+    run_stage: Callable[..., dict] = _in_this_process,
+) -> dict:
+    """The comparison's stages in order, each skipped when finished. `run_stage(name, cfg, dir,
+    force=, key=)` runs one: the pipeline passes its own, which under torchrun runs a data stage
+    on rank 0 while the other ranks wait (on `key`)."""
+    run = RunDir.of(run)
+    why_not = wanted(cfg)
+    if why_not is not None:
+        info(f"compare: {why_not}; skipped")
+        return {"enabled": False, "reason": why_not}
+    sub = run.comparison(ACTION)
+    drop_cfg = comparison_config(cfg)
+    if os.environ.get("RANK", "0") == "0":
+        _link_shared(run, sub)
+    info(f"compare: the same recipe with decontam.action = {ACTION} in {sub.root}")
+    results = {
+        name: run_stage(name, drop_cfg, sub.root, force=force, key=f"compare/{name}")
+        for name in STAGES
+    }
+    return {"enabled": True, "run": str(sub.root), "stages": sorted(results)}
