@@ -128,6 +128,21 @@ def copy_data_run(source: Path, target: Path) -> Path:
     return target
 
 
+# The settings of the `demo_run` fixture's run.
+DEMO_RUN_VALUES = {
+    "demo.size_mb": 0.4,
+    # the world these tests were written on (the recipe's reverse statements change the text the
+    # tiny models learn; tests/test_run.py runs the recipe's own world)
+    "demo.reverse_share": 0.0,
+    "corpus.part_chars": 40_000,
+    "tokenizer.vocab_size": 1024,
+    "data_engine.workers": 2,
+    "shards.val_fraction": 0.02,
+    # the demo recipe keeps contaminated documents (to measure them); tests check dropping
+    "decontam.action": "drop",
+}
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory) -> Path:
     """A small finished corpus -> tokenizer -> shards run on the demo world, shared read-only."""
@@ -135,21 +150,7 @@ def demo_run(tmp_path_factory) -> Path:
     from hanlm.pipeline import run_pipeline
 
     run_dir = tmp_path_factory.mktemp("demo_run")
-    cfg = load_config(
-        values={
-            "demo.size_mb": 0.4,
-            # the world these tests were written on (the recipe's reverse statements change the
-            # text the tiny models learn; tests/test_run.py runs the recipe's own world)
-            "demo.reverse_share": 0.0,
-            "corpus.part_chars": 40_000,
-            "tokenizer.vocab_size": 1024,
-            "data_engine.workers": 2,
-            "shards.val_fraction": 0.02,
-            # the demo recipe keeps contaminated documents (to measure them); tests check dropping
-            "decontam.action": "drop",
-        }
-    )
-    run_pipeline(cfg, run_dir, until="shards")
+    run_pipeline(load_config(values=DEMO_RUN_VALUES), run_dir, until="shards")
     return run_dir
 
 

@@ -169,7 +169,11 @@ def test_the_demo_recipe_uses_the_new_keys_only(capsys):
     assert "is now" not in capsys.readouterr().err
     assert (cfg.model.preset, cfg.optimizer.lr, cfg.precision.mode) == ("demo", 3e-3, "fp32")
     # SFT's peak is nanochat's share of pretraining's: 0.8 x 3e-3
-    assert (cfg.checkpoint.every, cfg.sft.checkpoint.every, cfg.sft.optimizer.lr) == (100, 0, 2.4e-3)
+    assert (cfg.checkpoint.every, cfg.sft.checkpoint.every, cfg.sft.optimizer.lr) == (
+        100,
+        0,
+        2.4e-3,
+    )
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -246,3 +247,39 @@ def test_card_says_why_answers_end_and_compares_the_reverse_gap(interrupted_then
         assert scores["gap/reverse_unstated"]["n"] == len(probed) - stated
         for group, n in (("reverse stated", stated), ("reverse not stated", len(probed) - stated)):
             assert re.search(rf"\| {group} \| {n} \| -?\d+\.\d\d \| -?\d+\.\d\d \|", direction)
+
+
+def test_a_run_directory_moved_elsewhere_is_still_up_to_date(demo_run, tmp_path):
+    """Copied to another path with new file times (as `cp -r` or a transfer between hosts does),
+    a finished run redoes nothing, and pretraining would take its checkpoints."""
+    from conftest import DEMO_RUN_VALUES
+    from hanlm.config import load_config
+    from hanlm.files import read_json
+    from hanlm.pipeline import run_pipeline
+    from hanlm.stages import pretrain
+    from hanlm.stages.rundir import RunDir
+
+    moved = tmp_path / "elsewhere" / "run"
+    shutil.copytree(demo_run, moved, copy_function=shutil.copy)  # new paths, new times
+    stages = ("demo", "corpus", "decontam", "tokenizer", "shards")
+    before = {s: read_json(moved / s / "stage.json") for s in stages}
+    cfg = load_config(values=DEMO_RUN_VALUES)
+    run_pipeline(cfg, moved, until="shards")
+    assert {s: read_json(moved / s / "stage.json") for s in stages} == before
+    assert pretrain.stage_fp(cfg, RunDir(moved)) == pretrain.stage_fp(cfg, RunDir(demo_run))
+
+
+def test_sft_knows_the_runs_own_export_after_a_move(tmp_path):
+    from hanlm.stages import sft
+    from hanlm.stages.rundir import RunDir
+
+    run = tmp_path / "a" / "run"
+    (run / "pretrain" / "hf").mkdir(parents=True)
+    (run / "pretrain" / "hf" / "model.safetensors").write_bytes(b"weights")
+    moved = tmp_path / "b" / "run"
+    shutil.copytree(run, moved)  # copy2: the times stay, the path changes
+    fp = sft._hf_source(run / "pretrain" / "hf", RunDir(run)).fingerprint
+    assert sft._hf_source(moved / "pretrain" / "hf", RunDir(moved)).fingerprint == fp
+    # a folder outside the run is still known by its own path
+    outside = sft._hf_source(run / "pretrain" / "hf", None).fingerprint
+    assert sft._hf_source(moved / "pretrain" / "hf", None).fingerprint != outside

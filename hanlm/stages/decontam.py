@@ -19,7 +19,7 @@ from hanlm.data.decontam.index import FORMAT_VERSION, BenchmarkIndex
 from hanlm.data.decontam.scan import expand_corpus
 from hanlm.errors import UserError
 from hanlm.evals.tasks import with_prompt_form
-from hanlm.files import fingerprint, read_json, stage_fingerprint
+from hanlm.files import file_sha256, fingerprint, read_json, stage_fingerprint
 from hanlm.stages.demo import ensure_demo_world
 from hanlm.stages.rundir import RunDir
 from hanlm.testsets import readers
@@ -70,8 +70,15 @@ def load_items(benchmarks: list[tuple[str, Path]], text_field: str) -> list[read
 
 
 def _file_key(path: Path) -> list:
+    """A corpus file by path, size and time: too large to read just to see it is unchanged."""
     st = path.stat()
     return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+
+def _benchmark_key(path: Path) -> str:
+    """A benchmark file by its content: small, and the demo world's lives inside the run, so a
+    run directory moved or copied elsewhere (new path, new times) is still up to date."""
+    return file_sha256(path)
 
 
 def _check_thresholds(cfg: Config) -> None:
@@ -91,7 +98,7 @@ def _fp(cfg: Config, benchmarks, inputs: list) -> str:
         FORMAT_VERSION,
         d,
         cfg.corpus.min_chars,
-        [[t, *_file_key(p)] for t, p in benchmarks],
+        [[t, _benchmark_key(p)] for t, p in benchmarks],
         inputs,
     )
 

@@ -67,17 +67,25 @@ def source_of(cfg: Config, run: RunDir | None) -> sft_lib.SftSource:
 def _hf_source(path: Path, run: RunDir | None) -> sft_lib.SftSource:
     # the shard manifest's special-token counts only when the model was pretrained in this run
     counts = None if run is None or _outside(path, run.root) else _pretrain_counts(run)
+    fp = _hf_fp(path, None if run is None or _outside(path, run.root) else run.root)
     return sft_lib.SftSource(
-        kind="hf", path=path, tokenizer_dir=path, fingerprint=_hf_fp(path), pretrain_counts=counts
+        kind="hf", path=path, tokenizer_dir=path, fingerprint=fp, pretrain_counts=counts
     )
 
 
-def _hf_fp(path: Path) -> str:
+def _hf_fp(path: Path, run_root: Path | None) -> str:
+    """The folder by where it is and its weight files' sizes and times; a folder inside the run by
+    its place in the run, so that a run directory moved elsewhere keeps its SFT."""
+    where = (
+        str(path.resolve())
+        if run_root is None
+        else path.resolve().relative_to(run_root.resolve()).as_posix()
+    )
     weights = path / "model.safetensors"
     if weights.is_file():
-        return fingerprint(str(path.resolve()), weights.stat().st_size, weights.stat().st_mtime_ns)
+        return fingerprint(where, weights.stat().st_size, weights.stat().st_mtime_ns)
     shards = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.glob("*.safetensors")]
-    return fingerprint(str(path.resolve()), sorted(shards))
+    return fingerprint(where, sorted(shards))
 
 
 def _pretrain_counts(run: RunDir) -> dict[str, int] | None:
