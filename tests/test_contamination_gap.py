@@ -139,3 +139,20 @@ def test_card_says_when_nothing_is_measured(tmp_path):
     assert "is not above chance" in text
     assert "no difference between dirty and clean items beyond the noise" in text
     assert "No comparison without the contaminated documents" in text
+
+
+def test_the_paired_gap_is_what_the_leaks_add_to_the_same_items():
+    """Dirty items gain 0.3 with the leaks, clean ones 0.1: the difference of differences is 0.2,
+    whatever the two models' dirty - clean gaps are on their own."""
+
+    def sample(i, status, value):
+        return {"item_id": f"q{i}", "contamination": status, "scores": {"acc": value}}
+
+    statuses = ["dirty"] * 10 + ["clean"] * 30
+    without = [sample(i, s, 0.5 if s == "dirty" else 0.4) for i, s in enumerate(statuses)]
+    with_leaks = [sample(i, s, 0.8 if s == "dirty" else 0.5) for i, s in enumerate(statuses)]
+    gap = contamination.paired_dirty_clean_gap(with_leaks, without, "acc")
+    assert gap["dirty"].value == pytest.approx(0.3) and gap["clean"].value == pytest.approx(0.1)
+    assert gap["gap"].value == pytest.approx(0.2) and gap["gap"].excludes(0)
+    # items the other model did not score are left out; one split empty: nothing to say
+    assert contamination.paired_dirty_clean_gap(with_leaks[:10], without, "acc") is None

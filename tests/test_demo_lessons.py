@@ -24,11 +24,17 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def _samples(run: str) -> Path:
+    return Path(run) / "eval" / "samples.jsonl"
+
+
+def contamination_split(samples: list[dict]) -> dict[str, list[float]]:
+    assert samples, "no demo_qa scores of a base model"
+    return contamination.scores_by_split(samples, "acc")
+
+
 def _base_model_scores(samples_file: Path) -> dict[str, list[float]]:
-    samples = [json.loads(line) for line in samples_file.read_text().splitlines() if line]
-    base = [s for s in samples if s["task"] == "demo_qa" and s["model"].endswith("/pretrain")]
-    assert base, f"no demo_qa scores of a base model in {samples_file}"
-    return contamination.scores_by_split(base, "acc")
+    return contamination_split(_base_model_samples(samples_file))
 
 
 def _base_model_results(run: Path) -> dict:
@@ -37,17 +43,45 @@ def _base_model_results(run: Path) -> dict:
     return base
 
 
-def test_contaminated_items_inflate_the_score_and_dropping_them_undoes_it():
-    """Clean accuracy above chance, dirty above clean, and without the leaked documents in
-    training the dirty items back at the clean level: each judged by its 95% interval."""
-    run = Path(DEMO_RUN)
-    kept = contamination.dirty_clean_gap(**_base_model_scores(run / "eval" / "samples.jsonl"))
-    dropped_file = run / "compare" / "drop" / "eval" / "samples.jsonl"
-    dropped = contamination.dirty_clean_gap(**_base_model_scores(dropped_file))
+def _base_model_samples(samples_file: Path) -> list[dict]:
+    samples = [json.loads(line) for line in samples_file.read_text().splitlines() if line]
+    return [s for s in samples if s["task"] == "demo_qa" and s["model"].endswith("/pretrain")]
+
+
+def test_contaminated_items_score_higher_than_clean_ones():
+    """Clean accuracy above chance, and dirty above clean, each judged by its 95% interval."""
+    kept = contamination.dirty_clean_gap(**_base_model_scores(_samples(DEMO_RUN)))
     assert kept["clean"].low > 0.5, kept["clean"]
     assert kept["gap"].low > 0, kept["gap"]
-    assert not dropped["gap"].excludes(0), dropped["gap"]
-    assert dropped["dirty"].value < kept["dirty"].value
+
+
+def test_the_leaked_documents_add_what_the_same_items_lose_without_them():
+    """Item by item, the model trained with the leaked documents minus the same recipe trained
+    without them (compare/drop): on dirty items the log-likelihood margin of the right answer
+    gains more than on clean ones (a difference of differences, free of which items happened to
+    leak), and dirty-item accuracy is lower without the leaks."""
+    run = Path(DEMO_RUN)
+    kept = _base_model_samples(run / "eval" / "samples.jsonl")
+    dropped = _base_model_samples(run / "compare" / "drop" / "eval" / "samples.jsonl")
+    margin = contamination.paired_dirty_clean_gap(kept, dropped, "gold_margin")
+    assert margin is not None and margin["gap"].low > 0, margin
+    before = contamination.dirty_clean_gap(**contamination_split(kept))
+    after = contamination.dirty_clean_gap(**contamination_split(dropped))
+    assert after["dirty"].value < before["dirty"].value
+
+
+@pytest.mark.xfail(
+    reason="issue 20, open: in the seed-0 demo the 80 planted items are easier than the others "
+    "even for the model that never saw them (dirty - clean +0.113 [+0.012, +0.209] without the "
+    "leaks), so accuracy does not fall back to the clean level; the leaks' own effect on "
+    "accuracy (+0.037 [-0.072, +0.156], item by item) is within the noise",
+    strict=False,
+)
+def test_without_the_leaks_dirty_accuracy_is_back_at_the_clean_level():
+    run = Path(DEMO_RUN)
+    dropped = _base_model_samples(run / "compare" / "drop" / "eval" / "samples.jsonl")
+    after = contamination.dirty_clean_gap(**contamination_split(dropped))
+    assert not after["gap"].excludes(0), after["gap"]
 
 
 def test_reverse_statements_shrink_the_direction_gap():
@@ -64,6 +98,6 @@ def test_reverse_statements_shrink_the_direction_gap():
 def test_the_card_reports_this_runs_numbers():
     """The card's contamination line is the run's own clean accuracy, not a number from elsewhere."""
     run = Path(DEMO_RUN)
-    clean = contamination.dirty_clean_gap(**_base_model_scores(run / "eval" / "samples.jsonl"))
+    clean = contamination.dirty_clean_gap(**_base_model_scores(_samples(DEMO_RUN)))
     card = (run / "report.md").read_text(encoding="utf-8")
     assert f"clean accuracy {clean['clean'].value:.3f} is above chance" in card

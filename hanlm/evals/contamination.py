@@ -167,3 +167,21 @@ def scores_by_split(samples: Sequence[dict], metric: str) -> dict[str, list[floa
             continue
         out["clean" if status == "clean" else "dirty"].append(float(value))
     return out
+
+
+def paired_dirty_clean_gap(with_leaks: Sequence[dict], without: Sequence[dict], metric: str):
+    """Item by item, the score of a model trained with the leaked documents minus one trained on
+    the same recipe without them, split clean / dirty by the first's statuses; None unless both
+    splits have items. Its dirty minus clean (a difference of differences) is what the leaks add,
+    apart from how hard the leaked items happen to be and from what the rest of the corpus change
+    does to every item."""
+    other = {s["item_id"]: s["scores"].get(metric) for s in without}
+    paired = [
+        {**s, "scores": {metric: s["scores"][metric] - other[s["item_id"]]}}
+        for s in with_leaks
+        if s["scores"].get(metric) is not None and other.get(s["item_id"]) is not None
+    ]
+    split = scores_by_split(paired, metric)
+    if not (split["clean"] and split["dirty"]):
+        return None
+    return dirty_clean_gap(split["clean"], split["dirty"])

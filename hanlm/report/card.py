@@ -370,6 +370,8 @@ def _comparison_rows(kept: list[dict], dropped: list[dict], task: str) -> list[l
 
 def _comparison(files: RunFiles, kept_by_task: dict[str, list[dict]]) -> str:
     """The same recipe trained without the flagged documents, beside this run's base model."""
+    from hanlm.evals import contamination  # deferred: numpy
+
     if files.compare_eval_samples is None or not files.compare_eval_samples.is_file():
         return (
             "\nNo comparison without the contaminated documents in this run "
@@ -393,12 +395,30 @@ def _comparison(files: RunFiles, kept_by_task: dict[str, list[dict]]) -> str:
                 f"(dirty minus clean {_ci(gap)}; clean {before['clean'].value:.3f} and "
                 f"{after['clean'].value:.3f})."
             )
+        parts = []
+        for metric in GAP_METRICS:
+            paired = contamination.paired_dirty_clean_gap(kept, samples, metric)
+            if paired is None:
+                continue
+            verdict = "the leaks add it" if paired["gap"].low > 0 else "within the noise"
+            parts.append(
+                f"{GAP_METRICS[metric]}: dirty items {_ci(paired['dirty'])}, clean items "
+                f"{_ci(paired['clean'])}, difference {_ci(paired['gap'])} ({verdict})"
+            )
+        if parts:
+            verdicts.append(
+                f"{task}, item by item, the same items with minus without the leaked documents: "
+                + "; ".join(parts)
+                + ". A dirty − clean gap also holds how hard the leaked items happen to be; this "
+                "difference of differences does not."
+            )
     if not rows:
         return "\nThe comparison's eval has no benchmark task in common with this run's.\n"
     out.append(
-        "\n**Before and after decontamination.** The same recipe (seed, steps, tokenizer) "
-        "trained on the corpus with the flagged documents dropped (`decontam.action = drop`, "
-        "in `compare/drop/`), its base model beside this run's:\n\n"
+        "\n**Before and after decontamination.** The same recipe (seed, steps) trained on the "
+        "corpus with the flagged documents dropped (`decontam.action = drop`, in "
+        "`compare/drop/`), its tokenizer too, as a run that drops them would; its base model "
+        "beside this run's:\n\n"
     )
     out.append(
         _table(["training corpus", "task", "score", "clean", "dirty", "dirty − clean"], rows)

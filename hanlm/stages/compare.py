@@ -3,10 +3,13 @@ beside the run's own model, so the report shows the scores before and after deco
 
 On when `decontam.compare_drop` is set and the run keeps its flagged documents
 (`decontam.action = keep`, as the demo does to measure what they add). The comparison is a run
-of its own in `RUN/compare/drop/`: it shares the run's demo world, corpus and tokenizer (linked,
-so the two models read the same text up to the dropped documents and the same tokens), scans the
-corpus again with `action = drop`, and has its own shards, pretraining, export and eval of the
-benchmark tasks. Each of its stages is skipped when finished, as the run's own are.
+of its own in `RUN/compare/drop/`: it shares the run's demo world and corpus (linked, so the two
+models read the same text up to the dropped documents), scans the corpus again with
+`action = drop`, and has its own tokenizer, shards, pretraining, export and eval of the benchmark
+tasks. The tokenizer is its own because a run that drops the documents trains its tokenizer
+without them: one trained on the leaked copies merges their answers into fewer tokens (the demo's
+leaked capitals became single tokens), which favours those answers in any model that uses it.
+Each of its stages is skipped when finished, as the run's own are.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from hanlm.evals import tasks as tasks_lib
 from hanlm.stages.rundir import RunDir
 
 ACTION = "drop"
-SHARED = ("demo", "corpus", "tokenizer")  # the run's folders the comparison reads as its own
-STAGES = ("decontam", "shards", "pretrain", "export", "eval")  # what it runs, in order
+SHARED = ("demo", "corpus")  # the run's folders the comparison reads as its own
+STAGES = ("decontam", "tokenizer", "shards", "pretrain", "export", "eval")  # its own, in order
 
 
 def wanted(cfg: Config) -> str | None:
@@ -63,8 +66,8 @@ def comparison_config(cfg: Config) -> Config:
 
 
 def _link_shared(run: RunDir, sub: RunDir) -> None:
-    """The comparison's demo, corpus and tokenizer folders: links to the run's (relative, so the
-    run folder can move)."""
+    """The comparison's demo and corpus folders: links to the run's (relative, so the run folder
+    can move). A tokenizer link an earlier version made is replaced by the comparison's own."""
     sub.root.mkdir(parents=True, exist_ok=True)
     for name in SHARED:
         source, link = run.stage(name), sub.stage(name)
@@ -84,6 +87,9 @@ def _link_shared(run: RunDir, sub: RunDir) -> None:
                 fix=f"remove {link} (the comparison's own files are rebuilt)",
             )
         link.symlink_to(target, target_is_directory=True)
+    stale = sub.stage("tokenizer")
+    if stale.is_symlink():
+        stale.unlink()
 
 
 def _in_this_process(name: str, cfg: Config, run_dir: Path, *, force: bool, key: str) -> dict:
