@@ -89,18 +89,27 @@ def _row(values: Mapping, where: str) -> FactRow:
     return FactRow(**cleaned)
 
 
-def _read_tsv(path: Path) -> list[FactRow]:
+def read_tsv_table(path: Path, *, fix: str, prefix: str = "") -> tuple[list[str], list]:
+    """A facts TSV's header and its (line number, row) pairs; a UserError (its message after
+    `prefix`) when the header lacks subject, relation or object. Shared with the direction probe."""
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        header = list(reader.fieldnames or [])
+        missing = [c for c in COLUMNS if c not in header]
         if missing:
             raise UserError(
-                f"{path} has no column {', '.join(missing)}",
-                where=str(path),
-                fix="the first line must name the tab-separated columns subject, relation, object "
-                "(or give a .jsonl file with those keys)",
+                f"{prefix}{path} has no column {', '.join(missing)}", where=str(path), fix=fix
             )
-        return [_row(row, f"{path}:{number}") for number, row in enumerate(reader, 2)]
+        return header, list(enumerate(reader, 2))
+
+
+def _read_tsv(path: Path) -> list[FactRow]:
+    _, rows = read_tsv_table(
+        path,
+        fix="the first line must name the tab-separated columns subject, relation, object "
+        "(or give a .jsonl file with those keys)",
+    )
+    return [_row(row, f"{path}:{number}") for number, row in rows]
 
 
 def _read_jsonl(path: Path) -> list[FactRow]:

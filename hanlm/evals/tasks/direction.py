@@ -16,17 +16,16 @@ could not, in the same model.
 
 from __future__ import annotations
 
-import csv
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hanlm.data.fact_statements import COLUMNS, read_tsv_table
 from hanlm.errors import UserError
 from hanlm.evals.tasks import Options, Task, register
 from hanlm.korean import josa
 
-COLUMNS = ("subject", "relation", "object")
 REVERSE_COLUMN = "reverse_stated"
 _YES_NO = {"yes": True, "true": True, "1": True, "no": False, "false": False, "0": False}
 GROUPS = {True: "reverse_stated", False: "reverse_unstated"}
@@ -58,27 +57,23 @@ def read_facts(path: Path) -> list[Fact]:
             fix="give --task direction=FACTS.tsv (columns subject, relation, object) or run the "
             "corpus stage on the demo world (it writes RUN/demo/facts.tsv)",
         )
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
+    header, rows = read_tsv_table(
+        path,
+        prefix="direction: ",
+        fix="the first line must name the tab-separated columns subject, relation, object",
+    )
+    grouped = REVERSE_COLUMN in header
+    facts = []
+    for number, row in rows:
+        values = {c: (row.get(c) or "").strip() for c in COLUMNS}
+        if not all(values.values()):
             raise UserError(
-                f"direction: {path} has no column {', '.join(missing)}",
-                where=str(path),
-                fix="the first line must name the tab-separated columns subject, relation, object",
+                "direction: a fact with an empty subject, relation or object",
+                where=f"{path}:{number}",
+                fix="fill every column or delete the line",
             )
-        grouped = REVERSE_COLUMN in (reader.fieldnames or [])
-        facts = []
-        for number, row in enumerate(reader, 2):
-            values = {c: (row.get(c) or "").strip() for c in COLUMNS}
-            if not all(values.values()):
-                raise UserError(
-                    "direction: a fact with an empty subject, relation or object",
-                    where=f"{path}:{number}",
-                    fix="fill every column or delete the line",
-                )
-            stated = _reverse_stated(row, path, number) if grouped else None
-            facts.append(Fact(f"{values['subject']}|{values['relation']}", values, stated))
+        stated = _reverse_stated(row, path, number) if grouped else None
+        facts.append(Fact(f"{values['subject']}|{values['relation']}", values, stated))
     if not facts:
         raise UserError(f"direction: no facts in {path}", where=str(path))
     return facts
