@@ -133,6 +133,22 @@ def test_card_shows_the_gap_with_intervals_and_the_comparison(tmp_path):
     assert (tmp_path / "run" / "plots" / "clean_vs_dirty.png").is_file()
 
 
+@pytest.mark.parametrize(
+    ("dropped_dirty_acc", "verdict"),
+    [
+        (0.65, "at the clean level"),
+        (0.95, "still above the clean level"),
+        (0.25, "below the clean level: the leaked items happen to be harder ones"),
+    ],
+)
+def test_card_says_where_dirty_items_land_without_the_leaks(tmp_path, dropped_dirty_acc, verdict):
+    kept = _samples("run/pretrain", 0, clean_acc=0.65, dirty_acc=0.95)
+    dropped = _samples("drop/pretrain", 1, clean_acc=0.65, dirty_acc=dropped_dirty_acc)
+    text = card._contamination_section(_files(tmp_path, kept, dropped))
+    (line,) = [line for line in text.splitlines() if "without them" in line]
+    assert verdict in line, line
+
+
 def test_card_says_when_nothing_is_measured(tmp_path):
     flat = _samples("run/pretrain", 2, clean_acc=0.5, dirty_acc=0.5)
     text = card._contamination_section(_files(tmp_path, flat, None))

@@ -17,7 +17,7 @@ from hanlm.demo import facts as demo_facts
 from hanlm.korean import josa
 
 SMALL_MB = (
-    1.0  # the demo recipe's size: room for the mirrored leaks (~0.57 MB) and every kind of document
+    1.0  # the demo recipe's size: room for the mirrored leaks (~0.63 MB) and every kind of document
 )
 
 
@@ -355,9 +355,15 @@ def test_benchmark_items(world):
     # the right answer first in exactly half: always picking one position scores chance
     assert Counter(i["answer"] for i in items) == {0: 200, 1: 200}
     planted = [i for i in items if i["planted"]]
-    assert len(planted) == 80
+    assert len(planted) == 40
     assert all(i["plant_style"] is None for i in items if not i["planted"])
-    assert Counter(i["plant_style"] for i in planted) == {s: 20 for s in demo.PLANT_STYLES}
+    assert Counter(i["plant_style"] for i in planted) == {s: 10 for s in demo.PLANT_STYLES}
+    # each kind of question planted in its share (stratified), every style in both kinds
+    kinds = Counter(i["asks"] for i in items)
+    assert set(kinds) == {q.asks for q in benchmark.QUESTIONS}
+    for kind, count in Counter(i["asks"] for i in planted).items():
+        assert abs(count - 0.1 * kinds[kind]) < 1, (kind, count, kinds[kind])
+    assert len({(i["asks"], i["plant_style"]) for i in planted}) == 2 * len(demo.PLANT_STYLES)
     for item in items:
         assert item["question"].endswith("?")
         assert len(item["choices"]) == 2 and len(set(item["choices"])) == 2
@@ -448,7 +454,7 @@ def test_benchmark_questions_ask_the_facts_the_corpus_states(world):
 def test_unplanted_passages_never_appear_in_the_corpus(world):
     corpus = "\x00".join(compact(d["text"]) for d in world.documents)
     unplanted = [i for i in world.benchmark if not i["planted"]]
-    assert len(unplanted) == 320
+    assert len(unplanted) == 360
     for item in unplanted:
         assert compact(item["passage"]) not in corpus, item["item_id"]
     # ...while every planted one does, so the check above is not vacuous.
@@ -552,15 +558,33 @@ def test_every_word_problem_kind_fills_its_slots_and_checks_out():
             assert check_worked_solutions(text) == 1, kind.id
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.13, 0.2, 0.5, 1.0])
+def test_a_stratified_plant_gives_each_kind_its_share(fraction):
+    sizes = {"a": 7, "b": 30, "c": 63}
+    items = [
+        {"kind": kind, "planted": False, "plant_style": None}
+        for kind, size in sizes.items()
+        for _ in range(size)
+    ]
+    planting.choose_planted(random.Random(1), items, fraction, stratum="kind")
+    planted = Counter(item["kind"] for item in items if item["planted"])
+    assert sum(planted.values()) == round(fraction * len(items))
+    for kind, size in sizes.items():
+        assert abs(planted[kind] - fraction * size) < 1, (kind, planted)
+    assert all((i["plant_style"] is None) != i["planted"] for i in items)
+    styles = Counter(i["plant_style"] for i in items if i["planted"])
+    assert max(styles.values(), default=0) - min(styles.values(), default=0) <= 1
+
+
 def test_every_scenario_fills_its_slots_and_asks_every_question():
     atlas = demo_facts.Atlas.of(demo.FACTS)
     for scenario in benchmark.SCENARIOS:
         for seed in range(40):
             passage, questions = scenario.make(random.Random(seed), atlas)
-            assert len(questions) == len(benchmark.QUESTIONS)
-            for text in [passage, *(t for q in questions for t in q)]:
+            assert [q.asks for q in questions] == [q.asks for q in benchmark.QUESTIONS]
+            for text in [passage, *(t for q in questions for t in (q.question, q.right, q.wrong))]:
                 assert "{" not in text and "}" not in text, (scenario.id, text)
-            assert all(right != wrong for _, right, wrong in questions), scenario.id
+            assert all(q.right != q.wrong for q in questions), scenario.id
 
 
 @pytest.mark.parametrize(

@@ -57,31 +57,28 @@ def test_contaminated_items_score_higher_than_clean_ones():
 
 def test_the_leaked_documents_add_what_the_same_items_lose_without_them():
     """Item by item, the model trained with the leaked documents minus the same recipe trained
-    without them (compare/drop): on dirty items the log-likelihood margin of the right answer
-    gains more than on clean ones (a difference of differences, free of which items happened to
-    leak), and dirty-item accuracy is lower without the leaks."""
+    without them (compare/drop): on dirty items the accuracy and the log-likelihood margin of the
+    right answer gain more than on clean ones (a difference of differences, free of which items
+    happened to leak), and dirty-item accuracy is lower without the leaks."""
     run = Path(DEMO_RUN)
     kept = _base_model_samples(run / "eval" / "samples.jsonl")
     dropped = _base_model_samples(run / "compare" / "drop" / "eval" / "samples.jsonl")
-    margin = contamination.paired_dirty_clean_gap(kept, dropped, "gold_margin")
-    assert margin is not None and margin["gap"].low > 0, margin
+    for metric in ("acc", "gold_margin"):
+        paired = contamination.paired_dirty_clean_gap(kept, dropped, metric)
+        assert paired is not None and paired["gap"].low > 0, (metric, paired)
     before = contamination.dirty_clean_gap(**contamination_split(kept))
     after = contamination.dirty_clean_gap(**contamination_split(dropped))
     assert after["dirty"].value < before["dirty"].value
 
 
-@pytest.mark.xfail(
-    reason="issue 20, open: in the seed-0 demo the 80 planted items are easier than the others "
-    "even for the model that never saw them (dirty - clean +0.113 [+0.012, +0.209] without the "
-    "leaks), so accuracy does not fall back to the clean level; the leaks' own effect on "
-    "accuracy (+0.037 [-0.072, +0.156], item by item) is within the noise",
-    strict=False,
-)
-def test_without_the_leaks_dirty_accuracy_is_back_at_the_clean_level():
+def test_without_the_leaks_dirty_items_lose_their_lead():
+    """The field's lesson: once the contaminated documents are gone, the lead vanishes. Trained
+    without them, the dirty items score no higher than the clean ones (at the clean level, or
+    below it where the leaked items happen to be harder ones)."""
     run = Path(DEMO_RUN)
     dropped = _base_model_samples(run / "compare" / "drop" / "eval" / "samples.jsonl")
     after = contamination.dirty_clean_gap(**contamination_split(dropped))
-    assert not after["gap"].excludes(0), after["gap"]
+    assert after["gap"].low <= 0, after["gap"]
 
 
 def test_reverse_statements_shrink_the_direction_gap():

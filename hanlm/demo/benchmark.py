@@ -52,15 +52,32 @@ class _Part:
 
 
 @dataclass(frozen=True)
-class Question:
-    """A question with its right and wrong answer, over a scenario's values."""
+class WrittenQuestion:
+    """A question written for one passage: what it asks, the question, its right and wrong answer."""
 
+    asks: str
     question: str
     right: str
     wrong: str
 
-    def write(self, values: dict) -> tuple[str, str, str]:
-        return fill(self.question, **values), fill(self.right, **values), fill(self.wrong, **values)
+
+@dataclass(frozen=True)
+class Question:
+    """A question with its right and wrong answer, over a scenario's values; `asks` names the
+    kind of fact it asks (an item's `asks`)."""
+
+    asks: str
+    question: str
+    right: str
+    wrong: str
+
+    def write(self, values: dict) -> WrittenQuestion:
+        return WrittenQuestion(
+            self.asks,
+            fill(self.question, **values),
+            fill(self.right, **values),
+            fill(self.wrong, **values),
+        )
 
 
 _FACT_VALUES = draws.parse_assignments(_TEXT["facts"])
@@ -80,8 +97,8 @@ class Scenario:
         values = _FACT_VALUES + tuple(draws.parse_assignments(entry["values"]))
         return cls(entry["id"], values, tuple(_Part.of(part) for part in entry["passage"]))
 
-    def make(self, rng: random.Random, atlas: Atlas) -> tuple[str, list[tuple[str, str, str]]]:
-        """A passage and every (question, right answer, wrong answer) it may be asked."""
+    def make(self, rng: random.Random, atlas: Atlas) -> tuple[str, list[WrittenQuestion]]:
+        """A passage and every question it may be asked, with their right and wrong answers."""
         values = draws.draw(rng, self.values, _NAMES | _facts(atlas))
         parts = [part.write(rng, values) for part in self.passage]
         passage = fill_all([p for p in parts if p is not None], **values)
@@ -124,21 +141,24 @@ def _spans(text: str, size: int = _SHARED_SPAN) -> set[str]:
 
 def make_benchmark(rng: random.Random, atlas: Atlas, count: int) -> list[dict]:
     """`count` items, each a passage, a question and two choices; the right one is first in half
-    of them (`answer` is its index), so always picking one position scores exactly chance."""
+    of them (`answer` is its index), so always picking one position scores exactly chance.
+    `asks` is the kind of fact the question asks (benchmark.toml's `questions`)."""
     golds = [i % 2 for i in range(count)]
     rng.shuffle(golds)
     taken: list[tuple[str, frozenset[str]]] = []
     spans: set[str] = set()
     items = []
     for index, gold in enumerate(golds):
-        passage, (question, right, wrong) = _distinct_item(rng, atlas, taken, spans)
+        passage, asked = _distinct_item(rng, atlas, taken, spans)
+        right, wrong = asked.right, asked.wrong
         items.append(
             {
                 "item_id": f"demo-qa-{index:04d}",
                 "passage": passage,
-                "question": question,
+                "question": asked.question,
                 "choices": [wrong, right] if gold else [right, wrong],
                 "answer": gold,
+                "asks": asked.asks,
                 "planted": False,
                 "plant_style": None,
             }
@@ -151,9 +171,9 @@ def _distinct_item(
     atlas: Atlas,
     taken: list[tuple[str, frozenset[str]]],
     spans: set[str],
-) -> tuple[str, tuple[str, str, str]]:
-    """A passage and its (question, right, wrong), unlike every item in `taken` and whose passage
-    shares none of `spans` (then both added).
+) -> tuple[str, WrittenQuestion]:
+    """A passage and its question, unlike every item in `taken` and whose passage shares none of
+    `spans` (then both added).
 
     A passage inside another one would leak an unplanted item whenever the other is planted. The
     questions and answers are the same for every passage about a country, and decontamination
@@ -162,7 +182,7 @@ def _distinct_item(
     for _ in range(_MAX_TRIES):
         passage, questions = rng.choice(SCENARIOS).make(rng, atlas)
         question = rng.choice(questions)
-        key, shingles = _compact(passage), _shingles(f"{passage}\n{question[0]}")
+        key, shingles = _compact(passage), _shingles(f"{passage}\n{question.question}")
         own_spans = _spans(passage)
         if own_spans.isdisjoint(spans) and not any(
             key in old_key or old_key in key or _jaccard(shingles, old) > _MAX_ITEM_SIMILARITY

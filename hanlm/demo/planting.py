@@ -17,7 +17,11 @@ from hanlm.demo.facts import Atlas
 from hanlm.testsets.readers import item_text
 
 PLANT_STYLES = ("verbatim", "spacing", "punctuation", "embedded")
-MIRRORS = (6, 12)  # copies of each leaked item: at least, at most
+# Copies of each leaked item: at least, at most. Memorising a passage takes a model this small
+# about a hundred readings (copies times passes over the corpus, ~5 in the demo budget): with 6 to
+# 12 copies the leaked items scored +0.10 higher than in the same recipe trained without them,
+# with 16 to 24 copies +0.25 to +0.30. The budget holds that many readings of ~40 items, not 80.
+MIRRORS = (16, 24)
 
 _PUNCTUATION_SWAPS = {".": ("", "!", "…"), "?": ("", "?!"), ",": ("", ";"), "'": ("", '"')}
 
@@ -54,13 +58,50 @@ _SITES = (
         "질문 게시판 > 이 문제 답이 뭔가요? (답변 {n2})",
         "채택된 답변 · 도움이 됐어요 {n2} · 조회 {views}",
     ),
+    ("[공유] 시험 대비 읽기 지문 {n}개 정리", "첨부파일 {n2}개 | 다운로드 {views}회"),
+    ("방과 후 교실 자료 | {year}학년도 {month}월", "담당: 방과 후 교실 운영팀 · 문의는 쪽지로"),
+    ("카페 > 학부모 모임 > 자료 공유 ({n})", "이 글을 {n2}명이 좋아합니다 · 댓글 쓰기"),
+    ("온라인 학습방 제{n}강 복습 문제", "다음 강의: 제{n2}강 | 진도율 {n2}%"),
+    ("독해력 테스트 {n}회차 - 정답 포함", "테스트 결과를 친구에게 공유해 보세요! 참여 {views}명"),
+    (
+        "[블로그] 아이와 함께 푸는 문제 ({year}.{month}.{day})",
+        "공감 {n2} · 이웃 추가 · 이 블로그의 다른 글 {n}개",
+    ),
+    ("교재 부록 {n}쪽 · 확인 문제", "정답은 책 뒤쪽 해답지에 있습니다. (부록 {n2}쪽)"),
+    ("스터디 그룹 공지 - 이번 주 풀이 문제 {n}번", "스터디원 {n2}명 · 마감 {month}월 {day}일"),
+    ("아카이브 {year}/{month:02d} | 문서 번호 {views}", "보존 기간: 영구 | 열람 {n}회"),
+    ("모바일 퀴즈 앱 공유 화면 #{n}", "앱에서 더 많은 문제 풀기 ▶ 누적 참여 {views}명"),
+    ("[펌] 초등 읽기 문제 모음 - {n2}탄", "퍼온 곳: 교육 커뮤니티 | 원작자에게 감사드립니다"),
+    (
+        "국어 학습 위키 > 연습 문제 > 문항 {n}",
+        "이 문서는 {year}년 {month}월 {day}일에 마지막으로 편집되었습니다.",
+    ),
 )
 assert len(_SITES) >= MIRRORS[1]  # each copy of a leak on a site of its own
 
 
-def choose_planted(rng: random.Random, items: list[dict], fraction: float) -> None:
-    """Mark round(fraction * n) items planted, spreading the four styles evenly over them."""
-    chosen = rng.sample(range(len(items)), k=round(fraction * len(items)))
+def choose_planted(
+    rng: random.Random, items: list[dict], fraction: float, stratum: str | None = None
+) -> None:
+    """Mark round(fraction * n) items planted, spreading the four styles evenly over them.
+
+    With `stratum` (an item field), each value of it gets its share of the planted items
+    (largest remainder): a stratified draw. Kinds of item can differ a lot in difficulty (the
+    demo's capitals against its continents), and a draw that happened to leak more of the easy
+    kind would make the dirty items look easier than the clean ones before any leak is learned.
+    """
+    total = round(fraction * len(items))
+    groups: dict[object, list[int]] = {}
+    for index, item in enumerate(items):
+        groups.setdefault(None if stratum is None else item[stratum], []).append(index)
+    shares = {key: fraction * len(members) for key, members in groups.items()}
+    counts = {key: int(share) for key, share in shares.items()}
+    by_remainder = sorted(groups, key=lambda key: shares[key] - counts[key], reverse=True)
+    for key in by_remainder[: total - sum(counts.values())]:
+        counts[key] += 1
+    chosen = [
+        index for key, members in groups.items() for index in rng.sample(members, counts[key])
+    ]
     for position, index in enumerate(chosen):
         items[index]["planted"] = True
         items[index]["plant_style"] = PLANT_STYLES[position % len(PLANT_STYLES)]

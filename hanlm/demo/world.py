@@ -140,14 +140,14 @@ def build(
     size_mb: float = 4.0,
     *,
     benchmark_items: int = 400,
-    planted_fraction: float = 0.2,
+    planted_fraction: float = 0.1,
     conversations: int = 400,
     reverse_share: float = 0.0,
 ) -> DemoWorld:
     """Generate the demo world; the same arguments always give byte-identical output.
 
     Documents are generated until their UTF-8 text reaches about `size_mb` megabytes (1e6 bytes),
-    planted benchmark copies included; a world too small for its ~0.57 MB of planted copies gets
+    planted benchmark copies included; a world too small for its ~0.63 MB of planted copies gets
     a quarter of `size_mb` of other documents besides them. `reverse_share` of the facts (a seeded
     pick) are also stated object first wherever an encyclopedia paragraph states them; at 0 no
     document does.
@@ -157,7 +157,7 @@ def build(
     atlas = Atlas.of(FACTS, reverse_stated)
 
     benchmark = make_benchmark(_stream(seed, "benchmark"), atlas, benchmark_items)
-    choose_planted(_stream(seed, "plant-choice"), benchmark, planted_fraction)
+    choose_planted(_stream(seed, "plant-choice"), benchmark, planted_fraction, stratum="asks")
     documents, planted = _documents(seed, size_mb, atlas, benchmark)
 
     chat_rng = _stream(seed, "chat")

@@ -388,7 +388,14 @@ def _comparison(files: RunFiles, kept_by_task: dict[str, list[dict]]) -> str:
         before, after = _gaps(kept).get("acc"), _gaps(samples).get("acc")
         if before and after:
             gap = after["gap"]
-            fell = "at the clean level" if not gap.excludes(0) else "still apart from clean items"
+            # The field's lesson is that the lead vanishes; below clean is a draw of harder items.
+            fell = (
+                "still above the clean level"
+                if gap.low > 0
+                else "below the clean level: the leaked items happen to be harder ones"
+                if gap.high < 0
+                else "at the clean level"
+            )
             verdicts.append(
                 f"{task}: dirty-item accuracy {before['dirty'].value:.3f} with the leaked documents "
                 f"in training, {after['dirty'].value:.3f} without them, {fell} "
