@@ -289,6 +289,12 @@ class OptimizerSection(Section):
     beta2: float = Field(0.95, ge=0, lt=1)
     eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, ge=0, description="max gradient norm; 0 = no clipping")
+    max_nonfinite_steps: int = Field(
+        3,
+        ge=1,
+        description="steps in a row with a non-finite (NaN/inf) loss or gradient norm before "
+        "training stops with the diagnosis; each such step's update is skipped",
+    )
 
 
 class SftOptimizerSection(OptimizerSection):

@@ -27,6 +27,9 @@ from hanlm.train import pretrain as pretrain_lib
 
 STAGE = "pretrain"
 _NEW_OFF = {"document_masking"}  # keys added later, fingerprinted only when not at their default
+# Only decides whether a diverging run stops: a run that finished computed the same weights
+# whatever its value, so changing it neither redoes a finished run nor orphans its checkpoints.
+_NOT_FINGERPRINTED_OPTIMIZER = {"max_nonfinite_steps"}
 
 
 def fingerprinted_settings(cfg: Config) -> dict:
@@ -38,7 +41,7 @@ def fingerprinted_settings(cfg: Config) -> dict:
         "preset": cfg.model.preset,
         # document_masking only when on, so that runs made before it keep their fingerprints
         **cfg.pretrain.model_dump(exclude=None if cfg.pretrain.document_masking else _NEW_OFF),
-        **o.model_dump(),
+        **o.model_dump(exclude=_NOT_FINGERPRINTED_OPTIMIZER),
         "precision": cfg.precision.mode,
         "fp8_recipe": cfg.precision.fp8_recipe,
         "fsdp_float8_all_gather": par.fsdp_float8_all_gather,

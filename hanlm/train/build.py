@@ -150,6 +150,8 @@ def trainer_settings(job: TrainingJob, components: Components) -> TrainerSetting
     return TrainerSettings(
         accumulation=job.accumulation,
         grad_clip=components.optimizer.grad_clip,
+        max_nonfinite_steps=components.optimizer.max_nonfinite_steps,
+        optimizer_keys="sft.optimizer" if components.stage == "sft" else "optimizer",
         checkpoint_every=components.checkpoint.every,
         flops_per_token=job.flops_per_token,
         peak_flops=job.peak_flops,

@@ -69,10 +69,51 @@ class Policy:
     mirror: str | None = None
 
 
+# Below this much free space a failed write is taken for a full disk: a write that runs out of
+# space fills it first, and the unfinished folder still holds that space when the error is read.
+_NEARLY_FULL_BYTES = 64 << 20
+
+
 def _describe(error: BaseException) -> str:
     """One line: DCP wraps a rank's OSError, with its remote traceback, in CheckpointException."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__
+
+
+def _errors_within(error: BaseException) -> list[BaseException]:
+    """`error`, the ranks' errors a CheckpointException wraps, and what each was raised from
+    or while handling (torch's writer reports a full disk as "unexpected pos 704 vs 598",
+    raised while handling the OSError)."""
+    found: list[BaseException] = []
+    pending = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or any(current is seen for seen in found):
+            continue
+        found.append(current)
+        if isinstance(current, CheckpointException):
+            pending.extend(failure[0] for failure in current.failures.values())
+        pending.extend((current.__cause__, current.__context__))
+    return found
+
+
+def _explain(error: BaseException, folder: Path) -> str:
+    """One line saying why a save failed: a full disk said as such, with its free space, even
+    where torch reports it as its serializer's position mismatch. Call it before the unfinished
+    folder is removed, while the space it took is still in use."""
+    errors = _errors_within(error)
+    full = any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) for e in errors)
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        free = None
+    if not full and free is not None and free < _NEARLY_FULL_BYTES:
+        # torch's serializer error may come from a rank whose OSError did not travel with it
+        full = any("unexpected pos" in str(e) for e in errors)
+    if full:
+        space = f" ({free / 1e9:.2f} GB free)" if free is not None else ""
+        return f"no space left on device at {folder}{space}"
+    return _describe(error)
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -339,13 +380,14 @@ class CheckpointManager:
                 self._commit_all_ranks(step, tmp, trainer_state, ok=True)
                 return time.perf_counter() - started
             except (OSError, CheckpointException) as e:  # DCP wraps a rank's write error
+                reason = _explain(e, self.root)  # before the cleanup frees the space it took
                 self._commit_all_ranks(step, tmp, trainer_state, ok=False, quiet=True)
                 if attempt < self.policy.retries:
                     delay = self.policy.backoff_s * 2**attempt
-                    warn(f"checkpoint step {step}: {_describe(e)}; retrying in {delay:.1f}s")
+                    warn(f"checkpoint step {step}: {reason}; retrying in {delay:.1f}s")
                     time.sleep(delay)
                 else:
-                    self._failed(step, e)
+                    self._failed(step, reason)
         return time.perf_counter() - started
 
     def _prepare(self, tmp: Path) -> None:
@@ -378,6 +420,11 @@ class CheckpointManager:
         retry = self.retry_due is not None and time.monotonic() >= self.retry_due
         return float(pending), float(retry)
 
+    @property
+    def in_flight_step(self) -> int | None:
+        """The step of the save in flight, None when there is none."""
+        return self._in_flight.step if self._in_flight is not None else None
+
     def finish_if_written(self, any_pending: bool) -> None:
         """Commit the save in flight once every rank has written it (`any_pending` is agreed)."""
         if self._in_flight is not None and not any_pending:
@@ -399,9 +446,10 @@ class CheckpointManager:
             )
         except (Exception, CheckpointException) as e:  # DCP's exception is a BaseException
             error = e
+        reason = _explain(error, self.root) if error is not None else None  # before the cleanup
         self._commit_all_ranks(job.step, job.tmp, job.trainer_state, ok=error is None, quiet=True)
-        if error is not None:
-            self._failed(job.step, error)
+        if reason is not None:
+            self._failed(job.step, reason)
             self.retry_due = time.monotonic() + self.policy.backoff_s
 
     def _commit_all_ranks(
@@ -410,8 +458,8 @@ class CheckpointManager:
         flag = torch.tensor([1.0 if ok else 0.0])
         if self.d.distributed:
             dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
+        error: OSError | None = None  # rank 0's, when the commit itself failed
         if flag.item() == 1.0:
-            error = None
             files = self._gather_checksums()
             if self.d.is_main:
                 try:
@@ -425,10 +473,11 @@ class CheckpointManager:
                 self.failures, self.retry_due = 0, None
                 return
             ok = False
+        reason = _explain(error, self.root) if error is not None else None
         if self.d.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         if not quiet:
-            self._failed(step, OSError("a rank failed to write its shards"))
+            self._failed(step, reason or "a rank failed to write its shards")
 
     def _gather_checksums(self) -> dict[str, dict]:
         """On rank 0: the checksums every rank took of the files it wrote ({} elsewhere)."""
@@ -454,9 +503,9 @@ class CheckpointManager:
         self._mirror(final)  # joins the previous copy first, so pruning never races it
         self._prune()
 
-    def _failed(self, step: int, error: BaseException) -> None:
+    def _failed(self, step: int, error: str) -> None:
+        """Count a failed save (`error`: why, one line) and stop after too many in a row."""
         self.failures += 1
-        error = _describe(error)
         warn(
             f"checkpoint of step {step} failed ({error}); "
             f"{self.failures} in a row; the last good one is {latest(self.root)}"

@@ -156,8 +156,28 @@ def load_checkpoint_model(checkpoint_dir: Path, config: PretrainedConfig) -> Pre
     with _without_process_group(), _damage_is_a_user_error(checkpoint_dir):
         # no_dist: every caller reads the whole model, even inside a distributed program
         dcp.load({"model": request}, checkpoint_id=str(checkpoint_dir), no_dist=True)
+    _check_finite(request, checkpoint_dir)  # before the ties: NaN never equals its tied copy
     _check_ties(request, aliases, checkpoint_dir)
     return model
+
+
+def _check_finite(tensors: dict[str, torch.Tensor], checkpoint_dir: Path) -> None:
+    """UserError naming the tensors that hold NaN or inf: the training that wrote them diverged."""
+    bad = [
+        name
+        for name, tensor in tensors.items()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise UserError(
+            f"the checkpoint's weights are not finite (NaN or inf in {', '.join(bad[:3])}{more}): "
+            "the training that wrote it diverged",
+            where=str(checkpoint_dir),
+            fix="use an earlier checkpoint whose weights are finite, or train again with a lower "
+            "learning rate (optimizer.lr; sft.optimizer.lr for SFT), a longer warm-up "
+            "(warmup_steps), gradient clipping (grad_clip) or precision.mode bf16 or fp32",
+        )
 
 
 def _load_request(

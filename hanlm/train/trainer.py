@@ -10,11 +10,15 @@ clip, step, then log, validate and checkpoint when due. The model's forward ends
 
 Nothing in the step waits for the device: the token counts come from the loader's thread, their
 all-reduce is asynchronous, and the numbers of a log line (loss, tokens, grad norm) are read only
-when the line is written.
+when the line is written. A step whose gradient norm is NaN or inf has its update skipped on the
+device (fused AdamW's found_inf, as under a GradScaler); the host reads whether a step's loss and
+norm were finite one step late, when the next step is already queued, and training stops after
+`max_nonfinite_steps` such steps in a row, every rank together.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -63,6 +67,8 @@ class TrainerSettings:
     peak_flops: float
     fingerprint: str  # model and data: a checkpoint must match it to be resumed
     settings: str = ""  # every setting of the stage: a finished run with other ones is not reused
+    max_nonfinite_steps: int = 3  # steps in a row with a NaN/inf loss or gradient norm, then stop
+    optimizer_keys: str = "optimizer"  # the config section of the optimizer, for messages
 
 
 @dataclass
@@ -94,6 +100,79 @@ class _Window:
         for name, value in out["parts"].items():
             self.parts[name] = self.parts.get(name, 0) + value
         self.tokens += out["tokens"]
+
+    def state_dict(self, d: parallel.Dist) -> dict:
+        """The window summed over ranks (every rank calls it: a checkpoint is saved by all), so
+        that a run resumed mid-window logs the same average over the same steps as one that
+        was never stopped."""
+        names = sorted(self.parts)
+        sums = torch.stack([self.loss, *(self.parts[name] for name in names)]).float()
+        loss, *parts = parallel.all_reduce_sum(sums, d).tolist()  # float32 values, exactly
+        return {
+            "loss": loss,
+            "parts": dict(zip(names, parts, strict=True)),
+            "tokens": int(self.tokens),  # already the count over all ranks
+            "seconds": time.perf_counter() - self.start,
+        }
+
+    def load_state_dict(self, state: dict, *, holds_sums: bool) -> None:
+        """Continue a saved window; only one rank (`holds_sums`) takes the sums over ranks, as
+        they are summed over ranks again when the line is logged."""
+        share = 1.0 if holds_sums else 0.0
+        self.loss = torch.tensor(state["loss"] * share, device=self.device)
+        self.parts = {
+            name: torch.tensor(value * share, device=self.device)
+            for name, value in state["parts"].items()
+        }
+        self.tokens = state["tokens"]
+        self.start = time.perf_counter() - state["seconds"]
+
+
+class _Readback:
+    """A few device numbers copied to the host behind the work queued so far: reading them
+    later waits for that work only, not for what was queued after (a plain .tolist() would
+    wait for the whole queue, the next step included)."""
+
+    def __init__(self, values: torch.Tensor):
+        self.ready = None
+        if values.device.type == "cuda":
+            self.host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            self.host.copy_(values, non_blocking=True)
+            self.ready = torch.cuda.Event()
+            self.ready.record()
+        else:
+            self.host = values
+
+    def tolist(self) -> list:
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.host.tolist()
+
+
+@dataclass
+class _NonfiniteRun:
+    """The steps in a row whose loss or gradient norm was NaN or inf (their updates skipped)."""
+
+    count: int = 0
+    first_step: int = 0
+    loss: float = 0.0  # this rank's summed loss at the first of them
+    grad_norm: float = 0.0
+
+    def add(self, step: int, nonfinite: bool, loss: float, grad_norm: float) -> None:
+        if not nonfinite:
+            self.count = 0
+        elif self.count == 0:
+            self.count, self.first_step, self.loss, self.grad_norm = 1, step, loss, grad_norm
+        else:
+            self.count += 1
+
+    def detail(self) -> str:
+        bad = [
+            f"the {name} was {value}"
+            for name, value in (("loss", self.loss), ("gradient norm", self.grad_norm))
+            if not math.isfinite(value)
+        ]
+        return " and ".join(bad) or "another rank's loss was not finite"
 
 
 def _on_device(batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, dict]:
@@ -163,6 +242,11 @@ class Trainer:
         self.trackers = trackers  # where rank 0 sends the metrics records besides metrics.jsonl
         self.state = TrainState()
         self._unread_tokens: torch.Tensor | None = None  # trained since state.tokens was updated
+        # (step, [loss sum, grad norm]) of the last step, on its way to the host: read one step late
+        self._unread_health: tuple[int, _Readback] | None = None
+        self._nonfinite = _NonfiniteRun()
+        self._window = _Window(dist.device)
+        self._resumed_window: dict | None = None  # the window a checkpoint saved mid-way
 
     # -- resume --------------------------------------------------------------------------------
 
@@ -177,6 +261,7 @@ class Trainer:
         self._check_compatible(self.checkpoints.root, saved)
         self.state.step, self.state.tokens = saved["step"], saved["tokens"]
         self._unread_tokens = None
+        self._resumed_window = saved.get("window")  # absent from checkpoints made before it
         self.train_loader.load_state_dict(saved["loader"])
         checkpoint.set_rng_state(saved.get("rng", {}))
         return True
@@ -207,6 +292,7 @@ class Trainer:
             "fingerprint": self.s.fingerprint,
             "settings": self.s.settings,
             "rng": checkpoint.rng_state(),
+            "window": self._window.state_dict(self.d),
         }
         self._last_save = time.monotonic()
         return self.checkpoints.save(
@@ -263,7 +349,7 @@ class Trainer:
             summing.wait()  # on NCCL the stream waits, not the host
         # DDP and FSDP average gradients over ranks; scaling by world size turns that into a sum.
         grad_norm = self._scale_and_clip((self.d.world_size / tokens.clamp(min=1).double()).float())
-        self.optimizer.step()
+        self._step_unless_nonfinite(grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
         if self.after_optimizer_step is not None:
             self.after_optimizer_step()
@@ -278,6 +364,21 @@ class Trainer:
             "lr": lr,
             "grad_norm": grad_norm,  # a device tensor: read it at log time
         }
+
+    def _step_unless_nonfinite(self, grad_norm: torch.Tensor) -> None:
+        """The optimizer's update, skipped when the gradient norm is NaN or inf, so that the
+        weights (and every checkpoint of them) stay finite. The norm is the same on every rank
+        (DDP's gradients are averaged, FSDP's norm is all-reduced): all ranks skip together."""
+        nonfinite = ~torch.isfinite(grad_norm)
+        if getattr(self.optimizer, "_step_supports_amp_scaling", False):
+            # fused AdamW skips on the device, as under a GradScaler: the host does not wait
+            self.optimizer.found_inf = nonfinite.float()
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.found_inf
+        elif not nonfinite.item():  # an optimizer without found_inf: the host has to look
+            self.optimizer.step()
 
     @torch.no_grad()
     def _scale_and_clip(self, scale: torch.Tensor) -> torch.Tensor:
@@ -337,13 +438,19 @@ class Trainer:
         start = self.state.step
         log = self._open_log(total, start)
         self.model.train()
-        window = _Window(self.d.device)
+        window = self._window = _Window(self.d.device)
+        if self._resumed_window is not None:
+            window.load_state_dict(self._resumed_window, holds_sums=self.d.is_main)
+            self._resumed_window = None
+        self._unread_health, self._nonfinite = None, _NonfiniteRun()
         last_eval: dict = {}
         stopped_early = preempted = False
         outcome = "failed"  # what the trackers record, unless the loop ends normally
         self._last_save = time.monotonic()
         self.preemption.install()
         try:
+            if start >= total:  # resumed from the final checkpoint, its stage not marked done:
+                last_eval = self.evaluate()  # the summary still gets the final validation
             while self.state.step < total:
                 out = self.train_step()
                 window.add(out)
@@ -351,7 +458,7 @@ class Trainer:
                 evaluated = self._log_when_due(out, window, log)
                 if evaluated is not None:
                     last_eval = evaluated
-                flags = self._step_flags()
+                flags = self._step_flags(out, final=step == total)
                 self.checkpoints.finish_if_written(any_pending=flags["pending"])
                 if flags["preempt"]:
                     self.save(sync=True)
@@ -444,22 +551,69 @@ class Trainer:
         elif _due(step, self.s.checkpoint_every) or flags["retry"] or flags["minutes"]:
             self.save()
 
-    def _step_flags(self) -> dict[str, bool]:
+    def _step_flags(self, out: dict, *, final: bool) -> dict[str, bool]:
         """One small all-reduce per step, on the checkpoint control group: ranks agree on
-        preemption, on whether the save in flight is written everywhere, and on the clocks."""
+        preemption, on whether the save in flight is written everywhere, on the clocks, and on
+        which steps had a non-finite loss or gradient norm: the previous step (read now that
+        this one is queued, so the host does not stall the device) and, at the last step, this
+        one too (its final checkpoint waits for the device anyway)."""
         pending, retry = self.checkpoints.local_flags()
         minutes = self.every_minutes > 0 and (
             time.monotonic() - self._last_save >= 60 * self.every_minutes
         )
-        flags = torch.tensor(
-            [float(self.preemption.received is not None), pending, retry, float(minutes)]
-        )
+        health = _Readback(torch.stack([out["loss_sum"].float(), out["grad_norm"].float()]))
+        unread = [self._unread_health] if self._unread_health is not None else []
+        if final:
+            unread.append((self.state.step, health))
+            self._unread_health = None
+        else:
+            self._unread_health = (self.state.step, health)
+        read = [(step, values.tolist()) for step, values in unread]
+        nonfinite = [float(not all(map(math.isfinite, values))) for _, values in read]
+        preempt = float(self.preemption.received is not None)
+        flags = torch.tensor([preempt, pending, retry, float(minutes), *nonfinite])
         if self.d.distributed:
             torch.distributed.all_reduce(
                 flags, op=torch.distributed.ReduceOp.MAX, group=self.checkpoints.group
             )
-        preempt, pending, retry, minutes = (bool(v) for v in flags.tolist())
+        preempt, pending, retry, minutes, *nonfinite = (bool(v) for v in flags.tolist())
+        for (step, (loss, grad_norm)), bad in zip(read, nonfinite, strict=True):
+            self._nonfinite.add(step, bad, loss, grad_norm)
+        if self._nonfinite.count >= self.s.max_nonfinite_steps:
+            self._stop_diverged()
         return {"preempt": preempt, "pending": pending, "retry": retry, "minutes": minutes}
+
+    def _stop_diverged(self) -> None:
+        """Stop (every rank at once) after too many non-finite steps in a row. A save still in
+        flight is committed when it was taken before them, else abandoned."""
+        run, o = self._nonfinite, self.s.optimizer_keys
+        in_flight = self.checkpoints.in_flight_step
+        if in_flight is not None and in_flight < run.first_step:
+            with contextlib.suppress(checkpoint.CheckpointError):  # reported as a warning
+                self.checkpoints.wait()
+        self.checkpoints.abandon()
+        latest = checkpoint.latest(self.checkpoints.root)
+        if latest is not None:
+            kept = f"the latest committed checkpoint is {latest}"
+            again = f"run again: it continues from {latest.name} (--force starts over)"
+        else:
+            kept = f"no checkpoint was committed in {self.checkpoints.root}"
+            again = "run again: it starts from the beginning"
+        last = run.first_step + run.count - 1
+        steps = f"step {last}" if run.count == 1 else f"steps {run.first_step} to {last}"
+        clip = f"now {self.s.grad_clip:g}" if self.s.grad_clip > 0 else "now off"
+        precision = {"fp8": "bf16 or fp32", "fp8-emulate": "fp32", "bf16": "fp32"}.get(
+            self.plan.name
+        )
+        raise UserError(
+            f"training diverged: {steps} had a non-finite loss or gradient norm (at step "
+            f"{run.first_step} {run.detail()}); their updates were skipped and training "
+            f"stopped ({o}.max_nonfinite_steps = {self.s.max_nonfinite_steps}); {kept}",
+            fix=f"lower {o}.lr (now {self.schedule.peak:g}), lengthen {o}.warmup_steps (now "
+            f"{self.schedule.warmup_steps}) or clip gradients harder with {o}.grad_clip ({clip})"
+            + (f", or train in precision.mode {precision}" if precision else "")
+            + f"; then {again}",
+        )
 
     def _record(
         self, out: dict, window_loss, window_parts: dict, window_tokens: int, window_start: float
