@@ -24,7 +24,7 @@ from hanlm import model_init
 from hanlm.errors import UserError
 from hanlm.inference import resolve_device
 from hanlm.model import enable_activation_checkpointing
-from hanlm.train import peers
+from hanlm.train import peers, threads
 from hanlm.train.loss import CausalLMWithLoss
 
 
@@ -76,6 +76,8 @@ def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
                 "--rdzv-endpoint and that the port is open (hanlm preflight checks this)",
             ) from None
     roster = peers.exchange(rank, world_size) if world_size > 1 else ()
+    # A fixed CPU thread count, whatever the load: the same config gives the same bits.
+    threads.pin()
     return Dist(rank, world_size, local_rank, dev, roster)
 
 

@@ -213,10 +213,13 @@ def pretrain(
                 f"pretrain: {model_lib.describe(mconfig)}; {precision.describe(plan)}; {mode} on "
                 f"{d.world_size} x {d.device.type}; {steps} steps of {p.global_batch_tokens:,} tokens "
                 f"({accumulation} micro-steps); fp8 layers: {len(converted)}; MFU peak: {peak_source}"
+                + (f"; {torch.get_num_threads()} CPU threads" if d.device.type == "cpu" else "")
                 + (f"; documents masked apart ({_attention(model)})" if p.document_masking else "")
             )
         result = trainer.fit(stop_after_steps=stop_after_steps)
         summary = {**result, "total_steps": steps, "world_size": d.world_size, "mode": mode}
+        if d.device.type == "cpu":  # the weights' last bits depend on it (train/threads.py)
+            summary["cpu_threads"] = torch.get_num_threads()
         if d.is_main and result["completed"] and on_complete is not None:
             on_complete(summary)
         parallel.barrier(d)
