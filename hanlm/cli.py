@@ -9,9 +9,12 @@ config keys (MODEL_DIR, --out, --force, --from...) are spelled out below.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from hanlm.files import (
     claim_output_dir,
     claim_output_file,
     read_json,
+    storage_error,
 )
 from hanlm.prompts import read_prompts, write_results
 from hanlm.train.preemption import Preempted
@@ -776,17 +780,68 @@ def _cmd_facts(args: argparse.Namespace) -> int:
     return 0
 
 
+# Commands that write into their run folder hold its lock (hanlm.run_lock) while they run.
+WRITES_RUN = frozenset(
+    {"run", "corpus", "decontam", "tokenizer", "shards", "pretrain", "export", "preflight"}
+    | {"sft", "eval", "publish"}
+)
+
+
+# ... and of those, the ones that may start a run folder; the others need one to exist (and
+# say so themselves when it does not).
+STARTS_RUN = frozenset({"run", "corpus", "decontam", "preflight"})
+
+
+def _folder_to_lock(args: argparse.Namespace) -> Path | None:
+    if args.command not in WRITES_RUN:
+        return None
+    out = getattr(args, "out", None)
+    if out is not None:
+        # decontam --out DIR keeps its results as a run folder would; eval --out writes a file
+        # set of its own and only reads the run
+        return Path(out) if args.command == "decontam" else None
+    if args.command not in STARTS_RUN and not Path(args.run).is_dir():
+        return None
+    return args.run
+
+
+class Terminated(BaseException):
+    """SIGTERM outside training (which saves and stops on its own): stop like Ctrl-C does."""
+
+
+def _terminated_handler(main_pid: int):
+    def handle(signum, frame) -> None:
+        if os.getpid() != main_pid:  # a forked worker that inherited it: end as by default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated
+
+    return handle
+
+
+def _print_error(message: str) -> None:
+    from rich.markup import escape
+
+    from hanlm.console import console
+
+    # escaped: a message may hold [brackets] (TOML tables, paths) that are not markup
+    console.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from hanlm import run_lock
+
+    previous_handler = None
+    if threading.current_thread() is threading.main_thread():
+        previous_handler = signal.signal(signal.SIGTERM, _terminated_handler(os.getpid()))
+    folder = _folder_to_lock(args)
     try:
-        return args.func(args)
+        with run_lock.hold(folder) if folder is not None else contextlib.nullcontext():
+            return args.func(args)
     except UserError as e:
-        from rich.markup import escape
-
-        from hanlm.console import console
-
-        # escaped: a message may hold [brackets] (TOML tables, paths) that are not markup
-        console.print(f"[bold red]error:[/bold red] {escape(e.message)}", soft_wrap=True)
+        _print_error(e.message)
         return 2
     except Preempted as e:
         from hanlm.console import console
@@ -796,6 +851,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(
+            "stopped by SIGTERM: what was finished is kept; run the same command to continue",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGTERM
+    except Exception as e:
+        error = storage_error(e, folder)
+        if error is None:
+            raise  # a bug: keep its traceback
+        _print_error(error.message)
+        return 2
+    finally:
+        if previous_handler is not None:  # main() called from Python leaves it as it was
+            signal.signal(signal.SIGTERM, previous_handler)
 
 
 if __name__ == "__main__":

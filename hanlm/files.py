@@ -6,7 +6,10 @@ then renamed into place.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import ctypes
+import errno
 import gzip
 import hashlib
 import io
@@ -44,8 +47,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:  # named by the file the caller writes, not the temporary one
+        raise OSError(e.errno, e.strerror, str(path)) from e
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only mount: nothing was created
+            tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
 
 
@@ -57,9 +63,50 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
 
 
+class DamagedFile(UserError, ValueError):
+    """A JSON or JSONL file hanlm wrote that no longer parses. A ValueError too, so that a
+    reader that treats an unreadable file as absent still does; elsewhere it is a UserError."""
+
+    def __init__(self, path: Path, detail: str, line: int | None = None):
+        self.path, self.detail, self.line = Path(path), detail, line
+        super().__init__(
+            f"the file is damaged ({detail})",
+            where=f"{path}:{line}" if line else str(path),
+            fix="run the stage that writes it again (`hanlm run` redoes what is damaged, or "
+            "the stage's command with --force); if you edited it by hand, undo the edit",
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.detail, self.line))
+
+
 def read_json(path: Path) -> Any:
     with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise DamagedFile(path, f"not valid JSON: {e.msg}", e.lineno) from None
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """The records of a JSONL file hanlm appends to (metrics.jsonl, samples): a last line that
+    a crash cut short (no newline after it) is dropped, as if it had not been written; any
+    other line that does not parse means the file is damaged (DamagedFile)."""
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    torn = lines.pop()  # after the last newline: b"" for a file whose last write completed
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise DamagedFile(path, f"line {number} is not valid JSON: {e}", number) from None
+    if torn.strip():  # a complete record that only lacks its newline is kept
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            records.append(json.loads(torn))
+    return records
 
 
 def _fsync_tree(root: Path) -> None:
@@ -202,67 +249,159 @@ def _record_output_files(folder: Path, marker: str) -> None:
     someone else puts there."""
     record = _hanlm_marker(folder / marker)
     if record is not None:  # without one the folder is not recognised as hanlm's anyway
-        record[OUTPUT_FILES_KEY] = sorted(p.name for p in folder.iterdir())
+        record[OUTPUT_FILES_KEY] = sorted(
+            p.name for p in folder.iterdir() if p.name != IN_PROGRESS_TAG
+        )
         atomic_write_json(folder / marker, record)
+
+
+# --- committing a folder: crash-safe at every instant ------------------------------------------
+#
+# A new output is built in `NAME.incomplete/` (tagged IN_PROGRESS_TAG until it is complete, then
+# holding its marker), and swapped with `NAME` in one atomic exchange (renameat2); where the
+# filesystem cannot exchange, the earlier output is first moved to `NAME.replaced/`. A kill at
+# any instant therefore leaves `NAME` holding the earlier output or the new one, or (on the
+# fallback path, between its two renames) `NAME.replaced/` holding the earlier one, which
+# recover_interrupted_commit moves back. Every name hanlm leaves behind is recognisable as its
+# own: the in-progress tag, hanlm's marker, or nothing at all.
+
+TEMPORARY_SUFFIX = ".incomplete"  # the new output while it is written
+REPLACED_SUFFIX = ".replaced"  # the earlier output while the new one moves in (fallback path)
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None)  # glibc 2.28+; None elsewhere
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths atomically (Linux renameat2 RENAME_EXCHANGE); False where the
+    libc or the filesystem cannot, so the caller falls back to two renames."""
+    if _renameat2 is None:
+        return False
+    done = _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if done == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV):
+        return False  # not supported here (e.g. NFS, some FUSE filesystems)
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def commit_target(final: Path) -> Path:
+    """Where `final`'s content really lives: a symlinked output folder (one moved to another
+    disk and linked back) is replaced where it points to, so the link stays."""
+    final = Path(final)
+    return final.resolve() if final.is_symlink() and final.is_dir() else final
+
+
+def temporary_dir(final: Path) -> Path:
+    return final.with_name(final.name + TEMPORARY_SUFFIX)
+
+
+def replaced_dir(final: Path) -> Path:
+    return final.with_name(final.name + REPLACED_SUFFIX)
+
+
+def is_hanlm_leftover(path: Path, marker: str = STAGE_MARKER) -> bool:
+    """A real folder that only hanlm leaves at a temporary name: tagged in progress, holding
+    hanlm's marker (complete, or an earlier output moved aside), or empty."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        return False
+    if (path / IN_PROGRESS_TAG).is_file() or _hanlm_marker(path / marker) is not None:
+        return True
+    return not any(path.iterdir())
+
+
+def _in_the_way(path: Path) -> UserError:
+    return UserError(
+        f"{path} is in the way: hanlm writes its output there while committing it, and it is "
+        "not a leftover of hanlm's",
+        fix="move or rename it, then run again",
+    )
+
+
+def recover_interrupted_commit(final: Path, *, marker: str = STAGE_MARKER) -> list[str]:
+    """Finish what a commit of `final` killed part-way left behind: an earlier output moved
+    aside comes back when nothing took its place, hanlm's temporary folders are removed.
+    What was done, in words (empty when there was nothing to do). Anything at those names that
+    is not hanlm's is left alone (the next commit refuses it)."""
+    target = commit_target(final)
+    done = []
+    replaced = replaced_dir(target)
+    if is_hanlm_leftover(replaced, marker):
+        if os.path.lexists(target):
+            shutil.rmtree(replaced)
+            done.append(f"removed {replaced.name}, an earlier output already replaced")
+        else:
+            os.replace(replaced, target)
+            fsync_dir(target.parent)
+            done.append(f"restored {target.name} from {replaced.name}")
+    tmp = temporary_dir(target)
+    if is_hanlm_leftover(tmp, marker):
+        shutil.rmtree(tmp)
+        done.append(f"removed {tmp.name}, left by an interrupted run")
+    return done
 
 
 def replace_dir(
     final: Path, tmp: Path, *, marker: str = STAGE_MARKER, replace_earlier: bool = True
 ) -> None:
-    """Fsync everything in `tmp`, then put it in place of `final` (see claim_output_dir), which
-    is kept under a fresh name until the new folder is in place."""
-    final, tmp = Path(final), Path(tmp)
+    """Fsync everything in `tmp`, then put it in place of `final` (see claim_output_dir) so
+    that a kill at any instant leaves the earlier output or the new one (see above)."""
+    final, tmp = commit_target(final), Path(tmp)
     claim_output_dir(final, marker=marker, replace_earlier=replace_earlier)
-    (tmp / IN_PROGRESS_TAG).unlink(missing_ok=True)
     _record_output_files(tmp, marker)
     _fsync_tree(tmp)
-    # a fresh name: a fixed `.old` could be someone's folder
-    old = final.with_name(f"{final.name}.old-{os.getpid()}-{time.time_ns()}")
+    (tmp / IN_PROGRESS_TAG).unlink(missing_ok=True)  # from here on, its marker says it is ours
+    fsync_dir(tmp)
     if os.path.lexists(final):
-        os.replace(final, old)
+        if _exchange(tmp, final):
+            fsync_dir(final.parent)
+            shutil.rmtree(tmp)  # the earlier output, now at the temporary name
+            return
+        replaced = replaced_dir(final)
+        if os.path.lexists(replaced):
+            if not is_hanlm_leftover(replaced, marker):
+                raise _in_the_way(replaced)
+            shutil.rmtree(replaced)
+        os.replace(final, replaced)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+        shutil.rmtree(replaced)
+        return
     os.replace(tmp, final)
     fsync_dir(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _claim_temporary_dir(tmp: Path) -> None:
-    """An earlier run's leftover `tmp` is removed; anything else at that name is refused."""
-    if not os.path.lexists(tmp):
-        return
-    is_real_dir = tmp.is_dir() and not tmp.is_symlink()
-    if is_real_dir and ((tmp / IN_PROGRESS_TAG).is_file() or not any(tmp.iterdir())):
-        shutil.rmtree(tmp)
-        return
-    raise UserError(
-        f"{tmp} is in the way: hanlm writes its output there before renaming it, and it is not "
-        "a leftover of hanlm's",
-        fix="move or rename it, then run again",
-    )
 
 
 @contextlib.contextmanager
 def atomic_output_dir(
     final: Path, *, marker: str = STAGE_MARKER, replace_earlier: bool = True
 ) -> Iterator[Path]:
-    """Yield an empty temporary folder; on success it replaces `final` in one rename.
+    """Yield an empty temporary folder; on success it replaces `final` atomically.
 
     `final` must be new, empty or hanlm's earlier output holding `marker` (claim_output_dir),
-    checked before the work and again before the rename; the body writes `marker` into the
+    checked before the work and again before the swap; the body writes `marker` into the
     temporary folder. On an exception the temporary folder is removed and `final` (if any) is
-    left untouched.
+    left untouched. What an earlier run's interrupted commit left is recovered first.
     """
-    final = Path(final)
+    final = commit_target(final)
+    recover_interrupted_commit(final, marker=marker)
     claim_output_dir(final, marker=marker, replace_earlier=replace_earlier)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f"{final.name}.incomplete")
-    _claim_temporary_dir(tmp)
+    tmp = temporary_dir(final)
+    for path in (tmp, replaced_dir(final)):
+        if os.path.lexists(path):
+            raise _in_the_way(path)
     tmp.mkdir()
     (tmp / IN_PROGRESS_TAG).touch()
     try:
         yield tmp
         replace_dir(final, tmp, marker=marker, replace_earlier=replace_earlier)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.lexists(tmp) and is_hanlm_leftover(tmp, marker):
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
@@ -288,11 +427,7 @@ def file_record(path: Path) -> dict:
 
 def file_mismatch(path: Path, record: dict, *, checksum: bool = True) -> str | None:
     """None when `path` has the size and (with `checksum`) the sha256 that `record` holds, else
-    what is wrong with it. What the record lacks is not checked.
-
-    Stages that reuse finished output check sizes only (cheap: it catches truncation, and
-    hashing gigabytes on every rerun would cost more than it finds); a resumed stage reusing
-    the parts of an interrupted run checks checksums too."""
+    what is wrong with it. What the record lacks is not checked."""
     path = Path(path)
     if not path.is_file():
         return f"{path.name} is missing"
@@ -302,6 +437,24 @@ def file_mismatch(path: Path, record: dict, *, checksum: bool = True) -> str | N
     if checksum and "sha256" in record and file_sha256(path) != record["sha256"]:
         return f"{path.name} fails its sha256 checksum"
     return None
+
+
+VERIFY_THREADS = 8  # hashlib releases the GIL on large blocks: files hash side by side
+
+
+def damaged_files(folder: Path, records: list[dict]) -> list[str]:
+    """What is wrong with the files a finished output recorded (`path` relative to `folder`,
+    `size`, `sha256`), or an empty list: every reused output is checked in full, sizes first
+    (cheap, and a missing or truncated file needs no hashing), then checksums on several
+    threads. benchmarks/verify_on_skip.py measures what this costs."""
+    folder = Path(folder)
+    sized = [(r, file_mismatch(folder / r["path"], r, checksum=False)) for r in records]
+    problems = [problem for _, problem in sized if problem]
+    if problems:
+        return problems
+    with concurrent.futures.ThreadPoolExecutor(min(VERIFY_THREADS, len(records) or 1)) as pool:
+        checked = pool.map(lambda r: file_mismatch(folder / r["path"], r), records)
+        return [problem for problem in checked if problem]
 
 
 def write_stage_marker(stage_dir: Path, stage: str, fp: str, **extra: Any) -> None:
@@ -459,3 +612,77 @@ def strip_compression_suffix(name: str) -> str:
         if lower.endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+# --- a disk that cannot take what hanlm writes -------------------------------------------------
+
+STORAGE_ERRNOS = {
+    errno.ENOSPC: (
+        "no space left on the device",
+        "free space there or put the run folder (--run) on a larger disk; what was finished is "
+        "kept, and the same command continues from it",
+    ),
+    errno.EDQUOT: (
+        "the disk quota is exhausted",
+        "free space within the quota or put the run folder (--run) elsewhere; what was finished "
+        "is kept, and the same command continues from it",
+    ),
+    errno.EROFS: (
+        "the filesystem is mounted read-only",
+        "put the run folder (--run) on a writable disk, or remount it read-write",
+    ),
+    errno.EACCES: (
+        "permission denied",
+        "make the folder writable for this user (chown/chmod), or choose another --run folder",
+    ),
+    errno.EPERM: (
+        "the operation is not permitted there",
+        "make the folder writable for this user, or choose another --run folder",
+    ),
+}
+
+
+def _free_space(path: str | None) -> str:
+    """'N GB free of M GB' on the filesystem that holds `path` (its nearest existing folder)."""
+    if not path:
+        return ""
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        usage = shutil.disk_usage(folder)
+    except OSError:
+        return ""
+    return f"{_size(usage.free)} free of {_size(usage.total)}"
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes / 1e3:,.0f} kB"
+
+
+def storage_error(error: BaseException, folder: Path | None = None) -> UserError | None:
+    """The UserError for a failed write anywhere in `error`'s chain of causes (no space, a
+    quota, a read-only mount, no permission): what could not be written, where (the file the
+    error names, else `folder`, the one the command writes), the free space and how to fix it;
+    None when the chain holds no such error."""
+    found: list[OSError] = []
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+            found.append(error)
+        error = error.__cause__ or error.__context__
+    if not found:
+        return None
+    # a failed write() names no file; the open() or rename() before it in the chain does
+    named = [e for e in found if isinstance(e.filename, str)]
+    chosen = named[0] if named else found[0]
+    what, fix = STORAGE_ERRNOS[chosen.errno]
+    path = chosen.filename if named else (str(folder) if folder is not None else None)
+    free = _free_space(path) if chosen.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return UserError(
+        f"cannot write {path or 'the output'}: {what}" + (f" ({free})" if free else ""), fix=fix
+    )

@@ -24,6 +24,7 @@ from pathlib import Path
 from safetensors import SafetensorError, safe_open
 
 from hanlm.errors import UserError
+from hanlm.files import file_mismatch
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -108,9 +109,30 @@ def check_model_folder(path: str | Path, *, tokenizer: bool = True) -> Path:
             fix=_resave_fix(path),
         )
     _check_weights(path)
+    problem = export_damage(path)
+    if problem is not None:
+        raise UserError(
+            f"the model folder is damaged: {problem}", where=str(path), fix=_resave_fix(path)
+        )
     if tokenizer:
         _check_tokenizer(path)
     return path
+
+
+EXPORT_RECORD = "hanlm_export.json"  # written by `hanlm export` (hanlm.train.export.RECORD)
+
+
+def export_damage(folder: str | Path) -> str | None:
+    """What is wrong with the weights of a folder `hanlm export` wrote: model.safetensors must
+    still have the sha256 its hanlm_export.json records. None when it does, or when the folder
+    is not one hanlm exported (nothing recorded to check against)."""
+    folder = Path(folder)
+    try:
+        recorded = json.loads((folder / EXPORT_RECORD).read_text(encoding="utf-8"))
+        sha = recorded["model_sha256"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return file_mismatch(folder / WEIGHTS, {"sha256": sha})
 
 
 def _read_json(path: Path, what: str):
@@ -130,7 +152,7 @@ def _read_json(path: Path, what: str):
 
 
 def _resave_fix(folder: Path) -> str:
-    if (folder / "hanlm_export.json").is_file():
+    if (folder / EXPORT_RECORD).is_file():
         return "export the model again (`hanlm export`), or copy the folder again"
     return "copy or download the folder again, or save the model again with save_pretrained"
 

@@ -7,6 +7,7 @@ import importlib
 import os
 from pathlib import Path
 
+from hanlm import run_lock
 from hanlm.config import Config
 from hanlm.console import info
 from hanlm.errors import UserError
@@ -90,9 +91,10 @@ def run_on_ranks(
 def run_stage(name: str, cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
     # the comparison runs stages of its own, coordinated across ranks as the pipeline's are
     extra = {"run_stage": run_on_ranks} if name == "compare" else {}
-    result = stage_module(name).run(cfg, Path(run_dir), force=force, **extra)
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, one writer
-        save_run_config(cfg, run_dir)
+    with run_lock.hold(run_dir):  # taken once per command; here for callers from Python
+        result = stage_module(name).run(cfg, Path(run_dir), force=force, **extra)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one writer
+            save_run_config(cfg, run_dir)
     return result
 
 
@@ -112,8 +114,9 @@ def run_pipeline(
     if {"pretrain", "sft"} & set(names[:stop]):  # before hours of data stages, not after
         trackers.check(cfg.logging)
     results = {}
-    for i, name in enumerate(names[:stop]):
-        if os.environ.get("RANK", "0") == "0":
-            info(f"[bold]== {name}[/bold]")
-        results[name] = run_on_ranks(name, cfg, run_dir, force=i >= start)
+    with run_lock.hold(run_dir):  # no other command between two stages either
+        for i, name in enumerate(names[:stop]):
+            if os.environ.get("RANK", "0") == "0":
+                info(f"[bold]== {name}[/bold]")
+            results[name] = run_on_ranks(name, cfg, run_dir, force=i >= start)
     return results

@@ -351,3 +351,20 @@ def test_a_checkpoint_without_its_manifest_is_named_as_uncommitted(run_dir, cli)
         "--force",  # pretraining is marked finished: only --force trains again
     )
     assert "no checkpoint to export" not in result.err  # the old message: "run pretrain first"
+
+
+def test_a_damaged_export_is_made_again_on_skip_and_refused_by_generate(run_dir, cli):
+    """Same-size damage to the weights: `generate` refuses the folder naming its checksum,
+    and the export stage, finding it up to date otherwise, exports it again."""
+    cfg = config_for(run_dir)
+    export_stage.run(cfg, run_dir)
+    weights = run_dir / "pretrain" / "hf" / export.WEIGHTS
+    good = weights.read_bytes()
+    damaged = bytearray(good)
+    damaged[len(damaged) - 10] ^= 0x01  # in the tensor data, not the header
+    weights.write_bytes(bytes(damaged))
+    result = cli("generate", run_dir / "pretrain" / "hf", "--prompt", "안녕")
+    assert_user_error(result, "damaged", "fails its sha256", "hanlm export")
+    summary = export_stage.run(cfg, run_dir)
+    assert summary["skipped"] is False
+    assert weights.read_bytes() == good

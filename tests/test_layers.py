@@ -19,6 +19,7 @@ ORDER: tuple[str, ...] = (
     "__init__",
     "console",
     "files",
+    "run_lock",
     "korean",
     "prompts",
     "chat_template",

@@ -232,7 +232,8 @@ def test_an_empty_corpus_folder_is_a_user_error(demo_run, tmp_path, cli):
     for part in corpus_parts(training_corpus_dir(run_dir)):
         part.unlink()
     result = cli("shards", "--run", run_dir, "--force")
-    assert_user_error(result, "no corpus parts")
+    # a finished corpus whose parts are gone is damaged: the stage that makes it is named
+    assert_user_error(result, "is damaged", "part-00000.jsonl.zst is missing", "--force")
     assert not (run_dir / "shards.work").exists()
     assert (run_dir / "shards" / "manifest.json").is_file()  # the earlier shards stay
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import zstandard
 
 from hanlm.console import warn
-from hanlm.files import file_mismatch, file_record, open_text_stream, read_json
+from hanlm.files import damaged_files, file_record, open_text_stream, read_json
 
 STAGE = "corpus"
 STATS_FILE = "stats.json"
@@ -101,15 +101,11 @@ def warn_skipped(stats: dict) -> None:
 
 
 def damaged_parts(corpus_dir: Path) -> list[str]:
-    """What is wrong with the parts a finished corpus folder's stats.json lists (their sizes;
-    see file_mismatch), or an empty list."""
+    """What is wrong with the parts a finished corpus folder's stats.json lists (their sizes
+    and sha256: see files.damaged_files), or an empty list."""
     try:
         parts = read_json(Path(corpus_dir) / STATS_FILE)["parts"]
-        return [
-            problem
-            for part in parts
-            if (problem := file_mismatch(Path(corpus_dir) / part["path"], part, checksum=False))
-        ]
+        return damaged_files(corpus_dir, parts)
     except (OSError, ValueError, TypeError, KeyError):
         return ["stats.json cannot be read"]
 

@@ -12,10 +12,12 @@ reads them into one progress bar (documents/s, MB/s and ETA), on any executor.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -46,7 +48,9 @@ def _task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -
     logger.remove()
     logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
     fmt = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}"
-    logger.add(logfile, level="DEBUG", format=fmt, colorize=False)
+    # catch=False: a log that cannot be written (a full disk) fails the task with that error
+    # instead of loguru printing its own traceback to the terminal
+    logger.add(logfile, level="DEBUG", format=fmt, colorize=False, catch=False)
     return logfile
 
 
@@ -100,12 +104,29 @@ class _LocalExecutor(LocalPipelineExecutor):
                 self.pipeline = deepcopy(pipeline)  # no state left over from the task before
                 stats.append(self._run_for_rank(rank))
         else:
-            with multiprocess.get_context(self.start_method).Pool(self.workers) as pool:
+            context = multiprocess.get_context(self.start_method)
+            with context.Pool(self.workers, _worker_setup, (os.getpid(),)) as pool:
                 stats = list(pool.imap_unordered(self._run_for_rank, ranks))
         total = sum(stats, start=PipelineStats())
         with self.logging_dir.open("stats.json", "wt") as f:
             total.save_to_disk(f)
         return total
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _worker_setup(parent: int) -> None:
+    """In each local worker: it dies with the stage's process (a worker that outlived a killed
+    stage would go on writing into the run folder after another command took it over), and
+    SIGTERM ends it plainly (the CLI's own handler is for the main process)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the worker may outlive a killed parent
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def local_workers(engine: DataEngineSection) -> int:

@@ -36,6 +36,7 @@ from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_bytes,
     atomic_write_json,
+    damaged_files,
     file_mismatch,
     read_json,
 )
@@ -233,19 +234,16 @@ def made_with_tokenizer(shards_dir: Path) -> str | None:
 
 
 def damaged_outputs(out: Path) -> list[str]:
-    """What is wrong with the token files of a finished shards folder (sizes only: see
-    file_mismatch), or an empty list."""
+    """What is wrong with the token files of a finished shards folder (each file's size, from
+    its token count, and its sha256: see files.damaged_files), or an empty list."""
     try:
         manifest = read_json(out / MANIFEST_FILE)
         dtype = np.dtype(manifest["dtype"])
         entries = [f for split in SPLITS for f in manifest["splits"][split]["files"]]
-        return [
-            problem
-            for e in entries
-            if (problem := file_mismatch(out / e["path"], {"size": e["tokens"] * dtype.itemsize}))
-        ]
+        records = [{**e, "size": e["tokens"] * dtype.itemsize} for e in entries]
     except (OSError, ValueError, TypeError, KeyError):
         return ["manifest.json cannot be read"]
+    return damaged_files(out, records)
 
 
 def _manifest(

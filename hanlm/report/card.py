@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hanlm.config import load_config
-from hanlm.files import read_json
+from hanlm.files import read_json, read_jsonl
 from hanlm.plan import estimate as plan_lib
 
 GIB = 1 << 30
@@ -39,7 +39,7 @@ def _read(path: Path) -> Any | None:
 def _jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [row for row in read_jsonl(path) if isinstance(row, dict)]
 
 
 def _missing(stage: str) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import math
 import os
 import shutil
@@ -25,7 +24,7 @@ from typing import Any
 
 from hanlm.console import info
 from hanlm.errors import UserError
-from hanlm.files import atomic_output_dir, atomic_write_json, fingerprint, read_json
+from hanlm.files import atomic_output_dir, atomic_write_json, fingerprint, read_json, read_jsonl
 from hanlm.model_folder import check_model_folder, is_model_folder
 from hanlm.share import model_card
 
@@ -94,18 +93,10 @@ def _read(path: Path) -> Any | None:
 
 def _jsonl(path: Path) -> list[dict]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        rows = read_jsonl(path)  # a line cut by a crash is dropped: the card shows what was logged
     except OSError:
         return []
-    rows = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a crash: the card shows what was logged
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+    return [row for row in rows if isinstance(row, dict)]
 
 
 def _model_scores(results: dict, folder: Path, where: Path, fix: str) -> tuple[str, dict]:

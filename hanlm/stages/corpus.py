@@ -48,6 +48,7 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict | None:
         problems = corpus.damaged_parts(out)
         if not problems:
             info(f"corpus: up to date in {out}, skipped")
+            engine_output.remove_leftover_work(STAGE, run.corpus_work)
             return read_json(run.corpus_stats)
         warn(f"corpus: {out} is damaged ({'; '.join(problems[:3])}); building it again")
 
@@ -89,3 +90,19 @@ def training_corpus_dir(run: RunDir | Path) -> Path:
             f"no finished corpus in {run.corpus}", fix=f"run `hanlm corpus --run {run.root}` first"
         )
     return run.corpus
+
+
+def checked_corpus(run: RunDir | Path, corpus_dir: Path) -> Path:
+    """`corpus_dir` (the run's corpus or its decontaminated copy) once its parts match the
+    sizes and sha256 recorded when they were written; a stage about to read it all gets a
+    UserError naming the damage and the stage that makes the folder again otherwise."""
+    run = RunDir.of(run)
+    problems = corpus.damaged_parts(corpus_dir)
+    if problems:
+        owner = "corpus" if Path(corpus_dir) == run.corpus else "decontam"
+        raise UserError(
+            f"{corpus_dir}, the output of the {owner} stage, is damaged ({'; '.join(problems[:3])})",
+            fix=f"make it again: `hanlm run --run {run.root}` checks every finished stage and "
+            f"redoes the damaged ones, or `hanlm {owner} --run {run.root} --force`",
+        )
+    return Path(corpus_dir)

@@ -20,6 +20,7 @@ from hanlm.data.decontam.scan import expand_corpus
 from hanlm.errors import UserError
 from hanlm.evals.tasks import with_prompt_form
 from hanlm.files import file_sha256, fingerprint, read_json, stage_fingerprint
+from hanlm.stages.corpus import checked_corpus
 from hanlm.stages.demo import ensure_demo_world
 from hanlm.stages.rundir import RunDir
 from hanlm.testsets import readers
@@ -142,7 +143,7 @@ def run(
             f"decontam: {run.decontam_corpus} is damaged ({'; '.join(problems[:3])}); scanning again"
         )
 
-    files = corpus_parts(corpus_dir)
+    files = corpus_parts(checked_corpus(run, corpus_dir))
     return _scan(cfg, benchmarks, files, run, fp, shard, corpus_dir, "run", force)
 
 

@@ -44,8 +44,13 @@ def build(
     """`make(tmp)` fills the temporary output folder and returns its summary (None: submitted
     to a cluster); then the stage marker is written and the folder renamed to `out`."""
     try:
+        # a refusal of the output folder itself (someone's files in the way) keeps the work
         with atomic_output_dir(out) as tmp:
-            result = make(tmp)
+            try:
+                result = make(tmp)
+            except UserError:
+                shutil.rmtree(work, ignore_errors=True)  # the input must change before a retry
+                raise
             if result is None:  # submitted to Slurm: nothing to gather yet
                 raise _Submitted
             write_stage_marker(tmp, stage, fingerprint)
@@ -55,8 +60,12 @@ def build(
             f"again when they have finished to gather the {what}"
         )
         return None
-    except UserError:
-        shutil.rmtree(work, ignore_errors=True)  # the input must change before a retry
-        raise
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def remove_leftover_work(stage: str, work: Path) -> None:
+    """An up-to-date stage has no use for a work folder an interrupted run left behind."""
+    if Path(work).is_dir():
+        shutil.rmtree(work)
+        info(f"{stage}: removed {work}, left by an earlier interrupted run")

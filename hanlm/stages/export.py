@@ -18,11 +18,11 @@ import torch
 
 from hanlm.chat_template import TOKENIZER_CONFIG_FILE
 from hanlm.config import Config
-from hanlm.console import info
+from hanlm.console import info, warn
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_text, claim_output_file, read_json, stage_fingerprint
 from hanlm.model import model_config
-from hanlm.model_folder import is_model_folder
+from hanlm.model_folder import export_damage, is_model_folder
 from hanlm.share import gguf as gguf_lib
 from hanlm.stages import shards as shards_stage
 from hanlm.stages import tokenizer as tokenizer_stage
@@ -132,8 +132,12 @@ def run(
     fp = export.export_fingerprint(source, config, tokenizer_dir, None, torch.float32)
     previous = _previous_record(out)
     if not force and previous.get("fingerprint") == fp:
-        info(f"export: {out} already holds {source.name}, skipped")
-        return {**_summary(previous, out), "skipped": True}
+        problem = export_damage(out)
+        if problem is None:
+            info(f"export: {out} already holds {source.name}, skipped")
+            return {**_summary(previous, out), "skipped": True}
+        warn(f"export: {out} is damaged ({problem}); exporting it again")
+        force = True  # the damaged folder is hanlm's own earlier output: replace it
     started = time.perf_counter()
     # the run's own export folder is hanlm's to update; a folder the user named needs --force
     export.export_checkpoint(

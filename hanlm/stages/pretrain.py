@@ -6,6 +6,7 @@ Every rank runs it under torchrun; rank 0 writes the summary and the stage marke
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hanlm.config import Config
@@ -77,6 +78,8 @@ def run(
         return read_json(out.summary)
     trackers.check(cfg.logging)  # on every rank, before the model is built
     manifest = shards_stage.load_manifest(run.root)
+    if os.environ.get("RANK", "0") == "0":  # one reader hashes them; its refusal stops all
+        shards_stage.check_intact(run)
     tokenizer = tokenizer_stage.load(run.root)
     data = pretrain_lib.PretrainData(
         shards_dir=run.shards,

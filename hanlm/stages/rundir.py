@@ -15,6 +15,7 @@ from typing import Any
 
 from hanlm.config import (
     Config,
+    config_to_toml,
     folder_given_as_config,
     load_config,
     recipe_names,
@@ -258,5 +259,10 @@ def load_run_config(
 
 
 def save_run_config(cfg: Config, run: RunDir | Path | str) -> Path:
-    """Save the configuration a stage ran with as the run's config.toml (its next default)."""
-    return save_config(cfg, RunDir.of(run).config)
+    """Save the configuration a stage ran with as the run's config.toml (its next default);
+    a file that already says the same is left as it is (a rerun with every stage up to date
+    writes nothing)."""
+    path = RunDir.of(run).config
+    if path.is_file() and path.read_text(encoding="utf-8") == config_to_toml(cfg):
+        return path
+    return save_config(cfg, path)

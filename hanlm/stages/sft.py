@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from hanlm.config import Config, SftSection
-from hanlm.console import info
+from hanlm.console import info, warn
 from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.files import (
@@ -22,7 +22,7 @@ from hanlm.files import (
     write_stage_marker,
 )
 from hanlm.model import model_config
-from hanlm.model_folder import check_model_folder, is_model_folder
+from hanlm.model_folder import check_model_folder, export_damage, is_model_folder
 from hanlm.stages import shards as shards_stage
 from hanlm.stages.decontam import load_run_index
 from hanlm.stages.rundir import RunDir, SftDirs
@@ -193,8 +193,12 @@ def run(
     data_fp = file_sha256(data_file)
     fp = stage_fp(cfg, source, data_fp)
     if not force and stage_fingerprint(outputs.root) == fp:
-        info(f"sft: up to date in {outputs.root}, skipped")
-        return read_json(outputs.summary)
+        problem = export_damage(outputs.export)
+        if problem is None:
+            info(f"sft: up to date in {outputs.root}, skipped")
+            return read_json(outputs.summary)
+        # its final checkpoint is kept: the run resumes there and only exports again
+        warn(f"sft: the chat model in {outputs.export} is damaged ({problem}); making it again")
     trackers.check(cfg.logging)  # on every rank, before the model is loaded
     (outputs.root / STAGE_MARKER).unlink(missing_ok=True)
     outputs.root.mkdir(parents=True, exist_ok=True)

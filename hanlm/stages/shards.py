@@ -22,7 +22,7 @@ from hanlm.files import (
 )
 from hanlm.stages import engine_output
 from hanlm.stages import tokenizer as tokenizer_stage
-from hanlm.stages.corpus import training_corpus_dir
+from hanlm.stages.corpus import checked_corpus, training_corpus_dir
 from hanlm.stages.rundir import RunDir, finished_output
 
 STAGE = "shards"
@@ -72,12 +72,13 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict | None:
             problems = shards.damaged_outputs(out)
             if not problems:
                 info(f"shards: up to date in {out}, skipped")
+                engine_output.remove_leftover_work(STAGE, run.shards_work)
                 return read_json(run.shards_manifest)
             warn(f"shards: {out} is damaged ({'; '.join(problems[:3])}); encoding again")
         else:
             _check_existing(run, sha)
 
-    corpus_dir = training_corpus_dir(run)
+    corpus_dir = checked_corpus(run, training_corpus_dir(run))
     _remove_legacy_work(run)
     work = engine_output.work_folder(run.shards_work, fp, force=force)
     manifest = engine_output.build(
@@ -98,6 +99,20 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict | None:
         f"{manifest['splits']['val']['tokens']:,} val tokens ({manifest['dtype']}) -> {out}"
     )
     return manifest
+
+
+def check_intact(run: RunDir | Path) -> None:
+    """Before training reads them: the token files match the sizes and sha256 recorded when
+    they were written (a flipped token id would otherwise surface as an index error deep in
+    the model); a UserError naming the damage and the rebuild otherwise."""
+    run = RunDir.of(run)
+    problems = shards.damaged_outputs(run.shards)
+    if problems:
+        raise UserError(
+            f"the shards in {run.shards} are damaged ({'; '.join(problems[:3])})",
+            fix=f"make them again: `hanlm run --run {run.root}` checks every finished stage and "
+            f"redoes the damaged ones, or `hanlm shards --run {run.root} --force`",
+        )
 
 
 def load_manifest(run: RunDir | Path) -> dict:

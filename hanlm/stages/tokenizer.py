@@ -15,7 +15,7 @@ from hanlm.files import (
     stage_fingerprint,
     write_stage_marker,
 )
-from hanlm.stages.corpus import training_corpus_dir
+from hanlm.stages.corpus import checked_corpus, training_corpus_dir
 from hanlm.stages.rundir import RunDir, finished_output
 
 STAGE = "tokenizer"
@@ -49,7 +49,7 @@ def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
             info(f"tokenizer: up to date in {out}, skipped")
             return read_json(out / tokenizer.STATS_FILE)
         warn(f"tokenizer: {out} is damaged ({problem}); training it again")
-    corpus_dir = training_corpus_dir(run)
+    corpus_dir = checked_corpus(run, training_corpus_dir(run))
     with atomic_output_dir(out) as tmp:
         stats = tokenizer.build(corpus_dir, cfg, tmp)
         write_stage_marker(tmp, STAGE, fp)

@@ -146,7 +146,16 @@ def _report_markdown(report: dict, outcome: Outcome, extra: dict) -> str:
     return "\n".join(md) + "\n"
 
 
-def _flagged_jsonl(index, result, outcome: Outcome, actions: dict[int, str]) -> str:
+def _shown_source(source: str, run_root: Path) -> str:
+    """A corpus part inside the run as a path relative to the run folder (the run may move or
+    be copied); a file outside it (decontam --corpus) as it was given."""
+    try:
+        return str(Path(source).relative_to(run_root.resolve()))
+    except ValueError:
+        return source
+
+
+def _flagged_jsonl(index, result, outcome: Outcome, actions: dict[int, str], run_root: Path) -> str:
     names = result.doc_names()
     arrays = result.arrays()
     lines = []
@@ -154,7 +163,7 @@ def _flagged_jsonl(index, result, outcome: Outcome, actions: dict[int, str]) -> 
         held = sorted(outcome.flagged[doc])
         record = {
             "document": names[doc],
-            "source": result.sources[int(arrays["doc_source"][doc])],
+            "source": _shown_source(result.sources[int(arrays["doc_source"][doc])], run_root),
             "record": int(arrays["doc_record"][doc]),
             "items": [[index.benchmarks[i], index.item_ids[i]] for i in held],
             "action": actions.get(doc, "flagged"),
@@ -180,13 +189,14 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
         "records_skipped": stats["skipped"],
         "documents_flagged": len(outcome.flagged),
         "scan_seconds": stats["seconds"],
-        "inputs": result.sources,
+        "inputs": [_shown_source(source, out.parent) for source in result.sources],
         **{k: v for k, v in extra.items() if k != "document_actions"},
     }
     atomic_write_json(out / REPORT_FILE, report)
     atomic_write_text(out / "report.md", _report_markdown(report, outcome, extra))
     actions = extra.get("document_actions", {})
-    atomic_write_text(out / "flagged.jsonl", _flagged_jsonl(index, result, outcome, actions))
+    flagged = _flagged_jsonl(index, result, outcome, actions, out.parent)
+    atomic_write_text(out / "flagged.jsonl", flagged)
     return report
 
 
