@@ -169,6 +169,18 @@ class CorpusSection(Section):
     text_field: str = Field("text", min_length=1, description="JSONL/parquet field with the text")
     doc_per_line: bool = Field(False, description=".txt: one document per line, not per block")
     min_chars: int = Field(20, ge=0, description="documents shorter than this are dropped")
+    max_document_chars: int = Field(
+        8_000_000,
+        ge=0,
+        description="longer documents are cut into documents of at most this many characters, "
+        "at paragraph, line or word breaks (or dropped: long_documents); it bounds the memory "
+        "of every data stage, which holds a document whole; 0 = no limit",
+    )
+    long_documents: Literal["split", "drop"] = Field(
+        "split",
+        description="a document over max_document_chars: split it, or drop it (counted in "
+        "stats.json; with --strict, an error naming it)",
+    )
     near_dedup: bool = Field(False, description="also remove near-duplicates (MinHash LSH)")
     near_dedup_threshold: float = Field(0.85, gt=0, le=1, description="estimated Jaccard")
     near_dedup_num_perm: int = Field(128, ge=16, le=1024)
@@ -240,6 +252,12 @@ class ShardsSection(Section):
         0.005, ge=0, lt=0.5, description="share of documents held out for validation"
     )
     batch_docs: int = Field(256, ge=1, description="documents per encode call in a task")
+    piece_chars: int = Field(
+        1 << 20,
+        ge=1000,
+        description="characters per encode call; a longer document is encoded in pieces cut "
+        "before a space, which give the same tokens (a worker holds ~250 bytes per character)",
+    )
 
 
 # --- one device spelling everywhere ----------------------------------------------------------------

@@ -220,3 +220,44 @@ def test_llama_cpp_pre_type_tells_tokenizers_apart():
     changed_regex = json.loads(json.dumps(new))
     changed_regex["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] += "|x"
     assert tokenizer.llama_cpp_pre_type(changed_regex) is None
+
+
+def _old_pipeline(tok):
+    """The same vocabulary with the pre-tokenizer of tokenizers trained before issue 19."""
+    from tokenizers import Tokenizer
+
+    spec = json.loads(tok.to_str())
+    spec["pre_tokenizer"]["pretokenizers"] = [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    ]
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+def test_a_long_text_encodes_in_pieces_to_the_tokens_of_the_whole():
+    """Issue 29: a huge document is given to the tokenizers library in pieces (its memory grows
+    ~250 bytes per character); cut where text_pieces cuts, the tokens are the whole text's, with
+    the current pre-tokenizer and the older one alike."""
+    import random
+
+    rng = random.Random(0)
+    cases = [*PRETOKENIZER_CASES, "<|endoftext|> 특수 <|bos|>", "e\u0301 조합  문자"]
+    text = "".join(rng.choice(cases) + rng.choice(["", " ", "\n", "  ", "\n\n", "다. "])
+                   for _ in range(400))  # fmt: skip
+    new = tokenizer.train(MIXED * 5 + PRETOKENIZER_CASES, 512, 1, 4)
+    for tok in (new, _old_pipeline(new)):
+        whole = tok.encode(text).ids
+        for size in (30, 97, 1000, 5000):
+            pieces = list(tokenizer.text_pieces(text, size))
+            assert "".join(pieces) == text and max(map(len, pieces)) <= size
+            assert len(pieces) > len(text) // size
+            assert [i for p in pieces for i in tok.encode(p).ids] == whole, size
+        # every place a cut may go, one at a time, in a stretch holding most cases
+        stretch = text[:1500]
+        expected = tok.encode(stretch).ids
+        for cut in range(1, len(stretch)):
+            if tokenizer.cut_points(stretch[: cut + 1], cut) == [cut]:
+                ids = tok.encode(stretch[:cut]).ids + tok.encode(stretch[cut:]).ids
+                assert ids == expected, repr(stretch[cut - 10 : cut + 10])
+    assert tokenizer.cut_points("가" * 25, 10) == [10, 20]  # no space: cut at the limit
+    assert list(tokenizer.text_pieces("짧은 글", 100)) == ["짧은 글"]

@@ -29,6 +29,7 @@ from datatrove.data import Document as EngineDocument
 from datatrove.pipeline.base import PipelineStep
 
 from hanlm.config import CorpusSection, DataEngineSection
+from hanlm.console import info, warn
 from hanlm.data import dedup, engine
 from hanlm.data.corpus import PartWriter, normalise
 from hanlm.data.quality import QualityFilter
@@ -37,6 +38,7 @@ from hanlm.errors import UserError
 
 CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"
 QUALITY_PREFIX = "quality:"
+LONG_DOCUMENTS, LONG_PIECES = "long_documents", "long_pieces"  # counts of the clean tasks
 PAIRS_TASK_BYTES = 8 << 30  # input whose band records one pairs task reads (~100 MB of them)
 SIGNATURE_BATCH_CHARS = 1 << 21  # documents hashed together (vectorised): ~2M characters
 
@@ -80,8 +82,47 @@ class ReadUnit(PipelineStep):
             damaged["documents_kept"] = documents
 
 
+# The settings of long documents, and their defaults: see fingerprint_settings.
+LONG_DOCUMENT_KEYS = {"max_document_chars": 8_000_000, "long_documents": "split"}
+
+
+def fingerprint_settings(c: CorpusSection) -> dict:
+    """The corpus settings the stage's fingerprint covers: all of them, less the long-document
+    keys while they have their defaults. A corpus made before those keys existed keeps its
+    fingerprint (its documents under the limit are written exactly as before); changing one
+    makes the stage run again."""
+    return c.model_dump(exclude={k for k, v in LONG_DOCUMENT_KEYS.items() if getattr(c, k) == v})
+
+
+def cut_document(text: str, max_chars: int) -> Iterator[str]:
+    """`text` in pieces of at most `max_chars` characters, one at a time, each ending where the
+    last paragraph break, else line break, else space of its second half is (a piece of a text
+    without any there ends at the limit); the whitespace at a cut starts the next piece (the
+    cleaning strips it)."""
+    start = 0
+    while len(text) - start > max_chars:
+        lo, hi = start + max_chars // 2, start + max_chars
+        cut = -1
+        for mark in ("\n\n", "\n", " "):
+            at = text.rfind(mark, lo, hi)
+            if at > start:
+                cut = at
+                break
+        if cut < 0:
+            cut = hi
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
 class CleanDocuments(PipelineStep):
-    """NFC normalisation and the length and quality filters, each removal counted by reason."""
+    """NFC normalisation and the length and quality filters, each removal counted by reason.
+
+    A document longer than `corpus.max_document_chars` is cut into pieces of at most that many
+    characters (cut_document), each one cleaned and kept or removed as a document of its own
+    (id `ID#1`, `ID#2`, ...), or with `long_documents = "drop"` removed (with --strict: a
+    UserError). This bounds the memory of the filters, the signatures and every later stage,
+    which all hold a document whole."""
 
     name = "🧹 clean"
     type = "✂️ - FORMAT"
@@ -90,6 +131,8 @@ class CleanDocuments(PipelineStep):
         super().__init__()
         self.min_chars = c.min_chars
         self.quality_section = c.quality
+        self.max_chars, self.long_action = c.max_document_chars, c.long_documents
+        self.strict = c.strict
         self.counts: Counter = Counter()
 
     def run(self, data, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
@@ -98,15 +141,43 @@ class CleanDocuments(PipelineStep):
         for doc in data:
             counts["documents_in"] += 1
             counts["characters_in"] += len(doc.text)
-            text = normalise(doc.text)
-            if len(text) < self.min_chars:
-                counts["too_short"] += 1
+            if not self.max_chars or len(doc.text) <= self.max_chars:
+                yield from self._clean(doc, quality)
                 continue
-            if quality is not None and (reason := quality.reason(text)) is not None:
-                counts[QUALITY_PREFIX + reason] += 1
+            counts[LONG_DOCUMENTS] += 1
+            if self.long_action == "drop":
+                self._refuse(doc)
                 continue
-            doc.text = text
-            yield doc
+            text, doc.text = doc.text, ""
+            for k, piece in enumerate(cut_document(text, self.max_chars), start=1):
+                counts[LONG_PIECES] += 1
+                yield from self._clean(EngineDocument(text=piece, id=f"{doc.id}#{k}"), quality)
+            del text
+
+    def _clean(
+        self, doc: EngineDocument, quality: QualityFilter | None
+    ) -> Iterator[EngineDocument]:
+        counts = self.counts
+        text = normalise(doc.text)
+        if len(text) < self.min_chars:
+            counts["too_short"] += 1
+            return
+        if quality is not None and (reason := quality.reason(text)) is not None:
+            counts[QUALITY_PREFIX + reason] += 1
+            return
+        doc.text = text
+        yield doc
+
+    def _refuse(self, doc: EngineDocument) -> None:
+        if self.strict:
+            raise UserError(
+                f"document {doc.id!r} has {len(doc.text):,} characters, more than "
+                f"corpus.max_document_chars ({self.max_chars:,}): the stage's memory grows "
+                "with the longest document",
+                fix="cut it into documents, raise corpus.max_document_chars (0: no limit), or "
+                'set corpus.long_documents = "split" to cut it at paragraph, line or word '
+                "boundaries; without --strict it is dropped and counted",
+            )
 
 
 class Signatures(PipelineStep):
@@ -257,6 +328,19 @@ def build(
     if not engine.run_jobs(stage_jobs, engine_cfg, work, progress=progress):
         return None
     stats = gather(work, units, out, near=c.near_dedup, quality=c.quality.enabled)
+    long = stats["long_documents"]
+    long.update(max_chars=c.max_document_chars, action=c.long_documents)
+    if long["documents"] and c.long_documents == "split":
+        info(
+            f"corpus: {long['documents']:,} documents longer than corpus.max_document_chars "
+            f"({c.max_document_chars:,} characters) were cut into {long['pieces']:,} documents"
+        )
+    elif long["documents"]:
+        warn(
+            f"corpus: {long['documents']:,} documents longer than corpus.max_document_chars "
+            f"({c.max_document_chars:,} characters) were dropped (corpus.long_documents = "
+            '"split" cuts them instead; --strict fails on them)'
+        )
     stats["job_seconds"] = {job.name: round(job.seconds, 3) for job in stage_jobs}
     stats["inputs"] = [str(s) for s in sources]
     stats["seconds"] = round(time.perf_counter() - started, 3)
@@ -297,6 +381,8 @@ def gather(work: Path, units: list[Unit], out: Path, *, near: bool, quality: boo
         }
         if quality
         else None,
+        # documents over corpus.max_document_chars, and the pieces they were cut into
+        "long_documents": {"documents": counts[LONG_DOCUMENTS], "pieces": counts[LONG_PIECES]},
         "skipped": dict(sorted(skipped.items())),
         "damaged_files": damaged,
         "parts": parts,
@@ -314,6 +400,10 @@ def _raise_empty(stats: dict) -> None:
         f"{stats['too_short']} too short, {records} records skipped"
     )
     fix = "check --input, --text-field and corpus.min_chars"
+    long = stats["long_documents"]
+    if long["documents"] and not long["pieces"]:
+        what += f", {long['documents']} dropped as longer than corpus.max_document_chars"
+        fix += ' (corpus.long_documents = "split" keeps long documents in pieces)'
     damaged = stats["damaged_files"]
     if damaged:
         named = "; ".join(f"{d['path']}: {d['error']}" for d in damaged[:3])

@@ -31,13 +31,13 @@ from hanlm.console import info, warn
 from hanlm.data import engine
 from hanlm.data.corpus import STATS_FILE, corpus_parts, iter_part
 from hanlm.data.loader import MANIFEST_NAME
-from hanlm.data.tokenizer import END_OF_DOCUMENT
+from hanlm.data.tokenizer import END_OF_DOCUMENT, text_pieces
 from hanlm.errors import UserError
 from hanlm.files import (
-    atomic_write_bytes,
     atomic_write_json,
     damaged_files,
     file_mismatch,
+    fsync_dir,
     read_json,
 )
 
@@ -90,60 +90,151 @@ def one_thread() -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _batches(part: Path, size: int) -> Iterator[list[dict]]:
+def _encoded(
+    tok: Tokenizer, job: dict, dtype: np.dtype, counter: engine.TaskCounter | None
+) -> Iterator[tuple[dict, list[np.ndarray], int]]:
+    """(document, its token ids in one or more arrays, its UTF-8 bytes) of each document of the
+    job's part, in order. The tokenizer gets at most `batch_docs` documents and `piece_chars`
+    characters at a time (it holds ~250 bytes per character it encodes); a longer document goes
+    in pieces cut where the pieces' tokens are the whole text's (tokenizer.text_pieces)."""
     batch: list[dict] = []
-    for doc in iter_part(part):
-        batch.append(doc)
-        if len(batch) == size:
-            yield batch
-            batch = []
+    chars = 0
+
+    def flush() -> Iterator[tuple[dict, list[np.ndarray], int]]:
+        encodings = tok.encode_batch_fast([d["text"] for d in batch])
+        nbytes = 0
+        for doc, enc in zip(batch, encodings, strict=True):
+            size = len(doc["text"].encode("utf-8"))
+            nbytes += size
+            yield doc, [np.array(enc.ids, dtype=dtype)], size
+        if counter is not None:  # progress counts characters: the corpus's stats give a total
+            counter.add(len(batch), nbytes, units=chars)
+
+    for doc in iter_part(Path(job["part"])):
+        n = len(doc["text"])
+        if batch and (len(batch) == job["batch_docs"] or chars + n > job["piece_chars"]):
+            yield from flush()
+            batch, chars = [], 0
+        if n <= job["piece_chars"]:
+            batch.append(doc)
+            chars += n
+            continue
+        arrays, size = [], 0
+        for piece in text_pieces(doc["text"], job["piece_chars"]):
+            ids = tok.encode_batch_fast([piece])[0].ids
+            arrays.append(np.array(ids, dtype=dtype))
+            nbytes = len(piece.encode("utf-8"))
+            size += nbytes
+            if counter is not None:
+                counter.add(0, nbytes, units=len(piece))
+        if counter is not None:
+            counter.add(1, 0, units=0)
+        yield doc, arrays, size
     if batch:
-        yield batch
+        yield from flush()
+
+
+class _TokenFile:
+    """One split's token file, written as the documents are encoded (about FLUSH_TOKENS tokens
+    a write) under a temporary name and renamed when whole: its size, sha256 and the counts of
+    the special tokens are taken on the way, so a part's tokens are never all in memory. A
+    failed write names the token file, as atomic_write_bytes does."""
+
+    FLUSH_TOKENS = 1 << 20
+
+    def __init__(self, path: Path, special_ids: np.ndarray):
+        self.path, self.special_ids = path, special_ids
+        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self._sha = hashlib.sha256()
+        self._pending: list[np.ndarray] = []
+        self._pending_tokens = self.size = 0
+        self.special_counts = np.zeros(len(special_ids), dtype=np.int64)
+        with self._named():
+            self._file = open(self.tmp, "wb")  # noqa: SIM115 - closed in close() or discard()
+
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as e:  # named by the file the task writes, not the temporary one
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
+
+    def write(self, arrays: list[np.ndarray]) -> None:
+        for a in arrays:
+            self._pending.append(a)
+            self._pending_tokens += len(a)
+        if self._pending_tokens >= self.FLUSH_TOKENS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        tokens = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending, self._pending_tokens = [], 0
+        data = tokens.tobytes()
+        with self._named():
+            self._file.write(data)
+        self._sha.update(data)
+        self.size += len(data)
+        hist = np.bincount(tokens, minlength=int(self.special_ids.max()) + 1)
+        self.special_counts += hist[self.special_ids]
+
+    def close(self) -> dict:
+        """In place under its name, flushed to disk; its size and sha256."""
+        self._flush()
+        with self._named():
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.replace(self.tmp, self.path)
+        fsync_dir(self.path.parent)
+        return {"size": self.size, "sha256": self._sha.hexdigest()}
+
+    def discard(self) -> None:
+        """After a failure: the temporary file removed (a finished file stays)."""
+        with contextlib.suppress(OSError):
+            self._file.close()
+            self.tmp.unlink(missing_ok=True)
 
 
 def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = None) -> dict:
     """Tokenise one corpus part into its train and val files; returns the sidecar it wrote
-    (last, after both token files)."""
+    (last, after both token files). Memory: what the tokenizer holds for `piece_chars`
+    characters, plus the longest document's text and tokens, whatever the part's size."""
     eod, dtype = job["eod_id"], np.dtype(job["dtype"])
-    pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+    out_dir = Path(job["out_dir"])
+    special_ids = np.asarray(job["special_ids"], dtype=np.int64)
+    files: dict[str, _TokenFile] = {}
+    end = np.array([eod], dtype=dtype)
     counts = {s: {"tokens": 0, "documents": 0, "bytes": 0} for s in SPLITS}
     first = job["index"] == 0
-    for batch in _batches(Path(job["part"]), job["batch_docs"]):
-        encodings = tok.encode_batch_fast([d["text"] for d in batch])
-        nbytes = 0
-        for doc, enc in zip(batch, encodings, strict=True):
+    try:
+        for split in SPLITS:
+            files[split] = _TokenFile(out_dir / f"{split}-{job['index']:05d}.bin", special_ids)
+        for doc, arrays, size in _encoded(tok, job, dtype, counter):
             val = job["val_fraction"] > 0 and (
                 first or is_val(doc["id"], job["seed"], job["val_fraction"])
             )
             first = False  # the first document of part 0 always goes to val: val is never empty
             split = "val" if val else "train"
-            ids = enc.ids
-            ids.append(eod)
-            pieces[split].append(np.array(ids, dtype=dtype))
+            files[split].write([*arrays, end])
             c = counts[split]
-            size = len(doc["text"].encode("utf-8"))
-            c["tokens"] += len(ids)
+            c["tokens"] += sum(len(a) for a in arrays) + 1
             c["documents"] += 1
             c["bytes"] += size
-            nbytes += size
-        if counter is not None:  # progress counts characters: the corpus's stats give a total
-            counter.add(len(batch), nbytes, units=sum(len(d["text"]) for d in batch))
-    if counter is not None:
-        counter.flush()
-    out_dir = Path(job["out_dir"])
-    special_ids = np.asarray(job["special_ids"], dtype=np.int64)
+        if counter is not None:
+            counter.flush()
+        # size and checksum: a resumed run reuses a file only if it still matches them
+        records = {split: files[split].close() for split in SPLITS}
+    except BaseException:
+        for f in files.values():
+            f.discard()
+        raise
     sidecar: dict = {"part": Path(job["part"]).name, "tokenizer_sha256": job["tokenizer_sha256"]}
     for split in SPLITS:
-        tokens = np.concatenate(pieces[split]) if pieces[split] else np.zeros(0, dtype=dtype)
-        name = f"{split}-{job['index']:05d}.bin"
-        data = tokens.tobytes()
-        atomic_write_bytes(out_dir / name, data)
-        # size and checksum: a resumed run reuses the file only if it still matches them
-        record = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        sidecar[split] = {"path": name, **counts[split], **record}
+        sidecar[split] = {"path": files[split].path.name, **counts[split], **records[split]}
         if split == "train":
-            hist = np.bincount(tokens, minlength=int(special_ids.max()) + 1)
-            sidecar["special_token_counts"] = hist[special_ids].tolist()
+            sidecar["special_token_counts"] = files["train"].special_counts.tolist()
     atomic_write_json(out_dir / sidecar_name(job["index"]), sidecar)
     return sidecar
 
@@ -310,6 +401,7 @@ def encode_corpus(
             "val_fraction": s.val_fraction,
             "seed": seed,
             "batch_docs": s.batch_docs,
+            "piece_chars": s.piece_chars,
             "special_ids": list(special.values()),
             "tokenizer_sha256": sha,
         }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -48,6 +49,10 @@ END_OF_DOCUMENT = "<|endoftext|>"
 PAD = "<|pad|>"
 VOCAB_MULTIPLE = 64  # tensor-core friendly embedding and head shapes
 MODEL_MAX_LENGTH = 1 << 20  # the tokenizer has no length limit of its own; the model sets one
+# Longest text the tokenizers library is given at once. It holds ~250 bytes per character of the
+# text it encodes (one 8.7M-character document took 2.1 GB), so longer documents go in pieces.
+PIECE_CHARS = 1 << 20
+TRAIN_PIECE_CHARS = 1 << 16  # training: the trainer holds one text per thread, on every core
 # Qwen2's pre-tokenizer regex, as its tokenizer.json writes it; llama.cpp's `qwen2` type is this
 # regex (with the case-insensitive group spelt out), in src/llama-vocab.cpp and src/unicode.cpp.
 QWEN2_SPLIT = (
@@ -88,6 +93,64 @@ def build_untrained():
     )
     tok.decoder = decoders.ByteLevel()
     return tok
+
+
+def cut_points(text: str, max_chars: int) -> list[int]:
+    """Where to cut `text` into pieces of at most `max_chars` characters that hanlm's tokenizers
+    encode into exactly the tokens of the whole text, end to end (none when it is that short).
+
+    A cut goes before a space that follows a non-space character. Under both pre-tokenizers
+    hanlm has used (`qwen2`, and `smollm` before issue 19) no pre-token runs from a non-space
+    character into the space after it, so the whole text has a pre-token boundary there; the
+    one rule that looks ahead (`\\s+(?!\\S)`) ends only whitespace runs, which cannot end there;
+    and no rule looks back, so the rest is split as in the whole text. No NFC composition
+    crosses a space either. Failing such a space in the window: before a line break that follows
+    a letter or digit (a letter or digit run ends there too). A window of `max_chars` characters
+    with neither is cut at its end, where the tokens around the cut may differ from the whole's.
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    cuts: list[int] = []
+    start = 0
+    while len(text) - start > max_chars:
+        start = _cut(text, start + 1, start + max_chars)
+        cuts.append(start)
+    return cuts
+
+
+def _cut(text: str, lo: int, hi: int) -> int:
+    """The last safe cut in [lo, hi] (lo >= 1), else hi; see cut_points."""
+    at = text.rfind(" ", lo, hi + 1)
+    while at >= lo:
+        if not text[at - 1].isspace():
+            return at
+        at = text.rfind(" ", lo, at)
+    at = text.rfind("\n", lo, hi + 1)
+    while at >= lo:
+        if text[at - 1].isalnum():
+            return at
+        at = text.rfind("\n", lo, at)
+    return hi
+
+
+def text_pieces(text: str, max_chars: int = PIECE_CHARS) -> Iterator[str]:
+    """`text` cut at cut_points, one piece at a time: their tokens, end to end, are the whole
+    text's."""
+    cuts = cut_points(text, max_chars)
+    if not cuts:
+        yield text
+        return
+    for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True):
+        yield text[a:b]
+
+
+def pieces_of(texts: Iterable[str], max_chars: int = PIECE_CHARS) -> Iterator[str]:
+    """Every text in order, each long one as its text_pieces."""
+    for text in texts:
+        if len(text) <= max_chars:
+            yield text
+        else:
+            yield from text_pieces(text, max_chars)
 
 
 def llama_cpp_pre_type(tokenizer_json: dict) -> str | None:
@@ -178,7 +241,9 @@ def train(texts: list[str], vocab_size: int, min_frequency: int, reserved: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    # Long documents in pieces: the counts of pre-tokens (all a BPE trainer sees) are the same.
+    pieces = pieces_of(texts, TRAIN_PIECE_CHARS)
+    tok.train_from_iterator(pieces, trainer=trainer, length=len(texts))
     size = tok.get_vocab_size(with_added_tokens=True)
     padding = [reserved_token(reserved + i) for i in range(round_up(size) - size)]
     if padding:
@@ -230,8 +295,9 @@ def _portable_config(path: Path) -> None:
 
 
 def compression(tok, texts: list[str]) -> dict:
-    encodings = tok.encode_batch_fast(texts)
-    tokens = sum(len(e.ids) for e in encodings)
+    tokens = 0
+    for batch in _batches(pieces_of(texts), PIECE_CHARS):  # bounded memory, the same counts
+        tokens += sum(len(e.ids) for e in tok.encode_batch_fast(batch))
     chars = sum(len(t) for t in texts)
     nbytes = sum(len(t.encode("utf-8")) for t in texts)
     return {
@@ -240,6 +306,20 @@ def compression(tok, texts: list[str]) -> dict:
         "chars_per_token": round(chars / max(tokens, 1), 4),
         "bytes_per_token": round(nbytes / max(tokens, 1), 4),
     }
+
+
+def _batches(texts: Iterable[str], max_chars: int) -> Iterator[list[str]]:
+    """Texts in groups of at most `max_chars` characters (a longer text alone)."""
+    batch: list[str] = []
+    chars = 0
+    for text in texts:
+        if batch and chars + len(text) > max_chars:
+            yield batch
+            batch, chars = [], 0
+        batch.append(text)
+        chars += len(text)
+    if batch:
+        yield batch
 
 
 def build(corpus_dir: Path, cfg: Config, out: Path) -> dict:

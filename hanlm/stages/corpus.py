@@ -31,7 +31,7 @@ def stage_fp(cfg: Config) -> str:
     demo_cfg = world_settings(cfg) if "demo" in cfg.corpus.inputs else None
     return fingerprint(
         STAGE,
-        cfg.corpus.model_dump(),
+        cleaning.fingerprint_settings(cfg.corpus),
         cfg.data_engine.task_mb,  # the tasks decide the order of the output
         demo_cfg,
         cfg.run.seed,

@@ -46,7 +46,8 @@ def stage_fp(cfg: Config, run: RunDir | Path) -> str:
     run = RunDir.of(run)
     corpus_dir = training_corpus_dir(run)
     upstream = stage_fingerprint(corpus_dir) or stage_fingerprint(corpus_dir.parent)
-    output_settings = cfg.shards.model_dump(exclude={"batch_docs"})
+    # how the encoding is batched changes no token (see data.shards._encoded)
+    output_settings = cfg.shards.model_dump(exclude={"batch_docs", "piece_chars"})
     sha = file_sha256(run.tokenizer_json)
     return fingerprint(STAGE, output_settings, cfg.run.seed, sha, upstream)
 

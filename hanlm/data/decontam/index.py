@@ -63,6 +63,10 @@ SAME_PASSAGE = 0.5  # items sharing this share of their n-grams are one passage,
 MAX_SHARING = 16  # an n-gram in more items than this is boilerplate whatever they are
 KEY_CHARS = 4  # characters in the cheap 32-bit key that finds anchor candidates
 SCAN_CHARS = 256_000  # characters hashed at once: the arrays of a batch stay in the CPU caches
+# A longer text is scanned in windows of about this many characters (BenchmarkIndex._scan_long):
+# the scan's arrays hold ~45 bytes per character and a document may be any size; windows of a
+# batch's size also stay in the caches (an 8 M-character text: 0.3 s against 1.5 s whole).
+LONG_TEXT_CHARS = SCAN_CHARS
 STRIDE = 4  # long entries: windows hashed every STRIDE characters, neighbours of a hit checked;
 # a copied stretch of n + STRIDE - 1 = 30 characters is always found (half of a short passage)
 STEM_DROP = 2  # a short part's final characters that may change form (its ending)
@@ -602,8 +606,10 @@ class BenchmarkIndex:
     # -- scanning ------------------------------------------------------------------------------
 
     def scan_folded(self, chars: np.ndarray, doc_starts: np.ndarray,
-                    segments: Segments | None = None) -> BatchHits:  # fmt: skip
+                    segments: Segments | None = None, grid_offset: int = 0) -> BatchHits:  # fmt: skip
         """Hits in a batch of folded documents laid end to end (`doc_starts` ends with the end).
+        `grid_offset`: the stride grid starts this many characters into each document (a window
+        of a longer text keeps the text's grid).
 
         A short item of one part (a SentiNeg review, say) counts only as a whole segment, never
         inside a longer sentence ("최고네요" is not found in "가성비 최고네요"); without
@@ -619,7 +625,7 @@ class BenchmarkIndex:
         found_pos, found_units = [], []
         starts, ends = doc_starts[:-1], doc_starts[1:]
         if len(self._full_hashes):
-            grid = _grid(starts, ends, n, STRIDE)
+            grid = _grid(starts + grid_offset, ends, n, STRIDE)
             pos, units = self._lookup_full(q, grid)
             if len(pos):
                 doc = np.searchsorted(doc_starts, pos, side="right") - 1
@@ -689,9 +695,64 @@ class BenchmarkIndex:
         return pos[ok], units[ok]
 
     def scan_texts(self, texts: Sequence[str]) -> tuple[BatchHits, np.ndarray]:
-        """Hits in a batch of texts, and the folded length of each text."""
-        chars, doc_starts, segments = fold_texts(texts)
-        return self.scan_folded(chars, doc_starts, segments), np.diff(doc_starts)
+        """Hits in a batch of texts, and the folded length of each text. A text longer than
+        LONG_TEXT_CHARS is scanned in windows (_scan_long): the same hits, in bounded memory."""
+        long = [i for i, text in enumerate(texts) if len(text) > LONG_TEXT_CHARS]
+        if not long:
+            chars, doc_starts, segments = fold_texts(texts)
+            return self.scan_folded(chars, doc_starts, segments), np.diff(doc_starts)
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        short = np.setdiff1d(np.arange(len(texts)), long)
+        parts = []
+        if len(short):
+            chars, doc_starts, segments = fold_texts([texts[i] for i in short.tolist()])
+            hits = self.scan_folded(chars, doc_starts, segments)
+            parts.append((short[hits.documents], hits.units, hits.positions))
+            lengths[short] = np.diff(doc_starts)
+        for i in long:
+            units, positions, lengths[i] = self._scan_long(texts[i])
+            parts.append((np.full(len(units), i, dtype=np.int64), units, positions))
+        docs, units, positions = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        order = np.lexsort((positions, units, docs))
+        return BatchHits(docs[order], units[order], positions[order]), lengths
+
+    def _scan_long(self, text: str) -> tuple[np.ndarray, np.ndarray, int]:
+        """(units, first positions, folded length) of one long text, scanned window by window:
+        the hits of a scan of the whole text, in memory for LONG_TEXT_CHARS characters.
+
+        The text is cut into stretches of at most LONG_TEXT_CHARS characters, each scanned
+        together with the next `margin` folded characters (the longest unit and the neighbours
+        a strided window checks), with the text's stride grid. A cut goes before a space that
+        follows a hard character (punctuation, a line break): no NFC composition crosses it,
+        and a segment boundary is one in the window and in the whole text alike. So every hit
+        of the whole text is found in the window holding its start, and a window finds nothing
+        the whole text does not. A stretch without such a place is cut before a space, else at
+        its limit, where a short item right at the cut may be found differently."""
+        text = nfc(text)
+        table, hard = fold_table(), _hard_table()
+        margin = int(self.unit_lengths.max(initial=self.ngram)) + 2 * STRIDE + 1
+        units, positions = [], []
+        start = offset = 0  # the stretch's start in the text, folded characters before it
+        while True:
+            last = len(text) - start <= LONG_TEXT_CHARS
+            end = len(text) if last else _cut_before(text, start + LONG_TEXT_CHARS, hard)
+            stop = len(text) if last else _cut_after(text, end, margin, table, hard)
+            chars, doc_starts, segments = fold_texts([text[start:stop]])
+            hits = self.scan_folded(chars, doc_starts, segments, grid_offset=-offset % STRIDE)
+            units.append(hits.units)
+            positions.append(hits.positions + offset)
+            if last:
+                total = offset + len(chars)
+                break
+            cps = np.frombuffer(text[start:end].encode("utf-32-le"), dtype=np.uint32)
+            offset += int(np.count_nonzero(_gather(table, cps)))
+            start = end
+        units, positions = np.concatenate(units), np.concatenate(positions)
+        order = np.lexsort((positions, units))  # each unit's first place
+        units, positions = units[order], positions[order]
+        first = np.ones(len(units), dtype=bool)
+        first[1:] = units[1:] != units[:-1]
+        return units[first], positions[first], total
 
     # -- per-item results ------------------------------------------------------------------------
 
@@ -970,6 +1031,45 @@ class _SortedHashes:
         where = np.arange(len(which)) + np.repeat(lo - (np.cumsum(count) - count), count)
         equal = np.take(self.hashes, where) == np.take(queries, which)
         return which[equal], where[equal]
+
+
+def _safe_cut(text: str, at: int, hard: np.ndarray) -> bool:
+    """A space after a hard character (see BenchmarkIndex._scan_long)."""
+    return text[at] == " " and bool(hard[ord(text[at - 1])])
+
+
+def _cut_before(text: str, limit: int, hard: np.ndarray) -> int:
+    """The last place in the second half of text[.. limit] to end a long text's stretch at:
+    a space after a hard character, else a space, else `limit`."""
+    lo = limit - LONG_TEXT_CHARS // 2
+    at = text.rfind(" ", lo, limit + 1)
+    while at > lo and not _safe_cut(text, at, hard):
+        at = text.rfind(" ", lo, at)
+    if at > lo:
+        return at
+    at = text.rfind(" ", lo, limit + 1)
+    return at if at > lo else limit
+
+
+def _cut_after(text: str, start: int, margin: int, table: np.ndarray, hard: np.ndarray) -> int:
+    """The first place to end a window at after `margin` folded characters from `start`: a
+    space after a hard character, else a space, else right after them (or the text's end)."""
+    size = 4 * margin
+    while True:
+        cps = np.frombuffer(text[start : start + size].encode("utf-32-le"), dtype=np.uint32)
+        kept = np.flatnonzero(_gather(table, cps))
+        if len(kept) >= margin or start + size >= len(text):
+            break
+        size *= 2
+    if len(kept) < margin:
+        return len(text)
+    first = start + int(kept[margin - 1]) + 1
+    at = text.find(" ", first, first + LONG_TEXT_CHARS // 2)
+    while at != -1 and not _safe_cut(text, at, hard):
+        at = text.find(" ", at + 1, first + LONG_TEXT_CHARS // 2)
+    if at == -1:  # no space for half a window: end right there
+        return min(first, len(text))
+    return at
 
 
 def _grid(starts: np.ndarray, ends: np.ndarray, n: int, stride: int) -> np.ndarray:
