@@ -1164,13 +1164,15 @@ def _set_key(data: dict[str, Any], key: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
-def _setter_of(loc: tuple, set_by: dict[str, str]) -> str | None:
-    """Which override set the value at `loc` (or a section holding it), if one did."""
+def _setters_of(loc: tuple, set_by: dict[str, str]) -> list[str]:
+    """The overrides that set the value at `loc`, a section holding it, or (for a section's
+    own check of how its keys go together) a key inside it; [] when the file set them all."""
     for i in range(len(loc), 0, -1):
         key = ".".join(str(p) for p in loc[:i])
         if key in set_by:
-            return set_by[key]
-    return None
+            return [set_by[key]]
+    inside = ".".join(str(p) for p in loc) + "." if loc else ""
+    return [override for key, override in set_by.items() if key.startswith(inside)]
 
 
 def _format_validation_error(
@@ -1195,9 +1197,9 @@ def _format_validation_error(
             lines.append(f"{loc}: {message}" if loc else message)
         else:
             lines.append(f"{loc}: {e['msg']} (got {e.get('input')!r})")
-        place = _setter_of(e["loc"], set_by) or source
-        if place not in places:
-            places.append(place)
+        for place in _setters_of(e["loc"], set_by) or [source]:
+            if place not in places:
+                places.append(place)
     from_file = source in places
     fix = (
         "correct the key or value in the TOML file"

@@ -81,6 +81,10 @@ def test_a_bad_override_is_located_at_the_override_not_the_recipe():
     with pytest.raises(UserError) as e:  # a command-line flag (here --min-chars -4)
         load_config(values={"corpus.min_chars": -4})
     assert e.value.where == "the command-line option setting corpus.min_chars"
+    with pytest.raises(UserError) as e:  # a section's check of keys that go together
+        load_config(overrides=["pretrain.micro_batch=3"])
+    assert e.value.where == "--set pretrain.micro_batch=3"
+    assert "command line" in e.value.fix
 
 
 def test_a_bad_value_in_the_file_is_located_in_the_file(tmp_path):
