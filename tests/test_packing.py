@@ -133,8 +133,27 @@ def test_a_row_of_one_document_is_unaffected():
 
 
 @pytest.mark.slow
+def torch_flex_is_right_on_this_cpu() -> bool:
+    """Whether torch's compiled CPU flex attention matches SDPA for plain causal attention (no
+    hanlm code involved): on some CPUs (an AVX2 AMD EPYC, torch 2.13) it does not, and then
+    hanlm's document masks cannot be checked through it."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, SEQ_LEN, 16, generator=generator) for _ in range(3))
+    mask = create_block_mask(lambda b, h, i, j: i >= j, 2, None, SEQ_LEN, SEQ_LEN, device="cpu")
+    flex = torch.compile(flex_attention)(q, k, v, block_mask=mask)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return bool(torch.allclose(flex, sdpa, atol=1e-5))
+
+
 def test_flex_attention_keeps_documents_apart_too():
     """Flex attention (the CUDA choice) compiles its kernel on CPU too: slow, but the same."""
+    if not torch_flex_is_right_on_this_cpu():
+        pytest.skip(
+            f"torch {torch.__version__}'s compiled CPU flex attention differs from SDPA on "
+            f"plain causal attention on this CPU ({torch.backends.cpu.get_cpu_capability()})"
+        )
     model = tiny_model()
     if (
         document_attention.prepare(model, torch.device("cpu"), "flex", setting="t")

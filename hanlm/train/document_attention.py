@@ -29,6 +29,7 @@ from collections.abc import Mapping
 
 import torch
 
+from hanlm.console import warn
 from hanlm.errors import UserError
 from hanlm.train import parallel
 
@@ -97,6 +98,12 @@ def prepare(
             f"{torch.__version__}",
             where="parallel.document_attention",
             fix='set parallel.document_attention = "sdpa" (or "auto")',
+        )
+    if choice == "flex" and device.type == "cpu":
+        warn(
+            "flex attention on CPU runs torch's compiled CPU kernel, which gave wrong results "
+            "even for plain causal attention on an AVX2 AMD EPYC with torch 2.13: prefer "
+            'parallel.document_attention = "sdpa" (what "auto" chooses) on CPU'
         )
     current = model.config._attn_implementation
     if choice == "flex" or (choice == "auto" and device.type == "cuda" and flex_ok):
