@@ -200,11 +200,19 @@ def test_a_second_command_is_refused_naming_the_holder_and_a_dead_ones_lock_is_t
     assert result.code == 0, result.err
 
 
-def test_the_same_process_takes_its_lock_again(tmp_path):
-    with run_lock.hold(tmp_path / "run"), run_lock.hold(tmp_path / "run"):
+def test_the_same_process_takes_its_lock_again_and_leaves_the_folder_as_it_was(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    with run_lock.hold(run), run_lock.hold(run):  # the pipeline re-enters the CLI's lock
+        assert (run / run_lock.LOCK_FILE).is_file()
+        holder = json.loads((run / run_lock.LOCK_FILE).read_text())
+        assert holder["pid"] == os.getpid()
+    assert list(run.iterdir()) == []  # released and removed
+    with run_lock.hold(run):  # taken again
+        assert (run / run_lock.LOCK_FILE).is_file()
+    with run_lock.hold(tmp_path / "new"):  # a folder the command made and left empty goes
         pass
-    with run_lock.hold(tmp_path / "run"):  # released: taken again
-        pass
+    assert not (tmp_path / "new").exists()
 
 
 # ---------------------------------------------------------------------------------------------
