@@ -12,11 +12,16 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from transformers import set_seed
-
 from hanlm.config import GenerateSection
 from hanlm.console import info
-from hanlm.inference import LoadedModel, StopFlag, chat_prompt, context_length, stream
+from hanlm.inference import (
+    LoadedModel,
+    StopFlag,
+    chat_prompt,
+    context_length,
+    seed_everything,
+    stream,
+)
 
 PROMPT = "you> "
 HELP = "/reset forgets the conversation, /exit or Ctrl-D quits"
@@ -78,7 +83,7 @@ def run_repl(
 ) -> int:
     """The interactive loop; returns the exit status (0 on /exit, Ctrl-D or Ctrl-C)."""
     out = out or sys.stdout
-    set_seed(settings.seed)
+    seed_everything(settings.seed)
     session = ChatSession(loaded, settings, system)
     info(f"chat with {loaded.path} ({HELP})")
     while True:

@@ -25,6 +25,7 @@ from hanlm.inference.generation import (
     left_padded,
     prompt_budget,
     prompt_ids,
+    seed_everything,
     stream,
 )
 from hanlm.inference.loading import (
@@ -65,5 +66,6 @@ __all__ = [
     "read_config",
     "resolve_device",
     "resolve_dtype",
+    "seed_everything",
     "stream",
 ]

@@ -8,16 +8,17 @@ logits processors (hanlm.inference.processors), and `generate` is told to add no
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 from transformers import (
     GenerationConfig,
     StoppingCriteria,
     StoppingCriteriaList,
     TextIteratorStreamer,
-    set_seed,
 )
 
 from hanlm.config import GenerateSection
@@ -27,6 +28,14 @@ from hanlm.inference.loading import LoadedModel, context_length
 from hanlm.inference.processors import logits_processors
 
 # --- the loop ---------------------------------------------------------------------------------------
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators (every device's), as transformers'
+    set_seed does; its module imports the Trainer's world (peft, torchao: seconds per process)."""
+    random.seed(seed)
+    np.random.seed(seed % (1 << 32))
+    torch.manual_seed(seed)
 
 
 def left_padded(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -199,7 +208,7 @@ def generate(
     prompt, the answer text and token ids (end token excluded) and why it stopped."""
     if not prompts:
         raise UserError("no prompt given", fix="give --prompt TEXT or --prompts FILE")
-    set_seed(settings.seed)
+    seed_everything(settings.seed)
     texts = _prompt_texts(loaded, prompts, chat)
     results = []
     for start in range(0, len(texts), settings.batch_size):
