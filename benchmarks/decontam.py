@@ -200,7 +200,8 @@ def main() -> None:
     from hanlm.config import load_config
     from hanlm.data import decontam
     from hanlm.data.decontam.index import prepare_tables
-    from hanlm.stages import decontam as decontam_stage
+    from hanlm.pipeline import run_stage
+    from hanlm.stages.rundir import RunDir
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -247,9 +248,10 @@ def main() -> None:
             wall = float("inf")
             for _ in range(args.repeats):
                 t0, c0, m0 = time.perf_counter(), _cpu_seconds(), _machine_busy_seconds()
-                report = decontam_stage.standalone(
-                    cfg, [str(path)], tmp / f"out{workers}", force=True
-                )
+                report = run_stage(
+                    "decontam", cfg, RunDir(tmp / f"out{workers}"), force=True,
+                    save_config=False, standalone=True, corpus=[str(path)],
+                )  # fmt: skip
                 if time.perf_counter() - t0 < wall:
                     wall = time.perf_counter() - t0
                     scan_only[workers] = total_mb / report["scan_seconds"]

@@ -53,14 +53,14 @@ def config(values: dict):
 
 
 def train(base: Path, name: str, values: dict) -> tuple[Path, dict, float]:
-    from hanlm.stages import pretrain
+    from hanlm.pipeline import run_stage
 
     run_dir = base / name
     if not run_dir.exists():  # an existing one resumes, or is skipped when finished
         shutil.copytree(base / "data", run_dir)
     cfg = config(values)
     started = time.perf_counter()
-    summary = pretrain.run(cfg, run_dir)
+    summary = run_stage("pretrain", cfg, run_dir)
     return run_dir, summary, time.perf_counter() - started
 
 
@@ -93,7 +93,9 @@ def main() -> None:
     }
     teacher_dir, teacher, _ = train(base, "teacher", teacher_values)
     teacher_hf = teacher_dir / "pretrain" / "hf"
-    export.run(config(teacher_values), teacher_dir, out=teacher_hf)
+    export.export_chosen(
+        config(teacher_values), teacher_dir, checkpoint=None, out=teacher_hf, force=False
+    )
 
     student = {
         **seed,

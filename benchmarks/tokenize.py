@@ -1,7 +1,7 @@
 """Text MB/s of `hanlm shards` with 1 and 2 workers against raw `tokenizers` encode_batch_fast.
 
 Same Korean text, same trained tokenizer, one process run. `hanlm shards` is timed end to end
-as the stage runs it (shards.run: the data engine's tasks, one per corpus part, then the gather
+as the stage runs it (the shards stage: the data engine's tasks, one per corpus part, then the gather
 and manifest; not the interpreter's start). The baseline is the floor a hand-written loop would
 get: single-threaded `encode_batch_fast` over in-memory strings, with no reading, splitting or
 writing. Targets: shards(1 worker) >= 0.9x raw, and 2 workers >= 1.8x 1. The machine's load
@@ -62,8 +62,7 @@ def main() -> None:
 
     from hanlm.config import load_config
     from hanlm.data import corpus
-    from hanlm.stages import corpus as corpus_stage
-    from hanlm.stages import shards as shards_stage
+    from hanlm.pipeline import run_stage
     from hanlm.stages import tokenizer as tokenizer_stage
 
     docs = korean_documents(args.source, args.mb)
@@ -84,8 +83,8 @@ def main() -> None:
             "shards.val_fraction": 0.0,
         }
         cfg = load_config("demo", values=values)
-        corpus_stage.run(cfg, run)
-        tokenizer_stage.run(cfg, run)
+        run_stage("corpus", cfg, run)
+        run_stage("tokenizer", cfg, run)
         texts = [d["text"] for d in corpus.iter_corpus(run / "corpus")]
         text_mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
         part_mb = [
@@ -106,7 +105,8 @@ def main() -> None:
             return n
 
         def hanlm_shards(workers: int) -> dict:
-            return shards_stage.run(
+            return run_stage(
+                "shards",
                 load_config("demo", values={**values, "data_engine.workers": workers}),
                 run,
                 force=True,

@@ -283,7 +283,7 @@ def _add_preflight(sub) -> None:
         "collectives (all-reduce, all-gather, reduce-scatter verified; bus bandwidth; "
         "communication per step of the planned model against compute), the checkpoint disk "
         "(fsync throughput and latency, read-back, free space, save time against the interval) "
-        "and data loading from the shards. Writes DIR/preflight.json; exit status 0 for GO, "
+        "and data loading from the shards. Writes DIR/preflight/preflight.json; exit status 0 for GO, "
         "1 for NO-GO.",
     )
     p.add_argument("--json", action="store_true", help="also print the report as JSON on stdout")
@@ -524,17 +524,20 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return 0
     if args.source is not None or args.gguf_type != "f16":
         raise UserError("--source and --gguf-type belong to --format gguf", fix="add --format gguf")
-    export.run(cfg, args.run, force=args.force, checkpoint=args.checkpoint, out=args.out)
+    if args.checkpoint is None and args.out is None:
+        from hanlm.pipeline import run_stage
+
+        run_stage("export", cfg, args.run, force=args.force)
+        return 0
+    export.export_chosen(cfg, args.run, checkpoint=args.checkpoint, out=args.out, force=args.force)
     _save(cfg, args.run)
     return 0
 
 
 def _cmd_sft(args: argparse.Namespace) -> int:
-    from hanlm.stages import sft
+    from hanlm.pipeline import run_stage
 
-    cfg = _load(args)
-    sft.run(cfg, args.run, force=args.force)
-    _save(cfg, args.run)
+    run_stage("sft", _load(args), args.run, force=args.force)
     return 0
 
 
@@ -570,8 +573,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     if args.out is None:
-        eval_stage.run(cfg, args.run, force=args.force)
-        _save(cfg, args.run)
+        from hanlm.pipeline import run_stage
+
+        run_stage("eval", cfg, args.run, force=args.force)
         return 0
     in_run = args.run.is_dir()  # a run's demo world and decontam report serve as defaults
     models = [eval_stage.model_folder(m) for m in cfg.eval.models] or eval_stage.default_models(
@@ -594,7 +598,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_decontam(args: argparse.Namespace) -> int:
-    from hanlm.data.decontam.scan import parse_shard
+    from hanlm.data.decontam.scan import expand_corpus, parse_shard
+    from hanlm.pipeline import run_stage
     from hanlm.stages import decontam
     from hanlm.stages.rundir import RunDir, load_run_config
 
@@ -609,14 +614,18 @@ def _cmd_decontam(args: argparse.Namespace) -> int:
     run_dir = None if standalone else args.run
     cfg = load_run_config(run_dir, args.config, args.overrides, _flag_values(args))
     shard = parse_shard(args.shard)
-    if args.merge:
-        decontam.merge(cfg, out_dir=args.out, run_dir=run_dir)
-    elif standalone:
-        decontam.standalone(cfg, args.corpus, args.out, force=args.force, shard=shard)
-    else:
-        decontam.run(cfg, run_dir, force=args.force, shard=shard)
-    if run_dir is not None:
-        _save(cfg, run_dir)
+    options = {"shard": shard, "merge": args.merge}
+    if standalone:
+        # OUT/ holds decontam/ and decontam-partial/ as a run folder would
+        options["standalone"] = True
+    if standalone and not args.merge:
+        # before anything is written: files that are not there, or a benchmark only a run has
+        expand_corpus(args.corpus)
+        decontam.benchmark_specs(cfg.decontam.benchmarks, None)
+        options["corpus"] = args.corpus
+    out = RunDir(args.out) if standalone else run_dir
+    # a standalone scan's OUT is the user's folder, not a run's: no config.toml there
+    run_stage("decontam", cfg, out, force=args.force, save_config=not standalone, **options)
     return 0
 
 
@@ -706,14 +715,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from hanlm.console import info
-    from hanlm.stages import demo as demo_stage
+    from hanlm.demo.folder import write_folder
 
     if args.size_mb <= 0:
         raise UserError(
             f"--size-mb must be positive, got {args.size_mb}",
             fix="give the size of the demo world's documents in MB, e.g. --size-mb 1",
         )
-    paths = demo_stage.write_standalone(args.out, args.seed, args.size_mb, force=args.force)
+    paths = write_folder(args.out, args.seed, args.size_mb, force=args.force)
     info("demo world written: " + ", ".join(str(p) for p in paths.values()))
     return 0
 

@@ -746,7 +746,7 @@ class DecontamSection(Section):
     )
     text_field: str = Field("text", min_length=1, description="JSONL field with the text")
     max_documents: int = Field(5, ge=0, description="document ids listed per item in items.jsonl")
-    # how many scan tasks run at once is data_engine.workers (decontam.workers moved there)
+    # how many scan tasks run at once is data_engine.workers
     batch_bytes: int = Field(
         4_000_000, ge=1000, description="bytes of text a scan task reads and looks up at once"
     )
@@ -916,120 +916,7 @@ class Config(Section):
         return self
 
 
-# --- keys that moved ---------------------------------------------------------------------------
-# Old key -> the key(s) it sets now. Pretraining's [pretrain] section once held every training
-# setting and SFT borrowed some of them silently (betas, eps); they now live in the component
-# sections. An old key still works, with a warning naming its new place.
-_PRETRAIN_TO = {
-    "preset": "model.preset",
-    **{k: f"optimizer.{k}" for k in ("lr", "min_lr_ratio", "warmup_steps", "schedule")},
-    **{k: f"optimizer.{k}" for k in ("decay_fraction", "weight_decay", "grad_clip")},
-    "precision": "precision.mode",
-    "fp8_recipe": "precision.fp8_recipe",
-    "parallel": "parallel.mode",
-    **{k: f"parallel.{k}" for k in ("device", "activation_checkpointing", "compile")},
-    "fsdp_float8_all_gather": "parallel.fsdp_float8_all_gather",
-    **{k: f"logging.{k}" for k in ("log_every", "eval_every", "eval_batches")},
-    "checkpoint_every": "checkpoint.every",
-    "resume": "checkpoint.resume",
-}
-_SFT_TO = {
-    **{k: f"sft.optimizer.{k}" for k in ("lr", "min_lr_ratio", "warmup_steps")},
-    **{k: f"sft.optimizer.{k}" for k in ("weight_decay", "grad_clip")},
-    **{k: f"sft.logging.{k}" for k in ("log_every", "eval_every", "eval_batches")},
-    "checkpoint_every": "sft.checkpoint.every",
-    "resume": "sft.checkpoint.resume",
-}
-MOVED_KEYS: dict[str, tuple[str, ...]] = {
-    **{f"pretrain.{old}": (new,) for old, new in _PRETRAIN_TO.items()},
-    # SFT used pretraining's betas and eps: an old key keeps setting both
-    **{
-        f"pretrain.{k}": (f"optimizer.{k}", f"sft.optimizer.{k}") for k in ("beta1", "beta2", "eps")
-    },
-    **{f"sft.{old}": (new,) for old, new in _SFT_TO.items()},
-    "preflight.mfu": ("plan.mfu",),  # one MFU for the plan and preflight's projection
-    # the data stages' per-document work runs on the data engine: one worker count for all
-    "shards.workers": ("data_engine.workers",),
-    "decontam.workers": ("data_engine.workers",),
-}
-
-
-def _moved_message(old: str, new: tuple[str, ...]) -> str:
-    also = f" (and {', '.join(new[1:])}, which it also set)" if len(new) > 1 else ""
-    return f"{old} is now {new[0]}{also}"
-
-
-def _warn_moved(old: str, new: tuple[str, ...], where: str) -> None:
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, say it once
-        warn(f"{_moved_message(old, new)}: {escape(where)} uses the old key; write {new[0]}")
-
-
-def _new_keys(key: str, where: str) -> list[str]:
-    """The key(s) an override sets: itself, or where an old key moved (with a warning)."""
-    if key not in MOVED_KEYS:
-        return [key]
-    _warn_moved(key, MOVED_KEYS[key], where)
-    return list(MOVED_KEYS[key])
-
-
-def _pop_path(data: dict[str, Any], keys: list[str]) -> tuple[bool, Any]:
-    node = data
-    for k in keys[:-1]:
-        node = node.get(k)
-        if not isinstance(node, dict):
-            return False, None
-    if keys[-1] not in node:
-        return False, None
-    return True, node.pop(keys[-1])
-
-
-def _get_path(data: dict[str, Any], keys: list[str]) -> tuple[bool, Any]:
-    node: Any = data
-    for k in keys:
-        if not isinstance(node, dict) or k not in node:
-            return False, None
-        node = node[k]
-    return True, node
-
-
-def _default(key: str) -> Any:
-    model: Any = Config
-    *sections, name = key.split(".")
-    for section in sections:
-        model = model.model_fields[section].annotation
-    return model.model_fields[name].get_default(call_default_factory=True)
-
-
-def migrate_moved_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """Move old keys of a configuration file to their new places, warning about each; an old
-    and a new key with different values is a UserError naming the new key (unless the new
-    key holds its default: the old one's value is taken)."""
-    for old, new in MOVED_KEYS.items():
-        found, value = _pop_path(data, old.split("."))
-        if not found:
-            continue
-        keep_current = set()
-        for key in new:
-            present, current = _get_path(data, key.split("."))
-            if not present or current == value:
-                continue
-            # A key at its default says nothing, so it does not disagree: a run's resolved
-            # config.toml written by an older hanlm holds every key, the new one (or another old
-            # key that moved to it, e.g. decontam.workers and shards.workers) at its default.
-            if value == _default(key):
-                keep_current.add(key)
-            elif current != _default(key):
-                raise UserError(
-                    f"{where} sets both {old} = {value!r} and {key} = {current!r}: "
-                    f"{_moved_message(old, new)}",
-                    where=where,
-                    fix=f"keep only {key}",
-                )
-        _warn_moved(old, new, where)
-        for key in new:
-            if key not in keep_current:
-                _set_key(data, key, value)
-    return data
+# --- reading and resolving -------------------------------------------------------------------
 
 
 def recipe_names() -> list[str]:
@@ -1139,12 +1026,11 @@ def _parse_overrides(overrides: list[str]) -> list[tuple[str, Any, str]]:
 def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
     """Apply `section.key=value` strings (or a {dotted key: value} dict) to raw config data."""
     if isinstance(overrides, dict):
-        items = [(key, value, f"the setting {key}") for key, value in overrides.items()]
+        items = list(overrides.items())
     else:
-        items = [(key, value, f"--set {text}") for key, value, text in _parse_overrides(overrides)]
-    for given, value, where in items:
-        for key in _new_keys(given, where):
-            _set_key(data, key, value)
+        items = [(key, value) for key, value, _ in _parse_overrides(overrides)]
+    for key, value in items:
+        _set_key(data, key, value)
     return data
 
 
@@ -1242,13 +1128,12 @@ def load_config(
         path, data = "the defaults", {}
     else:
         path = resolve_source(source, run_config)
-        data = migrate_moved_keys(_read_toml(path), str(path))
+        data = _read_toml(path)
     set_by = {key: f"the command-line option setting {key}" for key in values or {}}
     if isinstance(overrides, dict):
         set_by.update({key: f"the override {key}={value!r}" for key, value in overrides.items()})
     else:
         set_by.update({key: f"--set {text}" for key, _, text in _parse_overrides(overrides or [])})
-    set_by = {new: place for key, place in set_by.items() for new in MOVED_KEYS.get(key, (key,))}
     apply_overrides(data, values or {})
     apply_overrides(data, overrides or [])
     try:

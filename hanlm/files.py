@@ -463,15 +463,23 @@ def write_stage_marker(stage_dir: Path, stage: str, fp: str, **extra: Any) -> No
     atomic_write_json(Path(stage_dir) / STAGE_MARKER, marker)
 
 
-def stage_fingerprint(stage_dir: Path) -> str | None:
-    """The fingerprint a complete stage folder was made with, or None when it is not complete."""
+def read_stage_marker(stage_dir: Path) -> dict | None:
+    """A complete stage folder's marker (stage, fingerprint, version, ...), or None when the
+    folder is not complete."""
     marker = Path(stage_dir) / STAGE_MARKER
     if not marker.is_file():
         return None
     try:
-        return read_json(marker)["fingerprint"]
-    except (OSError, ValueError, KeyError, TypeError):
+        data = read_json(marker)
+    except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) and "fingerprint" in data else None
+
+
+def stage_fingerprint(stage_dir: Path) -> str | None:
+    """The fingerprint a complete stage folder was made with, or None when it is not complete."""
+    marker = read_stage_marker(stage_dir)
+    return None if marker is None else marker["fingerprint"]
 
 
 class DamagedCompressedFile(UserError):

@@ -1,20 +1,43 @@
-"""The stages in order, and running them with skip-if-complete and `--from STAGE`."""
+"""The stages in order, and the one place that runs a stage: its fingerprint from what it
+declares (hanlm.stages.stage), skip-if-complete, the atomic output and its marker, the ranks
+that run it under torchrun, and `--from STAGE` / `--until STAGE`.
+"""
 
 from __future__ import annotations
 
 import datetime
 import importlib
 import os
+import shutil
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
-from hanlm import run_lock
+from hanlm import __version__, run_lock
 from hanlm.config import Config
-from hanlm.console import info
+from hanlm.console import info, warn
 from hanlm.errors import UserError
-from hanlm.stages.rundir import save_run_config
+from hanlm.files import (
+    STAGE_MARKER,
+    atomic_output_dir,
+    fingerprint,
+    read_json,
+    read_stage_marker,
+    stage_fingerprint,
+    write_stage_marker,
+)
+from hanlm.stages.rundir import RunDir, save_run_config
+from hanlm.stages.stage import (
+    Stage,
+    StageContext,
+    Unfinished,
+    declared_settings,
+    declared_view,
+    earlier_layout,
+)
 from hanlm.train import trackers
 
-# name -> module with `run(cfg, run, *, force) -> dict` (run: a RunDir or its path)
+# name -> the module declaring it (STAGE) and building its output (build), in the run's order
 STAGES: dict[str, str] = {
     "plan": "hanlm.stages.plan",
     "preflight": "hanlm.stages.preflight",
@@ -29,17 +52,167 @@ STAGES: dict[str, str] = {
     "compare": "hanlm.stages.compare",
     "report": "hanlm.stages.report",
 }
+# made on demand for the stages that read the demo world (Stage.uses_demo), not in the order
+DEMO = "hanlm.stages.demo"
+WAIT_LIMIT = datetime.timedelta(days=7)  # a corpus stage on a large crawl takes hours
 
 
-def stage_module(name: str):
+def stage_module(name: str) -> ModuleType:
+    if name == "demo":
+        return importlib.import_module(DEMO)
     if name not in STAGES:
         raise UserError(f"unknown stage {name!r}", fix=f"choose one of {', '.join(STAGES)}")
     return importlib.import_module(STAGES[name])
 
 
-# Under torchrun these stages use every rank; the others run on rank 0 while the rest wait.
-ALL_RANKS = frozenset({"preflight", "pretrain", "sft", "compare"})
-WAIT_LIMIT = datetime.timedelta(days=7)  # a corpus stage on a large crawl takes hours
+def declaration(name: str) -> Stage:
+    return stage_module(name).STAGE
+
+
+# --- fingerprints ----------------------------------------------------------------------------
+
+
+def finished_fingerprint(name: str, run: RunDir) -> str | None:
+    """The fingerprint stage `name` finished with in `run`, or None."""
+    return stage_fingerprint(declaration(name).output(run))
+
+
+def upstream_of(stage: Stage, cfg: Config, options: dict | None = None) -> tuple[str, ...]:
+    """The stages whose outputs `stage` reads for `cfg`: its declared ones, and the demo world
+    when it reads it."""
+    return (*stage.after, *(("demo",) if stage.uses_demo(cfg, options or {}) else ()))
+
+
+def fingerprint_of(stage: Stage, cfg: Config, upstream: dict[str, str | None], inputs: Any) -> str:
+    """What a finished output is recognised by: the stage and its version, exactly the settings
+    it declares, the fingerprints of the outputs it reads, and its inputs from outside the run."""
+    return fingerprint(stage.name, stage.version, declared_settings(cfg, stage), upstream, inputs)
+
+
+def current_fingerprint(name: str, cfg: Config, run: RunDir, options: dict | None = None) -> str:
+    """The fingerprint stage `name` would finish with now in `run`."""
+    module, stage = stage_module(name), declaration(name)
+    upstream = {u: finished_fingerprint(u, run) for u in upstream_of(stage, cfg, options)}
+    view = declared_view(cfg, stage)
+    inputs = module.inputs(view, run, options or {}) if hasattr(module, "inputs") else None
+    return fingerprint_of(stage, cfg, upstream, inputs)
+
+
+# --- running one stage -----------------------------------------------------------------------
+
+
+def _is_main() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _remove_work(stage: Stage, run: RunDir) -> None:
+    """A finished stage has no use for the work folder its jobs resumed in."""
+    work = stage.work(run) if stage.work is not None else None
+    if work is not None and work.is_dir():
+        shutil.rmtree(work)
+
+
+class _NotFinished(Exception):
+    """build returned None or Unfinished: no marker."""
+
+    def __init__(self, result: dict | None):
+        self.result = result
+
+
+def _unfinished(result: Any) -> bool:
+    return result is None or isinstance(result, Unfinished)
+
+
+def _summary(result: Any) -> dict | None:
+    return result.summary if isinstance(result, Unfinished) else result
+
+
+def _write_marker(folder: Path, stage: Stage, fp: str) -> None:
+    write_stage_marker(folder, stage.name, fp, version=stage.version, hanlm=__version__)
+
+
+def _reusable(stage: Stage, module: ModuleType, run: RunDir, out: Path, fp: str) -> dict | None:
+    """The finished result to return instead of building, or None to build. A folder made by
+    another version of the stage is refused: it is never reused, nor replaced unasked."""
+    marker = read_stage_marker(out)
+    if marker is None:
+        return None
+    if marker.get("version") != stage.version or marker.get("stage") != stage.name:
+        raise earlier_layout(stage, out, marker, run)
+    if marker["fingerprint"] != fp:
+        return None
+    problem = module.damage(run) if hasattr(module, "damage") else None
+    if problem is not None:
+        warn(f"{stage.name}: {out} is damaged ({problem}); making it again")
+        return None
+    if stage.name in STAGES:  # the demo world, made on demand, is reused without a word
+        info(f"{stage.name}: up to date in {out}, skipped")
+    _remove_work(stage, run)
+    return {} if stage.result_file is None else read_json(out / stage.result_file)
+
+
+def _build(stage: Stage, module: ModuleType, ctx: StageContext, out: Path) -> dict | None:
+    if stage.writes == "new_folder":
+        try:
+            with atomic_output_dir(out) as tmp:
+                ctx.out = tmp
+                result = module.build(ctx)
+                if _unfinished(result):
+                    raise _NotFinished(_summary(result))
+                _write_marker(tmp, stage, ctx.fingerprint)
+        except _NotFinished as stopped:
+            return stopped.result
+        _remove_work(stage, ctx.run)
+        return result
+    if _is_main():  # in place: not complete from here until the marker is written again
+        (out / STAGE_MARKER).unlink(missing_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+    result = module.build(ctx)
+    if not _unfinished(result) and _is_main():
+        _write_marker(out, stage, ctx.fingerprint)
+    return _summary(result)
+
+
+def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> dict | None:
+    module, stage = stage_module(name), declaration(name)
+    out = stage.output(run)
+    reason = module.not_needed(cfg) if hasattr(module, "not_needed") else None
+    if reason is not None:
+        # a finished earlier output would otherwise be read by the stages after it; a folder
+        # without hanlm's marker is not hanlm's to delete (and is never read as finished)
+        if read_stage_marker(out) is not None and _is_main():
+            shutil.rmtree(out)
+        info(f"{name}: {reason}; skipped")
+        return {"stage": name, "not_needed": reason}
+    if hasattr(module, "validate"):
+        module.validate(declared_view(cfg, stage), run, options)
+    if stage.uses_demo(cfg, options):
+        _run_on_ranks("demo", cfg, run, False, {})
+    if stage.rerun is not None:
+        return _rerun(stage, module, cfg, run, force)
+    view = declared_view(cfg, stage)
+    if stage.writes == "always":
+        return module.build(StageContext(view, run, out, "", force, options))
+    fp = current_fingerprint(name, cfg, run, options)
+    asked = hasattr(module, "always_builds") and module.always_builds(options)
+    if not force and not asked:
+        reused = _reusable(stage, module, run, out, fp)
+        if reused is not None:
+            return reused
+    return _build(stage, module, StageContext(view, run, out, fp, force, options), out)
+
+
+def _rerun(stage: Stage, module: ModuleType, cfg: Config, run: RunDir, force: bool) -> dict:
+    """A stage that is the pipeline again, on a derived recipe in a run folder of its own."""
+    derived_cfg, sub = stage.rerun(cfg, run)
+    if _is_main():
+        module.prepare(run, sub)
+    info(f"{stage.name}: {module.describe(sub)}")
+    results = {
+        name: _run_on_ranks(name, derived_cfg, sub, force, {}, key=f"{stage.name}/{name}")
+        for name in stage.rerun_stages
+    }
+    return {"run": str(sub.root), "stages": sorted(results)}
 
 
 def _pipeline_store():
@@ -63,19 +236,18 @@ def _pipeline_store():
     return PrefixStore(f"hanlm-pipeline/{restart}", store)
 
 
-def run_on_ranks(
-    name: str, cfg: Config, run_dir: Path, *, force: bool = False, key: str | None = None
-) -> dict:
-    """Run a stage: on every rank if it trains or checks hosts, else on rank 0 alone; `key`
-    names its signal to the waiting ranks when one launch runs the stage twice (default: the
-    stage's name)."""
+def _run_on_ranks(
+    name: str, cfg: Config, run: RunDir, force: bool, options: dict, *, key: str | None = None
+) -> dict | None:
+    """Run a stage on every rank if it declares so, else on rank 0 alone while the others wait
+    on `key` (default: the stage's name; a launch that runs a stage twice names each run)."""
     key = key or name
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or name in ALL_RANKS:
-        return run_stage(name, cfg, run_dir, force=force)
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or declaration(name).all_ranks:
+        return _run(name, cfg, run, force, options)
     store = _pipeline_store()
-    if os.environ.get("RANK", "0") == "0":
+    if _is_main():
         try:
-            result = run_stage(name, cfg, run_dir, force=force)
+            result = _run(name, cfg, run, force, options)
         except BaseException as e:
             store.set(key, f"failed: {e}")
             raise
@@ -88,21 +260,31 @@ def run_on_ranks(
     return {"stage": name, "ran_on_rank": 0}
 
 
-def run_stage(name: str, cfg: Config, run_dir: Path, *, force: bool = False) -> dict:
-    # the comparison runs stages of its own, coordinated across ranks as the pipeline's are
-    extra = {"run_stage": run_on_ranks} if name == "compare" else {}
-    with run_lock.hold(run_dir):  # taken once per command; here for callers from Python
-        result = stage_module(name).run(cfg, Path(run_dir), force=force, **extra)
-        if os.environ.get("RANK", "0") == "0":  # under torchrun, one writer
-            save_run_config(cfg, run_dir)
+def run_stage(
+    name: str, cfg: Config, run: RunDir | Path | str, *, force: bool = False,
+    save_config: bool = True, **options: Any,
+) -> dict | None:  # fmt: skip
+    """Run one stage on the run (skipped when finished with the same fingerprint and whole,
+    unless `force`), then save the configuration it ran with as the run's config.toml (unless
+    `save_config` is false); `options` are the command's own for the stage (see each stage).
+    Its result, or None when it did not finish (its jobs run on a cluster, or it stopped
+    early)."""
+    stage_module(name)  # an unknown name is a UserError listing the stages
+    run = RunDir.of(run)
+    with run_lock.hold(run.root):  # taken once per command; here for callers from Python
+        result = _run_on_ranks(name, cfg, run, force, options)
+        if save_config and _is_main():  # under torchrun, one writer
+            save_run_config(cfg, run)
     return result
 
 
 def run_pipeline(
-    cfg: Config, run_dir: Path, *, from_stage: str | None = None, until: str | None = None
-) -> dict[str, dict]:
+    cfg: Config, run: RunDir | Path | str, *, from_stage: str | None = None,
+    until: str | None = None,
+) -> dict[str, dict | None]:  # fmt: skip
     """Stages in order up to `until` (all by default); complete ones are skipped unless at or
     after `from_stage`."""
+    run = RunDir.of(run)
     names = list(STAGES)
     for name in (from_stage, until):
         if name is not None:
@@ -114,9 +296,11 @@ def run_pipeline(
     if {"pretrain", "sft"} & set(names[:stop]):  # before hours of data stages, not after
         trackers.check(cfg.logging)
     results = {}
-    with run_lock.hold(run_dir):  # no other command between two stages either
+    with run_lock.hold(run.root):  # no other command between two stages either
         for i, name in enumerate(names[:stop]):
-            if os.environ.get("RANK", "0") == "0":
+            if _is_main():
                 info(f"[bold]== {name}[/bold]")
-            results[name] = run_on_ranks(name, cfg, run_dir, force=i >= start)
+            results[name] = _run_on_ranks(name, cfg, run, i >= start, {})
+            if _is_main():
+                save_run_config(cfg, run)
     return results

@@ -16,7 +16,8 @@ from conftest import TINY_PRETRAIN
 from hanlm.chat.session import PROMPT, ChatSession, run_repl
 from hanlm.config import GenerateSection
 from hanlm.inference import chat_prompt, generate, load
-from hanlm.stages import export, pretrain
+from hanlm.pipeline import run_stage
+from hanlm.stages import export
 from hanlm.stages.rundir import load_run_config
 
 GREEDY = GenerateSection(greedy=True, repetition_penalty=1.3, max_new_tokens=12)
@@ -35,9 +36,9 @@ def model_dir(demo_run, tmp_path_factory):
         "logging.eval_batches": 1,
     }
     cfg = load_run_config(run_dir, values=values)
-    pretrain.run(cfg, run_dir)
+    run_stage("pretrain", cfg, run_dir)
     out = run_dir / "pretrain" / "hf"
-    export.run(cfg, run_dir, out=out)
+    export.export_chosen(cfg, run_dir, checkpoint=None, out=out, force=False)
     return out
 
 

@@ -15,7 +15,7 @@ import torch
 
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses
 from hanlm.config import load_config
-from hanlm.stages import pretrain
+from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import checkpoint
 from hanlm.train.checkpoint import committed, latest, verify
@@ -31,7 +31,7 @@ def run_dir(demo_run, tmp_path):
 
 def train(run_dir, **extra):
     cfg = load_run_config(run_dir, values={**TINY, **extra})
-    return pretrain.run(cfg, run_dir)
+    return run_stage("pretrain", cfg, run_dir)
 
 
 def ckpt_root(run_dir):
@@ -85,12 +85,12 @@ def test_damaged_latest_falls_back_and_training_reproduces(run_dir, tmp_path):
     shutil.copytree(run_dir, whole)
     train(whole)
     cfg = load_run_config(run_dir, values=TINY)
-    pretrain.run(cfg, run_dir, stop_after_steps=6)
+    run_stage("pretrain", cfg, run_dir, stop_after_steps=6)
     root = ckpt_root(run_dir)
     six = latest(root)
     assert six.name == "step-00000006"
     next(six.glob("*.distcp")).write_bytes(b"torn write")
-    pretrain.run(cfg, run_dir)  # resumes from step 4, the newest good one
+    run_stage("pretrain", cfg, run_dir)  # resumes from step 4, the newest good one
     assert losses(run_dir) == losses(whole)
     for name, tensor in final_weights(whole).items():
         assert torch.equal(final_weights(run_dir)[name], tensor), name
@@ -108,7 +108,7 @@ def test_failed_writes_are_retried_and_training_goes_on(run_dir, monkeypatch, er
 
 def test_persistent_failure_stops_cleanly_and_the_last_good_one_loads(run_dir, monkeypatch, cli):
     cfg = load_run_config(run_dir, values=TINY)
-    pretrain.run(cfg, run_dir, stop_after_steps=4)
+    run_stage("pretrain", cfg, run_dir, stop_after_steps=4)
     good = latest(ckpt_root(run_dir))
     monkeypatch.setenv("HANLM_FAULT_WRITE_ERRORS", "ENOSPC:1000")
     args = ["pretrain", "--run", run_dir]
@@ -136,11 +136,11 @@ def test_async_failure_is_reported_and_retried(run_dir, monkeypatch):
 def test_mirror_copies_and_resume_starts_from_it(run_dir, tmp_path):
     mirror = tmp_path / "mirror"
     cfg = load_run_config(run_dir, values={**TINY, "checkpoint.mirror": str(mirror)})
-    pretrain.run(cfg, run_dir, stop_after_steps=4)
+    run_stage("pretrain", cfg, run_dir, stop_after_steps=4)
     assert (mirror / "latest").read_text().strip() == "step-00000004"
     assert verify(mirror / "step-00000004") is None
     shutil.rmtree(ckpt_root(run_dir))  # the primary disk is gone
-    pretrain.run(cfg, run_dir)
+    run_stage("pretrain", cfg, run_dir)
     assert sorted(losses(run_dir)) == list(range(1, 11))
     assert (mirror / "latest").read_text().strip() == "step-00000010"
     # the mirror keeps what the primary keeps (keep_last 3 of the saves every 2 steps)

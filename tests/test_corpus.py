@@ -12,7 +12,7 @@ from hanlm.config import load_config
 from hanlm.data import corpus
 from hanlm.data.corpus import iter_corpus, normalise
 from hanlm.errors import UserError
-from hanlm.stages import corpus as corpus_stage
+from hanlm.pipeline import run_stage
 
 DOCS = [
     "대한민국의 수도는 서울이다. 서울은 한강을 끼고 있는 큰 도시이다.",
@@ -59,14 +59,14 @@ def test_txt_blocks_and_lines(tmp_path):
     block = tmp_path / "blocks.txt"
     block.write_text(f"{DOCS[0]}\n둘째 줄도 같은 문서이다.\n\n\n{DOCS[1]}\n", encoding="utf-8")
     cfg = make_cfg(tmp_path, [block])
-    corpus_stage.run(cfg, tmp_path / "r1")
+    run_stage("corpus", cfg, tmp_path / "r1")
     got = texts(tmp_path / "r1")
     assert got == [f"{DOCS[0]}\n둘째 줄도 같은 문서이다.", DOCS[1]]
 
     lines = tmp_path / "lines.txt"
     lines.write_text("\n".join(DOCS) + "\n", encoding="utf-8")
     cfg = make_cfg(tmp_path, [lines], **{"corpus.doc_per_line": True})
-    corpus_stage.run(cfg, tmp_path / "r2")
+    run_stage("corpus", cfg, tmp_path / "r2")
     assert texts(tmp_path / "r2") == DOCS
 
 
@@ -82,7 +82,7 @@ def test_jsonl_gz_zst_and_parquet(tmp_path):
     )
     pq.write_table(pa.table({"body": [rows[3]["body"]]}), tmp_path / "in" / "d.parquet")
     cfg = make_cfg(tmp_path, [tmp_path / "in" / "*"], **{"corpus.text_field": "body"})
-    stats = corpus_stage.run(cfg, tmp_path / "run")
+    stats = run_stage("corpus", cfg, tmp_path / "run")
     assert texts(tmp_path / "run") == DOCS
     ids = [d["id"] for d in iter_corpus(tmp_path / "run" / "corpus")]
     assert ids[:3] == ["doc0", "doc1", "doc2"]
@@ -94,7 +94,7 @@ def test_compressed_parquet(tmp_path):
     pq.write_table(pa.table({"text": DOCS}), raw)
     (tmp_path / "t.parquet.gz").write_bytes(gzip.compress(raw.read_bytes()))
     raw.unlink()
-    corpus_stage.run(make_cfg(tmp_path, [tmp_path / "t.parquet.gz"]), tmp_path / "run")
+    run_stage("corpus", make_cfg(tmp_path, [tmp_path / "t.parquet.gz"]), tmp_path / "run")
     assert texts(tmp_path / "run") == DOCS
 
 
@@ -105,8 +105,8 @@ def test_exact_duplicates_and_short_documents_counted(tmp_path):
     rows = [{"text": d} for d in DOCS]
     rows += [{"text": DOCS[0]}, {"text": DOCS[0]}, {"text": unicodedata.normalize("NFD", DOCS[1])}]
     rows += [{"text": "짧다"}, {"text": "   "}]
-    stats = corpus_stage.run(
-        make_cfg(tmp_path, [write_jsonl(tmp_path / "x.jsonl", rows)]), tmp_path / "r"
+    stats = run_stage(
+        "corpus", make_cfg(tmp_path, [write_jsonl(tmp_path / "x.jsonl", rows)]), tmp_path / "r"
     )
     # The NFD copy is a duplicate once normalised.
     assert stats["exact_duplicates"] == 3
@@ -122,8 +122,8 @@ def test_near_duplicates_removed_distinct_kept(tmp_path, shared_data):
     respaced = [c.replace(" ", "", 3) for c in contexts[10:15]]  # Korean spacing varies
     rows = [{"text": t} for t in contexts + near + respaced]
     path = write_jsonl(tmp_path / "k.jsonl", rows)
-    stats = corpus_stage.run(
-        make_cfg(tmp_path, [path], **{"corpus.near_dedup": True}), tmp_path / "r"
+    stats = run_stage(
+        "corpus", make_cfg(tmp_path, [path], **{"corpus.near_dedup": True}), tmp_path / "r"
     )
     distinct = len(set(contexts))
     assert stats["near_duplicates"] == 15
@@ -142,7 +142,7 @@ def test_corrupt_lines_skipped_and_counted(tmp_path):
         + b"[1, 2]\n\n"
         + json.dumps({"text": DOCS[1]}, ensure_ascii=False).encode()
     )
-    stats = corpus_stage.run(make_cfg(tmp_path, [path]), tmp_path / "r")
+    stats = run_stage("corpus", make_cfg(tmp_path, [path]), tmp_path / "r")
     assert stats["skipped"] == {"corrupt_json": 1, "invalid_utf8": 1, "missing_field": 3}
     assert texts(tmp_path / "r") == DOCS[:2]
 
@@ -150,7 +150,7 @@ def test_corrupt_lines_skipped_and_counted(tmp_path):
 def test_invalid_utf8_in_txt_drops_only_that_document(tmp_path):
     path = tmp_path / "t.txt"
     path.write_bytes(DOCS[0].encode() + b"\n\n\xc3\x28 \xed\x95\n\n" + DOCS[1].encode() + b"\n")
-    stats = corpus_stage.run(make_cfg(tmp_path, [path]), tmp_path / "r")
+    stats = run_stage("corpus", make_cfg(tmp_path, [path]), tmp_path / "r")
     assert stats["skipped"] == {"invalid_utf8": 1}
     assert texts(tmp_path / "r") == DOCS[:2]
 
@@ -158,7 +158,7 @@ def test_invalid_utf8_in_txt_drops_only_that_document(tmp_path):
 def test_truncated_compressed_file_counted(tmp_path):
     data = gzip.compress(("\n".join(json.dumps({"text": d}) for d in DOCS * 50)).encode())
     (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
-    stats = corpus_stage.run(make_cfg(tmp_path, [tmp_path / "cut.jsonl.gz"]), tmp_path / "r")
+    stats = run_stage("corpus", make_cfg(tmp_path, [tmp_path / "cut.jsonl.gz"]), tmp_path / "r")
     assert stats["skipped"].get("corrupt_file") == 1
 
 
@@ -232,12 +232,12 @@ def test_every_kind_of_damaged_compressed_input_is_caught(tmp_path, name, damage
     path = tmp_path / name
     path.write_bytes(damage(compressed))
     good = write_jsonl(tmp_path / "good.jsonl", [{"text": DOCS[0] + " 좋은 파일"}])
-    stats = corpus_stage.run(make_cfg(tmp_path, [good, path]), tmp_path / "r")
+    stats = run_stage("corpus", make_cfg(tmp_path, [good, path]), tmp_path / "r")
     assert stats["skipped"].get("corrupt_file") == 1
     assert [d["path"] for d in stats["damaged_files"]] == [str(path)]
     with pytest.raises(UserError, match="cannot be read to its end"):
-        corpus_stage.run(
-            make_cfg(tmp_path, [good, path], **{"corpus.strict": True}), tmp_path / "s"
+        run_stage(
+            "corpus", make_cfg(tmp_path, [good, path], **{"corpus.strict": True}), tmp_path / "s"
         )
 
 
@@ -247,7 +247,7 @@ def test_concatenated_zstd_frames_and_gzip_members_are_read_whole(tmp_path):
     members = b"".join(gzip.compress(_jsonl_bytes([d])) for d in DOCS[2:])
     (tmp_path / "members.jsonl.gz").write_bytes(members)
     inputs = [tmp_path / "frames.jsonl.zst", tmp_path / "members.jsonl.gz"]
-    stats = corpus_stage.run(make_cfg(tmp_path, inputs), tmp_path / "r")
+    stats = run_stage("corpus", make_cfg(tmp_path, inputs), tmp_path / "r")
     assert texts(tmp_path / "r") == DOCS
     assert stats["skipped"] == {} and stats["damaged_files"] == []
 
@@ -297,10 +297,10 @@ def test_hf_offline_and_bad_id(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = make_cfg(tmp_path, ["hf:someone/korean-corpus:train"])
     with pytest.raises(UserError, match="offline") as e:
-        corpus_stage.run(cfg, tmp_path / "r")
+        run_stage("corpus", cfg, tmp_path / "r")
     assert "--input" in e.value.message
     with pytest.raises(UserError, match="bad Hugging Face dataset id"):
-        corpus_stage.run(make_cfg(tmp_path, ["hf:onlyname"]), tmp_path / "r")
+        run_stage("corpus", make_cfg(tmp_path, ["hf:onlyname"]), tmp_path / "r")
 
 
 def test_hf_without_datasets_package(tmp_path, monkeypatch):
@@ -315,7 +315,7 @@ def test_hf_without_datasets_package(tmp_path, monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_datasets)
     with pytest.raises(UserError, match=r"hanlm\[hf\]"):
-        corpus_stage.run(make_cfg(tmp_path, ["hf:someone/x:train"]), tmp_path / "r")
+        run_stage("corpus", make_cfg(tmp_path, ["hf:someone/x:train"]), tmp_path / "r")
 
 
 def test_subprocess_exit_code_and_no_traceback(tmp_path):
@@ -331,12 +331,14 @@ def test_subprocess_exit_code_and_no_traceback(tmp_path):
 def test_complete_stage_is_skipped_and_config_change_redoes(tmp_path):
     path = write_jsonl(tmp_path / "x.jsonl", [{"text": d} for d in DOCS])
     cfg = make_cfg(tmp_path, [path])
-    corpus_stage.run(cfg, tmp_path / "r")
+    run_stage("corpus", cfg, tmp_path / "r")
     marker = tmp_path / "r" / "corpus" / "stage.json"
     before = marker.stat().st_mtime_ns
-    corpus_stage.run(cfg, tmp_path / "r")
+    run_stage("corpus", cfg, tmp_path / "r")
     assert marker.stat().st_mtime_ns == before
-    stats = corpus_stage.run(make_cfg(tmp_path, [path], **{"corpus.min_chars": 35}), tmp_path / "r")
+    stats = run_stage(
+        "corpus", make_cfg(tmp_path, [path], **{"corpus.min_chars": 35}), tmp_path / "r"
+    )
     assert marker.stat().st_mtime_ns != before
     assert stats["too_short"] == sum(len(d) < 35 for d in DOCS)
 
@@ -351,7 +353,7 @@ def test_rerun_rebuilds_a_finished_corpus_whose_part_was_damaged(tmp_path, cli):
     part.write_bytes(part.read_bytes()[:10])
     result = cli("corpus", "--run", run, "--input", path)
     assert result.code == 0, result.err
-    assert "is damaged" in result.err and "building it again" in result.err
+    assert "is damaged" in result.err and "making it again" in result.err
     assert texts(run) == DOCS
 
 
@@ -359,7 +361,7 @@ def test_parts_split_by_characters(tmp_path, shared_data):
     contexts = korquad_contexts(shared_data)
     path = write_jsonl(tmp_path / "k.jsonl", [{"text": t} for t in contexts])
     cfg = make_cfg(tmp_path, [path], **{"corpus.part_chars": 50_000})
-    stats = corpus_stage.run(cfg, tmp_path / "r")
+    stats = run_stage("corpus", cfg, tmp_path / "r")
     assert len(stats["parts"]) == len(list((tmp_path / "r" / "corpus").glob("part-*.jsonl.zst")))
     assert len(stats["parts"]) >= 10
     assert sum(p["documents"] for p in stats["parts"]) == stats["documents_out"]

@@ -17,7 +17,7 @@ from hanlm.config import load_config
 from hanlm.data import cleaning, engine, readers
 from hanlm.data.corpus import iter_corpus
 from hanlm.errors import UserError
-from hanlm.stages import corpus as corpus_stage
+from hanlm.pipeline import run_stage
 
 
 def corpus_files(tmp_path, shared, files=3, docs_per_file=150, seed=0):
@@ -105,8 +105,8 @@ def inputs(tmp_path, shared_data):
 
 
 def test_one_and_two_workers_write_identical_corpora(tmp_path, inputs):
-    one = corpus_stage.run(config(tmp_path, workers=1), tmp_path / "one")
-    two = corpus_stage.run(config(tmp_path, workers=2), tmp_path / "two")
+    one = run_stage("corpus", config(tmp_path, workers=1), tmp_path / "one")
+    two = run_stage("corpus", config(tmp_path, workers=2), tmp_path / "two")
     assert one["tasks"] == two["tasks"] == 3
     assert one["exact_duplicates"] > 0 and one["near_duplicates"] > 0
     assert output(tmp_path / "one") == output(tmp_path / "two")
@@ -117,8 +117,8 @@ def test_one_and_two_workers_write_identical_corpora(tmp_path, inputs):
 
 
 def test_byte_range_tasks_give_the_same_documents_as_whole_files(tmp_path, inputs):
-    whole = corpus_stage.run(config(tmp_path, task_mb=64), tmp_path / "whole")
-    cut = corpus_stage.run(config(tmp_path, task_mb=1), tmp_path / "cut")
+    whole = run_stage("corpus", config(tmp_path, task_mb=64), tmp_path / "whole")
+    cut = run_stage("corpus", config(tmp_path, task_mb=1), tmp_path / "cut")
     assert whole["tasks"] == 3
     # 1 MB tasks would not cut these small files: cut them by hand through the task size
     assert cut["tasks"] == 3
@@ -129,7 +129,7 @@ def test_byte_range_tasks_give_the_same_documents_as_whole_files(tmp_path, input
 
 def test_a_crashed_run_resumes_without_redoing_finished_tasks(tmp_path, inputs, monkeypatch):
     reference = tmp_path / "reference"
-    corpus_stage.run(config(tmp_path), reference)
+    run_stage("corpus", config(tmp_path), reference)
 
     original = cleaning.WriteParts.run
 
@@ -141,7 +141,7 @@ def test_a_crashed_run_resumes_without_redoing_finished_tasks(tmp_path, inputs, 
     monkeypatch.setattr(cleaning.WriteParts, "run", crash_on_task_1)
     run = tmp_path / "run"
     with pytest.raises(RuntimeError, match="power cut"):
-        corpus_stage.run(config(tmp_path), run)
+        run_stage("corpus", config(tmp_path), run)
     assert not (run / "corpus").exists()
     work = run / "corpus.work"
     assert sorted(p.name for p in (work / "logs" / "clean" / "completions").iterdir()) == [
@@ -158,7 +158,7 @@ def test_a_crashed_run_resumes_without_redoing_finished_tasks(tmp_path, inputs, 
         return original_read(self, data, rank, world_size)
 
     monkeypatch.setattr(cleaning.ReadUnit, "run", counting_read)
-    corpus_stage.run(config(tmp_path), run)
+    run_stage("corpus", config(tmp_path), run)
     assert read == []  # every clean task had finished: none read its input again
     assert output(run) == output(reference)
     assert counts(run) == counts(reference)
@@ -224,11 +224,11 @@ def test_changed_settings_do_not_reuse_finished_tasks(tmp_path, inputs, monkeypa
     monkeypatch.setattr(cleaning.WriteParts, "run", crash)
     run = tmp_path / "run"
     with pytest.raises(RuntimeError):
-        corpus_stage.run(config(tmp_path, **{"corpus.min_chars": 30}), run)
+        run_stage("corpus", config(tmp_path, **{"corpus.min_chars": 30}), run)
     monkeypatch.setattr(cleaning.WriteParts, "run", original)
     lengths = sorted(len(json.loads(line)["text"]) for f in inputs for line in f.open())
     median = lengths[len(lengths) // 2]
-    stats = corpus_stage.run(config(tmp_path, **{"corpus.min_chars": median}), run)
+    stats = run_stage("corpus", config(tmp_path, **{"corpus.min_chars": median}), run)
     assert 0 < stats["too_short"] < stats["documents_in"]  # the clean tasks ran again
 
 
@@ -280,7 +280,7 @@ def test_slurm_submits_dependent_array_jobs_and_a_rerun_gathers(tmp_path, inputs
         tmp_path, **{"data_engine.executor": "slurm", "data_engine.slurm.partition": "cpu"}
     )
     run = tmp_path / "run"
-    assert corpus_stage.run(cfg, run) is None  # submitted, not finished
+    assert run_stage("corpus", cfg, run) is None  # submitted, not finished
     scripts = sorted(fake_sbatch.glob("*.slurm"), key=lambda p: int(p.stem))
     pipelines = [s.read_text() for s in scripts if "launch_pickled_pipeline" in s.read_text()]
     assert len(pipelines) == 4  # clean, pairs, clusters, write (and datatrove's stats merges)
@@ -298,16 +298,16 @@ def test_slurm_submits_dependent_array_jobs_and_a_rerun_gathers(tmp_path, inputs
             subprocess.run(
                 [launcher, str(work / "logs" / job / "executor.pik")], env=env, check=True
             )
-    stats = corpus_stage.run(cfg, run)
+    stats = run_stage("corpus", cfg, run)
     assert stats is not None and stats["documents_out"] > 0
     local = tmp_path / "local"
-    corpus_stage.run(config(tmp_path), local)
+    run_stage("corpus", config(tmp_path), local)
     assert output(run) == output(local)
 
 
 def test_slurm_without_a_partition_is_a_user_error(tmp_path, inputs):
     with pytest.raises(UserError, match="partition"):
-        corpus_stage.run(config(tmp_path, **{"data_engine.executor": "slurm"}), tmp_path / "r")
+        run_stage("corpus", config(tmp_path, **{"data_engine.executor": "slurm"}), tmp_path / "r")
 
 
 def test_ray_executor(tmp_path, inputs):
@@ -315,17 +315,17 @@ def test_ray_executor(tmp_path, inputs):
         import ray  # noqa: F401
     except ImportError:
         with pytest.raises(UserError, match=r"hanlm\[ray\]"):
-            corpus_stage.run(config(tmp_path, **{"data_engine.executor": "ray"}), tmp_path / "r")
+            run_stage("corpus", config(tmp_path, **{"data_engine.executor": "ray"}), tmp_path / "r")
         return
-    stats = corpus_stage.run(config(tmp_path, **{"data_engine.executor": "ray"}), tmp_path / "r")
-    corpus_stage.run(config(tmp_path), tmp_path / "local")
+    stats = run_stage("corpus", config(tmp_path, **{"data_engine.executor": "ray"}), tmp_path / "r")
+    run_stage("corpus", config(tmp_path), tmp_path / "local")
     assert stats["documents_out"] > 0 and output(tmp_path / "r") == output(tmp_path / "local")
 
 
 def test_bands_cut_into_hash_ranges_find_the_same_duplicates(tmp_path, inputs, monkeypatch):
-    whole = corpus_stage.run(config(tmp_path), tmp_path / "whole")
+    whole = run_stage("corpus", config(tmp_path), tmp_path / "whole")
     monkeypatch.setattr(cleaning, "PAIRS_TASK_BYTES", 100_000)  # several pairs tasks per band
-    cut = corpus_stage.run(config(tmp_path), tmp_path / "cut")
+    cut = run_stage("corpus", config(tmp_path), tmp_path / "cut")
     assert cut["job_seconds"].keys() == whole["job_seconds"].keys()
     assert output(tmp_path / "whole") == output(tmp_path / "cut")
     assert counts(tmp_path / "whole") == counts(tmp_path / "cut")

@@ -22,7 +22,7 @@ from conftest import (
     run_subprocess,
     write_jsonl,
 )
-from hanlm import demo
+from hanlm import demo, pipeline
 from hanlm.config import load_config
 from hanlm.data import corpus as corpus_lib
 from hanlm.data import decontam
@@ -31,10 +31,10 @@ from hanlm.data.decontam import outputs as outputs_module
 from hanlm.data.decontam import scan as scan_module
 from hanlm.data.decontam.index import DEFAULT_NGRAM, STRIDE, normalise
 from hanlm.errors import UserError
+from hanlm.pipeline import run_stage
 from hanlm.stages import corpus as corpus_stage
 from hanlm.stages import decontam as decontam_stage
-from hanlm.stages import tokenizer as tokenizer_stage
-from hanlm.stages.rundir import load_run_config
+from hanlm.stages.rundir import RunDir, load_run_config
 from hanlm.testsets import readers
 
 # ---------------------------------------------------------------------------------------------
@@ -122,6 +122,13 @@ def test_planted_kobest_items_found_in_every_style(shared_data, tmp_path, cli):
     assert rows[items[3].item_id]["documents"] == ["plant-embedded-3"]
 
 
+def standalone(cfg, corpus: list[str], out: Path) -> dict | None:
+    """`hanlm decontam --corpus GLOB --out OUT` from Python."""
+    return run_stage(
+        "decontam", cfg, RunDir(out), save_config=False, standalone=True, corpus=corpus
+    )
+
+
 def test_planted_demo_items_found_in_every_style(demo_world, tmp_path):
     world, paths = demo_world
     items = readers.read("demo_qa", paths["benchmark"])
@@ -129,7 +136,7 @@ def test_planted_demo_items_found_in_every_style(demo_world, tmp_path):
     docs, expected = plant(items, filler)
     path = write_jsonl(tmp_path / "train.jsonl", docs)
     cfg = load_config(values={"decontam.benchmarks": [f"demo_qa={paths['benchmark']}"]})
-    decontam_stage.standalone(cfg, [str(path)], tmp_path / "o")
+    standalone(cfg, [str(path)], tmp_path / "o")
     check_planted(tmp_path / "o", items, expected)
 
 
@@ -487,7 +494,7 @@ def data_copy(demo_run, tmp_path) -> Path:
 
 def test_cut_mode_removes_the_items_and_keeps_the_rest(data_copy):
     cfg = load_run_config(data_copy, values={"decontam.action": "cut"})
-    report = decontam_stage.run(cfg, data_copy)
+    report = run_stage("decontam", cfg, data_copy)
     assert report["documents_cut"] > 0
     index = decontam_stage.load_run_index(data_copy)
     texts = [d["text"] for d in corpus_lib.iter_corpus(data_copy / "decontam" / "corpus")]
@@ -497,12 +504,14 @@ def test_cut_mode_removes_the_items_and_keeps_the_rest(data_copy):
 
 
 def test_disabled_stage_trains_on_the_plain_corpus(data_copy):
-    before = tokenizer_stage.stage_fp(load_run_config(data_copy), data_copy)
+    run = RunDir(data_copy)
+    before = pipeline.current_fingerprint("tokenizer", load_run_config(data_copy), run)
     cfg = load_run_config(data_copy, values={"decontam.enabled": False})
-    assert decontam_stage.run(cfg, data_copy) == {"enabled": False}
+    assert run_stage("decontam", cfg, data_copy)["not_needed"].startswith("disabled")
     assert not (data_copy / "decontam").exists()
     assert corpus_stage.training_corpus_dir(data_copy) == data_copy / "corpus"
-    assert tokenizer_stage.stage_fp(cfg, data_copy) != before  # the tokenizer will be redone
+    # the tokenizer will be redone
+    assert pipeline.current_fingerprint("tokenizer", cfg, run) != before
     assert decontam_stage.load_run_index(data_copy) is None
 
 
@@ -603,7 +612,7 @@ def test_run_mode_with_one_and_two_workers_gives_the_same_corpus(data_copy, monk
         cfg = load_run_config(
             data_copy, values={"decontam.action": "cut", "data_engine.workers": workers}
         )
-        decontam_stage.run(cfg, data_copy, force=True)
+        run_stage("decontam", cfg, data_copy, force=True)
         outputs.append(_outputs(data_copy / "decontam"))
     assert outputs[0] == outputs[1]
     assert outputs[0]["report"]["documents_cut"] > 0
@@ -633,23 +642,23 @@ def test_a_killed_scan_resumes_and_redoes_only_unfinished_tasks(demo_world, tmp_
     monkeypatch.setattr(scan_module.ScanPieces, "run", killed_at_task_2)
     out = tmp_path / "o"
     with pytest.raises(RuntimeError, match="killed"):
-        decontam_stage.standalone(cfg, [str(folder / "*")], out)
+        standalone(cfg, [str(folder / "*")], out)
     assert ran == [0, 1, 2] and not (out / "decontam").exists()
     work = out / "decontam-partial" / "scan"
     first = (work / "scan" / "00000.npz").stat().st_mtime_ns
     ran.clear()
-    report = decontam_stage.standalone(cfg, [str(folder / "*")], out)
+    report = standalone(cfg, [str(folder / "*")], out)
     assert ran[0] == 2 and 0 not in ran and 1 not in ran  # finished tasks are not redone
     assert not work.exists()
     fresh = tmp_path / "fresh"
-    decontam_stage.standalone(cfg, [str(folder / "*")], fresh)
+    standalone(cfg, [str(folder / "*")], fresh)
     assert _outputs(out / "decontam") == _outputs(fresh / "decontam")
     assert report["documents_scanned"] > 0 and first > 0
 
 
 def test_a_run_killed_after_writing_the_corpus_resumes(data_copy, monkeypatch):
     cfg = load_run_config(data_copy, values={"decontam.action": "cut"})
-    decontam_stage.run(cfg, data_copy, force=True)
+    run_stage("decontam", cfg, data_copy, force=True)
     done = _outputs(data_copy / "decontam")
     write_reports = outputs_module.write_reports
 
@@ -659,24 +668,14 @@ def test_a_run_killed_after_writing_the_corpus_resumes(data_copy, monkeypatch):
     monkeypatch.setattr(outputs_module, "write_reports", killed)
     shutil.rmtree(data_copy / "decontam")  # as on the first run
     with pytest.raises(RuntimeError, match="killed"):
-        decontam_stage.run(cfg, data_copy)
+        run_stage("decontam", cfg, data_copy)
     assert not (data_copy / "decontam").exists()
     work = data_copy / "decontam-partial" / "scan"
     assert list((work / "logs" / "write" / "completions").iterdir())  # the parts were written
     monkeypatch.setattr(outputs_module, "write_reports", write_reports)
-    decontam_stage.run(cfg, data_copy)  # the tasks are complete: gathered, not redone
+    run_stage("decontam", cfg, data_copy)  # the tasks are complete: gathered, not redone
     assert _outputs(data_copy / "decontam") == done
     assert not work.exists()
-
-
-def test_old_workers_key_sets_the_data_engine_workers(tmp_path):
-    recipe = tmp_path / "r.toml"
-    recipe.write_text("[decontam]\nworkers = 3\n")
-    assert load_config(recipe).data_engine.workers == 3
-    assert load_config(overrides=["decontam.workers=2"]).data_engine.workers == 2
-    with pytest.raises(UserError, match=r"data_engine\.workers"):
-        recipe.write_text("[decontam]\nworkers = 3\n[data_engine]\nworkers = 1\n")
-        load_config(recipe)
 
 
 def test_bad_inputs_are_user_errors(tmp_path, cli, demo_world):
@@ -758,7 +757,7 @@ def test_rerun_scans_again_when_the_cleaned_corpus_was_damaged(data_copy, cli):
     part.write_bytes(whole[: len(whole) // 2])
     result = cli("decontam", "--run", data_copy)
     assert result.code == 0, result.err
-    assert "scanning again" in result.err
+    assert "making it again" in result.err
     assert part.read_bytes() == whole
 
 
@@ -771,14 +770,14 @@ def test_a_damaged_index_is_refused_by_readers_and_rebuilt_by_a_rerun(data_copy,
         decontam_stage.load_run_index(data_copy)
     result = cli("decontam", "--run", data_copy)
     assert result.code == 0, result.err
-    assert "index.npz cannot be read" in result.err and "scanning again" in result.err
+    assert "index.npz cannot be read" in result.err and "making it again" in result.err
     assert decontam_stage.load_run_index(data_copy) is not None
 
 
 def test_run_mode_without_corpus_is_a_user_error(tmp_path):
     cfg = load_config(values={"decontam.benchmarks": ["demo_qa=demo"]})
     with pytest.raises(UserError, match="no finished corpus"):
-        decontam_stage.run(cfg, tmp_path / "empty")
+        run_stage("decontam", cfg, tmp_path / "empty")
 
 
 def test_subprocess_exit_code(tmp_path):
@@ -801,7 +800,7 @@ def test_run_mode_on_a_text_corpus_writes_the_demo_benchmark_it_needs(tmp_path):
             "decontam.action": "drop",
         }
     )
-    corpus_stage.run(cfg, tmp_path / "run")
-    report = decontam_stage.run(cfg, tmp_path / "run")  # the demo recipe's demo_qa=demo
+    run_stage("corpus", cfg, tmp_path / "run")
+    report = run_stage("decontam", cfg, tmp_path / "run")  # the demo recipe's demo_qa=demo
     assert report["benchmarks"]["demo_qa"]["dirty"] == 1
     assert report["documents_dropped"] == 1

@@ -11,7 +11,8 @@ from conftest import TINY_PRETRAIN, metrics
 from damaged_models import damaged_copy
 from hanlm.config import DistillSection
 from hanlm.errors import UserError
-from hanlm.stages import export, pretrain
+from hanlm.pipeline import run_stage
+from hanlm.stages import export
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import distill
 from hanlm.train.loss import TokenLoss
@@ -84,9 +85,9 @@ def teacher(demo_run, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("distill") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     cfg = load_run_config(run_dir, values=TINY)
-    pretrain.run(cfg, run_dir)
+    run_stage("pretrain", cfg, run_dir)
     out = run_dir / "pretrain" / "hf"
-    export.run(cfg, run_dir, out=out)
+    export.export_chosen(cfg, run_dir, checkpoint=None, out=out, force=False)
     return run_dir, out
 
 
@@ -201,7 +202,7 @@ def test_pretraining_with_distillation_logs_ce_and_kl(teacher, tmp_path):
         "distill.teacher": str(folder),
         "distill.alpha": 0.5,
     }
-    pretrain.run(load_run_config(run_dir, values=values), run_dir)
+    run_stage("pretrain", load_run_config(run_dir, values=values), run_dir)
     rows = [r for r in metrics(run_dir) if "loss" in r]
     assert rows and all("ce" in r and "kl" in r for r in rows)
     for r in rows:  # the logged total is the mix of the logged parts

@@ -11,8 +11,7 @@ from damaged_models import damaged_copy
 from hanlm.errors import UserError
 from hanlm.evals import run as eval_run
 from hanlm.evals.harness import Model
-from hanlm.stages import eval as eval_stage
-from hanlm.stages import export, pretrain
+from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
 from user_files import snapshot, user_file, user_folder
 
@@ -31,8 +30,8 @@ def trained(demo_run, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("eval") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     cfg = load_run_config(run_dir, values={**TINY_PRETRAIN, "pretrain.max_steps": 2})
-    pretrain.run(cfg, run_dir)
-    export.run(cfg, run_dir)
+    run_stage("pretrain", cfg, run_dir)
+    run_stage("export", cfg, run_dir)
     return run_dir
 
 
@@ -63,7 +62,7 @@ def test_stage_writes_results_with_contamination_splits(run_dir):
             for it, s in zip(items, statuses, strict=True)
         ],
     )
-    result = eval_stage.run(_config(run_dir), run_dir)
+    result = run_stage("eval", _config(run_dir), run_dir)
     out = run_dir / "eval"
     record = json.loads((out / "results.json").read_text())
     model = record["models"][0]
@@ -83,8 +82,9 @@ def test_stage_writes_results_with_contamination_splits(run_dir):
     qa_sample = next(s for s in samples if s["task"] == "demo_qa")
     assert len(qa_sample["loglikelihoods"]) == 2 and qa_sample["contamination"] in statuses
     assert "| demo_qa | clean | acc |" in (out / "results.md").read_text()
-    assert not result["skipped"]
-    assert eval_stage.run(_config(run_dir), run_dir)["skipped"]
+    marker = (out / "stage.json").read_text()
+    assert run_stage("eval", _config(run_dir), run_dir) == result  # up to date: skipped
+    assert (out / "stage.json").read_text() == marker
 
 
 def test_cli_side_by_side_models_and_kobest(run_dir, cli, shared_data, tmp_path):
@@ -171,7 +171,7 @@ def test_out_holding_an_earlier_evaluation_is_replaced_only_with_force(run_dir, 
     out = tmp_path / "results"
     common = ("eval", "--run", run_dir, "--model", model, "--task", "demo_qa", "--out", out)
     assert cli(*common, "--limit", "2").code == 0
-    assert json.loads((out / "stage.json").read_text())["stage"] == "eval"  # recognisable
+    assert json.loads((out / "results.json").read_text())["models"]  # recognisable by it
     before = snapshot(out)
     assert_user_error(cli(*common, "--limit", "3"), "earlier hanlm output", "--force")
     assert snapshot(out) == before

@@ -15,8 +15,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from conftest import TINY_PRETRAIN, assert_user_error
 from hanlm.errors import UserError
 from hanlm.model import build_model, model_config
+from hanlm.pipeline import run_stage
 from hanlm.stages import export as export_stage
-from hanlm.stages import pretrain
 from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import export
@@ -42,7 +42,7 @@ def trained_run(demo_run, tmp_path_factory):
     """The demo run trained for 8 tiny steps (checkpoints at 4 and 8); tests copy it."""
     run_dir = tmp_path_factory.mktemp("export") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
-    pretrain.run(config_for(run_dir), run_dir)
+    run_stage("pretrain", config_for(run_dir), run_dir)
     return run_dir
 
 
@@ -57,7 +57,9 @@ def run_dir(trained_run, tmp_path):
 def exported(trained_run, tmp_path_factory):
     """The default export of `trained_run` (its latest checkpoint), made once."""
     out = tmp_path_factory.mktemp("hf") / "hf"
-    summary = export_stage.run(config_for(trained_run), trained_run, out=out)
+    summary = export_stage.export_chosen(
+        config_for(trained_run), trained_run, checkpoint=None, out=out, force=False
+    )
     return out, summary
 
 
@@ -136,23 +138,27 @@ def test_folder_has_weights_config_generation_and_tokenizer(trained_run, exporte
     assert len(record["model_sha256"]) == 64
 
 
+def chosen(cfg, run_dir, checkpoint, out=None, force=False):
+    return export_stage.export_chosen(cfg, run_dir, checkpoint=checkpoint, out=out, force=force)
+
+
 def test_chosen_step_and_skip_on_rerun(run_dir):
     cfg = config_for(run_dir)
-    first = export_stage.run(cfg, run_dir, checkpoint="4")
-    out = run_dir / "pretrain" / "hf"
+    first = chosen(cfg, run_dir, "4")
+    out = run_dir / "pretrain" / "hf-step-00000004"  # beside the stage's own pretrain/hf
     assert first["step"] == 4 and not first["skipped"]
     record = (out / export.RECORD).read_text()
-    again = export_stage.run(cfg, run_dir, checkpoint="4")
+    again = chosen(cfg, run_dir, "4")
     assert again["skipped"] and again["model_sha256"] == first["model_sha256"]
     assert (out / export.RECORD).read_text() == record
-    latest = export_stage.run(cfg, run_dir)  # another checkpoint: exported again
-    assert latest["step"] == 8 and not latest["skipped"]
-    assert latest["model_sha256"] != first["model_sha256"]
-    forced = export_stage.run(cfg, run_dir, force=True)
-    assert not forced["skipped"] and forced["model_sha256"] == latest["model_sha256"]
-    by_path = export_stage.run(
-        cfg, run_dir, checkpoint=str(run_dir / "pretrain/checkpoints/step-00000004")
-    )
+    latest = run_stage("export", cfg, run_dir)  # the stage: the latest checkpoint
+    assert latest["step"] == 8 and latest["model_sha256"] != first["model_sha256"]
+    marker = (run_dir / "pretrain" / "hf" / "stage.json").read_text()
+    assert run_stage("export", cfg, run_dir) == latest  # up to date: skipped
+    assert (run_dir / "pretrain" / "hf" / "stage.json").read_text() == marker
+    forced = run_stage("export", cfg, run_dir, force=True)
+    assert forced["model_sha256"] == latest["model_sha256"] and forced != latest  # a new export
+    by_path = chosen(cfg, run_dir, str(run_dir / "pretrain/checkpoints/step-00000004"))
     assert by_path["step"] == 4
 
 
@@ -217,12 +223,12 @@ def test_tied_and_untied_weights(trained_run, tmp_path):
 def test_user_errors(run_dir, tmp_path):
     cfg = config_for(run_dir)
     with pytest.raises(UserError, match="no committed checkpoint for step 5") as err:
-        export_stage.run(cfg, run_dir, checkpoint="5")
+        chosen(cfg, run_dir, "5")
     assert "4, 8" in str(err.value)
     with pytest.raises(UserError, match="neither a step number nor a folder"):
-        export_stage.run(cfg, run_dir, checkpoint="nowhere")
+        chosen(cfg, run_dir, "nowhere")
     with pytest.raises(UserError, match=r"embed_tokens\.weight has shape \[1024, 64\]"):
-        export_stage.run(config_for(run_dir, **{"model.preset": "demo"}), run_dir)
+        run_stage("export", config_for(run_dir, **{"model.preset": "demo"}), run_dir)
     special = json.loads((run_dir / "tokenizer" / "special_tokens.json").read_text())
     with pytest.raises(UserError, match="padding token"):
         export.export_checkpoint(
@@ -238,7 +244,7 @@ def test_user_errors(run_dir, tmp_path):
     shutil.copytree(run_dir, no_tokenizer)
     shutil.rmtree(no_tokenizer / "tokenizer")
     with pytest.raises(UserError, match="no finished tokenizer"):
-        export_stage.run(cfg, no_tokenizer)
+        run_stage("export", cfg, no_tokenizer)
     with pytest.raises(UserError, match=r"lacks tokenizer\.json"):
         export.export_checkpoint(
             run_dir / "pretrain" / "checkpoints" / "step-00000004",
@@ -249,7 +255,7 @@ def test_user_errors(run_dir, tmp_path):
 
     shutil.rmtree(run_dir / "pretrain")
     with pytest.raises(UserError, match="run `hanlm pretrain"):
-        export_stage.run(cfg, run_dir)
+        run_stage("export", cfg, run_dir)
     assert not (run_dir / "pretrain" / "hf").exists()
 
 
@@ -259,13 +265,13 @@ def test_a_step_named_explicitly_is_checked_like_the_latest(run_dir, cli):
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 10])
     cfg = config_for(run_dir)
     with pytest.raises(UserError, match=r"is damaged: __0_0\.distcp has"):
-        export_stage.run(cfg, run_dir, checkpoint="4")  # committed: its manifest catches it
+        chosen(cfg, run_dir, "4")  # committed: its manifest catches it
     (step4 / "manifest.json").unlink()  # uncommitted: nothing vouches for its files
     settings = [a for k, v in TINY.items() for a in ("--set", f"{k}={json.dumps(v)}")]
     result = cli("export", "--run", run_dir, "--checkpoint", "4", *settings)
     assert result.code == 2 and "Traceback" not in result.err, result.err
     assert "is not committed" in result.err and "committed: 8" in result.err
-    assert not (run_dir / "pretrain" / "hf").exists()
+    assert not list((run_dir / "pretrain").glob("hf*"))
     # a caller that reads such a folder anyway gets a UserError, not torch's traceback
     with pytest.raises(UserError, match="checkpoint's files, they are damaged"):
         export.load_checkpoint_model(step4, tiny_config(run_dir))
@@ -285,7 +291,7 @@ def test_export_of_a_two_rank_fsdp_checkpoint(demo_run, tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    summary = export_stage.run(load_run_config(run_dir, values=values), run_dir)
+    summary = run_stage("export", load_run_config(run_dir, values=values), run_dir)
     assert summary["step"] == 4
     ids = batch(run_dir)
     expected = logits(trained_model(run_dir, 4), ids)
@@ -357,7 +363,7 @@ def test_a_damaged_export_is_made_again_on_skip_and_refused_by_generate(run_dir,
     """Same-size damage to the weights: `generate` refuses the folder naming its checksum,
     and the export stage, finding it up to date otherwise, exports it again."""
     cfg = config_for(run_dir)
-    export_stage.run(cfg, run_dir)
+    run_stage("export", cfg, run_dir)
     weights = run_dir / "pretrain" / "hf" / export.WEIGHTS
     good = weights.read_bytes()
     damaged = bytearray(good)
@@ -365,6 +371,5 @@ def test_a_damaged_export_is_made_again_on_skip_and_refused_by_generate(run_dir,
     weights.write_bytes(bytes(damaged))
     result = cli("generate", run_dir / "pretrain" / "hf", "--prompt", "안녕")
     assert_user_error(result, "damaged", "fails its sha256", "hanlm export")
-    summary = export_stage.run(cfg, run_dir)
-    assert summary["skipped"] is False
-    assert weights.read_bytes() == good
+    summary = run_stage("export", cfg, run_dir)
+    assert weights.read_bytes() == good and summary["model_sha256"] == export.file_sha256(weights)

@@ -22,6 +22,7 @@ import zstandard
 
 from damaged_models import DAMAGES
 from hanlm.errors import UserError
+from hanlm.pipeline import run_stage
 
 # ---------------------------------------------------------------------------------------------
 # Inputs the cases share: a finished data run (read-only) and a tiny model folder
@@ -47,14 +48,13 @@ def model_dir(demo_run, tmp_path_factory) -> Path:
 def trained_run(demo_run, tmp_path_factory) -> Path:
     """The data run pretrained for 2 tiny steps: one committed checkpoint, step 2."""
     from conftest import TINY_PRETRAIN
-    from hanlm.stages import pretrain
     from hanlm.stages.rundir import load_run_config
 
     run_dir = tmp_path_factory.mktemp("fuzz-trained") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     values = {**TINY_PRETRAIN, "pretrain.max_steps": 2, "checkpoint.every": 2,
               "logging.eval_every": 2}  # fmt: skip
-    pretrain.run(load_run_config(run_dir, values=values), run_dir)
+    run_stage("pretrain", load_run_config(run_dir, values=values), run_dir)
     return run_dir
 
 

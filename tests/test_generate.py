@@ -22,7 +22,8 @@ from hanlm.inference import (
     logits_processors,
     prompt_budget,
 )
-from hanlm.stages import export, pretrain
+from hanlm.pipeline import run_stage
+from hanlm.stages import export
 from hanlm.stages.rundir import load_run_config
 
 GREEDY = GenerateSection(greedy=True, repetition_penalty=1.0, max_new_tokens=16)
@@ -36,9 +37,9 @@ def model_dir(demo_run, tmp_path_factory):
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     values = {**TINY_PRETRAIN, "logging.eval_every": 8, "checkpoint.every": 8}
     cfg = load_run_config(run_dir, values=values)
-    pretrain.run(cfg, run_dir)
+    run_stage("pretrain", cfg, run_dir)
     out = run_dir / "pretrain" / "hf"
-    export.run(cfg, run_dir, out=out)
+    export.export_chosen(cfg, run_dir, checkpoint=None, out=out, force=False)
     return out
 
 

@@ -10,7 +10,7 @@ from conftest import KOBEST_FOLDERS, TINY_PRETRAIN, kobest_as_published
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import Model, cut_at_stop
-from hanlm.stages import export, pretrain
+from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
 from kobest_reference import kobest_task_manager, lm_eval_task
 
@@ -32,8 +32,8 @@ def model_dir(demo_run, tmp_path_factory):
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     values = {**TINY_PRETRAIN, "pretrain.max_steps": 4, "pretrain.seq_len": 512}
     cfg = load_run_config(run_dir, values={**values, "pretrain.micro_batch": 1})
-    pretrain.run(cfg, run_dir)
-    export.run(cfg, run_dir)
+    run_stage("pretrain", cfg, run_dir)
+    run_stage("export", cfg, run_dir)
     return run_dir / "pretrain" / "hf"
 
 

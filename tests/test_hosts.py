@@ -271,7 +271,7 @@ def test_preflight_sees_whether_the_checkpoint_folder_is_shared(run_dir, tmp_pat
     hosts = start_hosts([preflight_args(run_dir, shared)] * 2, tmp_path)
     try:
         codes = wait_all(hosts, timeout=180)
-        report = json.loads((run_dir / "preflight.json").read_text())
+        report = json.loads((run_dir / "preflight" / "preflight.json").read_text())
         said = "".join(h.output() for h in hosts)
         assert codes == [0, 0] and report["verdict"] == "GO", said[-3000:]
         probes = [r["shared"] for r in report["ranks"]]
@@ -282,7 +282,7 @@ def test_preflight_sees_whether_the_checkpoint_folder_is_shared(run_dir, tmp_pat
 
         hosts = start_hosts([preflight_args(run_dir, folder) for folder in per_host], tmp_path)
         codes = wait_all(hosts, timeout=180)
-        report = json.loads((run_dir / "preflight.json").read_text())
+        report = json.loads((run_dir / "preflight" / "preflight.json").read_text())
         said = "".join(h.output() for h in hosts)
     finally:
         stop_all(hosts)

@@ -11,17 +11,18 @@ import pytest
 
 import leaks
 from conftest import write_jsonl
-from hanlm import demo
-from hanlm.config import CorpusSection, load_config
-from hanlm.data import cleaning, shards
+from hanlm import demo, pipeline
+from hanlm.config import load_config
+from hanlm.data import shards
 from hanlm.data import tokenizer as tokenizer_lib
 from hanlm.data.corpus import iter_corpus
 from hanlm.data.decontam import BenchmarkIndex
 from hanlm.data.decontam import index as index_module
 from hanlm.errors import UserError
-from hanlm.stages import corpus as corpus_stage
-from hanlm.stages import shards as shards_stage
+from hanlm.pipeline import run_stage
 from hanlm.stages import tokenizer as tokenizer_stage
+from hanlm.stages.rundir import RunDir
+from hanlm.stages.stage import declared_settings
 from hanlm.testsets import readers
 
 SYLLABLES = "가나다라마바사아자차카타파하고노도로모보소오조초한국서울대학교사람시간문제생각경제"
@@ -63,7 +64,7 @@ def config(tmp_path, **values):
 
 def test_the_corpus_cuts_a_document_over_the_limit_into_documents(tmp_path):
     run = tmp_path / "run"
-    stats = corpus_stage.run(config(tmp_path, **{"corpus.max_document_chars": 7_000}), run)
+    stats = run_stage("corpus", config(tmp_path, **{"corpus.max_document_chars": 7_000}), run)
     docs = list(iter_corpus(run / "corpus"))
     pieces = [d for d in docs if d["id"].startswith("huge#")]
     assert [d["id"] for d in pieces] == [f"huge#{k}" for k in range(1, len(pieces) + 1)]
@@ -84,25 +85,21 @@ def test_the_corpus_cuts_a_document_over_the_limit_into_documents(tmp_path):
 
 def test_a_document_over_the_limit_is_dropped_or_refused(tmp_path):
     values = {"corpus.max_document_chars": 7_000, "corpus.long_documents": "drop"}
-    stats = corpus_stage.run(config(tmp_path, **values), tmp_path / "drop")
+    stats = run_stage("corpus", config(tmp_path, **values), tmp_path / "drop")
     assert [d["id"] for d in iter_corpus(tmp_path / "drop" / "corpus")] == [
         f"s{i}" for i in range(len(SMALL))
     ]
     assert stats["long_documents"]["documents"] == 1 and stats["long_documents"]["pieces"] == 0
     with pytest.raises(UserError, match=r"document 'huge' has 60,000 characters, more than "):
-        corpus_stage.run(config(tmp_path, **values, **{"corpus.strict": True}), tmp_path / "s")
+        run_stage("corpus", config(tmp_path, **values, **{"corpus.strict": True}), tmp_path / "s")
 
 
-def test_the_limit_leaves_the_corpus_fingerprint_of_earlier_runs_alone():
-    """Runs made before the long-document keys existed keep their corpus (its documents under
-    the limit come out the same); setting either key to another value runs the stage again."""
-    default = CorpusSection()
-    assert cleaning.fingerprint_settings(default) == default.model_dump(
-        exclude={"max_document_chars", "long_documents"}
-    )
+def test_the_long_document_settings_are_part_of_the_corpus_fingerprint():
+    stage = pipeline.declaration("corpus")
+    default = load_config("demo")
     for change in ({"max_document_chars": 0}, {"long_documents": "drop"}):
-        changed = default.model_copy(update=change)
-        assert cleaning.fingerprint_settings(changed) != cleaning.fingerprint_settings(default)
+        changed = default.model_copy(update={"corpus": default.corpus.model_copy(update=change)})
+        assert declared_settings(changed, stage) != declared_settings(default, stage)
 
 
 def test_shards_encode_a_document_over_piece_chars_to_the_tokens_of_the_whole(tmp_path):
@@ -110,9 +107,9 @@ def test_shards_encode_a_document_over_piece_chars_to_the_tokens_of_the_whole(tm
     time: the token files are those of encoding every document whole, as before."""
     run = tmp_path / "run"
     cfg = config(tmp_path, **{"corpus.max_document_chars": 0, "shards.piece_chars": 1_000})
-    corpus_stage.run(cfg, run)
-    tokenizer_stage.run(cfg, run)
-    manifest = shards_stage.run(cfg, run)
+    run_stage("corpus", cfg, run)
+    run_stage("tokenizer", cfg, run)
+    manifest = run_stage("shards", cfg, run)
     tok = tokenizer_stage.load(run)
     expected = {"train": [], "val": []}
     for i, doc in enumerate(iter_corpus(run / "corpus")):
@@ -131,7 +128,9 @@ def test_shards_encode_a_document_over_piece_chars_to_the_tokens_of_the_whole(tm
     # the piece length is no output setting: the stage is up to date with another one
     update = {"shards": cfg.shards.model_copy(update={"piece_chars": 1 << 20})}
     again = cfg.model_copy(update=update)
-    assert shards_stage.stage_fp(again, run) == shards_stage.stage_fp(cfg, run)
+    assert pipeline.current_fingerprint("shards", again, RunDir(run)) == (
+        pipeline.current_fingerprint("shards", cfg, RunDir(run))
+    )
 
 
 def test_the_tokenizer_trains_on_long_documents_in_pieces_to_the_same_vocabulary(monkeypatch):

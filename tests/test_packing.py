@@ -17,11 +17,12 @@ import torch
 import torch.nn.functional as F
 
 from hanlm import model as model_lib
+from hanlm import pipeline
 from hanlm.config import Config, load_config
 from hanlm.data import chat_data, packing
 from hanlm.data.loader import TokenLoader
 from hanlm.errors import UserError
-from hanlm.stages import pretrain as pretrain_stage
+from hanlm.stages.stage import declared_settings
 from hanlm.train import build, document_attention, parallel, precision
 
 VOCAB = 64
@@ -348,8 +349,9 @@ def test_settings_load_old_configs_and_refuse_bad_values():
         load_config(overrides=["parallel.document_attention=fast"])
 
 
-def test_the_stage_fingerprint_changes_only_when_masking_is_on():
-    off = pretrain_stage.fingerprinted_settings(load_config(values={}))
-    on = pretrain_stage.fingerprinted_settings(load_config(values={"pretrain.document_masking": 1}))
-    assert "document_masking" not in off  # runs made before the key keep their fingerprints
-    assert on == {**off, "document_masking": True}
+def test_masking_is_part_of_the_pretraining_fingerprint():
+    stage = pipeline.declaration("pretrain")
+    off = declared_settings(load_config(values={}), stage)
+    on = declared_settings(load_config(values={"pretrain.document_masking": 1}), stage)
+    assert off["pretrain"]["document_masking"] is False
+    assert on["pretrain"] == {**off["pretrain"], "document_masking": True}

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run
 from hanlm.errors import UserError
+from hanlm.pipeline import run_stage
 from hanlm.preflight import collectives, verdict
 from hanlm.stages import preflight as preflight_stage
 from hanlm.stages.rundir import load_run_config
@@ -66,7 +67,7 @@ def failures(report: dict, check_name: str) -> list[dict]:
 
 
 def saved(run_dir) -> dict:
-    return json.loads((run_dir / "preflight.json").read_text())
+    return json.loads((run_dir / "preflight" / "preflight.json").read_text())
 
 
 # -- one process ------------------------------------------------------------------------------
@@ -215,18 +216,18 @@ def test_gpu_findings_fp8_capability_and_slow_matmul(run_dir):
 
 def test_stage_stops_the_pipeline_on_no_go_and_reuses_a_go(run_dir, monkeypatch):
     cfg = load_run_config(run_dir, values=SETTINGS)
-    first = preflight_stage.run(cfg, run_dir)
+    first = run_stage("preflight", cfg, run_dir)
     assert first["verdict"] == "GO"
-    again = preflight_stage.run(cfg, run_dir)
+    again = run_stage("preflight", cfg, run_dir)
     assert again["created_at"] == first["created_at"]  # same settings and host: reused
 
     monkeypatch.setenv("HANLM_FAULT_FREE_BYTES", "0")
-    assert preflight_stage.run(cfg, run_dir)["created_at"] == first["created_at"]
+    assert run_stage("preflight", cfg, run_dir)["created_at"] == first["created_at"]
     with pytest.raises(UserError, match=r"NO-GO: storage: .* GB free") as err:
-        preflight_stage.run(cfg, run_dir, force=True)
+        run_stage("preflight", cfg, run_dir, force=True)
     assert "keep_last" in err.value.fix and "fail_on_no_go" in err.value.fix
     lenient = load_run_config(run_dir, values={**SETTINGS, "preflight.fail_on_no_go": False})
-    assert preflight_stage.run(lenient, run_dir)["verdict"] == "NO-GO"
+    assert run_stage("preflight", lenient, run_dir)["verdict"] == "NO-GO"
 
 
 def test_bad_settings_are_user_errors(run_dir, cli):

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses, metrics
 from hanlm.errors import UserError
-from hanlm.stages import pretrain
+from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
 
 TINY = TINY_PRETRAIN
@@ -29,7 +29,7 @@ def run_dir(demo_run, tmp_path):
 def train(run_dir, **extra):
     stop = extra.pop("stop_after_steps", None)
     cfg = load_run_config(run_dir, values={**TINY, **extra})
-    return pretrain.run(cfg, run_dir, stop_after_steps=stop)
+    return run_stage("pretrain", cfg, run_dir, stop_after_steps=stop)
 
 
 def test_loss_falls_and_metrics_are_logged(run_dir):

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error
+from hanlm.pipeline import run_stage
 from hanlm.share import model_card
 from hanlm.share import publish as publish_lib
-from hanlm.stages import eval as eval_stage
-from hanlm.stages import export, pretrain, report, sft
 from hanlm.stages.rundir import load_run_config, save_run_config
 
 TINY = {
@@ -46,8 +45,8 @@ def finished_run(demo_run, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("publish") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain", "sft"))
     cfg = load_run_config(run_dir, values=TINY)
-    for stage in (pretrain, export, sft, eval_stage, report):
-        stage.run(cfg, run_dir)
+    for stage in ("pretrain", "export", "sft", "eval", "report"):
+        run_stage(stage, cfg, run_dir)
     save_run_config(cfg, run_dir)
     return run_dir
 
@@ -223,7 +222,7 @@ def test_base_model_on_request(run_dir, cli):
 def test_a_run_without_decontam_report_or_plan_says_so(run_dir, cli):
     for name in ("decontam", "plots"):
         shutil.rmtree(run_dir / name)
-    for name in ("plan.json", "preflight.json", "report.md"):
+    for name in ("plan/plan.json", "preflight/preflight.json", "report.md"):
         (run_dir / name).unlink()
     result = cli("publish", run_dir, "--repo", REPO, "--dry-run")
     assert result.code == 0, result.err

@@ -94,7 +94,7 @@ def interrupted_then_finished(tmp_path_factory):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     markers = {name: (run_dir / name / "stage.json").stat().st_mtime_ns for name in STAGE_FOLDERS}
-    plan_written = (run_dir / "plan.json").stat().st_mtime_ns
+    plan_written = (run_dir / "plan" / "plan.json").stat().st_mtime_ns
     killed_at = int(first.name.split("-")[1])
 
     second = subprocess.run(
@@ -114,7 +114,7 @@ def test_killed_run_finishes_without_redoing_complete_stages(interrupted_then_fi
     for name, mtime in markers.items():
         assert (run_dir / name / "stage.json").stat().st_mtime_ns == mtime, name
         assert re.search(rf"{name}: .*(up to date|skipped|complete)", log), name
-    assert (run_dir / "plan.json").stat().st_mtime_ns == plan_written
+    assert (run_dir / "plan" / "plan.json").stat().st_mtime_ns == plan_written
     # pretraining continued from the checkpoint the kill left, not from step 0
     summary = (run_dir / "pretrain" / "summary.json").read_text()
     assert f'"step": {TINY_RUN["pretrain.max_steps"]}' in summary
@@ -156,7 +156,7 @@ def test_the_comparison_without_the_leaks_runs_beside_and_is_skipped_when_finish
     without them (decontam.compare_drop): on the run's own corpus, with its own tokenizer (trained
     without the leaked documents, as a run that drops them would), shards of the cleaned corpus,
     pretraining and demo_qa eval; the card sets both side by side."""
-    from hanlm.stages import compare
+    from hanlm.pipeline import run_stage
     from hanlm.stages.rundir import load_run_config
 
     run_dir, log = interrupted_then_finished[0], interrupted_then_finished[-1]
@@ -182,8 +182,8 @@ def test_the_comparison_without_the_leaks_runs_beside_and_is_skipped_when_finish
 
     markers = {p: p.stat().st_mtime_ns for p in sub.glob("*/stage.json")}
     assert len(markers) >= 4
-    result = compare.run(load_run_config(run_dir), run_dir)
-    assert result["enabled"]
+    result = run_stage("compare", load_run_config(run_dir), run_dir)
+    assert result["run"] == str(sub) and "eval" in result["stages"]
     assert {p: p.stat().st_mtime_ns for p in sub.glob("*/stage.json")} == markers
 
 
@@ -256,10 +256,10 @@ def test_a_run_directory_moved_elsewhere_is_still_up_to_date(demo_run, tmp_path)
     """Copied to another path with new file times (as `cp -r` or a transfer between hosts does),
     a finished run redoes nothing, and pretraining would take its checkpoints."""
     from conftest import DEMO_RUN_VALUES
+    from hanlm import pipeline
     from hanlm.config import load_config
     from hanlm.files import read_json
     from hanlm.pipeline import run_pipeline
-    from hanlm.stages import pretrain
     from hanlm.stages.rundir import RunDir
 
     moved = tmp_path / "elsewhere" / "run"
@@ -269,7 +269,10 @@ def test_a_run_directory_moved_elsewhere_is_still_up_to_date(demo_run, tmp_path)
     cfg = load_config(values=DEMO_RUN_VALUES)
     run_pipeline(cfg, moved, until="shards")
     assert {s: read_json(moved / s / "stage.json") for s in stages} == before
-    assert pretrain.stage_fp(cfg, RunDir(moved)) == pretrain.stage_fp(cfg, RunDir(demo_run))
+    here, there = RunDir(moved), RunDir(demo_run)
+    assert pipeline.current_fingerprint("pretrain", cfg, here) == (
+        pipeline.current_fingerprint("pretrain", cfg, there)
+    )
 
 
 def test_sft_knows_the_runs_own_export_after_a_move(tmp_path):
@@ -284,5 +287,6 @@ def test_sft_knows_the_runs_own_export_after_a_move(tmp_path):
     fp = sft._hf_source(run / "pretrain" / "hf", RunDir(run)).fingerprint
     assert sft._hf_source(moved / "pretrain" / "hf", RunDir(moved)).fingerprint == fp
     # a folder outside the run is still known by its own path
-    outside = sft._hf_source(run / "pretrain" / "hf", None).fingerprint
-    assert sft._hf_source(moved / "pretrain" / "hf", None).fingerprint != outside
+    other = RunDir(tmp_path / "other")
+    outside = sft._hf_source(run / "pretrain" / "hf", other).fingerprint
+    assert sft._hf_source(moved / "pretrain" / "hf", other).fingerprint != outside

@@ -14,9 +14,7 @@ from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
 from damaged_models import damaged_copy
 from hanlm.data import chat_data
 from hanlm.errors import UserError
-from hanlm.stages import export as export_stage
-from hanlm.stages import pretrain
-from hanlm.stages import sft as sft_stage
+from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import export, precision, sft
 
@@ -59,10 +57,16 @@ def pretrained(demo_run, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("sft") / "run"
     shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain", "sft"))
     cfg = load_run_config(run_dir, values=TINY_PRETRAIN)
-    pretrain.run(cfg, run_dir)
-    export_stage.run(cfg, run_dir)
+    run_stage("pretrain", cfg, run_dir)
+    run_stage("export", cfg, run_dir)
     plain_chats(run_dir, run_dir / "chat_plain.jsonl")
     return run_dir
+
+
+def copy_of(pretrained, folder):
+    """A run of its own with `pretrained`'s pretraining, for an SFT beside the shared one."""
+    shutil.copytree(pretrained, folder, ignore=shutil.ignore_patterns("sft"))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +75,7 @@ def sft_run(pretrained):
         pretrained,
         **{"sft.data": str(pretrained / "chat_plain.jsonl"), "sft.compare_inits": ["none"]},
     )
-    summary = sft_stage.run(cfg, pretrained)
+    summary = run_stage("sft", cfg, pretrained)
     return pretrained, summary
 
 
@@ -129,24 +133,26 @@ def test_export_stops_on_end_of_turn(sft_run):
     assert (run_dir / "sft" / "metrics.jsonl").is_file()
 
 
-def test_finished_stage_is_skipped_and_gate_fails(sft_run):
+def test_finished_stage_is_skipped_and_gate_fails(sft_run, tmp_path):
     run_dir, summary = sft_run
     data = {"sft.data": str(run_dir / "chat_plain.jsonl"), "sft.compare_inits": ["none"]}
-    again = sft_stage.run(config(run_dir, **data), run_dir)
+    again = run_stage("sft", config(run_dir, **data), run_dir)
     assert again == summary
     # the gate: an unreachable threshold fails the stage with the numbers and a fix
-    out = run_dir / "gate"
+    gate_run = copy_of(run_dir, tmp_path / "gate")
+    out = gate_run / "sft"
     gated = config(run_dir, **{**data, "sft.compare_inits": [], "sft.max_steps": 2,
                                "sft.min_closure": 1.0, "sft.closure_max_tokens": 4})  # fmt: skip
     with pytest.raises(UserError, match="closure") as info:
-        sft_stage.run(gated, run_dir, out=out)
+        run_stage("sft", gated, gate_run)
     assert "--init mean" in info.value.fix
     assert (out / "closure.json").is_file() and not (out / "stage.json").is_file()
 
 
 def test_resume_continues_from_the_sft_checkpoint(pretrained, tmp_path):
     """A longer run of the same SFT continues from the finished shorter one's checkpoint."""
-    out = tmp_path / "sft"
+    run_dir = copy_of(pretrained, tmp_path / "run")
+    out = run_dir / "sft"
     quick = {
         "sft.data": str(pretrained / "chat_plain.jsonl"),
         "sft.heldout": 4,
@@ -154,8 +160,8 @@ def test_resume_continues_from_the_sft_checkpoint(pretrained, tmp_path):
         "sft.logging.log_every": 5,
         "sft.checkpoint.every": 5,
     }
-    sft_stage.run(config(pretrained, **{**quick, "sft.max_steps": 5}), pretrained, out=out)
-    sft_stage.run(config(pretrained, **{**quick, "sft.max_steps": 10}), pretrained, out=out)
+    run_stage("sft", config(run_dir, **{**quick, "sft.max_steps": 5}), run_dir)
+    run_stage("sft", config(run_dir, **{**quick, "sft.max_steps": 10}), run_dir)
     lines = (out / "metrics.jsonl").read_text().splitlines()
     steps = [json.loads(line)["step"] for line in lines if "loss" in json.loads(line)]
     assert steps == [5, 10]  # step 10 came after a resume at 5, not a second run from 0
@@ -223,15 +229,17 @@ def test_a_damaged_source_model_is_refused(pretrained, tmp_path):
             pretrained / "pretrain" / "hf", tmp_path / damage.replace(" ", "_"), damage
         )
         cfg = config(pretrained, **{**data, "sft.model": str(folder)})
+        marker = pretrained / "sft" / "stage.json"
+        finished = marker.is_file() and marker.read_bytes()
         with pytest.raises(UserError, match=phrase):
-            sft_stage.run(cfg, pretrained, out=tmp_path / "o")
-        assert not (tmp_path / "o" / "stage.json").exists()
+            run_stage("sft", cfg, pretrained)
+        assert (marker.is_file() and marker.read_bytes()) == finished  # refused before writing
     run_dir = tmp_path / "run"
     shutil.copytree(pretrained, run_dir, ignore=shutil.ignore_patterns("sft"))
     [shard] = (run_dir / "pretrain" / "checkpoints" / "step-00000008").glob("*.distcp")
     shard.write_bytes(shard.read_bytes()[:1000])
     with pytest.raises(UserError, match=r"pretraining checkpoint .* is damaged"):
-        sft_stage.run(config(run_dir, **data), run_dir)
+        run_stage("sft", config(run_dir, **data), run_dir)
     assert not (run_dir / "sft" / "stage.json").exists()
 
 
@@ -241,14 +249,13 @@ def test_bad_inputs(pretrained, tmp_path, cli):
     result = cli("sft", "--run", pretrained, "--data", bad, "--set", "sft.max_steps=1")
     assert_user_error(result, "unknown role", f"{bad}:1")
     with pytest.raises(UserError, match="not a Hugging Face model folder"):
-        sft_stage.run(
-            config(pretrained, **{"sft.model": str(tmp_path)}), pretrained, out=tmp_path / "o"
-        )
+        run_stage("sft", config(pretrained, **{"sft.model": str(tmp_path)}), pretrained)
     with pytest.raises(UserError, match="no pretrained model"):
-        sft_stage.run(config(tmp_path), tmp_path)
+        run_stage("sft", config(tmp_path), tmp_path)
+    run_dir = copy_of(pretrained, tmp_path / "o2")
     with pytest.raises(UserError, match="batch_rows"):
-        sft_stage.run(config(pretrained, **{"sft.batch_rows": 12, "sft.data": str(
-            pretrained / "chat_plain.jsonl")}), pretrained, out=tmp_path / "o2")  # fmt: skip
+        run_stage("sft", config(run_dir, **{"sft.batch_rows": 12, "sft.data": str(
+            pretrained / "chat_plain.jsonl")}), run_dir)  # fmt: skip
 
 
 def test_sft_in_fp8_emulate_trains_fp8_and_exports_plain_weights(pretrained, tmp_path, monkeypatch):
@@ -276,8 +283,9 @@ def test_sft_in_fp8_emulate_trains_fp8_and_exports_plain_weights(pretrained, tmp
     monkeypatch.setattr(precision, "apply_fp8", recording_apply_fp8)
     runs = {}
     for mode in ("fp32", "fp8-emulate"):
-        out = tmp_path / mode
-        sft_stage.run(config(pretrained, **{**quick, "precision.mode": mode}), pretrained, out=out)
+        run_dir = copy_of(pretrained, tmp_path / mode)
+        out = run_dir / "sft"
+        run_stage("sft", config(run_dir, **{**quick, "precision.mode": mode}), run_dir)
         lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         runs[mode] = [r["loss"] for r in lines if "loss" in r]
     fp32, fp8 = runs["fp32"], runs["fp8-emulate"]
@@ -288,8 +296,8 @@ def test_sft_in_fp8_emulate_trains_fp8_and_exports_plain_weights(pretrained, tmp
     assert fp8 != fp32  # FP8 rounding happened in training
     assert all(abs(a - b) / a < 0.02 for a, b in zip(fp32, fp8, strict=True))
 
-    hf = tmp_path / "fp8-emulate" / "hf"
-    plain_file = tmp_path / "fp32" / "hf" / "model.safetensors"
+    hf = tmp_path / "fp8-emulate" / "sft" / "hf"
+    plain_file = tmp_path / "fp32" / "sft" / "hf" / "model.safetensors"
     with (
         safe_open(str(hf / "model.safetensors"), "pt") as exported,
         safe_open(str(plain_file), "pt") as plain,
@@ -324,13 +332,14 @@ def test_sft_under_fsdp_moves_the_new_rows_as_one_process(pretrained, tmp_path, 
         "sft.logging.log_every": 1,
         "sft.checkpoint.every": 3,
     }
-    alone = tmp_path / "alone"
+    alone_run = copy_of(pretrained, tmp_path / "alone")
+    alone = alone_run / "sft"
     # One thread, as each rank below: with two, float sums run in another order, and FP8's
     # per-tensor scales turn those last-bit differences into different roundings.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        sft_stage.run(config(pretrained, **quick), pretrained, out=alone)
+        run_stage("sft", config(alone_run, **quick), alone_run)
     finally:
         torch.set_num_threads(threads)
     run_dir = tmp_path / "run"

@@ -148,7 +148,7 @@ def test_rerun_trains_again_when_the_finished_tokenizer_was_damaged(demo_run, tm
     path.write_bytes(whole[: len(whole) // 2])
     result = cli("tokenizer", "--run", run_dir)
     assert result.code == 0, result.err
-    assert "fails its sha256 checksum" in result.err and "training it again" in result.err
+    assert "fails its sha256 checksum" in result.err and "making it again" in result.err
     assert path.read_bytes() == whole
 
 

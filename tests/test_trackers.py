@@ -18,9 +18,8 @@ import pytest
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, metrics
 from hanlm.config import load_config
 from hanlm.errors import UserError
+from hanlm.pipeline import run_stage
 from hanlm.stages import preflight as preflight_stage
-from hanlm.stages import pretrain
-from hanlm.stages import sft as sft_stage
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import trackers
 from hanlm.train.build import Components
@@ -73,7 +72,7 @@ def run_dir(demo_run, tmp_path):
 def train(run_dir, **extra):
     stop = extra.pop("stop_after_steps", None)
     cfg = load_run_config(run_dir, values={**TINY_PRETRAIN, **extra})
-    return pretrain.run(cfg, run_dir, stop_after_steps=stop)
+    return run_stage("pretrain", cfg, run_dir, stop_after_steps=stop)
 
 
 def logged(run_dir: Path) -> dict[int, dict[str, float]]:
@@ -324,7 +323,7 @@ def test_sft_sends_its_records_to_the_trackers_as_run_sft(tracker_home, run_dir)
             "sft.logging.log_every": 1,
         },
     )
-    sft_stage.run(cfg, run_dir)
+    run_stage("sft", cfg, run_dir)
     records: dict[int, dict[str, float]] = {}
     for line in (run_dir / "sft" / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)

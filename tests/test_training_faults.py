@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses, metrics
 from hanlm.errors import UserError
 from hanlm.model import build_model, model_config
-from hanlm.stages import pretrain
+from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import checkpoint, export, parallel
 
@@ -44,7 +44,7 @@ def settings_args(values: dict) -> list[str]:
 
 def train(run_dir, stop_after_steps=None, **extra):
     cfg = load_run_config(run_dir, values={**TINY, **extra})
-    return pretrain.run(cfg, run_dir, stop_after_steps=stop_after_steps)
+    return run_stage("pretrain", cfg, run_dir, stop_after_steps=stop_after_steps)
 
 
 def tiny_config(run_dir: Path):

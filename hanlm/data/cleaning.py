@@ -82,18 +82,6 @@ class ReadUnit(PipelineStep):
             damaged["documents_kept"] = documents
 
 
-# The settings of long documents, and their defaults: see fingerprint_settings.
-LONG_DOCUMENT_KEYS = {"max_document_chars": 8_000_000, "long_documents": "split"}
-
-
-def fingerprint_settings(c: CorpusSection) -> dict:
-    """The corpus settings the stage's fingerprint covers: all of them, less the long-document
-    keys while they have their defaults. A corpus made before those keys existed keeps its
-    fingerprint (its documents under the limit are written exactly as before); changing one
-    makes the stage run again."""
-    return c.model_dump(exclude={k for k, v in LONG_DOCUMENT_KEYS.items() if getattr(c, k) == v})
-
-
 def cut_document(text: str, max_chars: int) -> Iterator[str]:
     """`text` in pieces of at most `max_chars` characters, one at a time, each ending where the
     last paragraph break, else line break, else space of its second half is (a piece of a text

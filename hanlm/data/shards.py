@@ -315,15 +315,6 @@ def _recheck_finished(work: Path, job: engine.Job, encoded: Path, sha: str) -> i
     return len(finished) - len(damaged)
 
 
-def made_with_tokenizer(shards_dir: Path) -> str | None:
-    """The sha256 of the tokenizer a shards folder's manifest says it was made with (None when
-    the folder has no manifest)."""
-    manifest = shards_dir / MANIFEST_FILE
-    if not manifest.is_file():
-        return None
-    return str(read_json(manifest).get("tokenizer_sha256"))
-
-
 def damaged_outputs(out: Path) -> list[str]:
     """What is wrong with the token files of a finished shards folder (each file's size, from
     its token count, and its sha256: see files.damaged_files), or an empty list."""

@@ -1,9 +1,9 @@
 """`hanlm eval`: run tasks on one or more models and write results.json, samples.jsonl and
 results.md, every score split into full / clean / dirty when a decontamination report exists.
 
-`evaluate(...)` evaluates model folders into an output folder: the `eval` stage
-(hanlm.stages.eval) calls it with a run's own models (its pretraining and SFT exports, side by
-side), the CLI's --model/--out mode with any.
+`run_evaluation(...)` evaluates model folders: the `eval` stage (hanlm.stages.eval) with a
+run's own models (its pretraining and SFT exports, side by side) and `write_results` into its
+folder; `evaluate(...)`, the CLI's --model/--out mode, with any, into a folder of the user's.
 
 results.json: {"models": [...], "tasks": {task: {"benchmark", "source", "items"}},
 "contamination": path or null, "results": {model: {task: {split: {metric: {value, stderr, n}}}}},
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from hanlm.config import Config
@@ -29,10 +30,9 @@ from hanlm.files import (
     atomic_write_text,
     claim_output_dir,
     fingerprint,
-    write_stage_marker,
 )
 
-STAGE = "eval"
+RESULTS_FILE = "results.json"
 
 
 def options_from(cfg: Config) -> tasks_lib.Options:
@@ -70,10 +70,17 @@ def load_tasks(
     return loaded
 
 
-def evaluate(
+@dataclass(frozen=True)
+class Evaluation:
+    """What an evaluation found: results.json's record and every scored sample."""
+
+    record: dict
+    samples: list[dict]
+
+
+def run_evaluation(
     models: Sequence[str | Path],
     task_specs: Sequence[str],
-    out: Path,
     *,
     demo_files: Mapping[str, Path] | None = None,
     contamination: str | Path | None = None,
@@ -81,16 +88,9 @@ def evaluate(
     batch_size: int = 32,
     dtype: str = "fp32",
     device: str = "auto",
-    extra_record: dict | None = None,
-    replace_earlier: bool = True,
-) -> dict:
-    """Evaluate each model on each task; write OUT/results.json, samples.jsonl, results.md.
-
-    `out` must be new, empty or an earlier evaluation's folder (replaced only with
-    `replace_earlier`): checked before any model loads.
-    """
+) -> Evaluation:
+    """Evaluate each model on each task, every score split by the contamination report."""
     options = options or tasks_lib.Options()
-    claim_output_dir(out, replace_earlier=replace_earlier)
     if not models:
         raise UserError("no model to evaluate", fix="give --model DIR (repeatable) or --run DIR")
     model_dirs = [require_model_folder(m) for m in models]
@@ -136,15 +136,35 @@ def evaluate(
         "results": results,
         "counts": counts,
         "seconds": round(time.perf_counter() - started, 3),
-        **(extra_record or {}),
     }
-    with atomic_output_dir(Path(out), replace_earlier=replace_earlier) as tmp:
-        _write_outputs(tmp, record, all_samples)
-        # the marker also tells a later `--out` that this folder is an evaluation's to replace
-        marker_fp = (extra_record or {}).get("fingerprint") or fingerprint(STAGE, record)
-        write_stage_marker(tmp, STAGE, marker_fp)
+    # what the results are of: also what marks a folder of results as hanlm's (--out --force)
+    record["fingerprint"] = fingerprint({k: v for k, v in record.items() if k != "seconds"})
+    return Evaluation(record, all_samples)
+
+
+def write_results(folder: Path, evaluation: Evaluation) -> None:
+    """results.json, samples.jsonl and results.md into `folder`."""
+    _write_outputs(Path(folder), evaluation.record, evaluation.samples)
+
+
+def evaluate(
+    models: Sequence[str | Path],
+    task_specs: Sequence[str],
+    out: Path,
+    *,
+    replace_earlier: bool = True,
+    **settings,
+) -> dict:
+    """`hanlm eval --out OUT`: evaluate into OUT (results.json, samples.jsonl, results.md);
+    `settings` as `run_evaluation` takes them. `out` must be new, empty or an earlier
+    evaluation's folder (replaced only with `replace_earlier`): checked before any model loads.
+    """
+    claim_output_dir(out, marker=RESULTS_FILE, replace_earlier=replace_earlier)
+    evaluation = run_evaluation(models, task_specs, **settings)
+    with atomic_output_dir(Path(out), marker=RESULTS_FILE, replace_earlier=replace_earlier) as tmp:
+        write_results(tmp, evaluation)
     info(f"eval: results in {out}")
-    return record
+    return evaluation.record
 
 
 def _model_names(dirs: Sequence[Path]) -> list[str]:
@@ -169,7 +189,7 @@ def _headline(splits: dict) -> str:
 
 
 def _write_outputs(out: Path, record: dict, samples: list[dict]) -> None:
-    atomic_write_json(out / "results.json", record)
+    atomic_write_json(out / RESULTS_FILE, record)
     lines = "".join(json.dumps(s, ensure_ascii=False, default=str) + "\n" for s in samples)
     atomic_write_text(out / "samples.jsonl", lines)
     atomic_write_text(out / "results.md", results_markdown(record))

@@ -20,7 +20,7 @@ or alone (one process: every visible GPU is tested, collectives are not). It che
 - trackers: the experiment trackers of [logging] are installed and logged in (train/trackers.py).
 
 verdict.py turns the measurements into findings, each with a reason and a fix; rank 0 writes
-the report (DIR/preflight.json) atomically and prints the table (table.py); `hanlm preflight`
+the report (the path it is given: a run's preflight/preflight.json) atomically and prints the table (table.py); `hanlm preflight`
 exits 0 for GO, 1 for NO-GO.
 As a pipeline stage (hanlm.stages.preflight), a NO-GO stops with `PreflightNoGo` (a UserError)
 unless preflight.fail_on_no_go is false.
@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 from hanlm.config import Config
 from hanlm.errors import UserError
-from hanlm.files import atomic_write_json, fingerprint
+from hanlm.files import atomic_write_json
 from hanlm.inference import resolve_device
 from hanlm.preflight import collectives, data, devices, shared, storage, table, verdict
 from hanlm.train import parallel, trackers
@@ -136,13 +136,6 @@ def _trackers_ready(cfg: Config) -> dict:
     return {"trackers": trackers.chosen(cfg.logging)}
 
 
-def report_fingerprint(cfg: Config, folder: Path) -> str:
-    """What a GO report stays valid for: these settings, this host, this many ranks."""
-    sections = {s: getattr(cfg, s).model_dump() for s in ("preflight", "pretrain", "checkpoint")}
-    world = os.environ.get("WORLD_SIZE", "1")
-    return fingerprint(STAGE, sections, socket.gethostname(), world, str(folder))
-
-
 def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> dict:
     """Measure (storage at the checkpoint `folder`, data loading from `shards_dir`), judge,
     write `report_path` (rank 0) and print the table; every rank gets the whole report."""
@@ -160,7 +153,6 @@ def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> 
             "hosts": sorted({r["host"] for r in ranks}),
             "rendezvous": rendezvous_address(),
             "checkpoint_dir": str(folder),
-            "fingerprint": report_fingerprint(cfg, folder),
             "findings": [rendezvous_failure] if rendezvous_failure else [],
             "ranks": ranks,
         }

@@ -9,28 +9,27 @@ models read the same text up to the dropped documents), scans the corpus again w
 tasks. The tokenizer is its own because a run that drops the documents trains its tokenizer
 without them: one trained on the leaked copies merges their answers into fewer tokens (the demo's
 leaked capitals became single tokens), which favours those answers in any model that uses it.
-Each of its stages is skipped when finished, as the run's own are.
+
+The stage is the pipeline run again (Stage.rerun): each of its stages is skipped when finished,
+as the run's own are.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from hanlm.config import Config
-from hanlm.console import info
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.stages.rundir import RunDir
+from hanlm.stages.stage import Stage
 
 ACTION = "drop"
 SHARED = ("demo", "corpus")  # the run's folders the comparison reads as its own
-STAGES = ("decontam", "tokenizer", "shards", "pretrain", "export", "eval")  # its own, in order
 
 
-def wanted(cfg: Config) -> str | None:
+def not_needed(cfg: Config) -> str | None:
     """Why the comparison does not run for `cfg`, or None when it does."""
     d = cfg.decontam
     if not d.compare_drop:
@@ -67,7 +66,7 @@ def comparison_config(cfg: Config) -> Config:
 
 def _link_shared(run: RunDir, sub: RunDir) -> None:
     """The comparison's demo and corpus folders: links to the run's (relative, so the run folder
-    can move). A tokenizer link an earlier version made is replaced by the comparison's own."""
+    can move)."""
     sub.root.mkdir(parents=True, exist_ok=True)
     for name in SHARED:
         source, link = run.stage(name), sub.stage(name)
@@ -87,37 +86,28 @@ def _link_shared(run: RunDir, sub: RunDir) -> None:
                 fix=f"remove {link} (the comparison's own files are rebuilt)",
             )
         link.symlink_to(target, target_is_directory=True)
-    stale = sub.stage("tokenizer")
-    if stale.is_symlink():
-        stale.unlink()
 
 
-def _in_this_process(name: str, cfg: Config, run_dir: Path, *, force: bool, key: str) -> dict:
-    return importlib.import_module(f"hanlm.stages.{name}").run(cfg, run_dir, force=force)
+def derived(cfg: Config, run: RunDir) -> tuple[Config, RunDir]:
+    """The recipe the comparison runs, and its run folder."""
+    return comparison_config(cfg), run.comparison(ACTION)
 
 
-def run(
-    cfg: Config,
-    run: RunDir | Path,
-    *,
-    force: bool = False,
-    run_stage: Callable[..., dict] = _in_this_process,
-) -> dict:
-    """The comparison's stages in order, each skipped when finished. `run_stage(name, cfg, dir,
-    force=, key=)` runs one: the pipeline passes its own, which under torchrun runs a data stage
-    on rank 0 while the other ranks wait (on `key`)."""
-    run = RunDir.of(run)
-    why_not = wanted(cfg)
-    if why_not is not None:
-        info(f"compare: {why_not}; skipped")
-        return {"enabled": False, "reason": why_not}
-    sub = run.comparison(ACTION)
-    drop_cfg = comparison_config(cfg)
-    if os.environ.get("RANK", "0") == "0":
-        _link_shared(run, sub)
-    info(f"compare: the same recipe with decontam.action = {ACTION} in {sub.root}")
-    results = {
-        name: run_stage(name, drop_cfg, sub.root, force=force, key=f"compare/{name}")
-        for name in STAGES
-    }
-    return {"enabled": True, "run": str(sub.root), "stages": sorted(results)}
+def prepare(run: RunDir, sub: RunDir) -> None:
+    """Before its stages run (rank 0): the comparison's links to the run's shared folders."""
+    _link_shared(run, sub)
+
+
+def describe(sub: RunDir) -> str:
+    return f"the same recipe with decontam.action = {ACTION} in {sub.root}"
+
+
+STAGE = Stage(
+    name="compare",
+    version=1,
+    output=lambda run: run.comparison(ACTION).root,
+    result_file=None,
+    reads=("decontam", "eval"),
+    rerun=derived,
+    rerun_stages=("decontam", "tokenizer", "shards", "pretrain", "export", "eval"),
+)

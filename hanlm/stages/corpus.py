@@ -10,78 +10,65 @@ from __future__ import annotations
 from pathlib import Path
 
 from hanlm.config import Config
-from hanlm.console import info, warn
+from hanlm.console import info
 from hanlm.data import cleaning, corpus, readers
 from hanlm.errors import UserError
-from hanlm.files import (
-    atomic_write_json,
-    fingerprint,
-    read_json,
-    stage_fingerprint,
-)
+from hanlm.files import atomic_write_json, stage_fingerprint
 from hanlm.stages import engine_output
-from hanlm.stages.demo import ensure_demo_world, world_settings
 from hanlm.stages.rundir import RunDir
+from hanlm.stages.stage import Stage, StageContext
 
-STAGE = "corpus"
+# how many run at once and where changes nothing the corpus holds (the tasks, from task_mb, do)
+ENGINE_PLACEMENT = tuple(f"data_engine.{k}" for k in ("executor", "workers", "slurm", "ray"))
+
+STAGE = Stage(
+    name="corpus",
+    version=1,
+    output=lambda run: run.corpus,
+    result_file=corpus.STATS_FILE,
+    reads=("corpus", "data_engine", "run.seed"),
+    unfingerprinted=ENGINE_PLACEMENT,
+    work=lambda run: run.corpus_work,
+    uses_demo=lambda cfg, options: "demo" in cfg.corpus.inputs,
+)
 
 
-def stage_fp(cfg: Config) -> str:
-    sources = readers.expand_inputs(cfg.corpus.inputs)
-    demo_cfg = world_settings(cfg) if "demo" in cfg.corpus.inputs else None
-    return fingerprint(
-        STAGE,
-        cleaning.fingerprint_settings(cfg.corpus),
-        cfg.data_engine.task_mb,  # the tasks decide the order of the output
-        demo_cfg,
-        cfg.run.seed,
-        readers.input_fingerprint(sources),
-    )
+def inputs(cfg: Config, run: RunDir, options: dict) -> list:
+    """The input files by path, size and time (too large to read just to see they are the same;
+    the demo world is the demo stage's, by its fingerprint)."""
+    return readers.input_fingerprint(readers.expand_inputs(cfg.corpus.inputs))
 
 
-def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict | None:
+def damage(run: RunDir) -> str | None:
+    problems = corpus.damaged_parts(run.corpus)
+    return "; ".join(problems[:3]) if problems else None
+
+
+def build(ctx: StageContext) -> dict | None:
     """The corpus's stats; None when its jobs were submitted to a cluster and still run."""
-    run = RunDir.of(run)
-    out = run.corpus
-    fp = stage_fp(cfg)
-    if not force and stage_fingerprint(out) == fp:
-        problems = corpus.damaged_parts(out)
-        if not problems:
-            info(f"corpus: up to date in {out}, skipped")
-            engine_output.remove_leftover_work(STAGE, run.corpus_work)
-            return read_json(run.corpus_stats)
-        warn(f"corpus: {out} is damaged ({'; '.join(problems[:3])}); building it again")
-
-    c = cfg.corpus
-    sources = readers.expand_inputs(c.inputs)
-    demo_file = None
-    if "demo" in sources:
-        ensure_demo_world(cfg, run)
-        demo_file = run.demo_file("pretrain")
-    work = engine_output.work_folder(run.corpus_work, fp, force=force)
-
-    def make(tmp: Path) -> dict | None:
-        stats = cleaning.build(
-            sources, c, cfg.run.seed, cfg.data_engine, work, tmp, demo_file=demo_file
-        )
-        if stats is not None:
-            atomic_write_json(tmp / corpus.STATS_FILE, stats)
-        return stats
-
-    result = engine_output.build(STAGE, out, work, fp, make, what="corpus")
-    if result is None:
+    cfg, run = ctx.cfg, ctx.run
+    sources = readers.expand_inputs(cfg.corpus.inputs)
+    demo_file = run.demo_file("pretrain") if "demo" in sources else None
+    work = engine_output.work_folder(run.corpus_work, ctx.fingerprint, force=ctx.force)
+    stats = engine_output.run_jobs(
+        "corpus", work, lambda: cleaning.build(
+            sources, cfg.corpus, cfg.run.seed, cfg.data_engine, work, ctx.out, demo_file=demo_file
+        ), what="corpus",
+    )  # fmt: skip
+    if stats is None:
         return None
-    corpus.warn_skipped(result)
+    atomic_write_json(ctx.out / corpus.STATS_FILE, stats)
+    corpus.warn_skipped(stats)
     info(
-        f"corpus: {result['documents_out']:,} documents, {result['characters_out']:,} characters "
-        f"({result['exact_duplicates']:,} exact and {result['near_duplicates'] or 0:,} near duplicates "
-        f"removed) -> {out}"
+        f"corpus: {stats['documents_out']:,} documents, {stats['characters_out']:,} characters "
+        f"({stats['exact_duplicates']:,} exact and {stats['near_duplicates'] or 0:,} near "
+        f"duplicates removed) -> {run.corpus}"
     )
-    return result
+    return stats
 
 
 def training_corpus_dir(run: RunDir | Path) -> Path:
-    """The corpus later stages train on: the decontaminated one when that stage has run."""
+    """The corpus later stages train on: the decontaminated one when that stage wrote one."""
     run = RunDir.of(run)
     if stage_fingerprint(run.decontam) is not None and run.decontam_corpus.is_dir():
         return run.decontam_corpus

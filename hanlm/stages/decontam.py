@@ -1,8 +1,17 @@
-"""The decontam stage (`--run`), the standalone scan (`--corpus --out`), shards and merge.
+"""The decontam stage: the run's corpus (or, standalone, any training data) scanned against the
+benchmarks, in one pass or as shards merged later.
 
 The benchmark items, each with the prompt lm-eval scores as a form to look for too, are built
 here (from hanlm.testsets and hanlm.evals.tasks) and handed to hanlm.data.decontam, which knows
 nothing of evaluation. Outputs: see hanlm.data.decontam.outputs.
+
+Options (`pipeline.run_stage("decontam", ..., **options)`, from `hanlm decontam`):
+  standalone=True, corpus=[GLOB, ...]  scan those files into OUT/decontam/ (OUT is the run
+                                       folder given), not a run's corpus
+  shard=(I, N)                         scan one share of the files into decontam-partial/
+                                       (never skipped, never marked finished)
+  merge=True                           combine every shard's partial result into decontam/
+                                       (never skipped)
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ import shutil
 from pathlib import Path
 
 from hanlm.config import Config
-from hanlm.console import info, warn
+from hanlm.console import info
 from hanlm.data import engine
 from hanlm.data.corpus import corpus_parts, damaged_parts
 from hanlm.data.decontam import outputs
@@ -19,13 +28,35 @@ from hanlm.data.decontam.index import FORMAT_VERSION, BenchmarkIndex
 from hanlm.data.decontam.scan import expand_corpus
 from hanlm.errors import UserError
 from hanlm.evals.tasks import with_prompt_form
-from hanlm.files import file_sha256, fingerprint, read_json, stage_fingerprint
-from hanlm.stages.corpus import checked_corpus
-from hanlm.stages.demo import ensure_demo_world
+from hanlm.files import file_sha256, fingerprint, stage_fingerprint
+from hanlm.stages.corpus import ENGINE_PLACEMENT, checked_corpus
 from hanlm.stages.rundir import RunDir
+from hanlm.stages.stage import Stage, StageContext
 from hanlm.testsets import readers
 
-STAGE = outputs.STAGE
+
+def _uses_demo(cfg: Config, options: dict) -> bool:
+    if options.get("standalone"):  # a benchmark of the demo world is refused there
+        return False
+    return any(readers.parse_spec(spec)[1] == "demo" for spec in cfg.decontam.benchmarks)
+
+
+STAGE = Stage(
+    name="decontam",
+    version=FORMAT_VERSION,
+    output=lambda run: run.decontam,
+    result_file=outputs.REPORT_FILE,
+    reads=("decontam", "corpus.min_chars", "data_engine"),
+    # whether it runs, how its text is batched, and what the compare stage does change no output
+    unfingerprinted=(
+        "decontam.enabled",
+        "decontam.batch_bytes",
+        "decontam.compare_drop",
+        *ENGINE_PLACEMENT,
+    ),
+    after=("corpus",),
+    uses_demo=_uses_demo,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,12 +107,6 @@ def _file_key(path: Path) -> list:
     return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
 
-def _benchmark_key(path: Path) -> str:
-    """A benchmark file by its content: small, and the demo world's lives inside the run, so a
-    run directory moved or copied elsewhere (new path, new times) is still up to date."""
-    return file_sha256(path)
-
-
 def _check_thresholds(cfg: Config) -> None:
     d = cfg.decontam
     if not d.clean_threshold <= d.dirty_threshold:
@@ -92,119 +117,113 @@ def _check_thresholds(cfg: Config) -> None:
         )
 
 
-def _fp(cfg: Config, benchmarks, inputs: list) -> str:
-    d = cfg.decontam.model_dump(exclude={"batch_bytes", "enabled"})
-    return fingerprint(
-        STAGE,
-        FORMAT_VERSION,
-        d,
-        cfg.corpus.min_chars,
-        [[t, _benchmark_key(p)] for t, p in benchmarks],
-        inputs,
+def not_needed(cfg: Config) -> str | None:
+    if not cfg.decontam.enabled:
+        return "disabled; training reads the corpus as it is"
+    if not cfg.decontam.benchmarks:
+        return "no decontam.benchmarks configured; training reads the corpus as it is"
+    return None
+
+
+def validate(cfg: Config, run: RunDir, options: dict) -> None:
+    """Thresholds that contradict each other, and a run's scan without a finished corpus."""
+    _check_thresholds(cfg)
+    if options.get("standalone") or options.get("merge"):
+        return
+    if stage_fingerprint(run.corpus) is None:
+        raise UserError(
+            f"no finished corpus in {run.corpus}", fix=f"run `hanlm corpus --run {run.root}` first"
+        )
+
+
+def _benchmarks(cfg: Config, run: RunDir, options: dict) -> list[tuple[str, Path]]:
+    return benchmark_specs(
+        cfg.decontam.benchmarks, None if options.get("standalone") else run.demo_file("benchmark")
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Entry points
+def inputs(cfg: Config, run: RunDir, options: dict) -> list | None:
+    """The benchmark files by content (small; the demo world's lives in the run, so a run folder
+    moved elsewhere stays up to date) and, standalone, the scanned files by path, size, time.
+    A merge takes what its partial results were scanned from (they were checked alike)."""
+    if options.get("merge"):
+        return None
+    benchmarks = [[task, file_sha256(path)] for task, path in _benchmarks(cfg, run, options)]
+    scanned = (
+        [_file_key(f) for f in expand_corpus(options["corpus"])] if options.get("corpus") else []
+    )
+    return [benchmarks, scanned]
 
 
-def run(
-    cfg: Config, run: RunDir | Path, *, force: bool = False, shard: tuple[int, int] | None = None
-) -> dict | None:
-    """The stage between corpus and tokenizer: scan the run's corpus, write RUN/decontam/; the
-    report, or None when its jobs were submitted to a cluster (Slurm) and still run."""
-    run = RunDir.of(run)
-    out = run.decontam
-    if not cfg.decontam.enabled or not cfg.decontam.benchmarks:
-        # A finished earlier output would otherwise be trained on; anything else there is not
-        # hanlm's to delete (and, with no stage marker, is never read as a decontaminated corpus).
-        if stage_fingerprint(out) is not None:
-            shutil.rmtree(out)
-        why = "disabled" if not cfg.decontam.enabled else "no decontam.benchmarks configured"
-        info(f"decontam: {why}; training reads {run.corpus}")
-        return {"enabled": False}
-    _check_thresholds(cfg)
-    corpus_dir = run.corpus
-    corpus_fp = stage_fingerprint(corpus_dir)
-    if corpus_fp is None:
-        raise UserError(
-            f"no finished corpus in {corpus_dir}", fix=f"run `hanlm corpus --run {run.root}` first"
-        )
-    if any(readers.parse_spec(spec)[1] == "demo" for spec in cfg.decontam.benchmarks):
-        ensure_demo_world(cfg, run)  # there already when the corpus came from the demo
-    benchmarks = benchmark_specs(cfg.decontam.benchmarks, run.demo_file("benchmark"))
-    fp = _fp(cfg, benchmarks, [corpus_fp])
-    if shard is None and not force and stage_fingerprint(out) == fp:
-        problems = damaged_parts(run.decontam_corpus) + outputs.damaged_index(run.decontam_index)
-        if not problems:
-            info(f"decontam: up to date in {out}, skipped")
-            return read_json(run.decontam_report)
-        warn(
-            f"decontam: {run.decontam_corpus} is damaged ({'; '.join(problems[:3])}); scanning again"
-        )
-
-    files = corpus_parts(checked_corpus(run, corpus_dir))
-    return _scan(cfg, benchmarks, files, run, fp, shard, corpus_dir, "run", force)
+def always_builds(options: dict) -> bool:
+    """One shard of a scan (which makes only part of the output, never marked finished) and a
+    merge of the shards' scans are built whatever the stage's folder holds."""
+    return options.get("shard") is not None or bool(options.get("merge"))
 
 
-def standalone(
-    cfg: Config,
-    corpus: list[str],
-    out_dir: Path,
-    *,
-    force: bool = False,
-    shard: tuple[int, int] | None = None,
-) -> dict | None:
-    """Scan any training data (`--corpus` globs) against the benchmarks into OUT/decontam/
-    (None: submitted to a cluster, as `run`)."""
-    _check_thresholds(cfg)
-    files = expand_corpus(corpus)
-    benchmarks = benchmark_specs(cfg.decontam.benchmarks, None)
-    layout = RunDir(out_dir)  # OUT/ holds decontam/ and decontam-partial/ as a run would
-    out = layout.decontam
-    fp = _fp(cfg, benchmarks, [_file_key(f) for f in files])
-    if shard is None and not force and stage_fingerprint(out) == fp:
-        info(f"decontam: up to date in {out}, skipped")
-        return read_json(layout.decontam_report)
-    return _scan(cfg, benchmarks, files, layout, fp, shard, None, "standalone", force)
+def damage(run: RunDir) -> str | None:
+    problems = damaged_parts(run.decontam_corpus) + outputs.damaged_index(run.decontam_index)
+    return "; ".join(problems[:3]) if problems else None
 
 
-def _scan(cfg, benchmarks, files, layout: RunDir, fp: str, shard, corpus_dir, mode: str,
-          force: bool = False):  # fmt: skip
-    """Index, scan, then either save this shard's partial result or finish the reports.
+def build(ctx: StageContext) -> dict | None:
+    """Scan (or merge the shards' scans) into the stage's folder; None for one shard's partial
+    scan, or when the jobs were submitted to a cluster (Slurm) and still run."""
+    cfg, run, options = ctx.cfg, ctx.run, ctx.options
+    standalone = bool(options.get("standalone"))
+    if options.get("merge"):
+        report = _merge(ctx, corpus_dir=None if standalone else run.corpus)
+    else:
+        if standalone:
+            files, corpus_dir = expand_corpus(options["corpus"]), None
+        else:
+            corpus_dir = run.corpus
+            files = corpus_parts(checked_corpus(run, corpus_dir))
+        benchmarks = _benchmarks(cfg, run, options)
+        mode = "standalone" if standalone else "run"
+        report = _scan(ctx, benchmarks, files, options.get("shard"), corpus_dir, mode)
+    if report is not None:
+        info(f"decontam: report in {run.decontam / 'report.md'}")
+    return report
+
+
+def _scan(ctx: StageContext, benchmarks, files, shard, corpus_dir, mode: str) -> dict | None:
+    """Index, scan, then either save this shard's partial result (None: not finished) or write
+    the outputs.
 
     The data engine works in DIR/decontam-partial/scan/ (a shard's in scan-I-of-N/), kept while
     the settings stay the same: a scan killed part-way redoes only its unfinished tasks."""
-    partial = layout.decontam_partial
+    cfg, layout = ctx.cfg, ctx.run
+    partial_dir = layout.decontam_partial
     items = load_items(benchmarks, cfg.decontam.text_field)
     index = BenchmarkIndex.build(items, ngram=cfg.decontam.ngram)
-    partial.mkdir(parents=True, exist_ok=True)
-    index_path = partial / outputs.INDEX_FILE
+    partial_dir.mkdir(parents=True, exist_ok=True)
+    index_path = partial_dir / outputs.INDEX_FILE
     index.save(index_path)
     name = "scan" if shard is None else f"scan-{shard[0]:04d}-of-{shard[1]:04d}"
-    work_dir = partial / name
-    if force and work_dir.exists():
+    work_dir = partial_dir / name
+    if ctx.force and work_dir.exists():
         shutil.rmtree(work_dir)
     # the tasks come from the files and the task size: a change of either starts afresh
-    work = engine.prepare_work_dir(work_dir, fingerprint(fp, shard, cfg.data_engine.task_mb))
+    work = engine.prepare_work_dir(work_dir, fingerprint(ctx.fingerprint, shard))
     try:
         result = outputs.scan_files(cfg, index, index_path, files, shard, work)
         if result is None:
-            raise outputs.Submitted
+            return _submitted(work)
         if shard is not None:
-            report = outputs.save_partial(partial, result, shard, fp)
+            outputs.save_partial(partial_dir, result, shard, ctx.fingerprint)
             shutil.rmtree(work, ignore_errors=True)
-            return report
+            return None
         report = outputs.finish(
-            layout.decontam, index, result, cfg, fp, corpus_dir=corpus_dir, meta={"mode": mode},
-            work=work, index_path=index_path,
+            ctx.out, index, result, cfg, corpus_dir=corpus_dir, meta={"mode": mode}, work=work,
+            index_path=index_path,
         )  # fmt: skip
-    except outputs.Submitted:
-        return _submitted(work)
+        if report is None:
+            return _submitted(work)
     except UserError:
         shutil.rmtree(work, ignore_errors=True)  # the input must change before a retry
         raise
-    shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(partial_dir, ignore_errors=True)
     return report
 
 
@@ -215,25 +234,22 @@ def _submitted(work: Path) -> None:
     )
 
 
-def merge(cfg: Config, *, out_dir: Path | None = None, run_dir: Path | None = None) -> dict | None:
-    """Combine every shard's partial result in DIR/decontam-partial/ into DIR/decontam/.
+def _merge(ctx: StageContext, *, corpus_dir: Path | None) -> dict | None:
+    """Combine every shard's partial result in DIR/decontam-partial/ into the stage's folder.
 
     Each `--shard I/N` run writes shard-I-of-N.{npz,json} and index.npz there; on machines that
     do not share DIR, copy every shard's files into one DIR/decontam-partial/ first."""
-    layout = RunDir(run_dir if run_dir is not None else out_dir)
-    partial = layout.decontam_partial
-    index, result, fp, n = outputs.load_partials(partial)
-    corpus_dir = layout.corpus if run_dir is not None else None
-    meta = {"mode": "run" if run_dir is not None else "standalone", "shards": n}
-    work = engine.prepare_work_dir(partial / "merge", fingerprint(fp, n))
-    try:
-        report = outputs.finish(
-            layout.decontam, index, result, cfg, fp, corpus_dir=corpus_dir, meta=meta,
-            work=work, index_path=partial / outputs.INDEX_FILE,
-        )  # fmt: skip
-    except outputs.Submitted:
+    partial_dir = ctx.run.decontam_partial
+    index, result, fp, n = outputs.load_partials(partial_dir)
+    meta = {"mode": "run" if corpus_dir is not None else "standalone", "shards": n}
+    work = engine.prepare_work_dir(partial_dir / "merge", fingerprint(fp, n))
+    report = outputs.finish(
+        ctx.out, index, result, ctx.cfg, corpus_dir=corpus_dir, meta=meta, work=work,
+        index_path=partial_dir / outputs.INDEX_FILE,
+    )  # fmt: skip
+    if report is None:
         return _submitted(work)
-    shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(partial_dir, ignore_errors=True)
     return report
 
 

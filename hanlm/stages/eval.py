@@ -11,10 +11,10 @@ from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import require_model_folder
-from hanlm.evals.run import evaluate, options_from
-from hanlm.files import fingerprint, read_json, stage_fingerprint
+from hanlm.evals.run import RESULTS_FILE, options_from, run_evaluation, write_results
 from hanlm.model_folder import is_model_folder
 from hanlm.stages.rundir import RunDir
+from hanlm.stages.stage import Stage, StageContext
 
 
 def demo_files(run: RunDir | Path) -> dict[str, Path]:
@@ -81,39 +81,65 @@ def _data_identity(path: str | None) -> list | str | None:
     return [str(p), p.stat().st_size, p.stat().st_mtime_ns]
 
 
-def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
-    """The eval stage: the run's model (or cfg.eval.models) on cfg.eval.tasks -> RUN/eval/."""
-    run = RunDir.of(run)
-    out = run.eval
+def _uses_demo(cfg: Config, options: dict) -> bool:
+    """Whether a task named without data reads the demo world (its default in a run)."""
+    stand_ins = {kind: Path(name) for kind, name in DEMO_FILE_NAMES.items()}
+    for spec in cfg.eval.tasks:
+        name, source = tasks_lib.parse_task_spec(spec)
+        default = None if source else tasks_lib.get(name).default_source(stand_ins)
+        if default is not None and not str(default).startswith("hf:"):
+            return True
+    return False
+
+
+STAGE = Stage(
+    name="eval",
+    version=1,
+    output=lambda run: run.eval,
+    result_file=RESULTS_FILE,
+    reads=("eval", "generate", "run.seed"),  # generate: the repetition task's penalties
+    after=("decontam",),  # its items' statuses split every score
+    uses_demo=_uses_demo,
+)
+
+
+def _models(cfg: Config, run: RunDir) -> list[Path]:
     models = [_in_run(run, m) for m in cfg.eval.models] or default_models(run)
-    model_dirs = [require_model_folder(model_folder(m)) for m in models]
-    report = cfg.eval.contamination or default_contamination(run)
+    return [require_model_folder(model_folder(m)) for m in models]
+
+
+def _sources(cfg: Config, run: RunDir) -> list[str | None]:
     files = demo_files(run)
     sources = []
     for spec in cfg.eval.tasks:
         name, source = tasks_lib.parse_task_spec(spec)
         sources.append(source or tasks_lib.get(name).default_source(files))
-    fp = fingerprint(
-        cfg.eval.model_dump(mode="json"),
-        cfg.generate.model_dump(mode="json"),  # the repetition task's penalties
-        cfg.run.seed,
-        [_model_identity(d) for d in model_dirs],
-        [_data_identity(s) for s in sources],
+    return sources
+
+
+def inputs(cfg: Config, run: RunDir, options: dict) -> list:
+    """The models, the tasks' data and the contamination report, by identity."""
+    report = cfg.eval.contamination or default_contamination(run)
+    return [
+        [_model_identity(d) for d in _models(cfg, run)],
+        [_data_identity(s) for s in _sources(cfg, run)],
         _data_identity(str(report) if report else None),
-    )
-    if not force and stage_fingerprint(out) == fp:
-        info(f"eval: {out} is complete, skipped")
-        return {**read_json(run.eval_results), "skipped": True}
-    record = evaluate(
-        model_dirs,
+    ]
+
+
+def build(ctx: StageContext) -> dict:
+    """The run's models (or eval.models) on eval.tasks."""
+    cfg, run = ctx.cfg, ctx.run
+    evaluation = run_evaluation(
+        _models(cfg, run),
         cfg.eval.tasks,
-        out,
-        demo_files=files,
-        contamination=report,
+        demo_files=demo_files(run),
+        contamination=cfg.eval.contamination or default_contamination(run),
         options=options_from(cfg),
         batch_size=cfg.eval.batch_size,
         dtype=cfg.eval.dtype,
         device=cfg.eval.device,
-        extra_record={"fingerprint": fp},
     )
-    return {**record, "skipped": False}
+    write_results(ctx.out, evaluation)
+    info(f"eval: results in {run.eval}")
+    return evaluation.record

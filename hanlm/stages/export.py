@@ -1,7 +1,5 @@
-"""The export stage: the run's latest (or a chosen) pretraining checkpoint -> pretrain/hf.
-
-Skipped when the folder already holds an export of the same checkpoint, model config and
-tokenizer (hanlm.train.export.export_fingerprint); the library does the writing.
+"""The export stage: the run's latest pretraining checkpoint -> pretrain/hf (the library,
+hanlm.train.export, does the writing); `export_chosen` writes a chosen checkpoint elsewhere.
 
 `run_gguf` (`hanlm export --format gguf`) turns an exported folder (the chat model's sft/hf when
 there is one, else pretrain/hf, or any folder given) into a GGUF file and its Ollama Modelfile
@@ -18,7 +16,7 @@ import torch
 
 from hanlm.chat_template import TOKENIZER_CONFIG_FILE
 from hanlm.config import Config
-from hanlm.console import info, warn
+from hanlm.console import info
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_text, claim_output_file, read_json, stage_fingerprint
 from hanlm.model import model_config
@@ -27,8 +25,18 @@ from hanlm.share import gguf as gguf_lib
 from hanlm.stages import shards as shards_stage
 from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.rundir import RunDir
+from hanlm.stages.stage import Stage, StageContext
 from hanlm.train import checkpoint as checkpoint_lib
 from hanlm.train import export
+
+STAGE = Stage(
+    name="export",
+    version=1,
+    output=lambda run: run.pretrain.export,
+    result_file=export.RECORD,
+    reads=("model", "pretrain.seq_len"),
+    after=("tokenizer", "shards", "pretrain"),
+)
 
 
 def resolve_checkpoint(run: RunDir, checkpoint: str | None) -> Path:
@@ -104,61 +112,74 @@ def _committed_steps(root: Path) -> str:
     return ", ".join(str(int(step)) for step in steps if step.isdigit())
 
 
-def _previous_record(out: Path) -> dict:
-    try:
-        return read_json(out / export.RECORD) if (out / export.WEIGHTS).is_file() else {}
-    except (OSError, ValueError):
-        return {}
+def inputs(cfg: Config, run: RunDir, options: dict) -> list | None:
+    """Which checkpoint it exports: the latest committed one, by name and training fingerprint."""
+    latest = checkpoint_lib.latest(run.pretrain.checkpoints)
+    if latest is None:
+        return None
+    return [latest.name, checkpoint_lib.read_trainer_state(latest).get("fingerprint")]
 
 
-def run(
-    cfg: Config,
-    run: RunDir | Path,
-    *,
-    force: bool = False,
-    checkpoint: str | None = None,
-    out: Path | None = None,
-) -> dict:
-    """Export a run's pretraining checkpoint (the latest by default) to its pretrain/hf folder."""
-    run = RunDir(run) if not isinstance(run, RunDir) else run
-    source = resolve_checkpoint(run, checkpoint)
-    user_named_out = out
-    out = Path(out) if out is not None else run.pretrain.export
-    tokenizer_dir = tokenizer_stage.finished_path(run.root).parent
-    manifest = shards_stage.load_manifest(run.root)
-    config = model_config(
+def damage(run: RunDir) -> str | None:
+    return export_damage(run.pretrain.export)
+
+
+def _model_config(cfg: Config, run: RunDir):
+    manifest = shards_stage.load_manifest(run)
+    return model_config(
         cfg.model.preset, vocab_size=manifest["vocab_size"], seq_len=cfg.pretrain.seq_len
     )
-    fp = export.export_fingerprint(source, config, tokenizer_dir, None, torch.float32)
-    previous = _previous_record(out)
-    if not force and previous.get("fingerprint") == fp:
-        problem = export_damage(out)
-        if problem is None:
-            info(f"export: {out} already holds {source.name}, skipped")
-            return {**_summary(previous, out), "skipped": True}
-        warn(f"export: {out} is damaged ({problem}); exporting it again")
-        force = True  # the damaged folder is hanlm's own earlier output: replace it
+
+
+def build(ctx: StageContext) -> dict:
+    """The run's latest pretraining checkpoint as a plain Hugging Face folder."""
+    run = ctx.run
+    source = resolve_checkpoint(run, None)
     started = time.perf_counter()
-    # the run's own export folder is hanlm's to update; a folder the user named needs --force
-    export.export_checkpoint(
+    record = export.write_export(
         source,
-        out,
-        model_config=config,
-        tokenizer_dir=tokenizer_dir,
-        replace_earlier=force or user_named_out is None,
+        ctx.out,
+        model_config=_model_config(ctx.cfg, run),
+        tokenizer_dir=tokenizer_stage.finished_path(run).parent,
+    )
+    info(
+        f"export: {source.name} ({record['tokens']:,} tokens seen) -> {run.pretrain.export} "
+        f"({time.perf_counter() - started:.1f}s)"
+    )
+    return record
+
+
+def export_chosen(
+    cfg: Config, run: RunDir | Path, *, checkpoint: str | None, out: Path | None, force: bool
+) -> dict:
+    """`hanlm export --checkpoint STEP` or `--out DIR`: a chosen checkpoint into a chosen folder,
+    outside the pipeline (the run's pretrain/hf stays the export stage's, with the latest
+    checkpoint): by default RUN/pretrain/hf-step-NNNNNNNN. A folder that already holds this
+    export, whole, is left as it is; one that holds another is replaced only with `force` (a
+    default folder of the run's is hanlm's own and always replaced)."""
+    run = RunDir.of(run)
+    source = resolve_checkpoint(run, checkpoint)
+    replace = force or out is None
+    out = Path(out) if out is not None else run.pretrain.export.with_name(f"hf-{source.name}")
+    config = _model_config(cfg, run)
+    tokenizer_dir = tokenizer_stage.finished_path(run).parent
+    wanted = export.export_fingerprint(source, config, tokenizer_dir, None, torch.float32)
+    if _record_fingerprint(out) == wanted and export_damage(out) is None:
+        info(f"export: {out} already holds {source.name}, skipped")
+        return {**read_json(out / export.RECORD), "skipped": True}
+    export.export_checkpoint(
+        source, out, model_config=config, tokenizer_dir=tokenizer_dir, replace_earlier=replace
     )
     record = read_json(out / export.RECORD)
     info(f"export: {source.name} ({record['tokens']:,} tokens seen) -> {out}")
-    return {
-        **_summary(record, out),
-        "skipped": False,
-        "seconds": round(time.perf_counter() - started, 3),
-    }
+    return {**record, "skipped": False}
 
 
-def _summary(record: dict, out: Path) -> dict:
-    keys = ("source_checkpoint", "step", "tokens", "model_sha256", "dtype")
-    return {"out": str(out), **{k: record.get(k) for k in keys}}
+def _record_fingerprint(folder: Path) -> str | None:
+    try:
+        return read_json(folder / export.RECORD).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 # --- GGUF -----------------------------------------------------------------------------------------

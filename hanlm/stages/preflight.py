@@ -1,15 +1,40 @@
-"""The preflight stage: measure the hosts and say GO or NO-GO into `RUN/preflight.json`
-(see hanlm.preflight)."""
+"""The preflight stage: measure the hosts and say GO or NO-GO into
+`RUN/preflight/preflight.json` (see hanlm.preflight). A GO for the same settings, host and
+number of ranks is reused; a NO-GO is never marked finished, so the next run measures again."""
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 from hanlm import preflight
 from hanlm.config import Config
-from hanlm.console import info
-from hanlm.files import read_json
+from hanlm.console import warn
 from hanlm.stages.rundir import RunDir
+from hanlm.stages.stage import Stage, StageContext, Unfinished
+
+STAGE = Stage(
+    name="preflight",
+    version=1,
+    output=lambda run: run.preflight.parent,
+    result_file="preflight.json",
+    reads=(
+        "preflight",
+        "pretrain",
+        "checkpoint",
+        "model",
+        "precision",
+        "parallel",
+        "plan",
+        "data_engine",
+        "tokenizer.vocab_size",
+        "logging",
+        "run.seed",
+    ),
+    writes="in_place",
+    all_ranks=True,
+)
 
 
 def checkpoint_folder(cfg: Config, run: RunDir | Path, override: str | Path | None = None) -> Path:
@@ -20,8 +45,8 @@ def checkpoint_folder(cfg: Config, run: RunDir | Path, override: str | Path | No
 
 
 def check(cfg: Config, run: RunDir | Path, *, checkpoint_dir: str | Path | None = None) -> dict:
-    """Measure, judge, write RUN/preflight.json (rank 0) and print the table; every rank gets
-    the whole report."""
+    """Measure, judge, write the report (rank 0) and print the table; every rank gets the whole
+    report (`hanlm preflight`, outside the pipeline)."""
     run = RunDir.of(run)
     return preflight.check(
         cfg,
@@ -31,22 +56,24 @@ def check(cfg: Config, run: RunDir | Path, *, checkpoint_dir: str | Path | None 
     )
 
 
-def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
-    """The pipeline stage: a GO report for the same settings and host is reused; NO-GO stops the
-    pipeline unless preflight.fail_on_no_go is false."""
-    run = RunDir.of(run)
-    path = run.preflight
-    folder = checkpoint_folder(cfg, run)
-    if not force and path.is_file():
-        try:
-            previous = read_json(path)
-        except (OSError, ValueError):
-            previous = {}
-        same = previous.get("fingerprint") == preflight.report_fingerprint(cfg, folder)
-        if same and previous.get("verdict") == "GO":
-            info(f"preflight: GO on {previous.get('created_at')} for these settings, skipped")
-            return previous
-    report = check(cfg, run)
-    if report["verdict"] != "GO" and cfg.preflight.fail_on_no_go:
-        raise preflight.no_go_error(report, path)
-    return report
+def inputs(cfg: Config, run: RunDir, options: dict) -> list:
+    """A GO holds for this host, this many ranks and this checkpoint folder."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    return [socket.gethostname(), world, str(checkpoint_folder(cfg, run))]
+
+
+def build(ctx: StageContext) -> dict | Unfinished:
+    """The report when GO; NO-GO stops the pipeline (a UserError) unless
+    preflight.fail_on_no_go is false, and is then never marked finished (Unfinished)."""
+    report = preflight.check(
+        ctx.cfg,
+        folder=checkpoint_folder(ctx.cfg, ctx.run),
+        shards_dir=ctx.run.shards,
+        report_path=ctx.out / STAGE.result_file,
+    )
+    if report["verdict"] == "GO":
+        return report
+    if ctx.cfg.preflight.fail_on_no_go:
+        raise preflight.no_go_error(report, ctx.out / STAGE.result_file)
+    warn("preflight: NO-GO, going on as preflight.fail_on_no_go = false")
+    return Unfinished(report)

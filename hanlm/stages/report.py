@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from hanlm.config import Config
 from hanlm.console import info
 from hanlm.files import atomic_write_text
 from hanlm.report import card
 from hanlm.stages.rundir import RunDir
+from hanlm.stages.stage import Stage, StageContext
+
+# Rebuilt every time: it only reads, and the stages before it may have changed.
+STAGE = Stage(
+    name="report",
+    version=1,
+    output=lambda run: run.root,
+    result_file=None,
+    writes="always",
+)
 
 
 def run_files(run: RunDir) -> card.RunFiles:
@@ -39,9 +46,8 @@ def run_files(run: RunDir) -> card.RunFiles:
     )
 
 
-def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
-    """Always rebuilt: it only reads, and the stages before it may have changed."""
-    run = RunDir.of(run)
+def build(ctx: StageContext) -> dict:
+    run = ctx.run
     text = card.build(run_files(run))
     atomic_write_text(run.report, text)
     plots = sorted(p.name for p in run.plots.glob("*.png"))

@@ -115,11 +115,11 @@ class RunDir:
 
     @property
     def plan(self) -> Path:
-        return self.root / "plan.json"
+        return self.stage("plan") / "plan.json"
 
     @property
     def preflight(self) -> Path:
-        return self.root / "preflight.json"
+        return self.stage("preflight") / "preflight.json"
 
     @property
     def report(self) -> Path:

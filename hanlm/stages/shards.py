@@ -7,97 +7,55 @@ finished. Bad input (a UserError) throws the work away, since the input must cha
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from hanlm.config import Config
-from hanlm.console import info, warn
+from hanlm.console import info
 from hanlm.data import shards
 from hanlm.errors import UserError
-from hanlm.files import (
-    file_sha256,
-    fingerprint,
-    read_json,
-    stage_fingerprint,
-)
+from hanlm.files import file_sha256, read_json
 from hanlm.stages import engine_output
 from hanlm.stages import tokenizer as tokenizer_stage
-from hanlm.stages.corpus import checked_corpus, training_corpus_dir
+from hanlm.stages.corpus import ENGINE_PLACEMENT, checked_corpus, training_corpus_dir
 from hanlm.stages.rundir import RunDir, finished_output
+from hanlm.stages.stage import Stage, StageContext
 
-STAGE = "shards"
-LEGACY_WORK_MARKER = "work.json"  # the work folder of hanlm before the data engine
-
-
-def _check_existing(run: RunDir, sha: str) -> None:
-    """Shards made with another tokenizer than the run's are refused, naming the rebuild."""
-    out = run.shards
-    made_with = shards.made_with_tokenizer(out)
-    if made_with is not None and made_with != sha:
-        raise UserError(
-            f"the shards in {out} were made with another tokenizer (sha256 {made_with[:12]}…) "
-            f"than the run's ({sha[:12]}…)",
-            fix=f"rebuild them with `hanlm shards --run {run.root} --force` "
-            "(or `hanlm run --from tokenizer`)",
-        )
-
-
-def stage_fp(cfg: Config, run: RunDir | Path) -> str:
-    run = RunDir.of(run)
-    corpus_dir = training_corpus_dir(run)
-    upstream = stage_fingerprint(corpus_dir) or stage_fingerprint(corpus_dir.parent)
+STAGE = Stage(
+    name="shards",
+    version=1,
+    output=lambda run: run.shards,
+    result_file=shards.MANIFEST_FILE,
+    reads=("shards", "data_engine", "run.seed"),
     # how the encoding is batched changes no token (see data.shards._encoded)
-    output_settings = cfg.shards.model_dump(exclude={"batch_docs", "piece_chars"})
-    sha = file_sha256(run.tokenizer_json)
-    return fingerprint(STAGE, output_settings, cfg.run.seed, sha, upstream)
+    unfingerprinted=("shards.batch_docs", "shards.piece_chars", *ENGINE_PLACEMENT),
+    after=("corpus", "decontam", "tokenizer"),
+    work=lambda run: run.shards_work,
+)
 
 
-def _remove_legacy_work(run: RunDir) -> None:
-    """An interrupted run of hanlm before the data engine left its work in shards.incomplete/
-    (recognised by its work.json): hanlm's own leftover, encoded again from the start."""
-    legacy = run.shards.with_name(f"{run.shards.name}.incomplete")
-    if (legacy / LEGACY_WORK_MARKER).is_file():
-        info(f"shards: {legacy} is an earlier hanlm's unfinished work; encoding from the start")
-        shutil.rmtree(legacy)
+def damage(run: RunDir) -> str | None:
+    problems = shards.damaged_outputs(run.shards)
+    return "; ".join(problems[:3]) if problems else None
 
 
-def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict | None:
+def build(ctx: StageContext) -> dict | None:
     """The shards' manifest; None when the tasks were submitted to a cluster and still run."""
-    run = RunDir.of(run)
-    out = run.shards
+    cfg, run = ctx.cfg, ctx.run
     tokenizer_json = tokenizer_stage.finished_path(run)
     sha = file_sha256(tokenizer_json)
-    fp = stage_fp(cfg, run)
-    if not force:
-        if stage_fingerprint(out) == fp:
-            problems = shards.damaged_outputs(out)
-            if not problems:
-                info(f"shards: up to date in {out}, skipped")
-                engine_output.remove_leftover_work(STAGE, run.shards_work)
-                return read_json(run.shards_manifest)
-            warn(f"shards: {out} is damaged ({'; '.join(problems[:3])}); encoding again")
-        else:
-            _check_existing(run, sha)
-
     corpus_dir = checked_corpus(run, training_corpus_dir(run))
-    _remove_legacy_work(run)
-    work = engine_output.work_folder(run.shards_work, fp, force=force)
-    manifest = engine_output.build(
-        STAGE,
-        out,
-        work,
-        fp,
-        lambda tmp: shards.encode_corpus(
-            corpus_dir, tokenizer_json, sha, cfg.shards, cfg.run.seed, cfg.data_engine, work, tmp
-        ),
-        what="shards",
-    )
+    work = engine_output.work_folder(run.shards_work, ctx.fingerprint, force=ctx.force)
+    manifest = engine_output.run_jobs(
+        "shards", work, lambda: shards.encode_corpus(
+            corpus_dir, tokenizer_json, sha, cfg.shards, cfg.run.seed, cfg.data_engine, work,
+            ctx.out,
+        ), what="shards",
+    )  # fmt: skip
     if manifest is None:
         return None
-    tr = manifest["splits"]["train"]
+    train = manifest["splits"]["train"]
     info(
-        f"shards: {tr['tokens']:,} train tokens in {tr['documents']:,} documents, "
-        f"{manifest['splits']['val']['tokens']:,} val tokens ({manifest['dtype']}) -> {out}"
+        f"shards: {train['tokens']:,} train tokens in {train['documents']:,} documents, "
+        f"{manifest['splits']['val']['tokens']:,} val tokens ({manifest['dtype']}) -> {run.shards}"
     )
     return manifest
 
@@ -117,9 +75,18 @@ def check_intact(run: RunDir | Path) -> None:
 
 
 def load_manifest(run: RunDir | Path) -> dict:
-    """The run's shard manifest, checked against the run's tokenizer."""
+    """The run's shard manifest; a UserError when the shards were made with another tokenizer
+    than the run's (the token ids would mean other text)."""
     run = RunDir.of(run)
     path = finished_output(run.shards_manifest, "shards", f"run `hanlm shards --run {run.root}`")
     manifest = read_json(path)
-    _check_existing(run, file_sha256(run.tokenizer_json))
+    made_with = manifest.get("tokenizer_sha256")
+    sha = file_sha256(tokenizer_stage.finished_path(run))
+    if made_with != sha:
+        raise UserError(
+            f"the shards in {run.shards} were made with another tokenizer (sha256 "
+            f"{str(made_with)[:12]}…) than the run's ({sha[:12]}…)",
+            fix=f"make them again with `hanlm shards --run {run.root}` (or `hanlm run --from "
+            "tokenizer`)",
+        )
     return manifest

@@ -5,26 +5,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hanlm.config import Config
-from hanlm.console import info, warn
+from hanlm.console import info
 from hanlm.data import tokenizer
-from hanlm.files import (
-    atomic_output_dir,
-    fingerprint,
-    read_json,
-    stage_fingerprint,
-    write_stage_marker,
-)
 from hanlm.stages.corpus import checked_corpus, training_corpus_dir
 from hanlm.stages.rundir import RunDir, finished_output
+from hanlm.stages.stage import Stage, StageContext
 
-STAGE = "tokenizer"
+STAGE = Stage(
+    name="tokenizer",
+    version=1,
+    output=lambda run: run.tokenizer,
+    result_file=tokenizer.STATS_FILE,
+    reads=("tokenizer", "run.seed"),
+    after=("corpus", "decontam"),  # the decontaminated corpus when that stage wrote one
+)
 
 
-def stage_fp(cfg: Config, run: RunDir | Path) -> str:
-    corpus_dir = training_corpus_dir(run)
-    upstream = stage_fingerprint(corpus_dir) or stage_fingerprint(corpus_dir.parent)
-    return fingerprint(STAGE, cfg.tokenizer.model_dump(), cfg.run.seed, upstream)
+def damage(run: RunDir) -> str | None:
+    return tokenizer.damage(run.tokenizer)
+
+
+def build(ctx: StageContext) -> dict:
+    corpus_dir = checked_corpus(ctx.run, training_corpus_dir(ctx.run))
+    stats = tokenizer.build(corpus_dir, ctx.cfg, ctx.out)
+    heldout = stats["heldout"]
+    info(
+        f"tokenizer: {stats['vocab_size']:,} tokens; held-out {heldout['chars_per_token']} "
+        f"chars/token, {heldout['bytes_per_token']} bytes/token -> {ctx.run.tokenizer}"
+    )
+    return stats
 
 
 def finished_path(run: RunDir | Path) -> Path:
@@ -37,25 +46,3 @@ def finished_path(run: RunDir | Path) -> Path:
 def load(run: RunDir | Path):
     """The run's trained tokenizer as a `tokenizers.Tokenizer`."""
     return tokenizer.load(finished_path(run))
-
-
-def run(cfg: Config, run: RunDir | Path, *, force: bool = False) -> dict:
-    run = RunDir.of(run)
-    out = run.tokenizer
-    fp = stage_fp(cfg, run)
-    if not force and stage_fingerprint(out) == fp:
-        problem = tokenizer.damage(out)
-        if problem is None:
-            info(f"tokenizer: up to date in {out}, skipped")
-            return read_json(out / tokenizer.STATS_FILE)
-        warn(f"tokenizer: {out} is damaged ({problem}); training it again")
-    corpus_dir = checked_corpus(run, training_corpus_dir(run))
-    with atomic_output_dir(out) as tmp:
-        stats = tokenizer.build(corpus_dir, cfg, tmp)
-        write_stage_marker(tmp, STAGE, fp)
-    h = stats["heldout"]
-    info(
-        f"tokenizer: {stats['vocab_size']:,} tokens; held-out {h['chars_per_token']} chars/token, "
-        f"{h['bytes_per_token']} bytes/token -> {out}"
-    )
-    return stats

@@ -329,8 +329,27 @@ def export_checkpoint(
 
     `out_dir` must be new, empty or an earlier export (replaced only with `replace_earlier`).
     """
-    checkpoint_dir, tokenizer_dir = Path(checkpoint_dir), Path(tokenizer_dir)
     claim_output_dir(out_dir, marker=RECORD, replace_earlier=replace_earlier)
+    with atomic_output_dir(out_dir, marker=RECORD, replace_earlier=replace_earlier) as tmp:
+        write_export(
+            checkpoint_dir, tmp, model_config=model_config, tokenizer_dir=tokenizer_dir,
+            eos_token_ids=eos_token_ids, dtype=dtype,
+        )  # fmt: skip
+    return Path(out_dir)
+
+
+def write_export(
+    checkpoint_dir: Path,
+    folder: Path,
+    *,
+    model_config: PretrainedConfig,
+    tokenizer_dir: Path,
+    eos_token_ids: list[int] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> dict:
+    """The export written into the empty folder `folder` (a temporary one its caller renames
+    into place); its record (RECORD's content)."""
+    checkpoint_dir, tokenizer_dir, folder = Path(checkpoint_dir), Path(tokenizer_dir), Path(folder)
     dtype_name = _checked_dtype(dtype)
     state = trainer_state(checkpoint_dir)
     special = _special_tokens(tokenizer_dir)
@@ -349,23 +368,22 @@ def export_checkpoint(
         setattr(model.config, key, value)
     model.generation_config = GenerationConfig(**ids)
     context_length = getattr(model_config.get_text_config(), "max_position_embeddings", None)
-    with atomic_output_dir(out_dir, marker=RECORD, replace_earlier=replace_earlier) as tmp:
-        with no_progress_bars():
-            model.save_pretrained(tmp, safe_serialization=True)
-        _portable_model_config(tmp / "config.json", dtype_name)
-        _copy_tokenizer(tokenizer_dir, tmp, context_length)
-        record = {
-            "source_checkpoint": str(checkpoint_dir.resolve()),
-            "step": state.get("step"),
-            "tokens": state.get("tokens"),
-            "model_sha256": file_sha256(tmp / WEIGHTS),
-            "dtype": dtype_name,
-            **ids,
-            "fingerprint": fp,
-            "exported_at": time.time(),
-        }
-        atomic_write_json(tmp / RECORD, record)
-    return Path(out_dir)
+    with no_progress_bars():
+        model.save_pretrained(folder, safe_serialization=True)
+    _portable_model_config(folder / "config.json", dtype_name)
+    _copy_tokenizer(tokenizer_dir, folder, context_length)
+    record = {
+        "source_checkpoint": str(checkpoint_dir.resolve()),
+        "step": state.get("step"),
+        "tokens": state.get("tokens"),
+        "model_sha256": file_sha256(folder / WEIGHTS),
+        "dtype": dtype_name,
+        **ids,
+        "fingerprint": fp,
+        "exported_at": time.time(),
+    }
+    atomic_write_json(folder / RECORD, record)
+    return record
 
 
 def _portable_model_config(path: Path, dtype_name: str) -> None:

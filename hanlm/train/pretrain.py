@@ -168,12 +168,10 @@ def pretrain(
     force: bool = False,
     stop_after_steps: int | None = None,
     on_complete: Callable[[dict], None] | None = None,
-    discard_on_fresh_start: tuple[Path, ...] = (),
 ) -> dict:
     """Train (or resume) the recipe's model on the shards; `on_complete(summary)` runs on rank 0
     once the last step is checkpointed, before the ranks part. A fresh start (force, or
-    checkpoint.resume never) deletes the checkpoints and `discard_on_fresh_start` (records of
-    an earlier finished training)."""
+    checkpoint.resume never) deletes the checkpoints."""
     p, par = cfg.pretrain, cfg.parallel
     steps = total_steps(p)
     with processes(par.device, par.timeout_s) as d:
@@ -181,7 +179,7 @@ def pretrain(
         mode = parallel.resolve_mode(par.mode, d)
         accumulation = accumulation_steps(p, d.world_size)
         if force or cfg.checkpoint.resume == "never":
-            start_fresh(d, [outputs.checkpoints, *discard_on_fresh_start])
+            start_fresh(d, [outputs.checkpoints])
 
         mconfig, model, converted = _built_model(cfg, data.vocab_size, Placement(d, mode, plan))
         train_loader, val_loader = _loaders(cfg, data, d)

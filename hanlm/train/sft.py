@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -71,6 +71,7 @@ class SftOutputs(Protocol):
     data_report: Path
     closure: Path
     closure_by_init: Path
+    summary: Path
 
     def ablation(self, init: str) -> SftOutputs: ...
 
@@ -315,6 +316,16 @@ def _placed_model(
     return root, model.config, converted
 
 
+@dataclass(frozen=True)
+class TrainedOnce:
+    """One SFT training: the trainer's summary, the model config it built, and whether this
+    process is rank 0 (the one that exports and checks)."""
+
+    summary: dict
+    config: Any
+    is_main: bool
+
+
 def train_once(
     cfg: Config,
     *,
@@ -327,9 +338,9 @@ def train_once(
     data_fp: str,
     settings_fp: str,
     force: bool,
-) -> dict:
-    """Initialise, train and checkpoint one SFT into `outputs`; returns the trainer's summary
-    and the model config (the weights are in the latest checkpoint)."""
+) -> TrainedOnce:
+    """Initialise, train and checkpoint one SFT into `outputs` (the weights are in its latest
+    checkpoint)."""
     s = cfg.sft
     with build.processes(cfg.parallel.device, cfg.parallel.timeout_s) as d:
         plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
@@ -374,7 +385,7 @@ def train_once(
             )
         result = trainer.fit()
         parallel.barrier(d)
-        return {**result, "init": done, "config": mconfig, "is_main": d.is_main}
+        return TrainedOnce(summary={**result, "init": done}, config=mconfig, is_main=d.is_main)
 
 
 # --- the whole fine-tuning --------------------------------------------------------------------------
@@ -459,9 +470,11 @@ def fine_tune(
     outputs: SftOutputs,
     settings_fp: str,
     force: bool,
-) -> tuple[dict, dict | None]:
-    """Audit, initialise, train, export and check closure (and the compared inits): (the
-    summary, the main closure check; None on ranks other than 0, which write nothing)."""
+) -> dict:
+    """Audit, initialise, train, export and check closure (and the compared inits); the summary,
+    which rank 0 also writes (with the closure: the other ranks write nothing and know only the
+    training's part). A closure below sft.min_closure is a UserError after the summary is
+    written."""
     s = cfg.sft
     conversations, contamination = decontaminate(conversations, index, s)
     train_conversations, heldout = split_heldout(conversations, s.heldout, cfg.run.seed)
@@ -482,8 +495,8 @@ def fine_tune(
         "settings_fp": settings_fp,
         "force": force,
     }
-    result = train_once(cfg, outputs=outputs, init=s.init, **common)
-    is_main = result["is_main"]
+    trained = train_once(cfg, outputs=outputs, init=s.init, **common)
+    result, is_main = trained.summary, trained.is_main
     before = {}
     if is_main:
         for init in dict.fromkeys([s.init, *s.compare_inits]):
@@ -493,7 +506,7 @@ def fine_tune(
         summary["val_loss"] = result["val_loss"]
     by_init: dict[str, float] = {}
     if is_main:
-        _export(outputs, result["config"], source.tokenizer_dir, [eot, eod])
+        _export(outputs, trained.config, source.tokenizer_dir, [eot, eod])
         model = export.load_exported(outputs.export)
         exported_tokenizer = load_tokenizer(outputs.export)
         check = _closure(
@@ -510,14 +523,14 @@ def fine_tune(
         ablation = train_once(cfg, outputs=folder, init=other, **common)
         if is_main:
             latest = checkpoint.latest(folder.checkpoints)
-            model = export.load_checkpoint_model(latest, ablation["config"])
+            model = export.load_checkpoint_model(latest, ablation.config)
             check = _closure(
                 model, tokenizer, heldout, special, s, other, folder.closure, before[other]
             )
             by_init[other] = check["rate"]
             info(f"sft: ablation closure {check['closed']}/{check['total']} with init {other}")
     if not is_main:
-        return summary, None
+        return summary
     atomic_write_json(outputs.closure_by_init, by_init)
     main_check = read_json(outputs.closure)
     summary.update(
@@ -530,4 +543,17 @@ def fine_tune(
             "contaminated_dropped": contamination.get("dropped", 0),
         }
     )
-    return summary, main_check
+    atomic_write_json(outputs.summary, summary)
+    _gate(main_check, s, outputs.closure)
+    return summary
+
+
+def _gate(check: dict, s: SftSection, where: Path) -> None:
+    if s.min_closure > 0 and check["rate"] < s.min_closure:
+        raise UserError(
+            f"the SFT model ended {check['closed']} of {check['total']} held-out answers with "
+            f"<|eot|> (closure {check['rate']:.2f}), below sft.min_closure {s.min_closure}",
+            where=str(where),
+            fix="look at audit.json: initialise the untrained template tokens (--init mean), "
+            "train longer (--max-steps) or raise sft.closure_max_tokens",
+        )

@@ -13,6 +13,5 @@ From Python (SFT, eval, any later training stage), with an index a decontam fold
 """
 
 from hanlm.data.decontam.index import DEFAULT_NGRAM, BenchmarkIndex, normalise
-from hanlm.data.decontam.outputs import STAGE
 
-__all__ = ["DEFAULT_NGRAM", "STAGE", "BenchmarkIndex", "normalise"]
+__all__ = ["DEFAULT_NGRAM", "BenchmarkIndex", "normalise"]

@@ -30,17 +30,14 @@ from hanlm.data.decontam.index import BenchmarkIndex
 from hanlm.data.decontam.scan import ScanResult, scan, share_index, task_index
 from hanlm.errors import UserError
 from hanlm.files import (
-    atomic_output_dir,
     atomic_write_json,
     atomic_write_text,
     file_mismatch,
     file_record,
     open_text_stream,
     read_json,
-    write_stage_marker,
 )
 
-STAGE = "decontam"  # the name its stage marker carries
 INDEX_FILE = "index.npz"
 ITEMS_FILE = "items.jsonl"
 REPORT_FILE = "report.json"
@@ -418,31 +415,24 @@ def scan_files(cfg: Config, index, index_path: Path, files, shard, work: Path):
 
 
 def finish(
-    out: Path, index, result, cfg, fp, *, corpus_dir: Path | None, meta: dict, work: Path,
+    out: Path, index, result, cfg, *, corpus_dir: Path | None, meta: dict, work: Path,
     index_path: Path,
 ) -> dict | None:  # fmt: skip
-    """Write every output of a complete scan into `out` (atomically) and mark it done; the
+    """Write every output of a complete scan into the (empty, temporary) folder `out`; the
     cleaned corpus is written by data engine tasks in `work` (None: submitted to a cluster)."""
     outcome = decide(index, result, cfg.decontam.dirty_threshold, cfg.decontam.clean_threshold)
-    with atomic_output_dir(out) as tmp:
-        index.save(tmp / INDEX_FILE)
-        extra = dict(meta)
-        if corpus_dir is not None:
-            share_index(index_path, index)
-            written = write_corpus(tmp, corpus_dir, index_path, result, outcome, cfg, work)
-            if written is None:
-                raise Submitted
-            extra.update(written)
-        report = write_reports(tmp, index, result, outcome, cfg, extra)
-        write_stage_marker(tmp, STAGE, fp)
+    index.save(out / INDEX_FILE)
+    extra = dict(meta)
+    if corpus_dir is not None:
+        share_index(index_path, index)
+        written = write_corpus(out, corpus_dir, index_path, result, outcome, cfg, work)
+        if written is None:
+            return None
+        extra.update(written)
+    report = write_reports(out, index, result, outcome, cfg, extra)
     for bench, c in report["benchmarks"].items():
         info(f"decontam: {bench}: {c['dirty']:,} / {c['items']:,} dirty ({c['partial']:,} partial)")
-    info(f"decontam: report in {out / 'report.md'}")
     return report
-
-
-class Submitted(Exception):
-    """The data engine's jobs were submitted to a cluster: run the stage again when they end."""
 
 
 def save_partial(work: Path, result: ScanResult, shard: tuple[int, int], fp: str) -> dict:

@@ -1,0 +1,187 @@
+"""What a stage declares, and what it is handed when it runs.
+
+A stage module holds one `STAGE = Stage(...)` and a `build(ctx) -> dict | None` that turns its
+inputs into its outputs; `hanlm.pipeline` does everything else once for all of them: the
+fingerprint (from exactly the settings the stage declares it reads, the fingerprints of the
+stages it reads from, its version and the identity of its inputs outside the run), skipping a
+finished stage whose outputs are whole, the temporary folder renamed into place, the completion
+marker, and which ranks run it under torchrun.
+
+Optional functions a stage module may define, each called by the pipeline:
+  prepare(run, sub), describe(sub)  for a stage that reruns the pipeline (Stage.rerun): what
+                                    the derived run folder shares with the run, and one line
+  not_needed(cfg) -> str | None     why the stage has nothing to do for this recipe (its earlier
+                                    output is then removed, so no later stage reads it)
+  validate(cfg, run, options)       refuse bad input (a UserError) before anything is made,
+                                    the demo world included
+  inputs(cfg, run, options) -> Any  what it reads from outside the run folder (input files, a
+                                    model folder), by identity, for its fingerprint
+  damage(run) -> str | None         what is wrong with a finished output that would be reused
+  always_builds(options) -> bool    the command asks for a build whatever is finished (one
+                                    shard of a scan, a merge of the shards)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from hanlm.config import Config
+from hanlm.errors import UserError
+from hanlm.stages.rundir import RunDir
+
+# How a stage's output folder is written:
+#   new_folder  build fills an empty temporary folder, renamed into place with the marker
+#   in_place    build works in the folder itself (training: checkpoints to resume from); the
+#               marker is removed before and written after
+#   always      never skipped (the report only reads): no marker, no fingerprint
+Writes = Literal["new_folder", "in_place", "always"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage's declaration. `reads` names config sections (`"tokenizer"`) or single fields
+    (`"run.seed"`); every field of a named section is part of the fingerprint but those in
+    `unfingerprinted` (dotted names of fields that change nothing the stage computes, such as a
+    batch size of the encoding or how often it logs). `after` names the stages whose outputs it
+    reads, in the pipeline's order. `version` changes when the stage's outputs change meaning:
+    a folder made by another version is never reused silently."""
+
+    name: str
+    version: int
+    output: Callable[[RunDir], Path]
+    result_file: str | None  # inside the output folder: what a skipped stage returns
+    reads: tuple[str, ...] = ()
+    unfingerprinted: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    writes: Writes = "new_folder"
+    # a folder its jobs keep between runs to resume in: removed once the stage is finished
+    work: Callable[[RunDir], Path] | None = None
+    all_ranks: bool = False  # under torchrun, every rank runs it (training, host checks)
+    # whether it reads the demo world for this recipe and the command's options
+    uses_demo: Callable[[Config, dict], bool] = field(default=lambda cfg, options: False)
+    # a stage that is the pipeline run again: (the derived recipe, its run folder), and the
+    # stages to run there, each skipped when finished as the run's own are
+    rerun: Callable[[Config, RunDir], tuple[Config, RunDir]] | None = None
+    rerun_stages: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        sections = {name.split(".")[0] for name in self.reads}
+        for name in self.unfingerprinted:
+            if name.split(".")[0] not in sections:
+                raise ValueError(f"{self.name}: {name} is not in a section the stage reads")
+
+
+@dataclass
+class StageContext:
+    """What `build` works with. `cfg` holds only the sections the stage declared: reading
+    another is an error that names the missing declaration. `out` is the folder to write (a
+    temporary one for `new_folder` stages). `options` are the command's own (e.g. pretraining's
+    `stop_after_steps`)."""
+
+    cfg: Config
+    run: RunDir
+    out: Path
+    fingerprint: str
+    force: bool
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """What `build` returns when it stopped before the end with something to say (training
+    stopped after some steps, to resume): the stage is not marked finished, and the caller gets
+    `summary`. A bare None says the same with nothing to report (jobs still on a cluster)."""
+
+    summary: dict
+
+
+class UndeclaredRead(AssertionError):
+    """A stage read a config section it did not declare: its fingerprint would miss it."""
+
+
+class _Undeclared:
+    """Stands in for a config section a stage did not declare."""
+
+    def __init__(self, stage: str, section: str, fields: frozenset[str] | None = None,
+                 real: Any = None):  # fmt: skip
+        self._stage, self._section, self._fields, self._real = stage, section, fields, real
+
+    def __getattr__(self, name: str) -> Any:
+        if self._fields is not None and name in self._fields:
+            return getattr(self._real, name)
+        what = f"[{self._section}]" if self._fields is None else f"{self._section}.{name}"
+        raise UndeclaredRead(
+            f"stage {self._stage} read {what} without declaring it in its Stage(reads=...): "
+            "its fingerprint would not cover it"
+        )
+
+
+def declared_view(cfg: Config, stage: Stage) -> Config:
+    """`cfg` with every section `stage` does not declare replaced by a guard that raises on use,
+    so a stage cannot depend on a setting its fingerprint leaves out."""
+    whole = {name for name in stage.reads if "." not in name}
+    partial: dict[str, set[str]] = {}
+    for name in stage.reads:
+        if "." in name:
+            section, field_name = name.split(".", 1)
+            partial.setdefault(section, set()).add(field_name)
+    update: dict[str, Any] = {}
+    for section in type(cfg).model_fields:
+        if section in whole:
+            continue
+        fields = frozenset(partial[section]) if section in partial else None
+        update[section] = _Undeclared(stage.name, section, fields, getattr(cfg, section))
+    return cfg.model_copy(update=update)
+
+
+def _exclusions(names: tuple[str, ...]) -> dict[str, dict]:
+    """Dotted field names as pydantic's nested `exclude`, by section: "sft.checkpoint.resume"
+    -> {"sft": {"checkpoint": {"resume": True}}}."""
+    tree: dict[str, Any] = {}
+    for name in names:
+        *path, last = name.split(".")
+        node = tree
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = True
+    return tree
+
+
+def declared_settings(cfg: Config, stage: Stage) -> dict[str, Any]:
+    """The settings `stage` declares it reads, as its fingerprint covers them."""
+    skip = _exclusions(stage.unfingerprinted)
+    settings: dict[str, Any] = {}
+    for name in sorted(stage.reads):
+        section, _, field_name = name.partition(".")
+        value = getattr(cfg, section)
+        if not field_name:
+            settings[name] = value.model_dump(mode="json", exclude=skip.get(section) or None)
+        elif name not in stage.unfingerprinted:
+            settings[name] = _plain(getattr(value, field_name))
+    return settings
+
+
+def _plain(value: Any) -> Any:
+    return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+
+
+class EarlierLayout(UserError):
+    """A finished folder made by another version of a stage: never reused, never overwritten
+    without being asked."""
+
+
+def earlier_layout(stage: Stage, folder: Path, marker: dict, run: RunDir) -> EarlierLayout:
+    made_by = marker.get("hanlm", "an earlier hanlm")
+    version = marker.get("version")
+    said = f"version {version} of the stage" if version is not None else "an earlier layout"
+    return EarlierLayout(
+        f"{folder} was made by {made_by} with {said}; this hanlm writes version "
+        f"{stage.version}, so the {stage.name} stage cannot reuse it",
+        where=str(folder / "stage.json"),
+        fix=f"redo it and the stages after it with `hanlm run --run {run.root} --from "
+        f"{stage.name}` (or `hanlm {stage.name} --run {run.root} --force`), or start a new run "
+        "folder",
+    )
