@@ -64,7 +64,7 @@ def main() -> None:
                 settings=TrainerSettings(1, 1.0, 10, 0, 1, 0, 1.0, 1.0, "bench"),
                 dist=d,
                 mode="single",
-                plan=precision.resolve("fp32", d.device),
+                numerics=precision.resolve("fp32", d.device),
                 metrics_path=Path(tmp) / mode / "metrics.jsonl",
                 checkpoints=manager,
             )

@@ -146,7 +146,7 @@ def sft_worker(way: str, source_kind: str, preset: str, vocab: int, out: Path) -
         model_config=config if source_kind == "checkpoint" else None,
     )
     cfg = Config.model_validate({"parallel": {"device": "cpu"}, "sft": {"packing": False}})
-    plan = precision.resolve("fp32", d.device)
+    numerics = precision.resolve("fp32", d.device)
     special = _special(vocab)
     gc.collect()
     before = current_rss()
@@ -176,7 +176,7 @@ def sft_worker(way: str, source_kind: str, preset: str, vocab: int, out: Path) -
             pretrained.with_token_matrices(on_meta, source.kind, source.path), special, None
         )
         del on_meta
-        model, _, _ = sft._placed_model(cfg, source, plan, d, "fsdp")
+        model, _, _ = sft._placed_model(cfg, source, numerics, d, "fsdp")
         sft._initialise_rows(cfg, model, source, untrained, special, "mean")
     seconds = time.perf_counter() - start
     model = parallel.unwrap(model)

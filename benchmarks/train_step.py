@@ -84,7 +84,7 @@ def main() -> None:
         loader = TokenLoader(
             [shard], dtype="uint16", seq_len=args.seq_len, micro_batch=args.micro_batch
         )
-        plan = precision.resolve("fp32", d.device)
+        numerics = precision.resolve("fp32", d.device)
         flops = model_lib.flops_per_token(config, args.seq_len)["total"]
         trainer = Trainer(
             model=hanlm_model,
@@ -97,7 +97,7 @@ def main() -> None:
             ),
             dist=d,
             mode="single",
-            plan=plan,
+            numerics=numerics,
             metrics_path=Path(tmp) / "out" / "metrics.jsonl",
             checkpoints=checkpoint.CheckpointManager(
                 Path(tmp) / "out" / "checkpoints", d, checkpoint.Policy()

@@ -41,8 +41,8 @@ def check(d: parallel.Dist, variant: dict, out: Path) -> dict:
             },
         }
     )
-    plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
-    at = Placement(d, "fsdp", plan)
+    numerics = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
+    at = Placement(d, "fsdp", numerics)
     mconfig = model_lib.model_config(cfg.model.preset, vocab_size=VOCAB, seq_len=32)
     if variant.get("loaded"):  # SFT's way: built on meta, sharded, each rank reading its rows
         meta_init, converted = True, []

@@ -82,8 +82,8 @@ def check(d: parallel.Dist, variant: dict) -> dict:
         fingerprint="",
         model_config=source_config(variant["tied"]) if variant["kind"] == "checkpoint" else None,
     )
-    plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
-    root, _, converted = sft._placed_model(cfg, source, plan, d, variant["mode"])
+    numerics = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
+    root, _, converted = sft._placed_model(cfg, source, numerics, d, variant["mode"])
     ids, _ = sft._initialise_rows(cfg, root, source, AUDIT, SPECIAL, variant["init"])
     model = parallel.unwrap(root)
     placed = full_state(model)

@@ -302,7 +302,7 @@ def test_loss_over_a_packed_batch_is_the_sum_of_the_parts_losses(tmp_path):
     assert tokens == int((labels != -100).sum())
 
     trainer = trainer_for(model, train_loader, val_loader, tmp_path)
-    trainer.s.eval_batches = 1
+    trainer.settings.eval_batches = 1
     assert trainer.evaluate()["val_loss"] == pytest.approx(expected / tokens, rel=1e-5)
     out = trainer.train_step()  # its loss is taken before the update
     assert out["tokens"] == tokens

@@ -59,14 +59,14 @@ def class_name(model: nn.Module, name: str) -> str:
     ],
 )
 def test_cpu_plans(name, compute, autocast, fp8, recipe):
-    plan = resolve(name, CPU)
-    assert plan.name == name
-    assert plan.param_dtype == torch.float32
-    assert plan.compute_dtype == compute
-    assert plan.autocast is autocast
-    assert plan.fp8 is fp8
-    assert plan.recipe == recipe
-    assert name in describe(plan) and "\n" not in describe(plan)
+    numerics = resolve(name, CPU)
+    assert numerics.name == name
+    assert numerics.param_dtype == torch.float32
+    assert numerics.compute_dtype == compute
+    assert numerics.autocast is autocast
+    assert numerics.fp8 is fp8
+    assert numerics.recipe == recipe
+    assert name in describe(numerics) and "\n" not in describe(numerics)
 
 
 def test_fp8_emulate_keeps_the_recipe():
@@ -109,9 +109,9 @@ def test_fp8_refused_below_ada(monkeypatch):
 )
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_fp8_accepted_from_ada(monkeypatch, name, capability, recipe):
-    plan = resolve("fp8", fake_gpu(monkeypatch, name, capability), recipe=recipe)
-    assert (plan.fp8, plan.recipe, plan.autocast) == (True, recipe, True)
-    assert (plan.param_dtype, plan.compute_dtype) == (torch.float32, torch.bfloat16)
+    numerics = resolve("fp8", fake_gpu(monkeypatch, name, capability), recipe=recipe)
+    assert (numerics.fp8, numerics.recipe, numerics.autocast) == (True, recipe, True)
+    assert (numerics.param_dtype, numerics.compute_dtype) == (torch.float32, torch.bfloat16)
 
 
 def test_rowwise_refused_on_consumer_blackwell(monkeypatch):
@@ -186,14 +186,14 @@ def test_fsdp_float8_all_gather_needs_tensorwise():
 
 def test_fsdp_float8_all_gather_wraps_weights():
     model = tiny_llama()
-    plan = resolve("fp8-emulate", CPU)
-    names = apply_fp8(model, plan, min_features=16, fsdp_float8_all_gather=True)
+    numerics = resolve("fp8-emulate", CPU)
+    names = apply_fp8(model, numerics, min_features=16, fsdp_float8_all_gather=True)
     weight = model.get_submodule(names[0]).weight
     assert type(weight.data).__name__ == "WeightWithDynamicFloat8CastTensor"
     tokens = torch.randint(0, VOCAB, (2, 16))
     model(input_ids=tokens, labels=tokens).loss.backward()
     # Without FSDP there are no sharded FP8 weights: a no-op, not an error.
-    precision.precompute_fp8_scales_if_needed(model, plan, fsdp_float8_all_gather=True)
+    precision.precompute_fp8_scales_if_needed(model, numerics, fsdp_float8_all_gather=True)
 
 
 def test_torchao_import_noise_is_dropped_and_nothing_else(caplog):
@@ -264,12 +264,12 @@ def test_compile_choice(mode, requested, enabled, says):
 
 
 def test_fp8_announces_its_compile_on_the_main_rank_only(monkeypatch, capsys):
-    plan = resolve("fp8", fake_gpu(monkeypatch, "NVIDIA H100", (9, 0)))
-    assert precision.blocks_compiled(plan, None, announce=True)
+    numerics = resolve("fp8", fake_gpu(monkeypatch, "NVIDIA H100", (9, 0)))
+    assert precision.blocks_compiled(numerics, None, announce=True)
     assert "FP8: compiling each decoder block" in capsys.readouterr().err
-    assert precision.blocks_compiled(plan, None, announce=False)
+    assert precision.blocks_compiled(numerics, None, announce=False)
     assert capsys.readouterr().err == ""
-    assert not precision.blocks_compiled(plan, False, announce=True)
+    assert not precision.blocks_compiled(numerics, False, announce=True)
     assert "warning:" in capsys.readouterr().err
 
 
@@ -319,12 +319,12 @@ def test_compiled_float8_blocks_match_eager_on_cpu(one_thread):
     as `parallelize` does, and they compute what the eager ones do."""
     from hanlm.train import parallel
 
-    plan = resolve("fp8-emulate", CPU)
+    numerics = resolve("fp8-emulate", CPU)
     eager = tiny_llama()
-    apply_fp8(eager, plan, min_features=16)
+    apply_fp8(eager, numerics, min_features=16)
     compiled = copy.deepcopy(eager)
     torch._dynamo.reset()
-    assert precision.blocks_compiled(plan, True, announce=False)
+    assert precision.blocks_compiled(numerics, True, announce=False)
     parallel.parallelize(compiled, parallel.Dist(0, 1, 0, CPU), "single", compile_blocks=True)
     tokens = torch.randint(0, VOCAB, (2, 32), generator=torch.Generator().manual_seed(2))
     losses = [m(input_ids=tokens, labels=tokens).loss for m in (eager, compiled)]
@@ -403,15 +403,15 @@ def test_fp8_emulate_rowwise_runs_close_to_fp32(one_thread):
 
 def test_bf16_autocast_on_cpu():
     model = tiny_llama()
-    plan = resolve("bf16", CPU)
+    numerics = resolve("bf16", CPU)
     tokens = torch.randint(0, VOCAB, (2, 16))
-    with plan.autocast_context(CPU):
+    with numerics.autocast_context(CPU):
         logits = model(input_ids=tokens).logits
     assert logits.dtype == torch.bfloat16
     assert model.lm_head.weight.dtype == torch.float32  # master weights stay fp32
 
 
 def test_no_autocast_for_fp32():
-    plan = resolve("fp32", CPU)
-    with plan.autocast_context(CPU):
+    numerics = resolve("fp32", CPU)
+    with numerics.autocast_context(CPU):
         assert not torch.is_autocast_enabled("cpu")

@@ -196,7 +196,7 @@ def make_trainer(tmp_path: Path, model, loader, accumulation: int, grad_clip: fl
         settings=TrainerSettings(accumulation, grad_clip, 1, 0, 1, 0, 1.0, 1.0, "test"),
         dist=d,
         mode="single",
-        plan=precision.resolve("fp32", d.device),
+        numerics=precision.resolve("fp32", d.device),
         metrics_path=tmp_path / "metrics.jsonl",
         checkpoints=checkpoint.CheckpointManager(tmp_path / "ckpt", d, checkpoint.Policy()),
     )

@@ -276,8 +276,8 @@ def test_sft_in_fp8_emulate_trains_fp8_and_exports_plain_weights(pretrained, tmp
     converted = []
     apply_fp8 = precision.apply_fp8
 
-    def recording_apply_fp8(model, plan, **options):
-        converted.append((plan.name, apply_fp8(model, plan, **options)))
+    def recording_apply_fp8(model, numerics, **options):
+        converted.append((numerics.name, apply_fp8(model, numerics, **options)))
         return converted[-1][1]
 
     monkeypatch.setattr(precision, "apply_fp8", recording_apply_fp8)

@@ -136,8 +136,8 @@ def test_sft_places_a_folder_that_does_not_fit_by_loading_it_whole(sources, tmp_
     save_file(extra, str(folder / "model.safetensors"), metadata={"format": "pt"})
     cfg = Config.model_validate({"parallel": {"device": "cpu"}, "sft": {"packing": False}})
     d = parallel.Dist(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    plan = precision.resolve("fp32", d.device)
-    root, _, _ = sft._placed_model(cfg, hf_source(folder), plan, d, "single")
+    numerics = precision.resolve("fp32", d.device)
+    root, _, _ = sft._placed_model(cfg, hf_source(folder), numerics, d, "single")
     assert "every rank loads the whole source model" in capsys.readouterr().err
     placed = parallel.unwrap(root).state_dict()
     for key, value in tensors.items():

@@ -270,8 +270,8 @@ def test_a_tracker_that_fails_during_training_is_dropped_and_the_others_go_on(
         values={"logging.trackers": ["tensorboard", "wandb"], "logging.wandb.mode": "offline"}
     )
     folder = tmp_path / "run" / "pretrain"
-    plan = trackers.plan_for(cfg.logging, "pretrain", folder, {"seed": 1})
-    opened = trackers.open_trackers(plan, folder, start_step=0)
+    setup = trackers.setup_for(cfg.logging, "pretrain", folder, {"seed": 1})
+    opened = trackers.open_trackers(setup, folder, start_step=0)
     opened.log({"step": 1, "loss": 2.5})
     import wandb  # deferred: imported once tracker_home has set W&B's folders
 
@@ -348,11 +348,11 @@ def test_sft_logs_under_its_own_name_with_its_cadence_and_the_shared_trackers():
     sft, pre = Components.sft(cfg), Components.pretraining(cfg)
     assert (sft.logging.log_every, sft.logging.trackers, sft.stage) == (3, ["wandb"], "sft")
     assert (pre.logging.log_every, pre.stage) == (7, "pretrain")
-    plan = trackers.plan_for(sft.logging, sft.stage, Path("/runs/x/sft"), sft.config)
-    assert (plan.name, plan.run_name) == ("ko-small-sft", "ko-small")
-    assert plan.config["sft"]["logging"]["log_every"] == 3
+    setup = trackers.setup_for(sft.logging, sft.stage, Path("/runs/x/sft"), sft.config)
+    assert (setup.name, setup.run_name) == ("ko-small-sft", "ko-small")
+    assert setup.config["sft"]["logging"]["log_every"] == 3
     unnamed = cfg.logging.model_copy(update={"name": None})
-    assert trackers.plan_for(unnamed, "sft", Path("/runs/x/sft"), {}).name == "x-sft"
+    assert trackers.setup_for(unnamed, "sft", Path("/runs/x/sft"), {}).name == "x-sft"
 
 
 # --- refused at the start ----------------------------------------------------------------------

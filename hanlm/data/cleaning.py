@@ -64,15 +64,15 @@ class ReadUnit(PipelineStep):
 
     def __init__(self, units: list[Unit], c: CorpusSection, work: Path, demo_file: Path | None):
         super().__init__()
-        self.units, self.c, self.work, self.demo_file = units, c, str(work), demo_file
+        self.units, self.corpus, self.work, self.demo_file = units, c, str(work), demo_file
         self.skips: Skips | None = None
 
     def run(self, data=None, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
         unit = self.units[rank]
-        self.skips = skips = Skips(strict=self.c.strict)
+        self.skips = skips = Skips(strict=self.corpus.strict)
         counter = engine.TaskCounter(self.work, CLEAN, rank)
         documents = 0
-        for doc in unit.documents(self.c, skips, self.demo_file):
+        for doc in unit.documents(self.corpus, skips, self.demo_file):
             documents += 1
             counter.add(1, doc.nbytes)
             self.stat_update("documents")

@@ -29,7 +29,7 @@ from hanlm.config import (
 from hanlm.train import checkpoint, distill, parallel, trackers
 from hanlm.train.loss import TokenLoss
 from hanlm.train.optim import adamw
-from hanlm.train.precision import PrecisionPlan
+from hanlm.train.precision import Numerics
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
 
 
@@ -70,9 +70,9 @@ def _resolved(cfg: Config) -> dict:
 class Placement:
     """Where the model trains: this rank, the parallel mode and the number formats."""
 
-    d: parallel.Dist
+    dist: parallel.Dist
     mode: str
-    plan: PrecisionPlan
+    numerics: Numerics
 
 
 def build_optimizer(section: OptimizerSection, model: torch.nn.Module, device) -> torch.optim.AdamW:
@@ -93,37 +93,37 @@ def build_schedule(section: OptimizerSection, total_steps: int) -> Schedule:
 
 
 def build_checkpoints(
-    section: CheckpointSection, root: Path, d: parallel.Dist
+    section: CheckpointSection, root: Path, dist: parallel.Dist
 ) -> checkpoint.CheckpointManager:
     policy = checkpoint.Policy(**section.model_dump(include=CheckpointSection.POLICY_KEYS))
-    return checkpoint.CheckpointManager(root, d, policy)
+    return checkpoint.CheckpointManager(root, dist, policy)
 
 
 @contextlib.contextmanager
 def processes(device: str, timeout_s: float = 600.0) -> Iterator[parallel.Dist]:
     """This process's place among the ranks (a process group under torchrun), left at the end.
     A failure caused by a peer that is gone is reported as PeerLost, naming it."""
-    d = parallel.init(device, timeout_s=timeout_s)
+    dist = parallel.init(device, timeout_s=timeout_s)
     try:
-        yield d
+        yield dist
     except Exception as e:
-        lost = parallel.lost_peers(d, e)
+        lost = parallel.lost_peers(dist, e)
         if lost is not None:
             raise lost from e
         raise
     finally:
-        parallel.shutdown(d)
+        parallel.shutdown(dist)
 
 
-def start_fresh(d: parallel.Dist, paths: list[Path]) -> None:
+def start_fresh(dist: parallel.Dist, paths: list[Path]) -> None:
     """Remove an earlier training's checkpoints and records (on rank 0) before training anew."""
-    if d.is_main:
+    if dist.is_main:
         for path in paths:
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
-    parallel.barrier(d)
+    parallel.barrier(dist)
 
 
 @dataclass(frozen=True)
@@ -165,15 +165,15 @@ def build_trainer(
     model: torch.nn.Module, job: TrainingJob, at: Placement, components: Components
 ) -> Trainer:
     """The Trainer of a model already placed and parallelised, from its components' sections."""
-    adam = build_optimizer(components.optimizer, model, at.d.device)
+    adam = build_optimizer(components.optimizer, model, at.dist.device)
     if job.configure_optimizer is not None:
         job.configure_optimizer(adam)
     vocab_size = parallel.unwrap(model).config.get_text_config().vocab_size
     objective_for = distill.make_objective(  # distillation applies to SFT as to pretraining
-        components.distill, vocab_size, at.d.device, student_tokenizer=job.student_tokenizer
+        components.distill, vocab_size, at.dist.device, student_tokenizer=job.student_tokenizer
     )
     par = components.parallel
-    loss = TokenLoss.from_settings(par.loss_chunk_tokens, par.loss_kernel, at.d.device)
+    loss = TokenLoss.from_settings(par.loss_chunk_tokens, par.loss_kernel, at.dist.device)
     return Trainer(
         model=model,
         optimizer=adam,
@@ -181,17 +181,17 @@ def build_trainer(
         val_loader=job.val_loader,
         schedule=build_schedule(components.optimizer, job.total_steps),
         settings=trainer_settings(job, components),
-        dist=at.d,
+        dist=at.dist,
         mode=at.mode,
-        plan=at.plan,
+        numerics=at.numerics,
         metrics_path=job.metrics_path,
         token_bytes=job.token_bytes,
         after_optimizer_step=job.after_optimizer_step,
-        checkpoints=build_checkpoints(components.checkpoint, job.checkpoints_dir, at.d),
+        checkpoints=build_checkpoints(components.checkpoint, job.checkpoints_dir, at.dist),
         every_minutes=components.checkpoint.every_minutes,
         loss=loss,
         objective_for=objective_for,
-        trackers=trackers.plan_for(
+        trackers=trackers.setup_for(
             components.logging, components.stage, job.metrics_path.parent, components.config
         ),
     )

@@ -309,7 +309,7 @@ class CheckpointManager:
     """Saves, commits, prunes, mirrors and loads the checkpoints of one training run."""
 
     def __init__(self, root: Path, d: Dist, policy: Policy):
-        self.root, self.d, self.policy = Path(root), d, policy
+        self.root, self.dist, self.policy = Path(root), d, policy
         self.failures = 0
         self.retry_due: float | None = None
         self._in_flight: _InFlight | None = None
@@ -341,8 +341,8 @@ class CheckpointManager:
                 model_sd, optim_sd = get_state_dict(model, optimizer)
                 state = {"model": model_sd, "optim": optim_sd}
                 # DDP: every rank holds this same state; rank 0 alone stages and writes it.
-                alone = self.d.distributed and not _is_sharded(state)
-                writes = self.d.is_main or not alone
+                alone = self.dist.distributed and not _is_sharded(state)
+                writes = self.dist.is_main or not alone
                 with _single_process_ok():
                     if self.policy.async_save and not sync:
                         if writes:
@@ -393,7 +393,7 @@ class CheckpointManager:
     def _prepare(self, tmp: Path) -> None:
         """A fresh temporary folder, or the same OSError on every rank."""
         error = None
-        if self.d.is_main:
+        if self.dist.is_main:
             try:
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.mkdir(parents=True)
@@ -407,7 +407,7 @@ class CheckpointManager:
         if error is not None:
             code = float(getattr(error, "errno", None) or errno.EIO)
         failed = torch.tensor([code])
-        if self.d.distributed:
+        if self.dist.distributed:
             dist.broadcast(failed, src=0, group=self.group)
         if failed.item():
             code = int(failed.item())
@@ -456,25 +456,25 @@ class CheckpointManager:
         self, step: int, tmp: Path, trainer_state: dict, *, ok: bool, quiet=False
     ):
         flag = torch.tensor([1.0 if ok else 0.0])
-        if self.d.distributed:
+        if self.dist.distributed:
             dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
         error: OSError | None = None  # rank 0's, when the commit itself failed
         if flag.item() == 1.0:
             files = self._gather_checksums()
-            if self.d.is_main:
+            if self.dist.is_main:
                 try:
                     self._commit(step, tmp, trainer_state, files)
                 except OSError as e:
                     error = e
             failed = torch.tensor([0.0 if error is None else 1.0])
-            if self.d.distributed:
+            if self.dist.distributed:
                 dist.broadcast(failed, src=0, group=self.group)
             if failed.item() == 0.0:
                 self.failures, self.retry_due = 0, None
                 return
             ok = False
         reason = _explain(error, self.root) if error is not None else None
-        if self.d.is_main:
+        if self.dist.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         if not quiet:
             self._failed(step, reason or "a rank failed to write its shards")
@@ -482,15 +482,15 @@ class CheckpointManager:
     def _gather_checksums(self) -> dict[str, dict]:
         """On rank 0: the checksums every rank took of the files it wrote ({} elsewhere)."""
         mine = dict(getattr(self._storage, "checksums", {}))  # none before a save began here
-        if not self.d.distributed:
+        if not self.dist.distributed:
             return mine
-        every: list | None = [None] * self.d.world_size if self.d.is_main else None
+        every: list | None = [None] * self.dist.world_size if self.dist.is_main else None
         dist.gather_object(mine, every, dst=0, group=self.group)
         return {rel: entry for part in every or [] for rel, entry in part.items()}
 
     def _commit(self, step: int, tmp: Path, trainer_state: dict, files: dict[str, dict]) -> None:
         atomic_write_json(tmp / TRAINER_STATE, trainer_state)
-        files = {**files, TRAINER_STATE: _file_entry(tmp / TRAINER_STATE, self.d.rank)}
+        files = {**files, TRAINER_STATE: _file_entry(tmp / TRAINER_STATE, self.dist.rank)}
         problem = _check_listed(tmp, files)
         if problem:
             raise OSError(errno.EIO, f"read-back check failed: {problem}")
@@ -552,19 +552,19 @@ class CheckpointManager:
     def load_latest(self, model, optimizer) -> dict | None:
         """Load the newest verified checkpoint (restoring from the mirror when the primary is
         gone); None when there is none."""
-        if self.d.is_main and not committed(self.root) and self.policy.mirror:
+        if self.dist.is_main and not committed(self.root) and self.policy.mirror:
             _restore_from_mirror(self.policy.mirror, self.root)
-        barrier(self.d)
+        barrier(self.dist)
         for path in reversed(committed(self.root)):
-            problem = verify(path) if self.d.is_main else None
+            problem = verify(path) if self.dist.is_main else None
             bad = torch.tensor([1.0 if problem else 0.0])
-            if self.d.distributed:
+            if self.dist.distributed:
                 dist.broadcast(bad, src=0, group=self.group)
             if bad.item():
                 warn(f"skipping damaged checkpoint {path}: {problem}")
                 continue
             state = load(path, model, optimizer, group=self.group)
-            if self.d.is_main:
+            if self.dist.is_main:
                 info(f"resumed from {path}")
             return state
         return None

@@ -16,7 +16,7 @@ import torch
 
 from hanlm.console import console, progress
 from hanlm.files import atomic_write_text
-from hanlm.train.trackers import TrackerPlan, Trackers, open_trackers
+from hanlm.train.trackers import Trackers, TrackerSetup, open_trackers
 
 
 def peak_memory_gb(device: torch.device) -> float:
@@ -35,7 +35,7 @@ class MetricsLog:
         enabled: bool,
         total_steps: int,
         start_step: int,
-        trackers: TrackerPlan | None = None,
+        trackers: TrackerSetup | None = None,
     ):
         """`trackers`: the trackers that receive every record too (None: metrics.jsonl only)."""
         self.path, self.enabled = Path(path), enabled

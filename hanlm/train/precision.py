@@ -1,7 +1,7 @@
 """Training precision: fp32, bf16, FP8 through torchao.float8 (or its CPU emulation); FP4 refused.
 
-`resolve` turns the configured name into a `PrecisionPlan` and refuses, before anything is built,
-what the device cannot run. Master weights and optimizer states stay float32 in every plan.
+`resolve` turns the configured name into a `Numerics` and refuses, before anything is built,
+what the device cannot run. Master weights and optimizer states stay float32 in every precision.
 `apply_fp8` swaps the model's large `nn.Linear` layers for torchao's `Float8Linear`; pretraining
 and SFT both call it (the output head stays in high precision), and a checkpoint of a converted
 model holds the same plain `weight`/`bias` tensors as an unconverted one, so export needs nothing
@@ -186,7 +186,7 @@ def recipe_table() -> str:
 
 
 @dataclass(frozen=True)
-class PrecisionPlan:
+class Numerics:
     """How one run computes: what the trainer reads instead of the precision's name."""
 
     name: str  # one of PRECISIONS, never fp4
@@ -202,9 +202,7 @@ class PrecisionPlan:
         return torch.autocast(device_type=torch.device(device).type, dtype=self.compute_dtype)
 
 
-def resolve(
-    precision: str, device: torch.device | str, *, recipe: str = "tensorwise"
-) -> PrecisionPlan:
+def resolve(precision: str, device: torch.device | str, *, recipe: str = "tensorwise") -> Numerics:
     """The plan for `precision` on `device`, or a UserError saying why the device can't."""
     device = torch.device(device)
     check_names(precision, recipe)
@@ -215,15 +213,15 @@ def resolve(
             fix="use --precision fp8 (GPUs of compute capability 8.9+), or --precision bf16",
         )
     if precision == "fp32":
-        return PrecisionPlan("fp32", torch.float32, torch.float32, False, False, None)
+        return Numerics("fp32", torch.float32, torch.float32, False, False, None)
     if precision == "bf16":
         check_bf16(device)
-        return PrecisionPlan("bf16", torch.float32, torch.bfloat16, True, False, None)
+        return Numerics("bf16", torch.float32, torch.bfloat16, True, False, None)
     if precision == "fp8-emulate":
         # No autocast: Float8Linear follows only CUDA autocast, so the emulation runs in float32.
-        return PrecisionPlan("fp8-emulate", torch.float32, torch.float32, False, True, recipe)
+        return Numerics("fp8-emulate", torch.float32, torch.float32, False, True, recipe)
     check_fp8(device, recipe)
-    return PrecisionPlan("fp8", torch.float32, torch.bfloat16, True, True, recipe)
+    return Numerics("fp8", torch.float32, torch.bfloat16, True, True, recipe)
 
 
 def check_names(precision: str, recipe: str) -> None:
@@ -300,7 +298,7 @@ def gpu_label(device: torch.device) -> str:
 
 def apply_fp8(
     model: nn.Module,
-    plan: PrecisionPlan,
+    numerics: Numerics,
     *,
     min_features: int = 64,
     fsdp_float8_all_gather: bool = False,
@@ -311,19 +309,19 @@ def apply_fp8(
     `fully_shard` and before building the optimizer: the swapped modules keep the same
     parameter objects, but FSDP float8 all-gather wraps the weights in a new tensor subclass.
     """
-    if not plan.fp8:
+    if not numerics.fp8:
         return []
-    if fsdp_float8_all_gather and plan.recipe != "tensorwise":
+    if fsdp_float8_all_gather and numerics.recipe != "tensorwise":
         raise UserError(
-            f"FSDP float8 all-gather works only with tensorwise scaling, not {plan.recipe}: "
+            f"FSDP float8 all-gather works only with tensorwise scaling, not {numerics.recipe}: "
             "torchao all-gathers each weight in FP8 with one scale per tensor",
             where=ALL_GATHER_KEY,
             fix=f'set {RECIPE_KEY} = "tensorwise", or {ALL_GATHER_KEY} = false',
         )
     float8 = import_torchao_float8()
     config = dataclasses.replace(
-        float8.Float8LinearConfig.from_recipe_name(plan.recipe),
-        emulate=plan.name == "fp8-emulate",
+        float8.Float8LinearConfig.from_recipe_name(numerics.recipe),
+        emulate=numerics.name == "fp8-emulate",
         enable_fsdp_float8_all_gather=fsdp_float8_all_gather,
     )
     head = output_head(model)
@@ -373,13 +371,13 @@ def compile_choice(precision: str, requested: bool | None) -> CompileChoice:
     return CompileChoice(requested)
 
 
-def blocks_compiled(plan: PrecisionPlan, requested: bool | None, *, announce: bool) -> bool:
+def blocks_compiled(numerics: Numerics, requested: bool | None, *, announce: bool) -> bool:
     """Whether to compile the decoder blocks of a run in `plan`; says why when the precision
     decided (`announce`: on the main rank), and prepares inductor for the rowwise recipe."""
-    choice = compile_choice(plan.name, requested)
+    choice = compile_choice(numerics.name, requested)
     if announce and choice.note:
         (warn if choice.warning else info)(choice.note)
-    if choice.enabled and plan.fp8 and plan.recipe == "rowwise":
+    if choice.enabled and numerics.fp8 and numerics.recipe == "rowwise":
         # deferred: inductor is imported only by runs that compile
         import torch._inductor.config as inductor_config
 
@@ -404,32 +402,32 @@ def gains_from_fp8(linear: nn.Module, min_features: int) -> bool:
 
 
 def precompute_fp8_scales_if_needed(
-    model: nn.Module, plan: PrecisionPlan, fsdp_float8_all_gather: bool
+    model: nn.Module, numerics: Numerics, fsdp_float8_all_gather: bool
 ) -> None:
     """Call after every optimizer step: one all-reduce computes every FP8 weight scale.
 
     Once computed, torchao reuses a scale at each all-gather until the next call, so skipping
     a step would all-gather updated weights with stale scales.
     """
-    if plan.fp8 and fsdp_float8_all_gather:
+    if numerics.fp8 and fsdp_float8_all_gather:
         import_torchao_float8().precompute_float8_dynamic_scale_for_fsdp(model)
 
 
-def describe(plan: PrecisionPlan) -> str:
+def describe(numerics: Numerics) -> str:
     """One line for the log."""
-    master = f"{dtype_name(plan.param_dtype)} master weights and optimizer states"
-    if plan.name == "fp8":
+    master = f"{dtype_name(numerics.param_dtype)} master weights and optimizer states"
+    if numerics.name == "fp8":
         compute = (
-            f"FP8 {plan.recipe} matmuls in large linear layers (torchao), "
-            f"{dtype_name(plan.compute_dtype)} autocast elsewhere"
+            f"FP8 {numerics.recipe} matmuls in large linear layers (torchao), "
+            f"{dtype_name(numerics.compute_dtype)} autocast elsewhere"
         )
-    elif plan.name == "fp8-emulate":
-        compute = f"FP8 {plan.recipe} matmuls emulated in float32 (testing only, slow)"
-    elif plan.autocast:
-        compute = f"{dtype_name(plan.compute_dtype)} autocast compute"
+    elif numerics.name == "fp8-emulate":
+        compute = f"FP8 {numerics.recipe} matmuls emulated in float32 (testing only, slow)"
+    elif numerics.autocast:
+        compute = f"{dtype_name(numerics.compute_dtype)} autocast compute"
     else:
-        compute = f"{dtype_name(plan.compute_dtype)} compute"
-    return f"precision {plan.name}: {master}, {compute}"
+        compute = f"{dtype_name(numerics.compute_dtype)} compute"
+    return f"precision {numerics.name}: {master}, {compute}"
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -114,25 +114,27 @@ def _built_model(cfg: Config, vocab_size: int, at: Placement):
     model, meta_init = _new_model(mconfig, cfg.run.seed, at)
     if cfg.pretrain.document_masking:
         document_attention.prepare(
-            model, at.d.device, par.document_attention, setting="pretrain.document_masking"
+            model, at.dist.device, par.document_attention, setting="pretrain.document_masking"
         )
     converted = precision.apply_fp8(
-        model, at.plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather
+        model, at.numerics, fsdp_float8_all_gather=par.fsdp_float8_all_gather
     )
     model = parallel.parallelize(
         model,
-        at.d,
+        at.dist,
         at.mode,
-        compute_dtype=at.plan.compute_dtype,
+        compute_dtype=at.numerics.compute_dtype,
         activation_checkpointing=par.activation_checkpointing,
-        compile_blocks=precision.blocks_compiled(at.plan, par.compile, announce=at.d.is_main),
+        compile_blocks=precision.blocks_compiled(
+            at.numerics, par.compile, announce=at.dist.is_main
+        ),
     )
     if meta_init is not None:  # sharded: each rank now allocates and fills its shards only
         model_init.materialise(
             parallel.unwrap(model),
             meta_init,
             seed=cfg.run.seed,
-            device=at.d.device,
+            device=at.dist.device,
             store=parallel.write_full_value,
             root=model,
         )
@@ -147,12 +149,12 @@ def _new_model(mconfig, seed: int, at: Placement):
         model, meta_init = model_init.build_on_meta(mconfig)
         if meta_init.unsupported is None:
             return model, meta_init
-        if at.d.is_main:
+        if at.dist.is_main:
             warn(
                 f"pretrain: building the whole model on every rank before sharding: "
                 f"its initialisation cannot be replayed shard by shard ({meta_init.unsupported})"
             )
-    return model_lib.build_model(mconfig, seed=seed, device=at.d.device), None
+    return model_lib.build_model(mconfig, seed=seed, device=at.dist.device), None
 
 
 def _attention(model) -> str:
@@ -175,18 +177,18 @@ def pretrain(
     p, par = cfg.pretrain, cfg.parallel
     steps = total_steps(p)
     with processes(par.device, par.timeout_s) as d:
-        plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
+        numerics = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
         mode = parallel.resolve_mode(par.mode, d)
         accumulation = accumulation_steps(p, d.world_size)
         if force or cfg.checkpoint.resume == "never":
             start_fresh(d, [outputs.checkpoints])
 
-        mconfig, model, converted = _built_model(cfg, data.vocab_size, Placement(d, mode, plan))
+        mconfig, model, converted = _built_model(cfg, data.vocab_size, Placement(d, mode, numerics))
         train_loader, val_loader = _loaders(cfg, data, d)
         peak, peak_source = device_peak_flops(d.device, cfg.precision.mode)
 
         def after_step() -> None:
-            precision.precompute_fp8_scales_if_needed(model, plan, par.fsdp_float8_all_gather)
+            precision.precompute_fp8_scales_if_needed(model, numerics, par.fsdp_float8_all_gather)
 
         job = TrainingJob(
             total_steps=steps,
@@ -203,12 +205,14 @@ def pretrain(
             token_bytes=torch.tensor(data.token_byte_lengths, dtype=torch.float64),
             after_optimizer_step=after_step,
         )
-        trainer = build_trainer(model, job, Placement(d, mode, plan), Components.pretraining(cfg))
+        trainer = build_trainer(
+            model, job, Placement(d, mode, numerics), Components.pretraining(cfg)
+        )
         if cfg.checkpoint.resume == "auto" and not force:  # forced: never back from the mirror
             trainer.resume()
         if d.is_main:
             info(
-                f"pretrain: {model_lib.describe(mconfig)}; {precision.describe(plan)}; {mode} on "
+                f"pretrain: {model_lib.describe(mconfig)}; {precision.describe(numerics)}; {mode} on "
                 f"{d.world_size} x {d.device.type}; {steps} steps of {p.global_batch_tokens:,} tokens "
                 f"({accumulation} micro-steps); fp8 layers: {len(converted)}; MFU peak: {peak_source}"
                 + (f"; {torch.get_num_threads()} CPU threads" if d.device.type == "cpu" else "")

@@ -279,7 +279,7 @@ def _row_step_scale(s: SftSection, model, ids: list[int], init: str):
 
 
 def _placed_model(
-    cfg: Config, source: SftSource, plan: precision.PrecisionPlan, d: parallel.Dist, mode: str
+    cfg: Config, source: SftSource, numerics: precision.Numerics, d: parallel.Dist, mode: str
 ):
     """(the source model placed as in pretraining: converted to FP8 where the plan says,
     compiled and parallelised; its config; the names of the converted layers). Built on the
@@ -291,12 +291,12 @@ def _placed_model(
 
     def to_fp8(module) -> None:
         converted[:] = precision.apply_fp8(
-            module, plan, fsdp_float8_all_gather=par.fsdp_float8_all_gather
+            module, numerics, fsdp_float8_all_gather=par.fsdp_float8_all_gather
         )
 
     options = {
-        "compute_dtype": plan.compute_dtype,
-        "compile_blocks": precision.blocks_compiled(plan, par.compile, announce=d.is_main),
+        "compute_dtype": numerics.compute_dtype,
+        "compile_blocks": precision.blocks_compiled(numerics, par.compile, announce=d.is_main),
         "convert": to_fp8,
     }
     model, problem = _model_on_meta(source)
@@ -343,17 +343,17 @@ def train_once(
     checkpoint)."""
     s = cfg.sft
     with build.processes(cfg.parallel.device, cfg.parallel.timeout_s) as d:
-        plan = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
+        numerics = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
         mode = parallel.resolve_mode(cfg.parallel.mode, d)
         accumulation = _accumulation(s, d.world_size)
         if force or s.checkpoint.resume == "never":
             build.start_fresh(d, [outputs.checkpoints, outputs.metrics])
-        model, mconfig, converted = _placed_model(cfg, source, plan, d, mode)
+        model, mconfig, converted = _placed_model(cfg, source, numerics, d, mode)
         ids, done = _initialise_rows(cfg, model, source, audit, special, init)
 
         def after_step() -> None:
             precision.precompute_fp8_scales_if_needed(
-                model, plan, cfg.parallel.fsdp_float8_all_gather
+                model, numerics, cfg.parallel.fsdp_float8_all_gather
             )
 
         train_loader, val_loader = _chat_loaders(rows, cfg.run.seed, s.micro_batch, d)
@@ -365,7 +365,7 @@ def train_once(
             checkpoints_dir=outputs.checkpoints,
             metrics_path=outputs.metrics,
             flops_per_token=model_lib.flops_per_token(mconfig, s.seq_len)["total"],
-            peak_flops=device_peak_flops(d.device, plan.name)[0],
+            peak_flops=device_peak_flops(d.device, numerics.name)[0],
             fingerprint=fingerprint("sft-model", source.fingerprint, data_fp, cfg.run.seed, init),
             settings=settings_fp,
             student_tokenizer=Path(source.tokenizer_dir),
@@ -373,14 +373,14 @@ def train_once(
             after_optimizer_step=after_step,
         )
         trainer = build.build_trainer(
-            model, job, build.Placement(d, mode, plan), build.Components.sft(cfg)
+            model, job, build.Placement(d, mode, numerics), build.Components.sft(cfg)
         )
         resumed = s.checkpoint.resume == "auto" and not force and trainer.resume()
         if d.is_main:
             info(
                 f"sft ({init}): {s.max_steps} steps of {s.batch_rows} rows x {s.seq_len} tokens; "
                 f"{train_loader.rows} rows, {train_loader.trained_tokens:,} trained tokens; "
-                f"{precision.describe(plan)}; fp8 layers: {len(converted)}"
+                f"{precision.describe(numerics)}; fp8 layers: {len(converted)}"
                 + ("; resumed" if resumed else "")
             )
         result = trainer.fit()

@@ -103,7 +103,7 @@ def _hf_token() -> str | None:
 
 
 @dataclass(frozen=True)
-class TrackerPlan:
+class TrackerSetup:
     """What the trackers of one training need: the [logging] section, the stage, the run's
     name and the resolved config to record."""
 
@@ -117,11 +117,11 @@ class TrackerPlan:
         return f"{self.run_name}-{self.stage}"
 
 
-def plan_for(section: LoggingSection, stage: str, folder: Path, config: dict) -> TrackerPlan:
-    """The plan of a training writing into `folder` (RUN/pretrain, RUN/sft): named after
+def setup_for(section: LoggingSection, stage: str, folder: Path, config: dict) -> TrackerSetup:
+    """The tracker setup of a training writing into `folder` (RUN/pretrain, RUN/sft): named after
     logging.name, else the run directory."""
     run_name = section.name or Path(folder).resolve().parent.name
-    return TrackerPlan(section, stage, run_name, config)
+    return TrackerSetup(section, stage, run_name, config)
 
 
 def loggable(record: dict) -> dict[str, float]:
@@ -164,19 +164,19 @@ class Trackers:
             warn(f"tracker {name} did not finish cleanly ({type(e).__name__}: {e})")
 
 
-def open_trackers(plan: TrackerPlan, folder: Path, *, start_step: int) -> Trackers:
+def open_trackers(setup: TrackerSetup, folder: Path, *, start_step: int) -> Trackers:
     """Start the chosen trackers for a training writing into `folder`, continuing the runs in
     folder/trackers.json when it resumes (start_step > 0). A tracker that cannot start is a
     UserError, and the ones already started are finished."""
     folder = Path(folder)
-    check(plan.section)
+    check(setup.section)
     state_path = folder / STATE_FILE
     previous = _read_state(state_path) if start_step > 0 else {}
     opened: dict[str, object] = {}
     state: dict[str, dict] = {}
     try:
-        for name in chosen(plan.section):
-            tracker, state[name] = _OPENERS[name](plan, folder, start_step, previous.get(name))
+        for name in chosen(setup.section):
+            tracker, state[name] = _OPENERS[name](setup, folder, start_step, previous.get(name))
             opened[name] = tracker
     except BaseException:
         Trackers(opened).close("failed")
@@ -224,9 +224,9 @@ class _TensorBoard:
         self.writer.close()
 
 
-def _open_tensorboard(plan: TrackerPlan, folder: Path, start_step: int, previous):
+def _open_tensorboard(setup: TrackerSetup, folder: Path, start_step: int, previous):
     where = folder / "tensorboard"
-    return _TensorBoard(where, start_step, plan.config), {"logdir": str(where)}
+    return _TensorBoard(where, start_step, setup.config), {"logdir": str(where)}
 
 
 # --- trackio ----------------------------------------------------------------------------------
@@ -243,22 +243,22 @@ class _Trackio:
         self.run.finish()
 
 
-def _open_trackio(plan: TrackerPlan, folder: Path, start_step: int, previous):
+def _open_trackio(setup: TrackerSetup, folder: Path, start_step: int, previous):
     # deferred: trackio is optional and slow to import
     import trackio
 
-    s = plan.section.trackio
+    s = setup.section.trackio
     resume = _continues(previous, project=s.project, space_id=s.space_id)
-    name = previous["name"] if resume else plan.name
+    name = previous["name"] if resume else setup.name
     if start_step > 0 and not resume:
         info(f"trackio: no run of project {s.project!r} to continue; a new run {name!r}")
     try:
         run = trackio.init(
             project=s.project,
             name=name,
-            group=plan.run_name,
+            group=setup.run_name,
             space_id=s.space_id,
-            config=plan.config,
+            config=setup.config,
             resume="allow" if resume else "never",
             embed=False,  # no dashboard server from a training
         )
@@ -287,11 +287,11 @@ class _Wandb:
         self.run.finish(exit_code=0 if outcome == "finished" else 1)
 
 
-def _open_wandb(plan: TrackerPlan, folder: Path, start_step: int, previous):
+def _open_wandb(setup: TrackerSetup, folder: Path, start_step: int, previous):
     # deferred: wandb is optional and slow to import
     import wandb
 
-    s = plan.section.wandb
+    s = setup.section.wandb
     where = Path(s.dir) if s.dir else folder
     where.mkdir(parents=True, exist_ok=True)
     resume = _continues(previous, project=s.project, entity=s.entity)
@@ -301,14 +301,14 @@ def _open_wandb(plan: TrackerPlan, folder: Path, start_step: int, previous):
         run = wandb.init(
             project=s.project,
             entity=s.entity,
-            name=plan.name,
-            group=plan.run_name,
-            job_type=plan.stage,
+            name=setup.name,
+            group=setup.run_name,
+            job_type=setup.stage,
             id=previous["id"] if resume else None,  # None: W&B makes a new one
             resume="allow" if resume else None,
             mode=s.mode,
             dir=str(where),
-            config=plan.config,
+            config=setup.config,
             settings=wandb.Settings(
                 console="off",  # hanlm prints its own lines; the metrics are logged
                 finish_timeout=WANDB_FINISH_TIMEOUT_S,

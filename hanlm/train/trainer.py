@@ -35,7 +35,7 @@ from hanlm.train.loss import Objective, TokenLoss, with_loss
 from hanlm.train.metrics import MetricsLog, peak_memory_gb
 from hanlm.train.optim import lr_at
 from hanlm.train.preemption import Preempted, PreemptionWatch
-from hanlm.train.trackers import TrackerPlan
+from hanlm.train.trackers import TrackerSetup
 
 IGNORE = -100
 
@@ -209,7 +209,7 @@ class Trainer:
         settings: TrainerSettings,
         dist: parallel.Dist,
         mode: str,
-        plan,
+        numerics,
         metrics_path: Path,
         checkpoints: checkpoint.CheckpointManager,
         token_bytes: torch.Tensor | None = None,
@@ -217,7 +217,7 @@ class Trainer:
         every_minutes: float = 0,
         loss: TokenLoss | None = None,
         objective_for=None,
-        trackers: TrackerPlan | None = None,
+        trackers: TrackerSetup | None = None,
     ):
         self.model, self.optimizer = with_loss(model), optimizer
         # Two steps of micro-batches read ahead: the next step's are ready while this one runs.
@@ -225,7 +225,8 @@ class Trainer:
             train_loader, dist.device, depth=2 * settings.accumulation
         )
         self.val_loader = val_loader
-        self.schedule, self.s, self.d, self.mode, self.plan = schedule, settings, dist, mode, plan
+        self.schedule, self.settings, self.dist = schedule, settings, dist
+        self.mode, self.numerics = mode, numerics
         self.metrics_path = Path(metrics_path)
         self.checkpoints = checkpoints
         self.every_minutes = every_minutes
@@ -267,14 +268,14 @@ class Trainer:
         return True
 
     def _check_compatible(self, where, saved: dict) -> None:
-        if saved.get("fingerprint") != self.s.fingerprint:
+        if saved.get("fingerprint") != self.settings.fingerprint:
             raise UserError(
                 f"the checkpoints in {where} were made with another model, data or seed",
                 fix="start a new run directory, or rerun with --resume never (or --force) to "
                 "train from scratch",
             )
         total = self.schedule.total_steps
-        if saved["step"] >= total and saved.get("settings") != self.s.settings:
+        if saved["step"] >= total and saved.get("settings") != self.settings.settings:
             raise UserError(
                 f"this run already trained {saved['step']} steps with other settings; "
                 f"nothing is left to train for {total} steps",
@@ -289,10 +290,10 @@ class Trainer:
             "tokens": self.tokens(),
             "loader": self.train_loader.state_dict(),
             "lr": self.schedule.lr(max(self.state.step - 1, 0)),
-            "fingerprint": self.s.fingerprint,
-            "settings": self.s.settings,
+            "fingerprint": self.settings.fingerprint,
+            "settings": self.settings.settings,
             "rng": checkpoint.rng_state(),
-            "window": self._window.state_dict(self.d),
+            "window": self._window.state_dict(self.dist),
         }
         self._last_save = time.monotonic()
         return self.checkpoints.save(
@@ -320,7 +321,7 @@ class Trainer:
         if self.objective_for is not None:
             objective = self.objective_for(inputs, extra)
         loss_fn = functools.partial(self.loss.sums, objective=objective)
-        with self.plan.autocast_context(self.d.device):
+        with self.numerics.autocast_context(self.dist.device):
             return self.model(labels=labels, loss_fn=loss_fn, **self._model_inputs(inputs, extra))
 
     def train_step(self) -> dict:
@@ -329,12 +330,12 @@ class Trainer:
         for group in self.optimizer.param_groups:
             # a group may train faster or slower than the schedule (SFT's new token rows)
             group["lr"] = lr * group.get("lr_scale", 1.0)
-        micro = [self.train_loader.next_batch() for _ in range(self.s.accumulation)]
+        micro = [self.train_loader.next_batch() for _ in range(self.settings.accumulation)]
         # The global count is summed over ranks while the backward runs: the gradients are
         # divided by it afterwards, so the host never waits for it.
         tokens = torch.stack([batch.tokens for batch in micro]).sum()
-        summing = _all_reduce_async(tokens, self.d)
-        loss_sum = torch.zeros((), device=self.d.device, dtype=torch.float32)
+        summing = _all_reduce_async(tokens, self.dist)
+        loss_sum = torch.zeros((), device=self.dist.device, dtype=torch.float32)
         parts: dict[str, torch.Tensor] = {}
         for i, batch in enumerate(micro):
             last = i == len(micro) - 1
@@ -348,7 +349,9 @@ class Trainer:
         if summing is not None:
             summing.wait()  # on NCCL the stream waits, not the host
         # DDP and FSDP average gradients over ranks; scaling by world size turns that into a sum.
-        grad_norm = self._scale_and_clip((self.d.world_size / tokens.clamp(min=1).double()).float())
+        grad_norm = self._scale_and_clip(
+            (self.dist.world_size / tokens.clamp(min=1).double()).float()
+        )
         self._step_unless_nonfinite(grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
         if self.after_optimizer_step is not None:
@@ -385,14 +388,14 @@ class Trainer:
         """Multiply the gradients by `scale` and clip them, in one pass; their norm after."""
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         if not grads:
-            return torch.zeros((), device=self.d.device)
+            return torch.zeros((), device=self.dist.device)
         norm = torch.nn.utils.get_total_norm(grads)
         if isinstance(norm, DTensor):  # FSDP: each rank holds the norm of its shards
             norm = norm.full_tensor()
         norm = norm * scale
         factor = scale
-        if self.s.grad_clip > 0:
-            factor = scale * (self.s.grad_clip / (norm + 1e-6)).clamp(max=1.0)
+        if self.settings.grad_clip > 0:
+            factor = scale * (self.settings.grad_clip / (norm + 1e-6)).clamp(max=1.0)
         # FSDP's gradients are DTensors: scaling each rank's shard scales the whole.
         local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
         torch._foreach_mul_(local, factor)
@@ -405,13 +408,13 @@ class Trainer:
         if self.val_loader is None:
             return {}
         self.model.eval()
-        device = self.d.device
+        device = self.dist.device
         totals = torch.zeros(
             4, device=device, dtype=torch.float64
         )  # loss, tokens, byte-loss, bytes
-        for batch in self.val_loader.eval_batches(self.s.eval_batches):
+        for batch in self.val_loader.eval_batches(self.settings.eval_batches):
             x, y, extra = _on_device(batch, device)
-            with self.plan.autocast_context(device):
+            with self.numerics.autocast_context(device):
                 per_token = self.model(
                     labels=y, loss_fn=self.loss.token_losses, **self._model_inputs(x, extra)
                 )
@@ -423,7 +426,7 @@ class Trainer:
                 totals[2] += (per_token * (nbytes > 0)).sum().double()
                 totals[3] += nbytes.sum()
         self.model.train()
-        parallel.all_reduce_sum(totals, self.d)
+        parallel.all_reduce_sum(totals, self.dist)
         if totals[1] == 0:
             return {}
         out = {"val_loss": float(totals[0] / totals[1])}
@@ -438,9 +441,9 @@ class Trainer:
         start = self.state.step
         log = self._open_log(total, start)
         self.model.train()
-        window = self._window = _Window(self.d.device)
+        window = self._window = _Window(self.dist.device)
         if self._resumed_window is not None:
-            window.load_state_dict(self._resumed_window, holds_sums=self.d.is_main)
+            window.load_state_dict(self._resumed_window, holds_sums=self.dist.is_main)
             self._resumed_window = None
         self._unread_health, self._nonfinite = None, _NonfiniteRun()
         last_eval: dict = {}
@@ -500,15 +503,15 @@ class Trainer:
         try:
             log = MetricsLog(
                 self.metrics_path,
-                enabled=self.d.is_main,
+                enabled=self.dist.is_main,
                 total_steps=total,
                 start_step=start,
                 trackers=self.trackers,
             )
         except Exception as e:  # raised below, once every rank knows
             error = e
-        failed = torch.tensor([float(error is not None)], device=self.d.device)
-        parallel.all_reduce_sum(failed, self.d)
+        failed = torch.tensor([float(error is not None)], device=self.dist.device)
+        parallel.all_reduce_sum(failed, self.dist)
         if error is not None:
             raise error
         if failed.item() > 0:
@@ -520,7 +523,7 @@ class Trainer:
 
     def _log_when_due(self, out: dict, window: _Window, log: MetricsLog) -> dict | None:
         """Log the window (and validate) when due; the validation results when it ran."""
-        s, step, total = self.s, self.state.step, self.schedule.total_steps
+        s, step, total = self.settings, self.state.step, self.schedule.total_steps
         if _due(step, s.log_every) or step == total:
             record = self._record(out, window.loss, window.parts, window.tokens, window.start)
             evaluated = None
@@ -548,7 +551,7 @@ class Trainer:
                     fix="fix the disk and rerun the same command: it resumes from "
                     f"{checkpoint.latest(self.checkpoints.root) or 'the start'}",
                 )
-        elif _due(step, self.s.checkpoint_every) or flags["retry"] or flags["minutes"]:
+        elif _due(step, self.settings.checkpoint_every) or flags["retry"] or flags["minutes"]:
             self.save()
 
     def _step_flags(self, out: dict, *, final: bool) -> dict[str, bool]:
@@ -572,21 +575,21 @@ class Trainer:
         nonfinite = [float(not all(map(math.isfinite, values))) for _, values in read]
         preempt = float(self.preemption.received is not None)
         flags = torch.tensor([preempt, pending, retry, float(minutes), *nonfinite])
-        if self.d.distributed:
+        if self.dist.distributed:
             torch.distributed.all_reduce(
                 flags, op=torch.distributed.ReduceOp.MAX, group=self.checkpoints.group
             )
         preempt, pending, retry, minutes, *nonfinite = (bool(v) for v in flags.tolist())
         for (step, (loss, grad_norm)), bad in zip(read, nonfinite, strict=True):
             self._nonfinite.add(step, bad, loss, grad_norm)
-        if self._nonfinite.count >= self.s.max_nonfinite_steps:
+        if self._nonfinite.count >= self.settings.max_nonfinite_steps:
             self._stop_diverged()
         return {"preempt": preempt, "pending": pending, "retry": retry, "minutes": minutes}
 
     def _stop_diverged(self) -> None:
         """Stop (every rank at once) after too many non-finite steps in a row. A save still in
         flight is committed when it was taken before them, else abandoned."""
-        run, o = self._nonfinite, self.s.optimizer_keys
+        run, o = self._nonfinite, self.settings.optimizer_keys
         in_flight = self.checkpoints.in_flight_step
         if in_flight is not None and in_flight < run.first_step:
             with contextlib.suppress(checkpoint.CheckpointError):  # reported as a warning
@@ -601,14 +604,14 @@ class Trainer:
             again = "run again: it starts from the beginning"
         last = run.first_step + run.count - 1
         steps = f"step {last}" if run.count == 1 else f"steps {run.first_step} to {last}"
-        clip = f"now {self.s.grad_clip:g}" if self.s.grad_clip > 0 else "now off"
+        clip = f"now {self.settings.grad_clip:g}" if self.settings.grad_clip > 0 else "now off"
         precision = {"fp8": "bf16 or fp32", "fp8-emulate": "fp32", "bf16": "fp32"}.get(
-            self.plan.name
+            self.numerics.name
         )
         raise UserError(
             f"training diverged: {steps} had a non-finite loss or gradient norm (at step "
             f"{run.first_step} {run.detail()}); their updates were skipped and training "
-            f"stopped ({o}.max_nonfinite_steps = {self.s.max_nonfinite_steps}); {kept}",
+            f"stopped ({o}.max_nonfinite_steps = {self.settings.max_nonfinite_steps}); {kept}",
             fix=f"lower {o}.lr (now {self.schedule.peak:g}), lengthen {o}.warmup_steps (now "
             f"{self.schedule.warmup_steps}) or clip gradients harder with {o}.grad_clip ({clip})"
             + (f", or train in precision.mode {precision}" if precision else "")
@@ -620,15 +623,19 @@ class Trainer:
     ) -> dict:
         # The one wait for the device per log line: its numbers are read here, not in the step.
         window_tokens = int(window_tokens)
-        loss = parallel.all_reduce_sum(window_loss.detach().clone().double(), self.d)
+        loss = parallel.all_reduce_sum(window_loss.detach().clone().double(), self.dist)
         parts = {
-            name: float(parallel.all_reduce_sum(value.clone().double(), self.d))
+            name: float(parallel.all_reduce_sum(value.clone().double(), self.dist))
             / max(window_tokens, 1)
             for name, value in sorted(window_parts.items())
         }
         elapsed = max(time.perf_counter() - window_start, 1e-9)
         tokens_per_s = window_tokens / elapsed
-        mfu = tokens_per_s * self.s.flops_per_token / (self.s.peak_flops * self.d.world_size)
+        mfu = (
+            tokens_per_s
+            * self.settings.flops_per_token
+            / (self.settings.peak_flops * self.dist.world_size)
+        )
         return {
             "step": self.state.step,
             "loss": float(loss) / max(window_tokens, 1),
@@ -638,5 +645,5 @@ class Trainer:
             "tokens": self.tokens(),
             "tokens_per_s": tokens_per_s,
             "mfu": mfu if math.isfinite(mfu) else None,
-            "peak_memory_gb": peak_memory_gb(self.d.device),
+            "peak_memory_gb": peak_memory_gb(self.dist.device),
         }
