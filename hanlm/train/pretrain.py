@@ -34,23 +34,23 @@ from hanlm.train.build import (
 )
 
 
-def accumulation_steps(p: PretrainSection, world_size: int) -> int:
-    per_pass = p.seq_len * p.micro_batch * world_size
-    if p.global_batch_tokens % per_pass:
-        fitting = max(per_pass, round(p.global_batch_tokens / per_pass) * per_pass)
+def accumulation_steps(pretrain_cfg: PretrainSection, world_size: int) -> int:
+    per_pass = pretrain_cfg.seq_len * pretrain_cfg.micro_batch * world_size
+    if pretrain_cfg.global_batch_tokens % per_pass:
+        fitting = max(per_pass, round(pretrain_cfg.global_batch_tokens / per_pass) * per_pass)
         raise UserError(
-            f"pretrain.global_batch_tokens {p.global_batch_tokens:,} is not a multiple of "
-            f"seq_len x micro_batch x ranks = {p.seq_len} x {p.micro_batch} x {world_size} = {per_pass:,}",
+            f"pretrain.global_batch_tokens {pretrain_cfg.global_batch_tokens:,} is not a multiple of "
+            f"seq_len x micro_batch x ranks = {pretrain_cfg.seq_len} x {pretrain_cfg.micro_batch} x {world_size} = {per_pass:,}",
             fix=f"use --set pretrain.global_batch_tokens={fitting} or change micro_batch",
         )
-    return p.global_batch_tokens // per_pass
+    return pretrain_cfg.global_batch_tokens // per_pass
 
 
-def total_steps(p: PretrainSection) -> int:
-    if p.max_steps is not None:
-        return p.max_steps
-    if p.max_tokens is not None:
-        return max(1, math.ceil(p.max_tokens / p.global_batch_tokens))
+def total_steps(pretrain_cfg: PretrainSection) -> int:
+    if pretrain_cfg.max_steps is not None:
+        return pretrain_cfg.max_steps
+    if pretrain_cfg.max_tokens is not None:
+        return max(1, math.ceil(pretrain_cfg.max_tokens / pretrain_cfg.global_batch_tokens))
     raise UserError(
         "pretraining needs a length",
         fix="give --max-steps N or --max-tokens N (or set them in the recipe)",
@@ -83,23 +83,23 @@ class PretrainOutputs(Protocol):
 
 
 def _loaders(
-    cfg: Config, data: PretrainData, d: parallel.Dist
+    cfg: Config, data: PretrainData, dist: parallel.Dist
 ) -> tuple[TokenLoader, TokenLoader | None]:
-    p = cfg.pretrain
+    pretrain_cfg = cfg.pretrain
     common = {
-        "seq_len": p.seq_len,
-        "micro_batch": p.micro_batch,
-        "rank": d.rank,
-        "world_size": d.world_size,
+        "seq_len": pretrain_cfg.seq_len,
+        "micro_batch": pretrain_cfg.micro_batch,
+        "rank": dist.rank,
+        "world_size": dist.world_size,
         "expected_tokenizer_sha256": data.tokenizer_sha256,
-        "document_masking": p.document_masking,
+        "document_masking": pretrain_cfg.document_masking,
     }
     train_loader = TokenLoader.from_shards(data.shards_dir, "train", seed=cfg.run.seed, **common)
     try:
         val_loader = TokenLoader.from_shards(data.shards_dir, "val", **common)
     except UserError as e:  # too little validation text is no reason to stop training
         val_loader = None
-        if d.is_main:
+        if dist.is_main:
             warn(f"pretrain: no validation: {e.what}")
     return train_loader, val_loader
 
@@ -174,18 +174,22 @@ def pretrain(
     """Train (or resume) the recipe's model on the shards; `on_complete(summary)` runs on rank 0
     once the last step is checkpointed, before the ranks part. A fresh start (force, or
     checkpoint.resume never) deletes the checkpoints."""
-    p, par = cfg.pretrain, cfg.parallel
-    steps = total_steps(p)
-    with processes(par.device, par.timeout_s) as d:
-        numerics = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
-        mode = parallel.resolve_mode(par.mode, d)
-        accumulation = accumulation_steps(p, d.world_size)
+    pretrain_cfg, par = cfg.pretrain, cfg.parallel
+    steps = total_steps(pretrain_cfg)
+    with processes(par.device, par.timeout_s) as dist:
+        numerics = precision.resolve(
+            cfg.precision.mode, dist.device, recipe=cfg.precision.fp8_recipe
+        )
+        mode = parallel.resolve_mode(par.mode, dist)
+        accumulation = accumulation_steps(pretrain_cfg, dist.world_size)
         if force or cfg.checkpoint.resume == "never":
-            start_fresh(d, [outputs.checkpoints])
+            start_fresh(dist, [outputs.checkpoints])
 
-        mconfig, model, converted = _built_model(cfg, data.vocab_size, Placement(d, mode, numerics))
-        train_loader, val_loader = _loaders(cfg, data, d)
-        peak, peak_source = device_peak_flops(d.device, cfg.precision.mode)
+        mconfig, model, converted = _built_model(
+            cfg, data.vocab_size, Placement(dist, mode, numerics)
+        )
+        train_loader, val_loader = _loaders(cfg, data, dist)
+        peak, peak_source = device_peak_flops(dist.device, cfg.precision.mode)
 
         def after_step() -> None:
             precision.precompute_fp8_scales_if_needed(model, numerics, par.fsdp_float8_all_gather)
@@ -197,7 +201,7 @@ def pretrain(
             val_loader=val_loader,
             checkpoints_dir=outputs.checkpoints,
             metrics_path=outputs.metrics,
-            flops_per_token=model_lib.flops_per_token(mconfig, p.seq_len)["total"],
+            flops_per_token=model_lib.flops_per_token(mconfig, pretrain_cfg.seq_len)["total"],
             peak_flops=peak,
             fingerprint=model_fingerprint(cfg, data.shards_fingerprint),
             settings=settings_fp,
@@ -206,23 +210,27 @@ def pretrain(
             after_optimizer_step=after_step,
         )
         trainer = build_trainer(
-            model, job, Placement(d, mode, numerics), Components.pretraining(cfg)
+            model, job, Placement(dist, mode, numerics), Components.pretraining(cfg)
         )
         if cfg.checkpoint.resume == "auto" and not force:  # forced: never back from the mirror
             trainer.resume()
-        if d.is_main:
+        if dist.is_main:
             info(
                 f"pretrain: {model_lib.describe(mconfig)}; {precision.describe(numerics)}; {mode} on "
-                f"{d.world_size} x {d.device.type}; {steps} steps of {p.global_batch_tokens:,} tokens "
+                f"{dist.world_size} x {dist.device.type}; {steps} steps of {pretrain_cfg.global_batch_tokens:,} tokens "
                 f"({accumulation} micro-steps); fp8 layers: {len(converted)}; MFU peak: {peak_source}"
-                + (f"; {torch.get_num_threads()} CPU threads" if d.device.type == "cpu" else "")
-                + (f"; documents masked apart ({_attention(model)})" if p.document_masking else "")
+                + (f"; {torch.get_num_threads()} CPU threads" if dist.device.type == "cpu" else "")
+                + (
+                    f"; documents masked apart ({_attention(model)})"
+                    if pretrain_cfg.document_masking
+                    else ""
+                )
             )
         result = trainer.fit(stop_after_steps=stop_after_steps)
-        summary = {**result, "total_steps": steps, "world_size": d.world_size, "mode": mode}
-        if d.device.type == "cpu":  # the weights' last bits depend on it (train/threads.py)
+        summary = {**result, "total_steps": steps, "world_size": dist.world_size, "mode": mode}
+        if dist.device.type == "cpu":  # the weights' last bits depend on it (train/threads.py)
             summary["cpu_threads"] = torch.get_num_threads()
-        if d.is_main and result["completed"] and on_complete is not None:
+        if dist.is_main and result["completed"] and on_complete is not None:
             on_complete(summary)
-        parallel.barrier(d)
+        parallel.barrier(dist)
         return summary

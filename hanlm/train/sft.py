@@ -135,7 +135,7 @@ def _model_on_meta(source: SftSource):
 # --- data -----------------------------------------------------------------------------------------
 
 
-def decontaminate(conversations: list[dict], index: BenchmarkIndex | None, s: SftSection):
+def decontaminate(conversations: list[dict], index: BenchmarkIndex | None, sft_cfg: SftSection):
     """(kept conversations, report): those holding an item of the run's benchmark index (its
     decontam stage's) are dropped or refused."""
     if index is None:
@@ -143,12 +143,12 @@ def decontaminate(conversations: list[dict], index: BenchmarkIndex | None, s: Sf
     kept, dropped = [], []
     for conversation in conversations:
         text = chat_data.conversation_text(conversation["messages"])
-        hits = index.matches(text, min_coverage=s.contamination_coverage)
+        hits = index.matches(text, min_coverage=sft_cfg.contamination_coverage)
         if hits:
             dropped.append({"id": conversation["id"], "items": hits})
         else:
             kept.append(conversation)
-    if dropped and s.contaminated == "fail":
+    if dropped and sft_cfg.contaminated == "fail":
         first = dropped[0]
         raise UserError(
             f"{len(dropped)} SFT conversations hold benchmark items (first: {first['id']} holds "
@@ -186,24 +186,26 @@ def load_tokenizer(tokenizer_dir: Path):
     return tok
 
 
-def _rows(tokenizer, train, heldout, s: SftSection, eot: int, pad: int):
+def _rows(tokenizer, train, heldout, sft_cfg: SftSection, eot: int, pad: int):
     def encode(conversations):
         return [chat_data.tokenize(tokenizer, c["messages"], eot) for c in conversations]
 
     train_ids, train_mask, train_positions, too_long = chat_data.build_rows(
-        encode(train), s.seq_len, pad, packing=s.packing
+        encode(train), sft_cfg.seq_len, pad, packing=sft_cfg.packing
     )
     held_encoded = encode(heldout)
     held_ids, held_mask, held_positions, held_too_long = chat_data.build_rows(
-        held_encoded, s.seq_len, pad, packing=s.packing
+        held_encoded, sft_cfg.seq_len, pad, packing=sft_cfg.packing
     )
     # The closure check asks only what the model could have learned: conversations that fit.
     fitting = [
-        c for c, (ids, _) in zip(heldout, held_encoded, strict=True) if len(ids) <= s.seq_len + 1
+        c
+        for c, (ids, _) in zip(heldout, held_encoded, strict=True)
+        if len(ids) <= sft_cfg.seq_len + 1
     ]
     if len(train_ids) == 0:
         raise UserError(
-            f"every training conversation is longer than sft.seq_len + 1 = {s.seq_len + 1} tokens",
+            f"every training conversation is longer than sft.seq_len + 1 = {sft_cfg.seq_len + 1} tokens",
             fix="raise sft.seq_len",
         )
     report = {
@@ -213,13 +215,15 @@ def _rows(tokenizer, train, heldout, s: SftSection, eot: int, pad: int):
         "too_long_dropped": too_long + held_too_long,
         "train_rows": len(train_ids),
         "trained_tokens": int(train_mask[:, 1:].sum()),
-        "packing": s.packing,
+        "packing": sft_cfg.packing,
     }
     if too_long:
-        warn(f"sft: {too_long} conversations longer than {s.seq_len + 1} tokens were left out")
+        warn(
+            f"sft: {too_long} conversations longer than {sft_cfg.seq_len + 1} tokens were left out"
+        )
     if not fitting:
         raise UserError(
-            f"no held-out conversation fits sft.seq_len + 1 = {s.seq_len + 1} tokens",
+            f"no held-out conversation fits sft.seq_len + 1 = {sft_cfg.seq_len + 1} tokens",
             fix="raise sft.seq_len or sft.heldout",
         )
     report["closure_prompts"] = len(fitting)
@@ -233,14 +237,14 @@ def _rows(tokenizer, train, heldout, s: SftSection, eot: int, pad: int):
 # --- one training -----------------------------------------------------------------------------------
 
 
-def _accumulation(s: SftSection, world_size: int) -> int:
-    per_pass = s.micro_batch * world_size
-    if s.batch_rows % per_pass:
+def _accumulation(sft_cfg: SftSection, world_size: int) -> int:
+    per_pass = sft_cfg.micro_batch * world_size
+    if sft_cfg.batch_rows % per_pass:
         raise UserError(
-            f"sft.batch_rows {s.batch_rows} is not a multiple of micro_batch x ranks = {per_pass}",
-            fix=f"use --set sft.batch_rows={max(per_pass, s.batch_rows // per_pass * per_pass)}",
+            f"sft.batch_rows {sft_cfg.batch_rows} is not a multiple of micro_batch x ranks = {per_pass}",
+            fix=f"use --set sft.batch_rows={max(per_pass, sft_cfg.batch_rows // per_pass * per_pass)}",
         )
-    return s.batch_rows // per_pass
+    return sft_cfg.batch_rows // per_pass
 
 
 def _initialise_rows(cfg: Config, model, source: SftSource, audit: dict, special: dict, init: str):
@@ -258,8 +262,8 @@ def _initialise_rows(cfg: Config, model, source: SftSource, audit: dict, special
     return ids, done
 
 
-def _chat_loaders(rows: dict, seed: int, micro_batch: int, d: parallel.Dist):
-    common = {"micro_batch": micro_batch, "rank": d.rank, "world_size": d.world_size}
+def _chat_loaders(rows: dict, seed: int, micro_batch: int, dist: parallel.Dist):
+    common = {"micro_batch": micro_batch, "rank": dist.rank, "world_size": dist.world_size}
     train_loader = chat_data.ChatLoader(*rows["train"], seed=seed, **common)
     try:
         val_loader = chat_data.ChatLoader(*rows["heldout"], shuffle=False, **common)
@@ -268,18 +272,18 @@ def _chat_loaders(rows: dict, seed: int, micro_batch: int, d: parallel.Dist):
     return train_loader, val_loader
 
 
-def _row_step_scale(s: SftSection, model, ids: list[int], init: str):
+def _row_step_scale(sft_cfg: SftSection, model, ids: list[int], init: str):
     """The optimizer hook giving the initialised rows their own step size, when asked for."""
-    if s.new_token_lr_scale == 1.0 or not ids or init == "none":
+    if sft_cfg.new_token_lr_scale == 1.0 or not ids or init == "none":
         return None
     # under FSDP2 each rank stretches the rows of its own shard (tokens.local_rows)
     return lambda optimizer: tokens.RowStepScale(
-        optimizer, parallel.unwrap(model), ids, s.new_token_lr_scale
+        optimizer, parallel.unwrap(model), ids, sft_cfg.new_token_lr_scale
     )
 
 
 def _placed_model(
-    cfg: Config, source: SftSource, numerics: precision.Numerics, d: parallel.Dist, mode: str
+    cfg: Config, source: SftSource, numerics: precision.Numerics, dist: parallel.Dist, mode: str
 ):
     """(the source model placed as in pretraining: converted to FP8 where the plan says,
     compiled and parallelised; its config; the names of the converted layers). Built on the
@@ -296,23 +300,25 @@ def _placed_model(
 
     options = {
         "compute_dtype": numerics.compute_dtype,
-        "compile_blocks": precision.blocks_compiled(numerics, par.compile, announce=d.is_main),
+        "compile_blocks": precision.blocks_compiled(numerics, par.compile, announce=dist.is_main),
         "convert": to_fp8,
     }
     model, problem = _model_on_meta(source)
     if problem is not None:
-        if d.is_main:
+        if dist.is_main:
             warn(f"sft: every rank loads the whole source model ({source.path}: {problem})")
         model, _ = load_source_model(source)
     if cfg.sft.packing:  # packed conversations must not see each other
-        document_attention.prepare(model, d.device, par.document_attention, setting="sft.packing")
+        document_attention.prepare(
+            model, dist.device, par.document_attention, setting="sft.packing"
+        )
     if problem is not None:
-        return parallel.parallelize_whole(model, d, mode, **options), model.config, converted
+        return parallel.parallelize_whole(model, dist, mode, **options), model.config, converted
 
     def fill(placed) -> None:
         pretrained.fill(placed, source.kind, source.path)
 
-    root = parallel.parallelize_loaded(model, d, mode, fill=fill, **options)
+    root = parallel.parallelize_loaded(model, dist, mode, fill=fill, **options)
     return root, model.config, converted
 
 
@@ -341,14 +347,16 @@ def train_once(
 ) -> TrainedOnce:
     """Initialise, train and checkpoint one SFT into `outputs` (the weights are in its latest
     checkpoint)."""
-    s = cfg.sft
-    with build.processes(cfg.parallel.device, cfg.parallel.timeout_s) as d:
-        numerics = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
-        mode = parallel.resolve_mode(cfg.parallel.mode, d)
-        accumulation = _accumulation(s, d.world_size)
-        if force or s.checkpoint.resume == "never":
-            build.start_fresh(d, [outputs.checkpoints, outputs.metrics])
-        model, mconfig, converted = _placed_model(cfg, source, numerics, d, mode)
+    sft_cfg = cfg.sft
+    with build.processes(cfg.parallel.device, cfg.parallel.timeout_s) as dist:
+        numerics = precision.resolve(
+            cfg.precision.mode, dist.device, recipe=cfg.precision.fp8_recipe
+        )
+        mode = parallel.resolve_mode(cfg.parallel.mode, dist)
+        accumulation = _accumulation(sft_cfg, dist.world_size)
+        if force or sft_cfg.checkpoint.resume == "never":
+            build.start_fresh(dist, [outputs.checkpoints, outputs.metrics])
+        model, mconfig, converted = _placed_model(cfg, source, numerics, dist, mode)
         ids, done = _initialise_rows(cfg, model, source, audit, special, init)
 
         def after_step() -> None:
@@ -356,36 +364,36 @@ def train_once(
                 model, numerics, cfg.parallel.fsdp_float8_all_gather
             )
 
-        train_loader, val_loader = _chat_loaders(rows, cfg.run.seed, s.micro_batch, d)
+        train_loader, val_loader = _chat_loaders(rows, cfg.run.seed, sft_cfg.micro_batch, dist)
         job = build.TrainingJob(
-            total_steps=s.max_steps,
+            total_steps=sft_cfg.max_steps,
             accumulation=accumulation,
             train_loader=train_loader,
             val_loader=val_loader,
             checkpoints_dir=outputs.checkpoints,
             metrics_path=outputs.metrics,
-            flops_per_token=model_lib.flops_per_token(mconfig, s.seq_len)["total"],
-            peak_flops=device_peak_flops(d.device, numerics.name)[0],
+            flops_per_token=model_lib.flops_per_token(mconfig, sft_cfg.seq_len)["total"],
+            peak_flops=device_peak_flops(dist.device, numerics.name)[0],
             fingerprint=fingerprint("sft-model", source.fingerprint, data_fp, cfg.run.seed, init),
             settings=settings_fp,
             student_tokenizer=Path(source.tokenizer_dir),
-            configure_optimizer=_row_step_scale(s, model, ids, init),
+            configure_optimizer=_row_step_scale(sft_cfg, model, ids, init),
             after_optimizer_step=after_step,
         )
         trainer = build.build_trainer(
-            model, job, build.Placement(d, mode, numerics), build.Components.sft(cfg)
+            model, job, build.Placement(dist, mode, numerics), build.Components.sft(cfg)
         )
-        resumed = s.checkpoint.resume == "auto" and not force and trainer.resume()
-        if d.is_main:
+        resumed = sft_cfg.checkpoint.resume == "auto" and not force and trainer.resume()
+        if dist.is_main:
             info(
-                f"sft ({init}): {s.max_steps} steps of {s.batch_rows} rows x {s.seq_len} tokens; "
+                f"sft ({init}): {sft_cfg.max_steps} steps of {sft_cfg.batch_rows} rows x {sft_cfg.seq_len} tokens; "
                 f"{train_loader.rows} rows, {train_loader.trained_tokens:,} trained tokens; "
                 f"{precision.describe(numerics)}; fp8 layers: {len(converted)}"
                 + ("; resumed" if resumed else "")
             )
         result = trainer.fit()
-        parallel.barrier(d)
-        return TrainedOnce(summary={**result, "init": done}, config=mconfig, is_main=d.is_main)
+        parallel.barrier(dist)
+        return TrainedOnce(summary={**result, "init": done}, config=mconfig, is_main=dist.is_main)
 
 
 # --- the whole fine-tuning --------------------------------------------------------------------------
@@ -440,7 +448,7 @@ def _closure(
     tokenizer,
     heldout: list,
     special: dict,
-    s: SftSection,
+    sft_cfg: SftSection,
     init: str,
     path: Path,
     before: dict,
@@ -451,7 +459,7 @@ def _closure(
         heldout,
         end_of_turn_id=special["eot"]["id"],
         pad_id=special["pad"]["id"],
-        max_new_tokens=s.closure_max_tokens,
+        max_new_tokens=sft_cfg.closure_max_tokens,
         init=init,
     )
     check["diagnosis"] = {"before": before, "after": _diagnosis(model, tokenizer, heldout, special)}
@@ -475,13 +483,13 @@ def fine_tune(
     which rank 0 also writes (with the closure: the other ranks write nothing and know only the
     training's part). A closure below sft.min_closure is a UserError after the summary is
     written."""
-    s = cfg.sft
-    conversations, contamination = decontaminate(conversations, index, s)
-    train_conversations, heldout = split_heldout(conversations, s.heldout, cfg.run.seed)
+    sft_cfg = cfg.sft
+    conversations, contamination = decontaminate(conversations, index, sft_cfg)
+    train_conversations, heldout = split_heldout(conversations, sft_cfg.heldout, cfg.run.seed)
     tokenizer = load_tokenizer(source.tokenizer_dir)
     special = tokens.load_special_tokens(source.tokenizer_dir)
     eot, pad, eod = (special[k]["id"] for k in ("eot", "pad", "eod"))
-    rows, data_report, heldout = _rows(tokenizer, train_conversations, heldout, s, eot, pad)
+    rows, data_report, heldout = _rows(tokenizer, train_conversations, heldout, sft_cfg, eot, pad)
     data_report.update({"file": str(data_file), "sha256": data_fp, "contamination": contamination})
     audit = _audit(source, special, outputs)
     atomic_write_json(outputs.data_report, data_report)
@@ -495,13 +503,13 @@ def fine_tune(
         "settings_fp": settings_fp,
         "force": force,
     }
-    trained = train_once(cfg, outputs=outputs, init=s.init, **common)
+    trained = train_once(cfg, outputs=outputs, init=sft_cfg.init, **common)
     result, is_main = trained.summary, trained.is_main
     before = {}
     if is_main:
-        for init in dict.fromkeys([s.init, *s.compare_inits]):
+        for init in dict.fromkeys([sft_cfg.init, *sft_cfg.compare_inits]):
             before[init] = _before_sft(cfg, source, audit, special, init, heldout)
-    summary: dict = {"init": s.init, "step": result["step"], "tokens": result["tokens"]}
+    summary: dict = {"init": sft_cfg.init, "step": result["step"], "tokens": result["tokens"]}
     if "val_loss" in result:
         summary["val_loss"] = result["val_loss"]
     by_init: dict[str, float] = {}
@@ -510,14 +518,21 @@ def fine_tune(
         model = export.load_exported(outputs.export)
         exported_tokenizer = load_tokenizer(outputs.export)
         check = _closure(
-            model, exported_tokenizer, heldout, special, s, s.init, outputs.closure, before[s.init]
+            model,
+            exported_tokenizer,
+            heldout,
+            special,
+            sft_cfg,
+            sft_cfg.init,
+            outputs.closure,
+            before[sft_cfg.init],
         )
-        by_init[s.init] = check["rate"]
+        by_init[sft_cfg.init] = check["rate"]
         info(
-            f"sft: closure {check['closed']}/{check['total']} ({check['rate']:.2f}) with init {s.init}"
+            f"sft: closure {check['closed']}/{check['total']} ({check['rate']:.2f}) with init {sft_cfg.init}"
         )
-    for other in dict.fromkeys(s.compare_inits):
-        if other == s.init:
+    for other in dict.fromkeys(sft_cfg.compare_inits):
+        if other == sft_cfg.init:
             continue
         folder = outputs.ablation(other)
         ablation = train_once(cfg, outputs=folder, init=other, **common)
@@ -525,7 +540,7 @@ def fine_tune(
             latest = checkpoint.latest(folder.checkpoints)
             model = export.load_checkpoint_model(latest, ablation.config)
             check = _closure(
-                model, tokenizer, heldout, special, s, other, folder.closure, before[other]
+                model, tokenizer, heldout, special, sft_cfg, other, folder.closure, before[other]
             )
             by_init[other] = check["rate"]
             info(f"sft: ablation closure {check['closed']}/{check['total']} with init {other}")
@@ -544,15 +559,15 @@ def fine_tune(
         }
     )
     atomic_write_json(outputs.summary, summary)
-    _gate(main_check, s, outputs.closure)
+    _gate(main_check, sft_cfg, outputs.closure)
     return summary
 
 
-def _gate(check: dict, s: SftSection, where: Path) -> None:
-    if s.min_closure > 0 and check["rate"] < s.min_closure:
+def _gate(check: dict, sft_cfg: SftSection, where: Path) -> None:
+    if sft_cfg.min_closure > 0 and check["rate"] < sft_cfg.min_closure:
         raise UserError(
             f"the SFT model ended {check['closed']} of {check['total']} held-out answers with "
-            f"<|eot|> (closure {check['rate']:.2f}), below sft.min_closure {s.min_closure}",
+            f"<|eot|> (closure {check['rate']:.2f}), below sft.min_closure {sft_cfg.min_closure}",
             where=str(where),
             fix="look at audit.json: initialise the untrained template tokens (--init mean), "
             "train longer (--max-steps) or raise sft.closure_max_tokens",
