@@ -819,12 +819,27 @@ class Terminated(BaseException):
     """SIGTERM outside training (which saves and stops on its own): stop like Ctrl-C does."""
 
 
+STOP_GRACE_S = 20.0  # after SIGTERM, the longest the unwinding may take before a hard exit
+_STOPPED = "stopped by SIGTERM: what was finished is kept; run the same command to continue"
+
+
+def _exit_after_grace() -> None:
+    """The unwinding did not end: the exception met multiprocessing's pool in a lock or a join
+    it cannot leave. Every output is committed atomically and the data workers die with this
+    process (PR_SET_PDEATHSIG), so ending here loses nothing a rerun needs."""
+    print(f"{_STOPPED} (forced after {STOP_GRACE_S:.0f} s)", file=sys.stderr, flush=True)
+    os._exit(128 + signal.SIGTERM)
+
+
 def _terminated_handler(main_pid: int):
     def handle(signum, frame) -> None:
         if os.getpid() != main_pid:  # a forked worker that inherited it: end as by default
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
+        watchdog = threading.Timer(STOP_GRACE_S, _exit_after_grace)
+        watchdog.daemon = True
+        watchdog.start()
         raise Terminated
 
     return handle
@@ -862,10 +877,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Terminated:
-        print(
-            "stopped by SIGTERM: what was finished is kept; run the same command to continue",
-            file=sys.stderr,
-        )
+        print(_STOPPED, file=sys.stderr)
         return 128 + signal.SIGTERM
     except Exception as e:
         error = storage_error(e, folder)

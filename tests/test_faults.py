@@ -440,3 +440,30 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
     except OSError:
         return True
+
+
+def test_sigterm_whose_unwinding_hangs_still_ends_the_process():
+    """The exception SIGTERM raises can meet code that never lets it through (multiprocessing's
+    pool caught in a lock or join): after the grace period the process ends anyway, 143."""
+    script = (
+        "import os, signal, time\n"
+        "from hanlm import cli\n"
+        "cli.STOP_GRACE_S = 1.0\n"
+        "signal.signal(signal.SIGTERM, cli._terminated_handler(os.getpid()))\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    try:\n"
+        "        time.sleep(0.05)\n"
+        "    except cli.Terminated:\n"
+        "        pass  # swallowed, as a stuck join would\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline().strip() == "ready"
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert "stopped by SIGTERM" in err and "forced after 1 s" in err
+    assert time.monotonic() - started < 10
