@@ -13,16 +13,18 @@ from hanlm.stages.stage import Stage, StageContext, Unfinished
 from hanlm.train import pretrain as pretrain_lib
 from hanlm.train import trackers
 
-# What changes nothing the run computes: where it runs, how it logs and keeps checkpoints, and
-# when a diverging run gives up (a run that finished computed the same weights whatever it is).
-NOT_COMPUTED = (
+# What changes nothing a training computes: where it runs, how it logs and keeps checkpoints
+# (SFT's too).
+BOOKKEEPING = (
     "parallel.device", "parallel.timeout_s",
     "checkpoint.resume", "checkpoint.every_minutes", "checkpoint.async_save",
     "checkpoint.keep_last", "checkpoint.keep_every", "checkpoint.retries", "checkpoint.backoff_s",
     "checkpoint.max_consecutive_failures", "checkpoint.timeout_s", "checkpoint.mirror",
     "logging.log_every", "logging.trackers", "logging.name", "logging.wandb", "logging.trackio",
-    "optimizer.max_nonfinite_steps",
 )  # fmt: skip
+# ... and when a diverging run gives up: a run that finished computed the same weights whatever
+# it is
+NOT_COMPUTED = (*BOOKKEEPING, "optimizer.max_nonfinite_steps")
 
 STAGE = Stage(
     name="pretrain",

@@ -15,6 +15,7 @@ from hanlm.model import model_config
 from hanlm.model_folder import check_model_folder, export_damage, is_model_folder
 from hanlm.stages import shards as shards_stage
 from hanlm.stages.decontam import load_run_index
+from hanlm.stages.pretrain import BOOKKEEPING
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
 from hanlm.train import checkpoint, trackers
@@ -105,15 +106,12 @@ def data_path(cfg: Config, run: RunDir) -> Path:
 
 # --- the stage ------------------------------------------------------------------------------------
 
-# What changes nothing the training computes: where it runs, how it logs and keeps checkpoints,
-# and the closure SFT must reach to count as finished (checked after training).
+# What changes nothing SFT computes: pretraining's bookkeeping, the cadence of pretraining's
+# validation (SFT has its own), SFT's own bookkeeping, and the closure it must reach to count as
+# finished (checked after training).
 NOT_COMPUTED = (
-    "parallel.device", "parallel.timeout_s",
-    "checkpoint.resume", "checkpoint.every_minutes", "checkpoint.async_save",
-    "checkpoint.keep_last", "checkpoint.keep_every", "checkpoint.retries", "checkpoint.backoff_s",
-    "checkpoint.max_consecutive_failures", "checkpoint.timeout_s", "checkpoint.mirror",
-    "logging.log_every", "logging.eval_every", "logging.eval_batches", "logging.trackers",
-    "logging.name", "logging.wandb", "logging.trackio",
+    *BOOKKEEPING,
+    "logging.eval_every", "logging.eval_batches",
     "sft.checkpoint.resume", "sft.checkpoint.every_minutes", "sft.logging.log_every",
     "sft.optimizer.max_nonfinite_steps", "sft.min_closure",
 )  # fmt: skip
