@@ -450,12 +450,15 @@ def test_sigterm_whose_unwinding_hangs_still_ends_the_process():
         "from hanlm import cli\n"
         "cli.STOP_GRACE_S = 1.0\n"
         "signal.signal(signal.SIGTERM, cli._terminated_handler(os.getpid()))\n"
-        "print('ready', flush=True)\n"
+        "ready = False\n"
         "while True:\n"
         "    try:\n"
+        "        if not ready:\n"
+        "            print('ready', flush=True)\n"
+        "            ready = True\n"
         "        time.sleep(0.05)\n"
         "    except cli.Terminated:\n"
-        "        pass  # swallowed, as a stuck join would\n"
+        "        ready = True  # swallowed, as a stuck join would\n"
     )
     process = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
