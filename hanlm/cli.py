@@ -20,7 +20,7 @@ from typing import Any
 
 from hanlm import __version__, config_flags
 from hanlm.data import fact_statements
-from hanlm.errors import UserError
+from hanlm.errors import Terminated, UserError, stop_on_sigterm
 from hanlm.files import (
     atomic_write_json,
     check_folder_path,
@@ -815,10 +815,6 @@ def _folder_to_lock(args: argparse.Namespace) -> Path | None:
     return args.run
 
 
-class Terminated(BaseException):
-    """SIGTERM outside training (which saves and stops on its own): stop like Ctrl-C does."""
-
-
 STOP_GRACE_S = 20.0  # after SIGTERM, the longest the unwinding may take before a hard exit
 _STOPPED = "stopped by SIGTERM: what was finished is kept; run the same command to continue"
 
@@ -840,7 +836,7 @@ def _terminated_handler(main_pid: int):
         watchdog = threading.Timer(STOP_GRACE_S, _exit_after_grace)
         watchdog.daemon = True
         watchdog.start()
-        raise Terminated
+        stop_on_sigterm()
 
     return handle
 

@@ -1,4 +1,7 @@
-"""The one exception type for a user's mistake."""
+"""The one exception type for a user's mistake, and the stop a SIGTERM asks for."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class UserError(Exception):
@@ -28,3 +31,36 @@ class UserError(Exception):
 
 def _rebuild_user_error(what: str, where: str | None, fix: str | None) -> UserError:
     return UserError(what, where=where, fix=fix)
+
+
+class Terminated(BaseException):
+    """SIGTERM outside training (which saves and stops on its own): stop like Ctrl-C does."""
+
+
+_deferring = 0
+_pending = False
+
+
+def stop_on_sigterm() -> None:
+    """What the SIGTERM handler raises: Terminated now, or, inside `sigterm_deferred`, when the
+    block ends (an exception raised while a pool forks lands in an at-fork callback, which
+    Python ignores with a lock still taken, and the unwinding hangs)."""
+    global _pending
+    if _deferring:
+        _pending = True
+        return
+    raise Terminated
+
+
+@contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """A block a SIGTERM must not interrupt (forking a pool); it stops right after instead."""
+    global _deferring, _pending
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if not _deferring and _pending:
+            _pending = False
+            raise Terminated

@@ -470,3 +470,18 @@ def test_sigterm_whose_unwinding_hangs_still_ends_the_process():
     assert process.returncode == 128 + signal.SIGTERM, err
     assert "stopped by SIGTERM" in err and "forced after 1 s" in err
     assert time.monotonic() - started < 10
+
+
+def test_a_sigterm_while_a_pool_forks_stops_right_after_the_fork():
+    from hanlm.errors import Terminated, sigterm_deferred, stop_on_sigterm
+
+    reached = []
+    with pytest.raises(Terminated):
+        with sigterm_deferred():
+            stop_on_sigterm()  # the handler, during the fork: nothing raised here
+            reached.append("fork done")
+    assert reached == ["fork done"]
+    with pytest.raises(Terminated):
+        stop_on_sigterm()  # outside: at once
+    with sigterm_deferred():  # nothing pending: nothing raised
+        pass

@@ -35,7 +35,7 @@ from loguru import logger
 
 from hanlm.config import DataEngineSection
 from hanlm.console import console
-from hanlm.errors import UserError
+from hanlm.errors import Terminated, UserError, sigterm_deferred
 
 PROGRESS_DIR = "progress"
 FINGERPRINT_FILE = "fingerprint"
@@ -105,7 +105,13 @@ class _LocalExecutor(LocalPipelineExecutor):
                 stats.append(self._run_for_rank(rank))
         else:
             context = multiprocess.get_context(self.start_method)
-            with context.Pool(self.workers, _worker_setup, (os.getpid(),)) as pool:
+            try:
+                with sigterm_deferred():  # not while forking: see hanlm.errors.stop_on_sigterm
+                    pool = context.Pool(self.workers, _worker_setup, (os.getpid(),))
+            except Terminated:  # it came while the workers started: they stop with it
+                pool.terminate()
+                raise
+            with pool:
                 stats = list(pool.imap_unordered(self._run_for_rank, ranks))
         total = sum(stats, start=PipelineStats())
         with self.logging_dir.open("stats.json", "wt") as f:
