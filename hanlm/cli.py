@@ -22,11 +22,9 @@ from hanlm import __version__, config_flags
 from hanlm.data import fact_statements
 from hanlm.errors import Terminated, UserError, stop_on_sigterm
 from hanlm.files import (
-    atomic_write_json,
     check_folder_path,
     claim_output_dir,
     claim_output_file,
-    read_json,
     storage_error,
 )
 from hanlm.prompts import read_prompts, write_results
@@ -564,8 +562,8 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
 
     report = preflight.check(_load(args), args.run)
     if args.json and os.environ.get("RANK", "0") == "0":
-        print(json.dumps(report, indent=2, ensure_ascii=False))
-    return 0 if report["verdict"] == "GO" else 1
+        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+    return 0 if report.go else 1
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -677,12 +675,10 @@ def _is_generate_output(path: Path) -> bool:
 
 
 def _is_plan_output(path: Path) -> bool:
-    """Whether `path` is a plan `hanlm plan --out` wrote."""
-    try:
-        plan = read_json(path)
-    except (OSError, ValueError):
-        return False
-    return isinstance(plan, dict) and {"setup", "model", "memory", "time"} <= plan.keys()
+    """Whether `path` is a plan `hanlm plan --out` wrote: it reads as one."""
+    from hanlm.plan.estimate import Plan
+
+    return Plan.is_one(path)
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
@@ -706,9 +702,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         )
     result = plan.make_plan(plan.setup_from_config(cfg))
     if args.out is not None:
-        atomic_write_json(args.out, result)
+        result.write(args.out)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result.to_json(), indent=2))
     else:
         print_plan(result)
     return 0

@@ -21,15 +21,17 @@ from hanlm.files import (
     STAGE_MARKER,
     atomic_output_dir,
     fingerprint,
-    read_json,
     read_stage_marker,
     stage_fingerprint,
     write_stage_marker,
 )
 from hanlm.stages.rundir import RunDir, save_run_config
 from hanlm.stages.stage import (
+    NotNeeded,
+    OnRankZero,
     Stage,
     StageContext,
+    StageOutcome,
     Unfinished,
     declared_settings,
     declared_view,
@@ -115,7 +117,7 @@ def _remove_work(stage: Stage, run: RunDir) -> None:
 class _NotFinished(Exception):
     """build returned None or Unfinished: no marker."""
 
-    def __init__(self, result: dict | None):
+    def __init__(self, result: StageOutcome):
         self.result = result
 
 
@@ -123,7 +125,19 @@ def _unfinished(result: Any) -> bool:
     return result is None or isinstance(result, Unfinished)
 
 
-def _summary(result: Any) -> dict | None:
+def _checked(stage: Stage, result: Any) -> StageOutcome:
+    """build's result, once it is of the type the stage declares (or Unfinished / None)."""
+    if stage.result is None or _unfinished(result) or isinstance(result, stage.result):
+        if isinstance(result, Unfinished) and stage.result is not None:
+            _checked(stage, result.summary)
+        return result
+    raise TypeError(
+        f"stage {stage.name}'s build returned {type(result).__name__}, not the "
+        f"{stage.result.__name__} its Stage(result=...) declares"
+    )
+
+
+def _summary(result: Any) -> StageOutcome:
     return result.summary if isinstance(result, Unfinished) else result
 
 
@@ -131,7 +145,7 @@ def _write_marker(folder: Path, stage: Stage, fp: str) -> None:
     write_stage_marker(folder, stage.name, fp, version=stage.version, hanlm=__version__)
 
 
-def _reusable(stage: Stage, module: ModuleType, run: RunDir, out: Path, fp: str) -> dict | None:
+def _reusable(stage: Stage, module: ModuleType, run: RunDir, out: Path, fp: str) -> StageOutcome:
     """The finished result to return instead of building, or None to build. A folder made by
     another version of the stage is refused: it is never reused, nor replaced unasked."""
     marker = read_stage_marker(out)
@@ -148,17 +162,24 @@ def _reusable(stage: Stage, module: ModuleType, run: RunDir, out: Path, fp: str)
     if stage.name in STAGES:  # the demo world, made on demand, is reused without a word
         info(f"{stage.name}: up to date in {out}, skipped")
     _remove_work(stage, run)
-    return {} if stage.result_file is None else read_json(out / stage.result_file)
+    if stage.result is None:
+        return {}
+    return stage.result.read(
+        out / stage.result.FILE,
+        fix=f"redo the stage with `hanlm run --run {run.root} --from {stage.name}`",
+    )
 
 
-def _build(stage: Stage, module: ModuleType, ctx: StageContext, out: Path) -> dict | None:
+def _build(stage: Stage, module: ModuleType, ctx: StageContext, out: Path) -> StageOutcome:
     if stage.writes == "new_folder":
         try:
             with atomic_output_dir(out) as tmp:
                 ctx.out = tmp
-                result = module.build(ctx)
+                result = _checked(stage, module.build(ctx))
                 if _unfinished(result):
                     raise _NotFinished(_summary(result))
+                if stage.result is not None:
+                    result.write(tmp / stage.result.FILE)
                 _write_marker(tmp, stage, ctx.fingerprint)
         except _NotFinished as stopped:
             return stopped.result
@@ -167,13 +188,13 @@ def _build(stage: Stage, module: ModuleType, ctx: StageContext, out: Path) -> di
     if _is_main():  # in place: not complete from here until the marker is written again
         (out / STAGE_MARKER).unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
-    result = module.build(ctx)
+    result = _checked(stage, module.build(ctx))
     if not _unfinished(result) and _is_main():
         _write_marker(out, stage, ctx.fingerprint)
     return _summary(result)
 
 
-def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> dict | None:
+def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> StageOutcome:
     module, stage = stage_module(name), declaration(name)
     out = stage.output(run)
     reason = module.not_needed(cfg) if hasattr(module, "not_needed") else None
@@ -183,7 +204,7 @@ def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> dic
         if read_stage_marker(out) is not None and _is_main():
             shutil.rmtree(out)
         info(f"{name}: {reason}; skipped")
-        return {"stage": name, "not_needed": reason}
+        return NotNeeded(name, reason)
     if hasattr(module, "validate"):
         module.validate(declared_view(cfg, stage), run, options)
     if stage.uses_demo(cfg, options):
@@ -192,7 +213,7 @@ def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> dic
         return _rerun(stage, module, cfg, run, force)
     view = declared_view(cfg, stage)
     if stage.writes == "always":
-        return module.build(StageContext(view, run, out, "", force, options))
+        return _checked(stage, module.build(StageContext(view, run, out, "", force, options)))
     fp = current_fingerprint(name, cfg, run, options)
     asked = hasattr(module, "always_builds") and module.always_builds(options)
     if not force and not asked:
@@ -238,7 +259,7 @@ def _pipeline_store():
 
 def _run_on_ranks(
     name: str, cfg: Config, run: RunDir, force: bool, options: dict, *, key: str | None = None
-) -> dict | None:
+) -> StageOutcome:
     """Run a stage on every rank if it declares so, else on rank 0 alone while the others wait
     on `key` (default: the stage's name; a launch that runs a stage twice names each run)."""
     key = key or name
@@ -257,18 +278,18 @@ def _run_on_ranks(
     status = store.get(key).decode()
     if status != "done":
         raise UserError(f"stage {name} failed on rank 0 ({status})", fix="see rank 0's output")
-    return {"stage": name, "ran_on_rank": 0}
+    return OnRankZero(name)
 
 
 def run_stage(
     name: str, cfg: Config, run: RunDir | Path | str, *, force: bool = False,
     save_config: bool = True, **options: Any,
-) -> dict | None:  # fmt: skip
+) -> StageOutcome:  # fmt: skip
     """Run one stage on the run (skipped when finished with the same fingerprint and whole,
     unless `force`), then save the configuration it ran with as the run's config.toml (unless
     `save_config` is false); `options` are the command's own for the stage (see each stage).
-    Its result, or None when it did not finish (its jobs run on a cluster, or it stopped
-    early)."""
+    Its result (of the type its Stage declares), Unfinished when it stopped early, None when
+    its jobs run on a cluster, NotNeeded / OnRankZero (see hanlm.stages.stage)."""
     stage_module(name)  # an unknown name is a UserError listing the stages
     run = RunDir.of(run)
     with run_lock.hold(run.root):  # taken once per command; here for callers from Python
@@ -281,7 +302,7 @@ def run_stage(
 def run_pipeline(
     cfg: Config, run: RunDir | Path | str, *, from_stage: str | None = None,
     until: str | None = None,
-) -> dict[str, dict | None]:  # fmt: skip
+) -> dict[str, StageOutcome]:  # fmt: skip
     """Stages in order up to `until` (all by default); complete ones are skipped unless at or
     after `from_stage`."""
     run = RunDir.of(run)
@@ -295,7 +316,7 @@ def run_pipeline(
         raise UserError(f"--from {from_stage} comes after --until {until}", fix="swap them")
     if {"pretrain", "sft"} & set(names[:stop]):  # before hours of data stages, not after
         trackers.check(cfg.logging)
-    results = {}
+    results: dict[str, StageOutcome] = {}
     with run_lock.hold(run.root):  # no other command between two stages either
         for i, name in enumerate(names[:stop]):
             if _is_main():

@@ -19,6 +19,7 @@ ORDER: tuple[str, ...] = (
     "__init__",
     "console",
     "files",
+    "results",
     "run_lock",
     "korean",
     "prompts",

@@ -13,11 +13,13 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
 from hanlm.console import warn
 from hanlm.files import damaged_files, file_record, open_text_stream, read_json
+from hanlm.results import Part, Result
 
 STAGE = "corpus"
 STATS_FILE = "stats.json"
@@ -84,14 +86,48 @@ class PartWriter:
         return self.parts
 
 
-def warn_skipped(stats: dict) -> None:
+class LongDocuments(Part):
+    """Documents over corpus.max_document_chars, the pieces they were cut into, and the rule."""
+
+    documents: int
+    pieces: int
+    max_chars: int
+    action: str
+
+
+class CorpusStats(Result):
+    """`corpus/stats.json`: the counts of the cleaning and the parts written (path, documents,
+    characters, size, sha256: what a reuse checks)."""
+
+    FILE = STATS_FILE
+    MADE_BY = "corpus"
+
+    inputs: list[str]
+    documents_in: int
+    characters_in: int
+    documents_out: int
+    characters_out: int
+    too_short: int
+    exact_duplicates: int
+    near_duplicates: int | None  # None: no near-duplicate pass
+    quality_filtered: dict[str, int] | None  # by failed check; None: quality filters off
+    long_documents: LongDocuments
+    skipped: dict[str, int]  # records skipped, by reason
+    damaged_files: list[dict[str, Any]]  # path, error, documents_kept
+    parts: list[dict[str, Any]]
+    tasks: int
+    job_seconds: dict[str, float]
+    seconds: float
+
+
+def warn_skipped(stats: CorpusStats) -> None:
     """Say which inputs were damaged and which records were skipped (without --strict)."""
-    for damaged in stats["damaged_files"]:
+    for damaged in stats.damaged_files:
         warn(
             f"corpus: {damaged['path']} is damaged ({damaged['error']}); skipped after "
             f"{damaged['documents_kept']:,} documents (use --strict to fail instead)"
         )
-    records = {k: n for k, n in stats["skipped"].items() if k != "corrupt_file"}
+    records = {k: n for k, n in stats.skipped.items() if k != "corrupt_file"}
     if records:
         warn(f"corpus: skipped records {records} (use --strict to fail instead)")
 

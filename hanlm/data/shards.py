@@ -40,6 +40,7 @@ from hanlm.files import (
     fsync_dir,
     read_json,
 )
+from hanlm.results import Part, Result
 
 STAGE = "shards"
 FORMAT_VERSION = 1
@@ -315,15 +316,51 @@ def _recheck_finished(work: Path, job: engine.Job, encoded: Path, sha: str) -> i
     return len(finished) - len(damaged)
 
 
+class ShardFile(Part):
+    """One token file: its tokens, documents and text bytes, and what a reuse checks."""
+
+    path: str
+    tokens: int
+    documents: int
+    bytes: int
+    size: int
+    sha256: str
+
+
+class SplitShards(Part):
+    files: list[ShardFile]
+    tokens: int
+    documents: int
+    bytes: int
+
+
+class ShardsManifest(Result):
+    """`shards/manifest.json`: the token files of each split, the tokenizer they were encoded
+    with (by sha256), and how often each special token occurs in them."""
+
+    FILE = MANIFEST_FILE
+    MADE_BY = "shards"
+
+    format: int
+    dtype: str
+    vocab_size: int
+    tokenizer_sha256: str
+    eod_id: int
+    splits: dict[str, SplitShards]
+    special_token_counts: dict[str, int]
+    seconds: float
+    workers: int
+
+
 def damaged_outputs(out: Path) -> list[str]:
     """What is wrong with the token files of a finished shards folder (each file's size, from
     its token count, and its sha256: see files.damaged_files), or an empty list."""
     try:
-        manifest = read_json(out / MANIFEST_FILE)
-        dtype = np.dtype(manifest["dtype"])
-        entries = [f for split in SPLITS for f in manifest["splits"][split]["files"]]
-        records = [{**e, "size": e["tokens"] * dtype.itemsize} for e in entries]
-    except (OSError, ValueError, TypeError, KeyError):
+        manifest = ShardsManifest.read(out / MANIFEST_FILE)
+        dtype = np.dtype(manifest.dtype)
+        entries = [f for split in SPLITS for f in manifest.splits[split].files]
+        records = [{**e.model_dump(), "size": e.tokens * dtype.itemsize} for e in entries]
+    except (UserError, TypeError, KeyError):
         return ["manifest.json cannot be read"]
     return damaged_files(out, records)
 
@@ -368,7 +405,7 @@ def encode_corpus(
     engine_cfg: DataEngineSection,
     work: Path,
     out: Path,
-) -> dict | None:
+) -> ShardsManifest | None:
     """Encode every part of a corpus folder on the data engine, one task per part, in the
     work folder `work` (see engine.prepare_work_dir: the tasks an interrupted run of the same
     settings finished are kept), then move the token files and sidecars into `out` and write
@@ -425,5 +462,6 @@ def encode_corpus(
             os.replace(encoded / sidecar[split]["path"], out / sidecar[split]["path"])
     for i in range(len(jobs)):
         os.replace(encoded / sidecar_name(i), out / sidecar_name(i))
-    atomic_write_json(out / MANIFEST_FILE, manifest)
-    return manifest
+    typed = ShardsManifest.model_validate(manifest)
+    typed.write(out / MANIFEST_FILE)
+    return typed

@@ -40,6 +40,7 @@ from hanlm.files import (
     file_sha256,
     read_json,
 )
+from hanlm.results import Part, Result
 
 STAGE = "tokenizer"
 TOKENIZER_FILE = "tokenizer.json"
@@ -322,22 +323,46 @@ def _batches(texts: Iterable[str], max_chars: int) -> Iterator[list[str]]:
         yield batch
 
 
-def build(corpus_dir: Path, cfg: Config, out: Path) -> dict:
+class Compression(Part):
+    """Held-out documents encoded: how many characters and bytes one token covers."""
+
+    documents: int
+    tokens: int
+    chars_per_token: float
+    bytes_per_token: float
+
+
+class TokenizerStats(Result):
+    """`tokenizer/stats.json`: the vocabulary, the sample trained on, the held-out compression
+    and the sha256 of tokenizer.json (what the shards are checked against)."""
+
+    FILE = STATS_FILE
+    MADE_BY = "tokenizer"
+
+    vocab_size: int
+    sample_documents: int
+    sample_characters: int
+    heldout: Compression
+    tokenizer_sha256: str
+    seconds: float
+
+
+def build(corpus_dir: Path, cfg: Config, out: Path) -> TokenizerStats:
     """Train on a sample of the corpus folder, save into `out` with stats.json; the stats."""
     started = time.perf_counter()
     texts, heldout, sample_chars = _sample(corpus_dir, cfg)
     t = cfg.tokenizer
     tok = train(texts, t.vocab_size, t.min_frequency, t.reserved_tokens)
     special = save(tok, out)
-    stats = {
-        "vocab_size": special["vocab_size"],
-        "sample_documents": len(texts),
-        "sample_characters": sample_chars,
-        "heldout": compression(tok, heldout),
-        "tokenizer_sha256": file_sha256(out / TOKENIZER_FILE),
-        "seconds": round(time.perf_counter() - started, 3),
-    }
-    atomic_write_json(out / STATS_FILE, stats)
+    stats = TokenizerStats(
+        vocab_size=special["vocab_size"],
+        sample_documents=len(texts),
+        sample_characters=sample_chars,
+        heldout=compression(tok, heldout),
+        tokenizer_sha256=file_sha256(out / TOKENIZER_FILE),
+        seconds=round(time.perf_counter() - started, 3),
+    )
+    stats.write(out / STATS_FILE)
     return stats
 
 
@@ -345,8 +370,8 @@ def damage(folder: Path) -> str | None:
     """What is wrong with a finished tokenizer folder: tokenizer.json must still have the
     sha256 stats.json records (a small file: always checked in full)."""
     try:
-        record = {"sha256": read_json(folder / STATS_FILE)["tokenizer_sha256"]}
-    except (OSError, ValueError, TypeError, KeyError):
+        record = {"sha256": TokenizerStats.read(folder / STATS_FILE).tokenizer_sha256}
+    except UserError:
         return "stats.json cannot be read"
     problem = file_mismatch(folder / TOKENIZER_FILE, record)
     missing = [

@@ -26,13 +26,50 @@ from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import Model, require_model_folder
 from hanlm.files import (
     atomic_output_dir,
-    atomic_write_json,
     atomic_write_text,
     claim_output_dir,
     fingerprint,
 )
+from hanlm.results import Part, Result
 
 RESULTS_FILE = "results.json"
+
+
+class Score(Part):
+    """One metric on one split of a task's items: the mean, its standard error, the items."""
+
+    value: float | None
+    stderr: float | None
+    n: int
+
+
+class TaskRecord(Part):
+    benchmark: str | None  # the benchmark decontamination checks it against, if any
+    source: str | None  # where its items came from
+    items: int
+
+
+# a task's scores: split (full, clean, dirty, partial) -> metric -> score
+TaskScores = dict[str, dict[str, Score]]
+
+
+class EvalResults(Result):
+    """`eval/results.json` (or OUT/results.json of `hanlm eval --out`): every model's scores by
+    task, split and metric (lm-eval's results with the contamination splits added), the item
+    counts, and the fingerprint that marks the folder as hanlm's."""
+
+    FILE = RESULTS_FILE
+    MADE_BY = "eval"
+
+    models: list[str]
+    model_dirs: dict[str, str]
+    tasks: dict[str, TaskRecord]
+    contamination: str | None  # the decontamination items.jsonl the splits come from
+    contamination_splits: str | None  # how the splits are made, in words
+    results: dict[str, dict[str, TaskScores]]  # model -> task -> split -> metric -> score
+    counts: dict[str, dict[str, dict[str, int]]]  # model -> task -> split -> items
+    seconds: float
+    fingerprint: str
 
 
 def options_from(cfg: Config) -> tasks_lib.Options:
@@ -74,7 +111,7 @@ def load_tasks(
 class Evaluation:
     """What an evaluation found: results.json's record and every scored sample."""
 
-    record: dict
+    record: EvalResults
     samples: list[dict]
 
 
@@ -139,7 +176,7 @@ def run_evaluation(
     }
     # what the results are of: also what marks a folder of results as hanlm's (--out --force)
     record["fingerprint"] = fingerprint({k: v for k, v in record.items() if k != "seconds"})
-    return Evaluation(record, all_samples)
+    return Evaluation(EvalResults.model_validate(record), all_samples)
 
 
 def write_results(folder: Path, evaluation: Evaluation) -> None:
@@ -154,7 +191,7 @@ def evaluate(
     *,
     replace_earlier: bool = True,
     **settings,
-) -> dict:
+) -> EvalResults:
     """`hanlm eval --out OUT`: evaluate into OUT (results.json, samples.jsonl, results.md);
     `settings` as `run_evaluation` takes them. `out` must be new, empty or an earlier
     evaluation's folder (replaced only with `replace_earlier`): checked before any model loads.
@@ -188,11 +225,11 @@ def _headline(splits: dict) -> str:
     return " ".join(parts)
 
 
-def _write_outputs(out: Path, record: dict, samples: list[dict]) -> None:
-    atomic_write_json(out / RESULTS_FILE, record)
+def _write_outputs(out: Path, record: EvalResults, samples: list[dict]) -> None:
+    record.write(out / RESULTS_FILE)
     lines = "".join(json.dumps(s, ensure_ascii=False, default=str) + "\n" for s in samples)
     atomic_write_text(out / "samples.jsonl", lines)
-    atomic_write_text(out / "results.md", results_markdown(record))
+    atomic_write_text(out / "results.md", results_markdown(record.to_json()))
 
 
 def _cell(m: dict | None) -> str:

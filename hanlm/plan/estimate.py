@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hanlm.errors import UserError
 from hanlm.plan.catalogue import CATALOGUE, find, measured_cpu_peak_flops
 from hanlm.plan.data_rates import DataWork, data_time, data_work
+from hanlm.results import Part, Result
 
 GIB = 1 << 30
 FRAMEWORK_GIB = 1.5  # CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces, kernels
@@ -484,11 +485,91 @@ def check(setup: Setup) -> None:
         raise UserError(f"--mfu must be in (0, 1], got {setup.mfu}", fix="e.g. --mfu 0.4")
 
 
-def make_plan(setup: Setup) -> dict[str, Any]:
+class ModelSize(Part):
+    parameters: int
+    layers: int
+    hidden: int
+    vocab: int
+
+
+class MemoryPlan(Part):
+    """Bytes per device by item, their total, and against the device's capacity (when known)."""
+
+    items: dict[str, int]
+    total: int
+    capacity: int | None
+    fits: bool | None = None
+    margin: int | None = None
+
+
+class TimePlan(Part):
+    """One optimizer step's time and the throughput; with a token budget, hours and cost."""
+
+    mfu: float
+    mfu_source: str
+    peak_flops_per_gpu: float
+    flops_per_token_6n: int
+    flops_per_token_with_attention: int
+    attention_adds: float
+    tokens_per_step: int
+    accumulation: int
+    compute_s: float
+    comm_s: float
+    comm_link: str
+    exposed_comm_s: float
+    step_s: float
+    tokens_per_s: float
+    steps: int | None = None
+    wall_hours: float | None = None
+    gpu_hours: float | None = None
+    gpu_hours_with_attention: float | None = None
+    cost: float | None = None
+    cost_with_attention: float | None = None
+
+
+class PlanOption(Part):
+    """One configuration the recommendation compares."""
+
+    gpus: int
+    hosts: int
+    parallel: str
+    recompute: str
+    micro_batch: int
+    memory_gib: float
+    margin_gib: float
+    tokens_per_s: float
+    gpu_hours: float | None = None
+    wall_hours: float | None = None
+    cost: float | None = None
+
+
+class Recommendation(Part):
+    best: PlanOption
+    alternatives: list[PlanOption]
+
+
+class Plan(Result):
+    """`plan/plan.json`: the setup planned, the model's size, and either the memory, time and
+    recommendation for the chosen GPU or (no GPU chosen) the catalogue's `options`; the data
+    stages' time when the setup sizes them."""
+
+    FILE = "plan.json"
+    MADE_BY = "plan"
+
+    setup: Setup
+    model: ModelSize
+    data: dict[str, Any] | None = None  # hanlm.plan.data_rates.data_time
+    options: list[dict[str, Any]] | None = None  # catalogue_overview, without a GPU
+    memory: MemoryPlan | None = None
+    time: TimePlan | None = None
+    recommendation: Recommendation | None = None
+
+
+def make_plan(setup: Setup) -> Plan:
     check(setup)
     s = model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
     plan: dict[str, Any] = {
-        "setup": asdict(setup),
+        "setup": setup,
         "model": {
             "parameters": s.n_params,
             "layers": s.layers,
@@ -500,11 +581,11 @@ def make_plan(setup: Setup) -> dict[str, Any]:
         plan["data"] = data_time(setup.data)
     if setup.gpu is None:
         plan["options"] = catalogue_overview(setup, s)
-        return plan
+        return Plan.model_validate(plan)
     plan["memory"] = memory(setup, s)
     plan["time"] = throughput(setup, s)
     plan["recommendation"] = recommend(setup, s)
-    return plan
+    return Plan.model_validate(plan)
 
 
 def candidates(setup: Setup) -> list[Setup]:

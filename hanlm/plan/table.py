@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from hanlm.console import console
+from hanlm.plan.estimate import Plan
 
 GIB = 1 << 30
 
@@ -31,7 +32,8 @@ def _setup_line(plan: dict[str, Any]) -> str:
     )
 
 
-def print_plan(plan: dict[str, Any]) -> None:
+def print_plan(typed: Plan) -> None:
+    plan = typed.to_json()  # the tables below print every key a plan has
     console.print(f"[bold]plan:[/bold] {_setup_line(plan)}", soft_wrap=True)
     if "options" in plan:
         _print_options(plan)

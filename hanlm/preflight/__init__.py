@@ -43,9 +43,9 @@ import torch.distributed as dist
 
 from hanlm.config import Config
 from hanlm.errors import UserError
-from hanlm.files import atomic_write_json
 from hanlm.inference import resolve_device
 from hanlm.preflight import collectives, data, devices, shared, storage, table, verdict
+from hanlm.preflight.report import PreflightReport
 from hanlm.train import parallel, trackers
 from hanlm.train.parallel import Dist
 
@@ -136,7 +136,7 @@ def _trackers_ready(cfg: Config) -> dict:
     return {"trackers": trackers.chosen(cfg.logging)}
 
 
-def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> dict:
+def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> PreflightReport:
     """Measure (storage at the checkpoint `folder`, data loading from `shards_dir`), judge,
     write `report_path` (rank 0) and print the table; every rank gets the whole report."""
     d, rendezvous_failure = _join(cfg)
@@ -157,23 +157,24 @@ def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> 
             "ranks": ranks,
         }
         verdict.judge(cfg, report)
+        typed = PreflightReport.model_validate(report)
         try:
             if d.rank == 0:
-                atomic_write_json(report_path, report)
+                typed.write(report_path)
             if d.rank == 0 or rendezvous_failure:  # alone, every rank tells its own story
                 table.print_report(report)
         finally:  # no rank exits (and makes torchrun stop the others) before rank 0 is done
             parallel.barrier(d)
-        return report
+        return typed
     finally:
         parallel.shutdown(d)
 
 
-def no_go_error(report: dict, report_path: Path) -> PreflightNoGo:
-    failed = [f for f in report["findings"] if f["severity"] == verdict.FAIL]
-    fixes = [f["fix"] for f in failed if f["fix"]]
+def no_go_error(report: PreflightReport, report_path: Path) -> PreflightNoGo:
+    failed = [f for f in report.findings if f.severity == verdict.FAIL]
+    fixes = [f.fix for f in failed if f.fix]
     return PreflightNoGo(
-        "preflight says NO-GO: " + "; ".join(f"{f['check']}: {f['reason']}" for f in failed),
+        "preflight says NO-GO: " + "; ".join(f"{f.check}: {f.reason}" for f in failed),
         where=str(report_path),
         fix="; ".join(dict.fromkeys(fixes))
         + " (or set preflight.fail_on_no_go=false to train anyway)",

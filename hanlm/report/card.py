@@ -17,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from hanlm.config import load_config
+from hanlm.data.corpus import CorpusStats
+from hanlm.data.decontam.outputs import DecontamReport
+from hanlm.evals.run import EvalResults
 from hanlm.files import read_json, read_jsonl
 from hanlm.plan import estimate as plan_lib
+from hanlm.preflight.report import PreflightReport
+from hanlm.train.pretrain import PretrainSummary
 
 GIB = 1 << 30
 
@@ -134,33 +139,33 @@ def _plan_section(files: RunFiles) -> str:
     )
     out.append(f"\n![per-GPU memory of the field setup]({path.relative_to(files.root)})\n")
 
-    plan = _read(files.plan)
-    if plan is None or "memory" not in plan:
+    plan = plan_lib.Plan.read_if_present(files.plan)
+    if plan is None or plan.memory is None or plan.time is None:
         out.append("\n" + _missing("plan"))
         return "".join(out)
-    mem, tt = plan["memory"], plan["time"]
-    setup = plan["setup"]
+    mem, tt = plan.memory, plan.time
+    setup = plan.setup
     out.append(
-        f"\n**This run's plan** ({setup['model']}, {plan['model']['parameters']:,} parameters, "
-        f"on {setup['gpus']} x {setup['gpu']}): {mem['total'] / GIB:.2f} GiB per device of "
-        f"{mem['capacity'] / GIB:.1f} ({'fits' if mem.get('fits') else 'does not fit'}); "
-        f"planned {tt['tokens_per_s']:,.0f} tokens/s at MFU {tt['mfu']:.0%} ({tt['mfu_source']}).\n"
+        f"\n**This run's plan** ({setup.model}, {plan.model.parameters:,} parameters, "
+        f"on {setup.gpus} x {setup.gpu}): {mem.total / GIB:.2f} GiB per device of "
+        f"{mem.capacity / GIB:.1f} ({'fits' if mem.fits else 'does not fit'}); "
+        f"planned {tt.tokens_per_s:,.0f} tokens/s at MFU {tt.mfu:.0%} ({tt.mfu_source}).\n"
     )
     return "".join(out)
 
 
 def _preflight_section(files: RunFiles) -> str:
-    report = _read(files.preflight)
+    report = PreflightReport.read_if_present(files.preflight)
     if report is None:
         return _missing("preflight")
     out: list[str] = []
     out.append(
-        f"**Verdict: {report['verdict']}** ({report['world_size']} process(es) on "
-        f"{len(report.get('hosts', []))} host(s)).\n\n"
+        f"**Verdict: {report.verdict}** ({report.world_size} process(es) on "
+        f"{len(report.hosts)} host(s)).\n\n"
     )
-    rank0 = report["ranks"][0]
+    rank0 = report.ranks[0]
     rows = []
-    for device in rank0.get("devices", {}).get("devices", []):
+    for device in rank0.device_list():
         flops = device.get("matmul_flops")
         rows.append(
             [
@@ -170,7 +175,7 @@ def _preflight_section(files: RunFiles) -> str:
                 else device.get("name"),
             ]
         )
-    storage = rank0.get("storage") or {}
+    storage = rank0.storage or {}
     if storage:
         rows.append(
             [
@@ -180,44 +185,44 @@ def _preflight_section(files: RunFiles) -> str:
                 f"{'ok' if storage.get('read_back_ok') else 'FAILED'}",
             ]
         )
-    for finding in report.get("findings", []):
-        rows.append([finding["check"], f"{finding['severity']}: {finding['reason']}"])
+    for finding in report.findings:
+        rows.append([finding.check, f"{finding.severity}: {finding.reason}"])
     out.append(_table(["check", "measured"], rows))
     return "".join(out)
 
 
 def _data_section(files: RunFiles) -> str:
-    stats = _read(files.corpus_stats)
+    stats = CorpusStats.read_if_present(files.corpus_stats)
     if stats is None:
         return _missing("corpus")
     out: list[str] = []
-    near = stats.get("near_duplicates")
+    near = stats.near_duplicates
     out.append(
-        f"Corpus: {stats['documents_in']:,} documents in, {stats['documents_out']:,} out "
-        f"({stats.get('exact_duplicates') or 0:,} exact duplicates, "
+        f"Corpus: {stats.documents_in:,} documents in, {stats.documents_out:,} out "
+        f"({stats.exact_duplicates:,} exact duplicates, "
         + (f"{near:,} near duplicates, " if near is not None else "no near-duplicate pass, ")
-        + f"{stats.get('too_short') or 0:,} too short), {stats['characters_out']:,} characters.\n\n"
+        + f"{stats.too_short:,} too short), {stats.characters_out:,} characters.\n\n"
     )
-    report = _read(files.decontam_report)
+    report = DecontamReport.read_if_present(files.decontam_report)
     if report is None:
         return "".join(out) + _missing("decontam")
     rows = [
         [
             name,
-            f"{b['items']:,}",
-            f"{b['dirty']:,} ({b['dirty'] / max(b['items'], 1):.0%})",
-            f"{b['partial']:,}",
-            f"{b['clean']:,}",
+            f"{b.items:,}",
+            f"{b.dirty:,} ({b.dirty / max(b.items, 1):.0%})",
+            f"{b.partial:,}",
+            f"{b.clean:,}",
         ]
-        for name, b in report["benchmarks"].items()
+        for name, b in report.benchmarks.items()
     ]
     out.append(_table(["benchmark", "items", "dirty", "partial", "clean"], rows))
     out.append(
-        f"\nMatching: NFC, no spaces or punctuation, {report['ngram']}-character n-grams; dirty at "
-        f"coverage ≥ {report['dirty_threshold']}, clean below {report['clean_threshold']}. "
-        f"Action on the corpus: **{report.get('action')}** "
-        f"({report.get('documents_dropped', 0):,} documents dropped, "
-        f"{report.get('documents_cut', 0):,} cut).\n"
+        f"\nMatching: NFC, no spaces or punctuation, {report.ngram}-character n-grams; dirty at "
+        f"coverage ≥ {report.dirty_threshold}, clean below {report.clean_threshold}. "
+        f"Action on the corpus: **{report.action}** "
+        f"({report.documents_dropped or 0:,} documents dropped, "
+        f"{report.documents_cut or 0:,} cut).\n"
     )
     planted = _read(files.planted)
     if planted is not None:
@@ -249,13 +254,14 @@ def _training_section(files: RunFiles) -> str:
     path = report_plots.loss_curves(curves, files.plots / "loss.png")
     out.append(f"![pretraining loss]({path.relative_to(files.root)})\n\n")
     speed = [r for r in records if r.get("tokens_per_s")]
-    summary = _read(files.pretrain_summary) or {}
+    summary = PretrainSummary.read_if_present(files.pretrain_summary)
     mfus = [r["mfu"] for r in speed if r.get("mfu") is not None]
     tps = sorted(r["tokens_per_s"] for r in speed)
     median_tps = tps[len(tps) // 2] if tps else float("nan")
     median_mfu = sorted(mfus)[len(mfus) // 2] if mfus else None
     out.append(
-        f"{summary.get('step', train[-1][0])} steps, {summary.get('tokens', records[-1].get('tokens', 0)):,} "
+        f"{summary.step if summary else train[-1][0]} steps, "
+        f"{summary.tokens if summary else records[-1].get('tokens', 0):,} "
         f"tokens; final train loss {train[-1][1]:.3f}"
         + (f", validation loss {val[-1][1]:.3f}" if val else "")
         + (f", bits per byte {records[-1]['val_bpb']:.3f}" if "val_bpb" in records[-1] else "")
@@ -281,8 +287,8 @@ def _training_section(files: RunFiles) -> str:
     return "".join(out)
 
 
-def _eval_results(files: RunFiles) -> dict | None:
-    return _read(files.eval_results)
+def _eval_results(files: RunFiles) -> EvalResults | None:
+    return EvalResults.read_if_present(files.eval_results)
 
 
 def _model_label(name: str, files: RunFiles) -> str:
@@ -474,8 +480,8 @@ def _contamination_section(files: RunFiles) -> str:
             intervals=spans,
         )  # fmt: skip
         out.append(f"\n![clean vs dirty]({path.relative_to(files.root)})\n")
-    decontam = _read(files.decontam_report) or {}
-    if decontam.get("action") == "keep":
+    decontam = DecontamReport.read_if_present(files.decontam_report)
+    if decontam is not None and decontam.action == "keep":
         out.append(
             "\nThis run kept the contaminated documents in training on purpose "
             "(`decontam.action = keep`), so the gap between dirty and clean items measures what "
@@ -760,12 +766,14 @@ def _repetition_section(files: RunFiles) -> str:
 
     results = _eval_results(files)
     rows, groups = [], {}
-    for model, tasks in (results or {}).get("results", {}).items():
+    for model, tasks in (results.results if results else {}).items():
         metrics = tasks.get("repetition", {}).get("full", {})
         keys = sorted({k.rsplit("/", 1)[0] for k in metrics})
         for key in keys:
-            without = metrics.get(f"{key}/without", {}).get("value")
-            with_penalty = metrics.get(f"{key}/with", {}).get("value")
+            without, with_penalty = (
+                score.value if (score := metrics.get(f"{key}/{arm}")) else None
+                for arm in ("without", "with")
+            )
             change = None if without is None or with_penalty is None else with_penalty - without
             rows.append(
                 [_model_label(model, files), key, _fmt(without), _fmt(with_penalty), _fmt(change)]

@@ -21,7 +21,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the result types, for annotations only: the card reads their attributes
+    from hanlm.data.decontam.outputs import DecontamReport
+    from hanlm.evals.run import TaskRecord, TaskScores
+    from hanlm.plan.estimate import Plan
+    from hanlm.preflight.report import PreflightReport
+    from hanlm.train.pretrain import PretrainSummary
+    from hanlm.train.sft import SftSummary
 
 TASK_TYPE = "text-generation"  # every hanlm task scores a causal LM's log-likelihoods or text
 TASK_NAME = "Text Generation"
@@ -40,19 +48,19 @@ class CardFacts:
     license: str
     model_config: dict  # the export's config.json
     parameters: int | None  # counted in the export's weights
-    scores: dict  # results.json's results[model]: task -> split -> metric -> {value, stderr, n}
-    tasks: dict  # results.json's tasks: task -> {benchmark, source, items}
+    scores: dict[str, TaskScores]  # results.json's results[model]: task -> split -> metric
+    tasks: dict[str, TaskRecord]  # results.json's tasks
     hub_sources: dict = field(default_factory=dict)  # task -> hf: dataset its local file copies
     split_note: str | None = None  # results.json's contamination_splits
     datasets: list[str] = field(default_factory=list)  # Hub dataset ids trained on
     corpus_inputs: list[str] = field(default_factory=list)
     recipe: dict | None = None  # the run's resolved configuration
-    decontam: dict | None = None  # decontam/report.json
-    plan: dict | None = None
-    preflight: dict | None = None
-    pretrain_summary: dict | None = None
+    decontam: DecontamReport | None = None
+    plan: Plan | None = None
+    preflight: PreflightReport | None = None
+    pretrain_summary: PretrainSummary | None = None
     pretrain_metrics: list[dict] = field(default_factory=list)
-    sft_summary: dict | None = None
+    sft_summary: SftSummary | None = None
     report: str | None = None  # report.md
     plots: list[str] = field(default_factory=list)  # repo paths of the report's figures
     gguf: str | None = None  # the GGUF file's name in the repository
@@ -82,13 +90,13 @@ def ordered_splits(splits) -> list[str]:
 
 
 def _contamination_args(facts: CardFacts, task: str) -> dict | None:
-    benchmark = (facts.tasks.get(task) or {}).get("benchmark")
-    summary = ((facts.decontam or {}).get("benchmarks") or {}).get(benchmark)
-    if not summary:
+    record = facts.tasks.get(task)
+    if record is None or facts.decontam is None:
         return None
-    keys = ("items", "dirty", "partial", "clean", "found_whole", "found_only_by_parts")
-    args = {f"decontam_{k}": summary[k] for k in keys if k in summary}
-    return args or None
+    summary = facts.decontam.benchmarks.get(record.benchmark or "")
+    if summary is None:
+        return None
+    return {f"decontam_{k}": v for k, v in summary.model_dump().items()}
 
 
 def eval_results(facts: CardFacts):
@@ -100,7 +108,8 @@ def eval_results(facts: CardFacts):
     results = []
     taken: dict[tuple, str] = {}  # (dataset, config, split) -> task: the parser's grouping key
     for task, splits in facts.scores.items():
-        source = hf_dataset((facts.tasks.get(task) or {}).get("source")) or hf_dataset(
+        record = facts.tasks.get(task)
+        source = hf_dataset(record.source if record else None) or hf_dataset(
             facts.hub_sources.get(task)
         )
         dataset, config, split = source or (task, None, None)
@@ -109,11 +118,11 @@ def eval_results(facts: CardFacts):
         dataset_args = _contamination_args(facts, task)
         for split_name in ordered_splits(splits):
             for metric, score in (splits[split_name] or {}).items():
-                if not isinstance(score, dict) or not _finite(score.get("value")):
+                if not _finite(score.value):
                     continue
-                args = {"n": score.get("n")}
-                if _finite(score.get("stderr")):
-                    args["stderr"] = score["stderr"]
+                args = {"n": score.n}
+                if _finite(score.stderr):
+                    args["stderr"] = score.stderr
                 results.append(
                     EvalResult(
                         task_type=TASK_TYPE,
@@ -124,8 +133,8 @@ def eval_results(facts: CardFacts):
                         dataset_split=split,
                         dataset_args=dataset_args,
                         metric_type=metric,
-                        metric_value=float(score["value"]),
-                        metric_name=f"{metric} ({split_name}, n={score.get('n')})",
+                        metric_value=float(score.value),
+                        metric_name=f"{metric} ({split_name}, n={score.n})",
                         metric_config=split_name,
                         metric_args=args,
                     )
@@ -259,13 +268,13 @@ print(tokenizer.decode(output[0], skip_special_tokens=True))
 
 
 def _score_cell(score: Any) -> str:
-    if not isinstance(score, dict) or not _finite(score.get("value")):
-        n = score.get("n") if isinstance(score, dict) else None
+    if score is None or not _finite(score.value):
+        n = score.n if score is not None else None
         return f"- (n={n})" if n is not None else "-"
-    text = _num(float(score["value"]))
-    if _finite(score.get("stderr")):
-        text += f" ± {_num(float(score['stderr']))}"
-    return f"{text} (n={score.get('n')})"
+    text = _num(float(score.value))
+    if _finite(score.stderr):
+        text += f" ± {_num(float(score.stderr))}"
+    return f"{text} (n={score.n})"
 
 
 def _evaluation(facts: CardFacts) -> str:
@@ -301,29 +310,29 @@ def _evaluation(facts: CardFacts) -> str:
 
 def _decontamination(facts: CardFacts) -> str:
     report = facts.decontam
-    if not report or not isinstance(report.get("benchmarks"), dict):
+    if report is None:
         return _missing(
             "a decontamination report (decontam/report.json)",
             "The run did not check its training data for benchmark items, so no score here can "
             "be split into clean and dirty; enable `[decontam]` and run `hanlm run` again.",
         )
     rows = []
-    for benchmark, s in report["benchmarks"].items():
+    for benchmark, s in report.benchmarks.items():
         rows.append(
             [benchmark]
-            + [_num(s.get(k)) for k in ("items", "dirty", "partial", "clean")]
-            + [_num(s.get("found_whole")), _num(s.get("found_only_by_parts"))]
+            + [_num(v) for v in (s.items, s.dirty, s.partial, s.clean)]
+            + [_num(s.found_whole), _num(s.found_only_by_parts)]
         )
     header = ["benchmark", "items checked", "dirty", "partial", "clean", "found whole",
               "found only by parts"]  # fmt: skip
     how = (
-        f"Matching: NFC, spaces and punctuation removed, {report.get('ngram', '?')}-character "
-        f"n-grams; an item is dirty at coverage ≥ {report.get('dirty_threshold', '?')}, clean "
-        f"below {report.get('clean_threshold', '?')}. Scanned "
-        f"{_num(report.get('documents_scanned'))} documents "
-        f"({_num(report.get('characters_scanned'))} characters); action on the corpus: "
-        f"**{report.get('action', '?')}** ({_num(report.get('documents_dropped'))} documents "
-        f"dropped, {_num(report.get('documents_cut'))} cut).\n"
+        f"Matching: NFC, spaces and punctuation removed, {report.ngram}-character "
+        f"n-grams; an item is dirty at coverage ≥ {report.dirty_threshold}, clean "
+        f"below {report.clean_threshold}. Scanned "
+        f"{_num(report.documents_scanned)} documents "
+        f"({_num(report.characters_scanned)} characters); action on the corpus: "
+        f"**{report.action}** ({_num(report.documents_dropped)} documents "
+        f"dropped, {_num(report.documents_cut)} cut).\n"
     )
     return _table(header, rows) + "\n" + how
 
@@ -343,7 +352,7 @@ def _dataset_line(source: str) -> str:
 
 def _training(facts: CardFacts) -> str:
     recipe = facts.recipe or {}
-    summary = facts.pretrain_summary or {}
+    summary = facts.pretrain_summary
     out = ["## Training\n\n"]
     if facts.corpus_inputs:
         out.append(
@@ -363,15 +372,15 @@ def _training(facts: CardFacts) -> str:
     rows = [
         ["preset", _get(recipe, "model", "preset")],
         ["parameters", _num(facts.parameters)],
-        ["tokens seen", _num(summary.get("tokens"))],
-        ["steps", _num(summary.get("step"))],
+        ["tokens seen", _num(summary.tokens if summary else None)],
+        ["steps", _num(summary.step if summary else None)],
         ["sequence length", _num(_get(recipe, "pretrain", "seq_len"))],
         ["global batch (tokens)", _num(_get(recipe, "pretrain", "global_batch_tokens"))],
         ["precision", _get(recipe, "precision", "mode")],
         [
             "parallelism",
-            f"{summary.get('mode', _get(recipe, 'parallel', 'mode'))}, "
-            f"{_num(summary.get('world_size'))} process(es)",
+            f"{summary.mode if summary else _get(recipe, 'parallel', 'mode')}, "
+            f"{_num(summary.world_size if summary else None)} process(es)",
         ],
         [
             "optimizer",
@@ -380,7 +389,7 @@ def _training(facts: CardFacts) -> str:
             f"{_get(recipe, 'optimizer', 'warmup_steps')} warm-up steps",
         ],
         ["validation loss", _num(val[-1]["val_loss"]) if val else "-"],
-        ["validation bits per byte", _num(summary.get("val_bpb"))],
+        ["validation bits per byte", _num(summary.val_bpb if summary else None)],
         ["median throughput (tokens/s)", _num(speeds[len(speeds) // 2], 0) if speeds else "-"],
     ]
     out.append(_table(["pretraining", "value"], rows))
@@ -388,17 +397,17 @@ def _training(facts: CardFacts) -> str:
     if facts.kind == "chat":
         out.append("\n")
         if sft:
-            closure = sft.get("closure") or {}
-            data = sft.get("data") or {}
+            closure = sft.closure
+            data = sft.data or {}
             sft_rows = [
-                ["steps", _num(sft.get("step"))],
-                ["trained tokens", _num(sft.get("tokens"))],
+                ["steps", _num(sft.step)],
+                ["trained tokens", _num(sft.tokens)],
                 ["conversations", _num(data.get("train_conversations"))],
-                ["special-token initialisation", sft.get("init")],
-                ["untrained template tokens found", ", ".join(sft.get("untrained_template_tokens") or []) or "none"],
+                ["special-token initialisation", sft.init],
+                ["untrained template tokens found", ", ".join(sft.untrained_template_tokens or []) or "none"],
                 [
                     "answers that end (closure)",
-                    f"{closure.get('closed')} / {closure.get('total')}" if closure else "-",
+                    f"{closure.closed} / {closure.total}" if closure else "-",
                 ],
             ]  # fmt: skip
             out.append(_table(["chat fine-tuning (SFT)", "value"], sft_rows))
@@ -410,41 +419,40 @@ def _training(facts: CardFacts) -> str:
 def _hardware(facts: CardFacts) -> str:
     out = ["## Hardware and cost\n\n"]
     devices = []
-    for rank in _get(facts.preflight, "ranks") or []:
-        for device in _get(rank, "devices", "devices") or []:
+    for rank in facts.preflight.ranks if facts.preflight else []:
+        for device in rank.device_list():
             devices.append(f"{device.get('name')} ({device.get('type')})")
     if devices:
         counted = {d: devices.count(d) for d in devices}
-        hosts = len(set(_get(facts.preflight, "hosts") or [])) or 1
+        hosts = len(set(facts.preflight.hosts)) or 1
         out.append(
             "Measured by preflight: "
             + ", ".join(f"{n} x {d}" for d, n in counted.items())
-            + f" on {hosts} host(s), verdict {_get(facts.preflight, 'verdict') or '-'}.\n\n"
+            + f" on {hosts} host(s), verdict {facts.preflight.verdict}.\n\n"
         )
     else:
         out.append(_missing("a preflight report (preflight.json)", "Run `hanlm preflight`.") + "\n")
-    setup = _get(facts.plan, "setup")
-    time_ = _get(facts.plan, "time")
-    if not setup or not time_:
+    if facts.plan is None or facts.plan.time is None:
         out.append(_missing("a plan (plan.json)", "Run `hanlm plan`."))
         return "".join(out)
-    price = setup.get("price_per_gpu_hour")
-    gpu_hours = time_.get("gpu_hours")
+    setup, time_ = facts.plan.setup, facts.plan.time
+    price = setup.price_per_gpu_hour
+    gpu_hours = time_.gpu_hours
     rows = [
-        ["GPU", f"{setup.get('gpus')} x {setup.get('gpu')} on {setup.get('hosts')} host(s)"],
+        ["GPU", f"{setup.gpus} x {setup.gpu} on {setup.hosts} host(s)"],
         ["planned GPU-hours", _num(gpu_hours, 4)],
-        ["planned wall-clock hours", _num(time_.get("wall_hours"), 4)],
+        ["planned wall-clock hours", _num(time_.wall_hours, 4)],
         ["price per GPU-hour (USD)", _num(price, 2) if price is not None else "not given"],
     ]
     if _finite(price) and _finite(gpu_hours):
         rows.append(["planned cost (USD)", _num(price * gpu_hours, 2)])
-    tokens = _get(facts.pretrain_summary, "tokens")
+    tokens = facts.pretrain_summary.tokens if facts.pretrain_summary else None
     speeds = sorted(
         r["tokens_per_s"] for r in facts.pretrain_metrics if _finite(r.get("tokens_per_s"))
     )
     if speeds and _finite(tokens):
         hours = tokens / speeds[len(speeds) // 2] / 3600
-        gpus = (setup.get("gpus") or 1) * (setup.get("hosts") or 1)
+        gpus = (setup.gpus or 1) * (setup.hosts or 1)
         rows.append(["measured training hours (tokens / median tokens/s)", _num(hours, 4)])
         if _finite(price):
             rows.append(["measured cost (USD)", _num(hours * gpus * price, 2)])

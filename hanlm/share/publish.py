@@ -23,10 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from hanlm.console import info
+from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.errors import UserError
+from hanlm.evals.run import EvalResults, TaskRecord, TaskScores
 from hanlm.files import atomic_output_dir, atomic_write_json, fingerprint, read_json, read_jsonl
 from hanlm.model_folder import check_model_folder, is_model_folder
+from hanlm.plan.estimate import Plan
+from hanlm.preflight.report import PreflightReport
 from hanlm.share import model_card
+from hanlm.train.pretrain import PretrainSummary
+from hanlm.train.sft import SftSummary
 
 STAGE = "publish"
 CARD = "README.md"
@@ -99,11 +105,13 @@ def _jsonl(path: Path) -> list[dict]:
     return [row for row in rows if isinstance(row, dict)]
 
 
-def _model_scores(results: dict, folder: Path, where: Path, fix: str) -> tuple[str, dict]:
-    """(name, scores) of `folder`'s model in results.json: the entry whose model_dirs path is
-    that folder, or (a run moved since) ends in the same <stage>/hf."""
-    dirs = results.get("model_dirs") or {}
-    scores = results.get("results") or {}
+def _model_scores(
+    results: EvalResults, folder: Path, where: Path, fix: str
+) -> dict[str, TaskScores]:
+    """The scores of `folder`'s model in results.json: the entry whose model_dirs path is that
+    folder, or (a run moved since) ends in the same <stage>/hf."""
+    dirs = results.model_dirs
+    scores = results.results
     target = folder.resolve()
     tail = folder.parts[-2:]
     for match in (
@@ -111,8 +119,8 @@ def _model_scores(results: dict, folder: Path, where: Path, fix: str) -> tuple[s
         lambda p: Path(p).parts[-2:] == tail,
     ):
         for name, path in dirs.items():
-            if match(path) and isinstance(scores.get(name), dict):
-                return name, scores[name]
+            if match(path) and name in scores:
+                return scores[name]
     raise UserError(
         f"the evaluation results hold no scores of {folder}",
         where=str(where),
@@ -132,7 +140,7 @@ def count_parameters(folder: Path) -> int:
     return total
 
 
-def hub_sources(tasks: dict) -> dict[str, str]:
+def hub_sources(tasks: dict[str, TaskRecord]) -> dict[str, str]:
     """task -> the Hub dataset (`hf:NAME[:CONFIG]`) a task read from a local copy is a copy of,
     as the task itself names it (KoBEST: skt/kobest_v1); the split stays unclaimed: a local
     file may hold any of them. Tasks not known here (or without one) are left out."""
@@ -141,7 +149,7 @@ def hub_sources(tasks: dict) -> dict[str, str]:
 
     found = {}
     for name, record in tasks.items():
-        if model_card.hf_dataset((record or {}).get("source")) is not None:
+        if model_card.hf_dataset(record.source) is not None:
             continue
         try:
             default = tasks_lib.get(name).default_source(None)
@@ -173,14 +181,8 @@ def read_facts(
     gguf_name: str | None,
 ) -> model_card.CardFacts:
     """Read what the card needs; no eval results (or none of this model) is a UserError."""
-    results = _read(files.eval_results)
-    if not isinstance(results, dict) or not isinstance(results.get("results"), dict):
-        state = "does not exist" if not files.eval_results.exists() else "is not readable JSON"
-        raise UserError(
-            f"the run has no evaluation results: {files.eval_results} {state}",
-            fix=files.fixes["eval"],
-        )
-    _, scores = _model_scores(results, folder, files.eval_results, files.fixes["eval"])
+    results = EvalResults.read(files.eval_results, fix=files.fixes["eval"])
+    scores = _model_scores(results, folder, files.eval_results, files.fixes["eval"])
     corpus_inputs = list(((recipe or {}).get("corpus") or {}).get("inputs") or [])
     sft_data = ((recipe or {}).get("sft") or {}).get("data")
     trained_on = corpus_inputs + ([sft_data] if kind == "chat" and sft_data else [])
@@ -193,18 +195,18 @@ def read_facts(
         model_config=read_json(folder / "config.json"),
         parameters=count_parameters(folder),
         scores=scores,
-        tasks=results.get("tasks") or {},
-        hub_sources=hub_sources(results.get("tasks") or {}),
-        split_note=results.get("contamination_splits"),
+        tasks=results.tasks,
+        hub_sources=hub_sources(results.tasks),
+        split_note=results.contamination_splits,
         datasets=_hf_datasets(trained_on),
         corpus_inputs=corpus_inputs,
         recipe=recipe,
-        decontam=_read(files.decontam_report),
-        plan=_read(files.plan),
-        preflight=_read(files.preflight),
-        pretrain_summary=_read(files.pretrain_summary),
+        decontam=DecontamReport.read_if_present(files.decontam_report),
+        plan=Plan.read_if_present(files.plan),
+        preflight=PreflightReport.read_if_present(files.preflight),
+        pretrain_summary=PretrainSummary.read_if_present(files.pretrain_summary),
         pretrain_metrics=_jsonl(files.pretrain_metrics),
-        sft_summary=_read(files.sft_summary) if kind == "chat" else None,
+        sft_summary=SftSummary.read_if_present(files.sft_summary) if kind == "chat" else None,
         report=report,
         plots=[f"{PLOTS}/{p}" for p in plots],
         gguf=gguf_name,

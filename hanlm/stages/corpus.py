@@ -12,8 +12,9 @@ from pathlib import Path
 from hanlm.config import Config
 from hanlm.console import info
 from hanlm.data import cleaning, corpus, readers
+from hanlm.data.corpus import CorpusStats
 from hanlm.errors import UserError
-from hanlm.files import atomic_write_json, stage_fingerprint
+from hanlm.files import stage_fingerprint
 from hanlm.stages import engine_output
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
@@ -25,7 +26,7 @@ STAGE = Stage(
     name="corpus",
     version=1,
     output=lambda run: run.corpus,
-    result_file=corpus.STATS_FILE,
+    result=CorpusStats,
     reads=("corpus", "data_engine", "run.seed"),
     unfingerprinted=ENGINE_PLACEMENT,
     work=lambda run: run.corpus_work,
@@ -44,7 +45,7 @@ def damage(run: RunDir) -> str | None:
     return "; ".join(problems[:3]) if problems else None
 
 
-def build(ctx: StageContext) -> dict | None:
+def build(ctx: StageContext) -> CorpusStats | None:
     """The corpus's stats; None when its jobs were submitted to a cluster and still run."""
     cfg, run = ctx.cfg, ctx.run
     sources = readers.expand_inputs(cfg.corpus.inputs)
@@ -57,11 +58,11 @@ def build(ctx: StageContext) -> dict | None:
     )  # fmt: skip
     if stats is None:
         return None
-    atomic_write_json(ctx.out / corpus.STATS_FILE, stats)
+    stats = CorpusStats.model_validate(stats)
     corpus.warn_skipped(stats)
     info(
-        f"corpus: {stats['documents_out']:,} documents, {stats['characters_out']:,} characters "
-        f"({stats['exact_duplicates']:,} exact and {stats['near_duplicates'] or 0:,} near "
+        f"corpus: {stats.documents_out:,} documents, {stats.characters_out:,} characters "
+        f"({stats.exact_duplicates:,} exact and {stats.near_duplicates or 0:,} near "
         f"duplicates removed) -> {run.corpus}"
     )
     return stats

@@ -45,7 +45,7 @@ STAGE = Stage(
     name="decontam",
     version=FORMAT_VERSION,
     output=lambda run: run.decontam,
-    result_file=outputs.REPORT_FILE,
+    result=outputs.DecontamReport,
     reads=("decontam", "corpus.min_chars", "data_engine"),
     # whether it runs, how its text is batched, and what the compare stage does change no output
     unfingerprinted=(

@@ -10,7 +10,7 @@ STAGE = Stage(
     name="demo",
     version=1,
     output=lambda run: run.demo,
-    result_file=None,
+    result=None,
     reads=("demo",),
 )
 

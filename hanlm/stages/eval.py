@@ -11,7 +11,7 @@ from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import require_model_folder
-from hanlm.evals.run import RESULTS_FILE, options_from, run_evaluation, write_results
+from hanlm.evals.run import EvalResults, options_from, run_evaluation, write_results
 from hanlm.model_folder import is_model_folder
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
@@ -96,7 +96,7 @@ STAGE = Stage(
     name="eval",
     version=1,
     output=lambda run: run.eval,
-    result_file=RESULTS_FILE,
+    result=EvalResults,
     reads=("eval", "generate", "run.seed"),  # generate: the repetition task's penalties
     after=("decontam",),  # its items' statuses split every score
     uses_demo=_uses_demo,
@@ -127,7 +127,7 @@ def inputs(cfg: Config, run: RunDir, options: dict) -> list:
     ]
 
 
-def build(ctx: StageContext) -> dict:
+def build(ctx: StageContext) -> EvalResults:
     """The run's models (or eval.models) on eval.tasks."""
     cfg, run = ctx.cfg, ctx.run
     evaluation = run_evaluation(

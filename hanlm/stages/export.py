@@ -9,6 +9,7 @@ in DIR/gguf/ (hanlm.share.gguf writes them).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -33,7 +34,7 @@ STAGE = Stage(
     name="export",
     version=1,
     output=lambda run: run.pretrain.export,
-    result_file=export.RECORD,
+    result=export.ExportRecord,
     reads=("model", "pretrain.seq_len"),
     after=("tokenizer", "shards", "pretrain"),
 )
@@ -127,11 +128,11 @@ def damage(run: RunDir) -> str | None:
 def _model_config(cfg: Config, run: RunDir):
     manifest = shards_stage.load_manifest(run)
     return model_config(
-        cfg.model.preset, vocab_size=manifest["vocab_size"], seq_len=cfg.pretrain.seq_len
+        cfg.model.preset, vocab_size=manifest.vocab_size, seq_len=cfg.pretrain.seq_len
     )
 
 
-def build(ctx: StageContext) -> dict:
+def build(ctx: StageContext) -> export.ExportRecord:
     """The run's latest pretraining checkpoint as a plain Hugging Face folder."""
     run = ctx.run
     source = resolve_checkpoint(run, None)
@@ -143,15 +144,23 @@ def build(ctx: StageContext) -> dict:
         tokenizer_dir=tokenizer_stage.finished_path(run).parent,
     )
     info(
-        f"export: {source.name} ({record['tokens']:,} tokens seen) -> {run.pretrain.export} "
+        f"export: {source.name} ({record.tokens:,} tokens seen) -> {run.pretrain.export} "
         f"({time.perf_counter() - started:.1f}s)"
     )
     return record
 
 
+@dataclass(frozen=True)
+class ChosenExport:
+    """What `export_chosen` did: the folder's record, and whether it already held the export."""
+
+    record: export.ExportRecord
+    skipped: bool
+
+
 def export_chosen(
     cfg: Config, run: RunDir | Path, *, checkpoint: str | None, out: Path | None, force: bool
-) -> dict:
+) -> ChosenExport:
     """`hanlm export --checkpoint STEP` or `--out DIR`: a chosen checkpoint into a chosen folder,
     outside the pipeline (the run's pretrain/hf stays the export stage's, with the latest
     checkpoint): by default RUN/pretrain/hf-step-NNNNNNNN. A folder that already holds this
@@ -166,19 +175,19 @@ def export_chosen(
     wanted = export.export_fingerprint(source, config, tokenizer_dir, None, torch.float32)
     if _record_fingerprint(out) == wanted and export_damage(out) is None:
         info(f"export: {out} already holds {source.name}, skipped")
-        return {**read_json(out / export.RECORD), "skipped": True}
+        return ChosenExport(export.ExportRecord.read(out / export.RECORD), skipped=True)
     export.export_checkpoint(
         source, out, model_config=config, tokenizer_dir=tokenizer_dir, replace_earlier=replace
     )
-    record = read_json(out / export.RECORD)
-    info(f"export: {source.name} ({record['tokens']:,} tokens seen) -> {out}")
-    return {**record, "skipped": False}
+    record = export.ExportRecord.read(out / export.RECORD)
+    info(f"export: {source.name} ({record.tokens:,} tokens seen) -> {out}")
+    return ChosenExport(record, skipped=False)
 
 
 def _record_fingerprint(folder: Path) -> str | None:
     try:
-        return read_json(folder / export.RECORD).get("fingerprint")
-    except (OSError, ValueError, AttributeError):
+        return export.ExportRecord.read(folder / export.RECORD).fingerprint
+    except UserError:
         return None
 
 

@@ -8,8 +8,7 @@ from typing import Any
 
 from hanlm.config import Config
 from hanlm.console import info
-from hanlm.files import atomic_write_json
-from hanlm.plan.estimate import make_plan, setup_from_config
+from hanlm.plan.estimate import Plan, make_plan, setup_from_config
 from hanlm.plan.table import print_plan
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
@@ -18,7 +17,7 @@ STAGE = Stage(
     name="plan",
     version=1,
     output=lambda run: run.plan.parent,
-    result_file="plan.json",
+    result=Plan,
     reads=(
         "plan",
         "model",
@@ -41,9 +40,8 @@ def inputs(cfg: Config, run: RunDir, options: dict) -> dict[str, Any]:
     return asdict(setup_from_config(cfg))
 
 
-def build(ctx: StageContext) -> dict[str, Any]:
+def build(ctx: StageContext) -> Plan:
     plan = make_plan(setup_from_config(ctx.cfg))
-    atomic_write_json(ctx.out / STAGE.result_file, plan)
     print_plan(plan)
     info(f"plan: written to {ctx.run.plan}")
     return plan

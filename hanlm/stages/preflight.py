@@ -11,6 +11,7 @@ from pathlib import Path
 from hanlm import preflight
 from hanlm.config import Config
 from hanlm.console import warn
+from hanlm.preflight.report import PreflightReport
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext, Unfinished
 
@@ -18,7 +19,7 @@ STAGE = Stage(
     name="preflight",
     version=1,
     output=lambda run: run.preflight.parent,
-    result_file="preflight.json",
+    result=PreflightReport,
     reads=(
         "preflight",
         "pretrain",
@@ -44,7 +45,9 @@ def checkpoint_folder(cfg: Config, run: RunDir | Path, override: str | Path | No
     return Path(chosen) if chosen else RunDir.of(run).pretrain.checkpoints
 
 
-def check(cfg: Config, run: RunDir | Path, *, checkpoint_dir: str | Path | None = None) -> dict:
+def check(
+    cfg: Config, run: RunDir | Path, *, checkpoint_dir: str | Path | None = None
+) -> PreflightReport:
     """Measure, judge, write the report (rank 0) and print the table; every rank gets the whole
     report (`hanlm preflight`, outside the pipeline)."""
     run = RunDir.of(run)
@@ -62,18 +65,18 @@ def inputs(cfg: Config, run: RunDir, options: dict) -> list:
     return [socket.gethostname(), world, str(checkpoint_folder(cfg, run))]
 
 
-def build(ctx: StageContext) -> dict | Unfinished:
+def build(ctx: StageContext) -> PreflightReport | Unfinished:
     """The report when GO; NO-GO stops the pipeline (a UserError) unless
     preflight.fail_on_no_go is false, and is then never marked finished (Unfinished)."""
     report = preflight.check(
         ctx.cfg,
         folder=checkpoint_folder(ctx.cfg, ctx.run),
         shards_dir=ctx.run.shards,
-        report_path=ctx.out / STAGE.result_file,
+        report_path=ctx.out / PreflightReport.FILE,
     )
-    if report["verdict"] == "GO":
+    if report.go:
         return report
     if ctx.cfg.preflight.fail_on_no_go:
-        raise preflight.no_go_error(report, ctx.out / STAGE.result_file)
+        raise preflight.no_go_error(report, ctx.out / PreflightReport.FILE)
     warn("preflight: NO-GO, going on as preflight.fail_on_no_go = false")
     return Unfinished(report)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from hanlm.data.tokenizer import token_byte_lengths
-from hanlm.files import atomic_write_json, stage_fingerprint
+from hanlm.files import stage_fingerprint
 from hanlm.stages import shards as shards_stage
 from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.stage import Stage, StageContext, Unfinished
@@ -30,7 +30,7 @@ STAGE = Stage(
     name="pretrain",
     version=1,
     output=lambda run: run.pretrain.root,
-    result_file="summary.json",
+    result=pretrain_lib.PretrainSummary,
     reads=(
         "model",
         "pretrain",
@@ -49,7 +49,7 @@ STAGE = Stage(
 )
 
 
-def build(ctx: StageContext) -> dict | Unfinished:
+def build(ctx: StageContext) -> pretrain_lib.PretrainSummary | Unfinished:
     """The summary once the last step is checkpointed; Unfinished when it stopped before (its
     checkpoints are resumed next time)."""
     cfg, run = ctx.cfg, ctx.run
@@ -61,8 +61,8 @@ def build(ctx: StageContext) -> dict | Unfinished:
     data = pretrain_lib.PretrainData(
         shards_dir=run.shards,
         shards_fingerprint=stage_fingerprint(run.shards),
-        vocab_size=manifest["vocab_size"],
-        tokenizer_sha256=manifest["tokenizer_sha256"],
+        vocab_size=manifest.vocab_size,
+        tokenizer_sha256=manifest.tokenizer_sha256,
         tokenizer_dir=run.tokenizer,
         token_byte_lengths=token_byte_lengths(tokenizer),
     )
@@ -74,6 +74,6 @@ def build(ctx: StageContext) -> dict | Unfinished:
         settings_fp=ctx.fingerprint,
         force=ctx.force,
         stop_after_steps=ctx.options.get("stop_after_steps"),
-        on_complete=lambda summary: atomic_write_json(out.summary, summary),
+        on_complete=lambda summary: summary.write(out.summary),
     )
-    return summary if summary["completed"] else Unfinished(summary)
+    return summary if summary.completed else Unfinished(summary)

@@ -14,7 +14,7 @@ STAGE = Stage(
     name="report",
     version=1,
     output=lambda run: run.root,
-    result_file=None,
+    result=None,
     writes="always",
 )
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.data import chat_data
+from hanlm.data.shards import ShardsManifest
 from hanlm.errors import UserError
-from hanlm.files import file_sha256, fingerprint, read_json
+from hanlm.files import file_sha256, fingerprint
 from hanlm.model import model_config
 from hanlm.model_folder import check_model_folder, export_damage, is_model_folder
 from hanlm.stages import shards as shards_stage
@@ -74,9 +75,8 @@ def _hf_fp(path: Path, run_root: Path | None) -> str:
 
 
 def _pretrain_counts(run: RunDir) -> dict[str, int] | None:
-    if not run.shards_manifest.is_file():
-        return None
-    return read_json(run.shards_manifest).get("special_token_counts")
+    manifest = ShardsManifest.read_if_present(run.shards_manifest)
+    return None if manifest is None else manifest.special_token_counts
 
 
 def _outside(path: Path, run_dir: Path) -> bool:
@@ -94,7 +94,7 @@ def with_model_config(cfg: Config, source: sft_lib.SftSource, run: RunDir):
         return source
     manifest = shards_stage.load_manifest(run.root)
     seq_len = max(cfg.pretrain.seq_len, cfg.sft.seq_len)
-    config = model_config(cfg.model.preset, vocab_size=manifest["vocab_size"], seq_len=seq_len)
+    config = model_config(cfg.model.preset, vocab_size=manifest.vocab_size, seq_len=seq_len)
     return dataclasses.replace(source, model_config=config)
 
 
@@ -120,7 +120,7 @@ STAGE = Stage(
     name="sft",
     version=1,
     output=lambda run: run.sft.root,
-    result_file="summary.json",
+    result=sft_lib.SftSummary,
     reads=(
         "sft",
         "model",
@@ -159,7 +159,7 @@ def damage(run: RunDir) -> str | None:
     return export_damage(run.sft.export)
 
 
-def build(ctx: StageContext) -> dict:
+def build(ctx: StageContext) -> sft_lib.SftSummary:
     cfg, run = ctx.cfg, ctx.run
     source = source_of(cfg, run)
     data_file = data_path(cfg, run)

@@ -12,7 +12,7 @@ from pathlib import Path
 from hanlm.console import info
 from hanlm.data import shards
 from hanlm.errors import UserError
-from hanlm.files import file_sha256, read_json
+from hanlm.files import file_sha256
 from hanlm.stages import engine_output
 from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.corpus import ENGINE_PLACEMENT, checked_corpus, training_corpus_dir
@@ -23,7 +23,7 @@ STAGE = Stage(
     name="shards",
     version=1,
     output=lambda run: run.shards,
-    result_file=shards.MANIFEST_FILE,
+    result=shards.ShardsManifest,
     reads=("shards", "data_engine", "run.seed"),
     # how the encoding is batched changes no token (see data.shards._encoded)
     unfingerprinted=("shards.batch_docs", "shards.piece_chars", *ENGINE_PLACEMENT),
@@ -37,7 +37,7 @@ def damage(run: RunDir) -> str | None:
     return "; ".join(problems[:3]) if problems else None
 
 
-def build(ctx: StageContext) -> dict | None:
+def build(ctx: StageContext) -> shards.ShardsManifest | None:
     """The shards' manifest; None when the tasks were submitted to a cluster and still run."""
     cfg, run = ctx.cfg, ctx.run
     tokenizer_json = tokenizer_stage.finished_path(run)
@@ -52,10 +52,10 @@ def build(ctx: StageContext) -> dict | None:
     )  # fmt: skip
     if manifest is None:
         return None
-    train = manifest["splits"]["train"]
+    train = manifest.splits["train"]
     info(
-        f"shards: {train['tokens']:,} train tokens in {train['documents']:,} documents, "
-        f"{manifest['splits']['val']['tokens']:,} val tokens ({manifest['dtype']}) -> {run.shards}"
+        f"shards: {train.tokens:,} train tokens in {train.documents:,} documents, "
+        f"{manifest.splits['val'].tokens:,} val tokens ({manifest.dtype}) -> {run.shards}"
     )
     return manifest
 
@@ -74,13 +74,15 @@ def check_intact(run: RunDir | Path) -> None:
         )
 
 
-def load_manifest(run: RunDir | Path) -> dict:
+def load_manifest(run: RunDir | Path) -> shards.ShardsManifest:
     """The run's shard manifest; a UserError when the shards were made with another tokenizer
     than the run's (the token ids would mean other text)."""
     run = RunDir.of(run)
     path = finished_output(run.shards_manifest, "shards", f"run `hanlm shards --run {run.root}`")
-    manifest = read_json(path)
-    made_with = manifest.get("tokenizer_sha256")
+    manifest = shards.ShardsManifest.read(
+        path, fix=f"make them again with `hanlm shards --run {run.root} --force`"
+    )
+    made_with = manifest.tokenizer_sha256
     sha = file_sha256(tokenizer_stage.finished_path(run))
     if made_with != sha:
         raise UserError(

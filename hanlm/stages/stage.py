@@ -1,7 +1,8 @@
 """What a stage declares, and what it is handed when it runs.
 
-A stage module holds one `STAGE = Stage(...)` and a `build(ctx) -> dict | None` that turns its
-inputs into its outputs; `hanlm.pipeline` does everything else once for all of them: the
+A stage module holds one `STAGE = Stage(...)` and a `build(ctx)` that turns its inputs into its
+outputs and returns its result (of the `Result` type it declares: hanlm.results);
+`hanlm.pipeline` does everything else once for all of them: the
 fingerprint (from exactly the settings the stage declares it reads, the fingerprints of the
 stages it reads from, its version and the identity of its inputs outside the run), skipping a
 finished stage whose outputs are whole, the temporary folder renamed into place, the completion
@@ -30,6 +31,7 @@ from typing import Any, Literal
 
 from hanlm.config import Config
 from hanlm.errors import UserError
+from hanlm.results import Result
 from hanlm.stages.rundir import RunDir
 
 # How a stage's output folder is written:
@@ -52,7 +54,9 @@ class Stage:
     name: str
     version: int
     output: Callable[[RunDir], Path]
-    result_file: str | None  # inside the output folder: what a skipped stage returns
+    # the type of what build returns, kept in the output folder as `result.FILE` and read back
+    # when the stage is skipped (None: its outputs are its files alone, as the demo world's)
+    result: type[Result] | None
     reads: tuple[str, ...] = ()
     unfingerprinted: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
@@ -93,9 +97,31 @@ class StageContext:
 class Unfinished:
     """What `build` returns when it stopped before the end with something to say (training
     stopped after some steps, to resume): the stage is not marked finished, and the caller gets
-    `summary`. A bare None says the same with nothing to report (jobs still on a cluster)."""
+    `summary` (of the stage's result type). A bare None says the same with nothing to report
+    (jobs still on a cluster)."""
 
-    summary: dict
+    summary: Result
+
+
+@dataclass(frozen=True)
+class NotNeeded:
+    """What running a stage gives when it has nothing to do for the recipe, and why."""
+
+    stage: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class OnRankZero:
+    """What the other ranks get for a stage rank 0 ran alone while they waited: its result is
+    rank 0's (in the stage's folder)."""
+
+    stage: str
+
+
+# what running a stage gives: its result (the declared type; a plain dict for a stage that
+# declares none), or one of the above, or None when its jobs still run on a cluster
+StageOutcome = Result | Unfinished | NotNeeded | OnRankZero | dict | None
 
 
 class UndeclaredRead(AssertionError):

@@ -15,7 +15,7 @@ STAGE = Stage(
     name="tokenizer",
     version=1,
     output=lambda run: run.tokenizer,
-    result_file=tokenizer.STATS_FILE,
+    result=tokenizer.TokenizerStats,
     reads=("tokenizer", "run.seed"),
     after=("corpus", "decontam"),  # the decontaminated corpus when that stage wrote one
 )
@@ -25,13 +25,13 @@ def damage(run: RunDir) -> str | None:
     return tokenizer.damage(run.tokenizer)
 
 
-def build(ctx: StageContext) -> dict:
+def build(ctx: StageContext) -> tokenizer.TokenizerStats:
     corpus_dir = checked_corpus(ctx.run, training_corpus_dir(ctx.run))
     stats = tokenizer.build(corpus_dir, ctx.cfg, ctx.out)
-    heldout = stats["heldout"]
+    heldout = stats.heldout
     info(
-        f"tokenizer: {stats['vocab_size']:,} tokens; held-out {heldout['chars_per_token']} "
-        f"chars/token, {heldout['bytes_per_token']} bytes/token -> {ctx.run.tokenizer}"
+        f"tokenizer: {stats.vocab_size:,} tokens; held-out {heldout.chars_per_token} "
+        f"chars/token, {heldout.bytes_per_token} bytes/token -> {ctx.run.tokenizer}"
     )
     return stats
 

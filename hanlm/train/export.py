@@ -43,6 +43,7 @@ from hanlm.files import (
 )
 from hanlm.inference import load_folder
 from hanlm.model import build_model, no_progress_bars
+from hanlm.results import Result
 from hanlm.train import checkpoint as checkpoint_lib
 
 if TYPE_CHECKING:
@@ -50,6 +51,27 @@ if TYPE_CHECKING:
 
 STAGE = "export"
 RECORD = "hanlm_export.json"
+
+
+class ExportRecord(Result):
+    """`hf/hanlm_export.json`: which checkpoint an export holds, its weights' sha256, its dtype
+    and special-token ids, and the fingerprint a rerun recognises it by."""
+
+    FILE = RECORD
+    MADE_BY = "export"
+
+    source_checkpoint: str
+    step: int | None
+    tokens: int | None
+    model_sha256: str
+    dtype: str
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
+    fingerprint: str
+    exported_at: float
+
+
 WEIGHTS = "model.safetensors"
 # The checkpoint's state dict is {"model": ..., "optim": ...}; DCP flattens it to "model.<fqn>".
 MODEL_PREFIX = "model."
@@ -346,7 +368,7 @@ def write_export(
     tokenizer_dir: Path,
     eos_token_ids: list[int] | None = None,
     dtype: torch.dtype = torch.float32,
-) -> dict:
+) -> ExportRecord:
     """The export written into the empty folder `folder` (a temporary one its caller renames
     into place); its record (RECORD's content)."""
     checkpoint_dir, tokenizer_dir, folder = Path(checkpoint_dir), Path(tokenizer_dir), Path(folder)
@@ -372,17 +394,17 @@ def write_export(
         model.save_pretrained(folder, safe_serialization=True)
     _portable_model_config(folder / "config.json", dtype_name)
     _copy_tokenizer(tokenizer_dir, folder, context_length)
-    record = {
-        "source_checkpoint": str(checkpoint_dir.resolve()),
-        "step": state.get("step"),
-        "tokens": state.get("tokens"),
-        "model_sha256": file_sha256(folder / WEIGHTS),
-        "dtype": dtype_name,
+    record = ExportRecord(
+        source_checkpoint=str(checkpoint_dir.resolve()),
+        step=state.get("step"),
+        tokens=state.get("tokens"),
+        model_sha256=file_sha256(folder / WEIGHTS),
+        dtype=dtype_name,
         **ids,
-        "fingerprint": fp,
-        "exported_at": time.time(),
-    }
-    atomic_write_json(folder / RECORD, record)
+        fingerprint=fp,
+        exported_at=time.time(),
+    )
+    record.write(folder / RECORD)
     return record
 
 

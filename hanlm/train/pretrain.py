@@ -23,6 +23,7 @@ from hanlm.data.loader import TokenLoader
 from hanlm.errors import UserError
 from hanlm.files import fingerprint
 from hanlm.plan.catalogue import device_peak_flops
+from hanlm.results import Result
 from hanlm.train import document_attention, parallel, precision
 from hanlm.train.build import (
     Components,
@@ -161,6 +162,24 @@ def _attention(model) -> str:
     return parallel.unwrap(model).config._attn_implementation
 
 
+class PretrainSummary(Result):
+    """`pretrain/summary.json` (rank 0 writes it once the last step is checkpointed); every
+    rank's `pretrain` returns it, finished or not."""
+
+    FILE = "summary.json"
+    MADE_BY = "pretrain"
+
+    step: int
+    tokens: int
+    completed: bool
+    val_loss: float | None = None  # the last validation, when one ran
+    val_bpb: float | None = None
+    total_steps: int
+    world_size: int
+    mode: str  # single, ddp, fsdp
+    cpu_threads: int | None = None  # on a CPU: the weights' last bits depend on it
+
+
 def pretrain(
     cfg: Config,
     data: PretrainData,
@@ -169,8 +188,8 @@ def pretrain(
     settings_fp: str,
     force: bool = False,
     stop_after_steps: int | None = None,
-    on_complete: Callable[[dict], None] | None = None,
-) -> dict:
+    on_complete: Callable[[PretrainSummary], None] | None = None,
+) -> PretrainSummary:
     """Train (or resume) the recipe's model on the shards; `on_complete(summary)` runs on rank 0
     once the last step is checkpointed, before the ranks part. A fresh start (force, or
     checkpoint.resume never) deletes the checkpoints."""
@@ -230,7 +249,8 @@ def pretrain(
         summary = {**result, "total_steps": steps, "world_size": dist.world_size, "mode": mode}
         if dist.device.type == "cpu":  # the weights' last bits depend on it (train/threads.py)
             summary["cpu_threads"] = torch.get_num_threads()
-        if dist.is_main and result["completed"] and on_complete is not None:
+        summary = PretrainSummary.model_validate(summary)
+        if dist.is_main and summary.completed and on_complete is not None:
             on_complete(summary)
         parallel.barrier(dist)
         return summary

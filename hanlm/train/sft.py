@@ -44,6 +44,7 @@ from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint, read_json
 from hanlm.plan.catalogue import device_peak_flops
+from hanlm.results import Part, Result
 from hanlm.train import (
     build,
     checkpoint,
@@ -467,6 +468,33 @@ def _closure(
     return check
 
 
+class Closure(Part):
+    """Held-out answers the chat model ended with <|eot|>, of those it was asked for."""
+
+    closed: int
+    total: int
+    rate: float
+
+
+class SftSummary(Result):
+    """`sft/summary.json`, which rank 0 writes with the closure check; the other ranks' `fine_tune`
+    returns only the training's part (the closure and the data are None there)."""
+
+    FILE = "summary.json"
+    MADE_BY = "sft"
+
+    init: str
+    step: int
+    tokens: int
+    val_loss: float | None = None
+    closure: Closure | None = None
+    closure_by_init: dict[str, float] | None = None
+    untrained_template_tokens: list[str] | None = None
+    hf: str | None = None  # the exported chat model's folder
+    data: dict[str, Any] | None = None  # conversations, rows, tokens, the file and its sha256
+    contaminated_dropped: int | None = None
+
+
 def fine_tune(
     cfg: Config,
     *,
@@ -478,7 +506,7 @@ def fine_tune(
     outputs: SftOutputs,
     settings_fp: str,
     force: bool,
-) -> dict:
+) -> SftSummary:
     """Audit, initialise, train, export and check closure (and the compared inits); the summary,
     which rank 0 also writes (with the closure: the other ranks write nothing and know only the
     training's part). A closure below sft.min_closure is a UserError after the summary is
@@ -545,7 +573,7 @@ def fine_tune(
             by_init[other] = check["rate"]
             info(f"sft: ablation closure {check['closed']}/{check['total']} with init {other}")
     if not is_main:
-        return summary
+        return SftSummary.model_validate(summary)
     atomic_write_json(outputs.closure_by_init, by_init)
     main_check = read_json(outputs.closure)
     summary.update(
@@ -558,9 +586,10 @@ def fine_tune(
             "contaminated_dropped": contamination.get("dropped", 0),
         }
     )
-    atomic_write_json(outputs.summary, summary)
+    typed = SftSummary.model_validate(summary)
+    typed.write(outputs.summary)
     _gate(main_check, sft_cfg, outputs.closure)
-    return summary
+    return typed
 
 
 def _gate(check: dict, sft_cfg: SftSection, where: Path) -> None:

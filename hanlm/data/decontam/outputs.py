@@ -37,10 +37,52 @@ from hanlm.files import (
     open_text_stream,
     read_json,
 )
+from hanlm.results import Part, Result
 
 INDEX_FILE = "index.npz"
 ITEMS_FILE = "items.jsonl"
 REPORT_FILE = "report.json"
+
+
+class BenchmarkContamination(Part):
+    """One benchmark's items by status, and how the dirty and partial ones were found."""
+
+    items: int
+    dirty: int
+    partial: int
+    clean: int
+    found_whole: int
+    found_only_by_parts: int
+
+
+class DecontamReport(Result):
+    """`decontam/report.json`: every benchmark's items by status, the matching rule, what was
+    scanned and, for a run's corpus, what the action did to it."""
+
+    FILE = REPORT_FILE
+    MADE_BY = "decontam"
+
+    benchmarks: dict[str, BenchmarkContamination]
+    ngram: int
+    dirty_threshold: float
+    clean_threshold: float
+    action: str
+    documents_scanned: int
+    characters_scanned: int
+    bytes_scanned: int
+    records_skipped: int
+    documents_flagged: int
+    scan_seconds: float
+    inputs: list[str]
+    mode: str  # run, standalone
+    shards: int | None = None  # a merge of a sharded scan: how many
+    # what the action did to the run's corpus (absent when no corpus was written)
+    documents_dropped: int | None = None
+    documents_cut: int | None = None
+    characters_removed: int | None = None
+    documents_out: int | None = None
+
+
 CORPUS_DIR = "corpus"  # the cleaned corpus, when the action changes text
 
 
@@ -169,7 +211,7 @@ def _flagged_jsonl(index, result, outcome: Outcome, actions: dict[int, str], run
     return "".join(lines)
 
 
-def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -> dict:
+def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -> DecontamReport:
     """items.jsonl, report.json, report.md and flagged.jsonl into `out`; the report."""
     d = cfg.decontam
     atomic_write_text(out / ITEMS_FILE, _items_jsonl(index, result, outcome, d.max_documents))
@@ -189,12 +231,13 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
         "inputs": [_shown_source(source, out.parent) for source in result.sources],
         **{k: v for k, v in extra.items() if k != "document_actions"},
     }
-    atomic_write_json(out / REPORT_FILE, report)
+    typed = DecontamReport.model_validate(report)
+    typed.write(out / REPORT_FILE)
     atomic_write_text(out / "report.md", _report_markdown(report, outcome, extra))
     actions = extra.get("document_actions", {})
     flagged = _flagged_jsonl(index, result, outcome, actions, out.parent)
     atomic_write_text(out / "flagged.jsonl", flagged)
-    return report
+    return typed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,7 +460,7 @@ def scan_files(cfg: Config, index, index_path: Path, files, shard, work: Path):
 def finish(
     out: Path, index, result, cfg, *, corpus_dir: Path | None, meta: dict, work: Path,
     index_path: Path,
-) -> dict | None:  # fmt: skip
+) -> DecontamReport | None:  # fmt: skip
     """Write every output of a complete scan into the (empty, temporary) folder `out`; the
     cleaned corpus is written by data engine tasks in `work` (None: submitted to a cluster)."""
     outcome = decide(index, result, cfg.decontam.dirty_threshold, cfg.decontam.clean_threshold)
@@ -430,8 +473,8 @@ def finish(
             return None
         extra.update(written)
     report = write_reports(out, index, result, outcome, cfg, extra)
-    for bench, c in report["benchmarks"].items():
-        info(f"decontam: {bench}: {c['dirty']:,} / {c['items']:,} dirty ({c['partial']:,} partial)")
+    for bench, c in report.benchmarks.items():
+        info(f"decontam: {bench}: {c.dirty:,} / {c.items:,} dirty ({c.partial:,} partial)")
     return report
 
 
