@@ -99,7 +99,8 @@ class Result(Part):
 def _first_errors(error: ValidationError, limit: int = 3) -> str:
     problems = [
         f"{'.'.join(str(p) for p in e['loc']) or 'the whole file'}: {e['msg']}"
-        for e in error.errors()[:limit]
+        # an unknown key first: it says most plainly that this is another kind of file
+        for e in sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden")[:limit]
     ]
     more = error.error_count() - len(problems)
     return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")

@@ -1,0 +1,77 @@
+"""Every stage result has one reader: a missing, damaged or wrongly shaped file is a UserError
+that names the file, says what is wrong and how to make it again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hanlm import cli
+from hanlm.data.corpus import CorpusStats
+from hanlm.data.decontam.outputs import DecontamReport
+from hanlm.data.shards import ShardsManifest
+from hanlm.data.tokenizer import TokenizerStats
+from hanlm.errors import UserError
+from hanlm.evals.run import EvalResults
+from hanlm.plan.estimate import FIELD_REPORT, Plan, make_plan
+from hanlm.preflight.report import PreflightReport
+from hanlm.results import Result
+from hanlm.train.export import ExportRecord
+from hanlm.train.pretrain import PretrainSummary
+from hanlm.train.sft import SftSummary
+
+TYPES = (Plan, PreflightReport, CorpusStats, DecontamReport, TokenizerStats, ShardsManifest,
+         PretrainSummary, ExportRecord, SftSummary, EvalResults)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", TYPES, ids=lambda t: t.__name__)
+def test_a_missing_file_is_named(tmp_path: Path, kind: type[Result]):
+    path = tmp_path / kind.FILE
+    with pytest.raises(UserError) as caught:
+        kind.read(path)
+    assert str(path) in caught.value.message and "missing" in caught.value.message
+    assert f"--from {kind.MADE_BY}" in caught.value.message
+    assert kind.read_if_present(path) is None
+
+
+@pytest.mark.parametrize("kind", TYPES, ids=lambda t: t.__name__)
+def test_a_damaged_file_is_named(tmp_path: Path, kind: type[Result]):
+    path = tmp_path / kind.FILE
+    path.write_text('{"cut off', encoding="utf-8")
+    with pytest.raises(UserError) as caught:
+        kind.read_if_present(path)
+    assert str(path) in caught.value.message and "not JSON" in caught.value.message
+
+
+@pytest.mark.parametrize("kind", TYPES, ids=lambda t: t.__name__)
+def test_a_file_of_another_shape_is_named(tmp_path: Path, kind: type[Result]):
+    path = tmp_path / kind.FILE
+    path.write_text(json.dumps({"something": "else"}), encoding="utf-8")
+    with pytest.raises(UserError) as caught:
+        kind.read(path)
+    message = caught.value.message
+    assert str(path) in message and "shape" in message and "something" in message
+    assert not kind.is_one(path)
+
+
+def test_a_plan_round_trips_with_the_same_json(tmp_path: Path):
+    plan = make_plan(FIELD_REPORT)
+    path = plan.write(tmp_path / Plan.FILE)
+    again = Plan.read(path)
+    assert again.to_json() == plan.to_json() == json.loads(path.read_text())
+    assert again.memory is not None and again.memory.total == plan.memory.total
+    assert Plan.is_one(path) and not CorpusStats.is_one(path)
+
+
+def test_plan_out_recognises_a_plan_by_reading_it(tmp_path: Path, capsys):
+    out = tmp_path / "plan.json"
+    make_plan(FIELD_REPORT).write(out)
+    assert cli.main(["plan", "--gpu", "rtx5090", "--out", str(out), "--force"]) == 0  # a plan
+    assert Plan.is_one(out)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"setup": {}, "model": {}, "memory": {}, "time": {}}))
+    # the keys of a plan alone do not make one: not replaced, even with --force
+    assert cli.main(["plan", "--gpu", "rtx5090", "--out", str(other), "--force"]) == 2
+    assert str(other) in capsys.readouterr().err
