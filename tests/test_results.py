@@ -4,6 +4,8 @@ that names the file, says what is wrong and how to make it again."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,13 +16,11 @@ from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.data.shards import ShardsManifest
 from hanlm.data.tokenizer import TokenizerStats
 from hanlm.errors import UserError
-from hanlm.evals.run import EvalResults
+from hanlm.evals.results import EvalResults
 from hanlm.plan.estimate import FIELD_REPORT, Plan, make_plan
 from hanlm.preflight.report import PreflightReport
 from hanlm.results import Result
-from hanlm.train.export import ExportRecord
-from hanlm.train.pretrain import PretrainSummary
-from hanlm.train.sft import SftSummary
+from hanlm.train.results import ExportRecord, PretrainSummary, SftSummary
 
 TYPES = (Plan, PreflightReport, CorpusStats, DecontamReport, TokenizerStats, ShardsManifest,
          PretrainSummary, ExportRecord, SftSummary, EvalResults)  # fmt: skip
@@ -75,3 +75,18 @@ def test_plan_out_recognises_a_plan_by_reading_it(tmp_path: Path, capsys):
     # the keys of a plan alone do not make one: not replaced, even with --force
     assert cli.main(["plan", "--gpu", "rtx5090", "--out", str(other), "--force"]) == 2
     assert str(other) in capsys.readouterr().err
+
+
+def test_what_reads_results_does_not_import_torch():
+    """The result types live apart from the code that makes them, so the report card, the model
+    card and publishing (and the planner) read a run without loading torch."""
+    modules = ("hanlm.share.publish", "hanlm.report.card", "hanlm.share.model_card")
+    code = (
+        f"import sys, {', '.join(modules)}; print(sorted(m for m in sys.modules if m == 'torch'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    for kind in TYPES:
+        code = f"import sys, {kind.__module__}; print('torch' in sys.modules)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.stdout.strip() == "False", (kind.__module__, out.stderr[-2000:])

@@ -24,52 +24,15 @@ from hanlm.errors import UserError
 from hanlm.evals import contamination as contamination_lib
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import Model, require_model_folder
+from hanlm.evals.results import EvalResults
 from hanlm.files import (
     atomic_output_dir,
     atomic_write_text,
     claim_output_dir,
     fingerprint,
 )
-from hanlm.results import Part, Result
 
-RESULTS_FILE = "results.json"
-
-
-class Score(Part):
-    """One metric on one split of a task's items: the mean, its standard error, the items."""
-
-    value: float | None
-    stderr: float | None
-    n: int
-
-
-class TaskRecord(Part):
-    benchmark: str | None  # the benchmark decontamination checks it against, if any
-    source: str | None  # where its items came from
-    items: int
-
-
-# a task's scores: split (full, clean, dirty, partial) -> metric -> score
-TaskScores = dict[str, dict[str, Score]]
-
-
-class EvalResults(Result):
-    """`eval/results.json` (or OUT/results.json of `hanlm eval --out`): every model's scores by
-    task, split and metric (lm-eval's results with the contamination splits added), the item
-    counts, and the fingerprint that marks the folder as hanlm's."""
-
-    FILE = RESULTS_FILE
-    MADE_BY = "eval"
-
-    models: list[str]
-    model_dirs: dict[str, str]
-    tasks: dict[str, TaskRecord]
-    contamination: str | None  # the decontamination items.jsonl the splits come from
-    contamination_splits: str | None  # how the splits are made, in words
-    results: dict[str, dict[str, TaskScores]]  # model -> task -> split -> metric -> score
-    counts: dict[str, dict[str, dict[str, int]]]  # model -> task -> split -> items
-    seconds: float
-    fingerprint: str
+RESULTS_FILE = EvalResults.FILE
 
 
 def options_from(cfg: Config) -> tasks_lib.Options:

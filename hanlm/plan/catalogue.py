@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from hanlm.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -112,8 +114,12 @@ def find(key_or_name: str) -> GPU:
 _cpu_peak_cache: dict[torch.dtype, float] = {}
 
 
-def measured_cpu_peak_flops(dtype: torch.dtype = torch.float32, seconds: float = 0.5) -> float:
-    """FLOP/s of the fastest of repeated square matmuls on this CPU, measured once per process."""
+def measured_cpu_peak_flops(dtype: torch.dtype | None = None, seconds: float = 0.5) -> float:
+    """FLOP/s of the fastest of repeated square matmuls on this CPU (in `dtype`, by default
+    float32), measured once per process."""
+    import torch  # deferred: the planner and the report card, which import this, need no torch
+
+    dtype = torch.float32 if dtype is None else dtype
     if dtype not in _cpu_peak_cache:
         n = 1536
         a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
@@ -129,6 +135,8 @@ def measured_cpu_peak_flops(dtype: torch.dtype = torch.float32, seconds: float =
 
 def device_peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
     """Peak FLOP/s for MFU on `device` at `precision`, and where the figure comes from."""
+    import torch  # deferred: as in measured_cpu_peak_flops
+
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         try:

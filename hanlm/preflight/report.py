@@ -1,5 +1,6 @@
-"""The preflight report's declared shape: `preflight/preflight.json`, which `hanlm.preflight.check`
-writes (rank 0) and returns on every rank."""
+"""The preflight report's declared shape: `preflight/preflight.json`, which
+`hanlm.preflight.run.check` writes (rank 0) and returns on every rank. Kept apart from the checks
+so that what reads it (the report card, the model card, publishing) does not import torch."""
 
 from __future__ import annotations
 

@@ -19,11 +19,11 @@ from typing import Any
 from hanlm.config import load_config
 from hanlm.data.corpus import CorpusStats
 from hanlm.data.decontam.outputs import DecontamReport
-from hanlm.evals.run import EvalResults
+from hanlm.evals.results import EvalResults
 from hanlm.files import read_json, read_jsonl
 from hanlm.plan import estimate as plan_lib
 from hanlm.preflight.report import PreflightReport
-from hanlm.train.pretrain import PretrainSummary
+from hanlm.train.results import PretrainSummary
 
 GIB = 1 << 30
 

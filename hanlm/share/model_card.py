@@ -25,11 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the result types, for annotations only: the card reads their attributes
     from hanlm.data.decontam.outputs import DecontamReport
-    from hanlm.evals.run import TaskRecord, TaskScores
+    from hanlm.evals.results import TaskRecord, TaskScores
     from hanlm.plan.estimate import Plan
     from hanlm.preflight.report import PreflightReport
-    from hanlm.train.pretrain import PretrainSummary
-    from hanlm.train.sft import SftSummary
+    from hanlm.train.results import PretrainSummary, SftSummary
 
 TASK_TYPE = "text-generation"  # every hanlm task scores a causal LM's log-likelihoods or text
 TASK_NAME = "Text Generation"

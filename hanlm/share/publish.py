@@ -25,14 +25,13 @@ from typing import Any
 from hanlm.console import info
 from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.errors import UserError
-from hanlm.evals.run import EvalResults, TaskRecord, TaskScores
+from hanlm.evals.results import EvalResults, TaskRecord, TaskScores
 from hanlm.files import atomic_output_dir, atomic_write_json, fingerprint, read_json, read_jsonl
 from hanlm.model_folder import check_model_folder, is_model_folder
 from hanlm.plan.estimate import Plan
 from hanlm.preflight.report import PreflightReport
 from hanlm.share import model_card
-from hanlm.train.pretrain import PretrainSummary
-from hanlm.train.sft import SftSummary
+from hanlm.train.results import PretrainSummary, SftSummary
 
 STAGE = "publish"
 CARD = "README.md"

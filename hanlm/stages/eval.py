@@ -11,7 +11,8 @@ from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import require_model_folder
-from hanlm.evals.run import EvalResults, options_from, run_evaluation, write_results
+from hanlm.evals.results import EvalResults
+from hanlm.evals.run import options_from, run_evaluation, write_results
 from hanlm.model_folder import is_model_folder
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext

@@ -29,12 +29,13 @@ from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
 from hanlm.train import checkpoint as checkpoint_lib
 from hanlm.train import export
+from hanlm.train.results import ExportRecord
 
 STAGE = Stage(
     name="export",
     version=1,
     output=lambda run: run.pretrain.export,
-    result=export.ExportRecord,
+    result=ExportRecord,
     reads=("model", "pretrain.seq_len"),
     after=("tokenizer", "shards", "pretrain"),
 )
@@ -132,7 +133,7 @@ def _model_config(cfg: Config, run: RunDir):
     )
 
 
-def build(ctx: StageContext) -> export.ExportRecord:
+def build(ctx: StageContext) -> ExportRecord:
     """The run's latest pretraining checkpoint as a plain Hugging Face folder."""
     run = ctx.run
     source = resolve_checkpoint(run, None)
@@ -154,7 +155,7 @@ def build(ctx: StageContext) -> export.ExportRecord:
 class ChosenExport:
     """What `export_chosen` did: the folder's record, and whether it already held the export."""
 
-    record: export.ExportRecord
+    record: ExportRecord
     skipped: bool
 
 
@@ -175,18 +176,18 @@ def export_chosen(
     wanted = export.export_fingerprint(source, config, tokenizer_dir, None, torch.float32)
     if _record_fingerprint(out) == wanted and export_damage(out) is None:
         info(f"export: {out} already holds {source.name}, skipped")
-        return ChosenExport(export.ExportRecord.read(out / export.RECORD), skipped=True)
+        return ChosenExport(ExportRecord.read(out / export.RECORD), skipped=True)
     export.export_checkpoint(
         source, out, model_config=config, tokenizer_dir=tokenizer_dir, replace_earlier=replace
     )
-    record = export.ExportRecord.read(out / export.RECORD)
+    record = ExportRecord.read(out / export.RECORD)
     info(f"export: {source.name} ({record.tokens:,} tokens seen) -> {out}")
     return ChosenExport(record, skipped=False)
 
 
 def _record_fingerprint(folder: Path) -> str | None:
     try:
-        return export.ExportRecord.read(folder / export.RECORD).fingerprint
+        return ExportRecord.read(folder / export.RECORD).fingerprint
     except UserError:
         return None
 

@@ -8,9 +8,9 @@ import os
 import socket
 from pathlib import Path
 
-from hanlm import preflight
 from hanlm.config import Config
 from hanlm.console import warn
+from hanlm.preflight import run as preflight
 from hanlm.preflight.report import PreflightReport
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext, Unfinished

@@ -12,6 +12,7 @@ from hanlm.stages import tokenizer as tokenizer_stage
 from hanlm.stages.stage import Stage, StageContext, Unfinished
 from hanlm.train import pretrain as pretrain_lib
 from hanlm.train import trackers
+from hanlm.train.results import PretrainSummary
 
 # What changes nothing a training computes: where it runs, how it logs and keeps checkpoints
 # (SFT's too).
@@ -30,7 +31,7 @@ STAGE = Stage(
     name="pretrain",
     version=1,
     output=lambda run: run.pretrain.root,
-    result=pretrain_lib.PretrainSummary,
+    result=PretrainSummary,
     reads=(
         "model",
         "pretrain",
@@ -49,7 +50,7 @@ STAGE = Stage(
 )
 
 
-def build(ctx: StageContext) -> pretrain_lib.PretrainSummary | Unfinished:
+def build(ctx: StageContext) -> PretrainSummary | Unfinished:
     """The summary once the last step is checkpointed; Unfinished when it stopped before (its
     checkpoints are resumed next time)."""
     cfg, run = ctx.cfg, ctx.run

@@ -21,6 +21,7 @@ from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
 from hanlm.train import checkpoint, trackers
 from hanlm.train import sft as sft_lib
+from hanlm.train.results import SftSummary
 
 # --- the source model and the data -----------------------------------------------------------------
 
@@ -120,7 +121,7 @@ STAGE = Stage(
     name="sft",
     version=1,
     output=lambda run: run.sft.root,
-    result=sft_lib.SftSummary,
+    result=SftSummary,
     reads=(
         "sft",
         "model",
@@ -159,7 +160,7 @@ def damage(run: RunDir) -> str | None:
     return export_damage(run.sft.export)
 
 
-def build(ctx: StageContext) -> sft_lib.SftSummary:
+def build(ctx: StageContext) -> SftSummary:
     cfg, run = ctx.cfg, ctx.run
     source = source_of(cfg, run)
     data_file = data_path(cfg, run)

@@ -43,33 +43,14 @@ from hanlm.files import (
 )
 from hanlm.inference import load_folder
 from hanlm.model import build_model, no_progress_bars
-from hanlm.results import Result
 from hanlm.train import checkpoint as checkpoint_lib
+from hanlm.train.results import ExportRecord
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
 STAGE = "export"
-RECORD = "hanlm_export.json"
-
-
-class ExportRecord(Result):
-    """`hf/hanlm_export.json`: which checkpoint an export holds, its weights' sha256, its dtype
-    and special-token ids, and the fingerprint a rerun recognises it by."""
-
-    FILE = RECORD
-    MADE_BY = "export"
-
-    source_checkpoint: str
-    step: int | None
-    tokens: int | None
-    model_sha256: str
-    dtype: str
-    bos_token_id: int | None = None
-    eos_token_id: int | list[int] | None = None
-    pad_token_id: int | None = None
-    fingerprint: str
-    exported_at: float
+RECORD = ExportRecord.FILE
 
 
 WEIGHTS = "model.safetensors"

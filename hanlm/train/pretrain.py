@@ -23,7 +23,6 @@ from hanlm.data.loader import TokenLoader
 from hanlm.errors import UserError
 from hanlm.files import fingerprint
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.results import Result
 from hanlm.train import document_attention, parallel, precision
 from hanlm.train.build import (
     Components,
@@ -33,6 +32,7 @@ from hanlm.train.build import (
     processes,
     start_fresh,
 )
+from hanlm.train.results import PretrainSummary
 
 
 def accumulation_steps(pretrain_cfg: PretrainSection, world_size: int) -> int:
@@ -160,24 +160,6 @@ def _new_model(mconfig, seed: int, at: Placement):
 
 def _attention(model) -> str:
     return parallel.unwrap(model).config._attn_implementation
-
-
-class PretrainSummary(Result):
-    """`pretrain/summary.json` (rank 0 writes it once the last step is checkpointed); every
-    rank's `pretrain` returns it, finished or not."""
-
-    FILE = "summary.json"
-    MADE_BY = "pretrain"
-
-    step: int
-    tokens: int
-    completed: bool
-    val_loss: float | None = None  # the last validation, when one ran
-    val_bpb: float | None = None
-    total_steps: int
-    world_size: int
-    mode: str  # single, ddp, fsdp
-    cpu_threads: int | None = None  # on a CPU: the weights' last bits depend on it
 
 
 def pretrain(

@@ -44,7 +44,6 @@ from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint, read_json
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.results import Part, Result
 from hanlm.train import (
     build,
     checkpoint,
@@ -54,6 +53,7 @@ from hanlm.train import (
     precision,
     pretrained,
 )
+from hanlm.train.results import SftSummary
 
 if TYPE_CHECKING:
     from hanlm.data.decontam.index import BenchmarkIndex
@@ -466,33 +466,6 @@ def _closure(
     check["diagnosis"] = {"before": before, "after": _diagnosis(model, tokenizer, heldout, special)}
     atomic_write_json(path, check)
     return check
-
-
-class Closure(Part):
-    """Held-out answers the chat model ended with <|eot|>, of those it was asked for."""
-
-    closed: int
-    total: int
-    rate: float
-
-
-class SftSummary(Result):
-    """`sft/summary.json`, which rank 0 writes with the closure check; the other ranks' `fine_tune`
-    returns only the training's part (the closure and the data are None there)."""
-
-    FILE = "summary.json"
-    MADE_BY = "sft"
-
-    init: str
-    step: int
-    tokens: int
-    val_loss: float | None = None
-    closure: Closure | None = None
-    closure_by_init: dict[str, float] | None = None
-    untrained_template_tokens: list[str] | None = None
-    hf: str | None = None  # the exported chat model's folder
-    data: dict[str, Any] | None = None  # conversations, rows, tokens, the file and its sha256
-    contaminated_dropped: int | None = None
 
 
 def fine_tune(

@@ -1,0 +1,47 @@
+"""What an evaluation hands over, with a declared shape (hanlm.results): results.json. Kept apart
+from the evaluation code so that what reads it (the report card, the model card, publishing)
+does not import torch."""
+
+from __future__ import annotations
+
+from hanlm.results import Part, Result
+
+
+class Score(Part):
+    """One metric on one split of a task's items: the mean, its standard error, the items."""
+
+    value: float | None
+    stderr: float | None
+    n: int
+
+
+class TaskRecord(Part):
+    benchmark: str | None  # the benchmark decontamination checks it against, if any
+    source: str | None  # where its items came from
+    items: int
+
+
+# a task's scores: split (full, clean, dirty, partial) -> metric -> score
+TaskScores = dict[str, dict[str, Score]]
+
+
+class EvalResults(Result):
+    """`eval/results.json` (or OUT/results.json of `hanlm eval --out`): every model's scores by
+    task, split and metric (lm-eval's results with the contamination splits added), the item
+    counts, and the fingerprint that marks the folder as hanlm's."""
+
+    FILE = "results.json"
+    MADE_BY = "eval"
+
+    models: list[str]
+    model_dirs: dict[str, str]
+    tasks: dict[str, TaskRecord]
+    contamination: str | None  # the decontamination items.jsonl the splits come from
+    contamination_splits: str | None  # how the splits are made, in words
+    results: dict[str, dict[str, TaskScores]]  # model -> task -> split -> metric -> score
+    counts: dict[str, dict[str, dict[str, int]]]  # model -> task -> split -> items
+    seconds: float
+    fingerprint: str
+    # the entries hanlm wrote into the folder (files.OUTPUT_FILES_KEY): added when the file is
+    # the marker of a folder of the user's choosing (`hanlm eval --out`), not the stage's
+    output_files: list[str] | None = None

@@ -1,0 +1,150 @@
+"""`hanlm preflight`'s checks on every rank: join, measure, judge, write the report (see the
+package's docstring for what is checked and how faults are injected)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from pathlib import Path
+
+import torch.distributed as dist
+
+from hanlm.config import Config
+from hanlm.errors import UserError
+from hanlm.inference import resolve_device
+from hanlm.preflight import collectives, data, devices, shared, storage, table, verdict
+from hanlm.preflight.report import PreflightReport
+from hanlm.train import parallel, trackers
+from hanlm.train.parallel import Dist
+
+STAGE = "preflight"
+
+
+class PreflightNoGo(UserError):
+    """The measured hosts cannot run the planned training; the reasons and fixes are attached."""
+
+
+def rendezvous_address() -> str | None:
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    return f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+
+
+def _join(cfg: Config) -> tuple[Dist, dict | None]:
+    """The process group, or this process alone and a finding when the rendezvous failed."""
+    try:
+        return parallel.init(cfg.parallel.device, timeout_s=cfg.preflight.timeout_s), None
+    except UserError as e:
+        if "could not join the process group" not in e.what:
+            raise  # e.g. a GPU was asked for and none is visible: the user's setting
+        failure = verdict.finding(
+            "rendezvous",
+            verdict.FAIL,
+            f"rank {os.environ.get('RANK', '?')} waited {cfg.preflight.timeout_s:g} s: {e.what}",
+            "start the same torchrun command on every host with the same --rdzv-endpoint "
+            f"(here {rendezvous_address()}), open that port in the firewall, or raise "
+            "preflight.timeout_s when hosts start far apart",
+        )
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # the one device rule (training's too): parallel.init already applied it before failing
+    device = resolve_device(cfg.parallel.device, setting="parallel.device", local_rank=local_rank)
+    alone = Dist(int(os.environ.get("RANK", "0")), 1, local_rank, device)
+    return alone, failure
+
+
+def _guarded(measure, *args, **kwargs) -> dict:
+    """A local check never raises: a rank that died here would leave its peers waiting."""
+    try:
+        return measure(*args, **kwargs)
+    except Exception as e:  # reported as a finding, with its type, instead of a hang
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def _measure_rank(cfg: Config, shards_dir: Path, d: Dist, folder: Path) -> dict:
+    pf = cfg.preflight
+    result = {
+        "rank": d.rank,
+        "local_rank": d.local_rank,
+        "host": socket.gethostname(),
+        "devices": _guarded(
+            devices.probe, d.device, all_visible=not d.distributed, seconds=pf.matmul_seconds
+        ),
+        "collectives": None,
+        "shared": None,
+        "storage": None,
+    }
+    if d.distributed:  # every rank takes part, even if its devices failed
+        result["collectives"] = _guarded(
+            collectives.measure, d, size_mb=pf.collective_mb, iters=pf.collective_iters
+        )
+        # a collective too; it reports its own errors instead of raising
+        result["shared"] = shared.probe(d, folder)
+    if d.local_rank == 0:  # one disk test per host: ranks of a host share its disk
+        result["storage"] = _guarded(
+            storage.measure, folder, size_mb=pf.storage_mb, probes=pf.fsync_probes
+        )
+    result["trackers"] = _guarded(_trackers_ready, cfg)
+    result["data"] = _guarded(
+        data.measure,
+        cfg,
+        shards_dir,
+        rank=d.rank,
+        world_size=d.world_size,
+        seconds=pf.data_seconds,
+    )
+    return result
+
+
+def _trackers_ready(cfg: Config) -> dict:
+    """{"trackers": the ones training will open} or {"refused": what stops them and the fix}."""
+    try:
+        trackers.check(cfg.logging)
+    except UserError as e:
+        return {"refused": e.what, "fix": e.fix}
+    return {"trackers": trackers.chosen(cfg.logging)}
+
+
+def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> PreflightReport:
+    """Measure (storage at the checkpoint `folder`, data loading from `shards_dir`), judge,
+    write `report_path` (rank 0) and print the table; every rank gets the whole report."""
+    d, rendezvous_failure = _join(cfg)
+    try:
+        mine = _measure_rank(cfg, shards_dir, d, folder)
+        ranks = [mine]
+        if d.distributed:
+            ranks = [None] * d.world_size
+            dist.all_gather_object(ranks, mine)
+        report = {
+            "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "world_size": d.world_size,
+            "expected_world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            "hosts": sorted({r["host"] for r in ranks}),
+            "rendezvous": rendezvous_address(),
+            "checkpoint_dir": str(folder),
+            "findings": [rendezvous_failure] if rendezvous_failure else [],
+            "ranks": ranks,
+        }
+        verdict.judge(cfg, report)
+        typed = PreflightReport.model_validate(report)
+        try:
+            if d.rank == 0:
+                typed.write(report_path)
+            if d.rank == 0 or rendezvous_failure:  # alone, every rank tells its own story
+                table.print_report(report)
+        finally:  # no rank exits (and makes torchrun stop the others) before rank 0 is done
+            parallel.barrier(d)
+        return typed
+    finally:
+        parallel.shutdown(d)
+
+
+def no_go_error(report: PreflightReport, report_path: Path) -> PreflightNoGo:
+    failed = [f for f in report.findings if f.severity == verdict.FAIL]
+    fixes = [f.fix for f in failed if f.fix]
+    return PreflightNoGo(
+        "preflight says NO-GO: " + "; ".join(f"{f.check}: {f.reason}" for f in failed),
+        where=str(report_path),
+        fix="; ".join(dict.fromkeys(fixes))
+        + " (or set preflight.fail_on_no_go=false to train anyway)",
+    )
