@@ -178,7 +178,9 @@ def _build(stage: Stage, module: ModuleType, ctx: StageContext, out: Path) -> St
                 result = _checked(stage, module.build(ctx))
                 if _unfinished(result):
                     raise _NotFinished(_summary(result))
-                if stage.result is not None:
+                # once: a library whose file is also its folder's marker outside a run (eval
+                # --out, export --out) has written it already; the others leave it to us
+                if stage.result is not None and not (tmp / stage.result.FILE).exists():
                     result.write(tmp / stage.result.FILE)
                 _write_marker(tmp, stage, ctx.fingerprint)
         except _NotFinished as stopped:

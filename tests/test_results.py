@@ -90,3 +90,46 @@ def test_what_reads_results_does_not_import_torch():
         code = f"import sys, {kind.__module__}; print('torch' in sys.modules)"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.stdout.strip() == "False", (kind.__module__, out.stderr[-2000:])
+
+
+class Counted(Result):
+    FILE = "counted.json"
+    MADE_BY = "counted"
+
+    n: int
+
+
+@pytest.mark.parametrize("library_writes", [False, True], ids=["pipeline", "library"])
+def test_a_stage_result_is_written_once(tmp_path: Path, monkeypatch, library_writes: bool):
+    """The pipeline keeps a new_folder stage's result unless its build wrote it already (eval
+    and export write their own: outside a run it is their folder's marker): never twice."""
+    from types import SimpleNamespace
+
+    from hanlm import pipeline
+    from hanlm import results as results_lib
+    from hanlm.files import read_stage_marker
+    from hanlm.stages.rundir import RunDir
+    from hanlm.stages.stage import Stage, StageContext
+
+    written = []
+    real = results_lib.atomic_write_json
+    monkeypatch.setattr(
+        results_lib,
+        "atomic_write_json",
+        lambda path, data: (written.append(path), real(path, data)),
+    )
+
+    def build(ctx: StageContext) -> Counted:
+        result = Counted(n=3)
+        if library_writes:
+            result.write(ctx.out / Counted.FILE)
+        return result
+
+    run = RunDir(tmp_path / "run")
+    out = run.root / "counted"
+    stage = Stage(name="counted", version=1, output=lambda run: out, result=Counted)
+    ctx = StageContext(None, run, out, "fp", False, {})
+    assert pipeline._build(stage, SimpleNamespace(build=build), ctx, out) == Counted(n=3)
+    assert [p.name for p in written] == [Counted.FILE]
+    assert Counted.read(out / Counted.FILE) == Counted(n=3)
+    assert read_stage_marker(out)["fingerprint"] == "fp"

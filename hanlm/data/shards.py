@@ -462,6 +462,4 @@ def encode_corpus(
             os.replace(encoded / sidecar[split]["path"], out / sidecar[split]["path"])
     for i in range(len(jobs)):
         os.replace(encoded / sidecar_name(i), out / sidecar_name(i))
-    typed = ShardsManifest.model_validate(manifest)
-    typed.write(out / MANIFEST_FILE)
-    return typed
+    return ShardsManifest.model_validate(manifest)  # the pipeline keeps it as MANIFEST_FILE

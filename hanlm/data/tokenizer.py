@@ -348,7 +348,8 @@ class TokenizerStats(Result):
 
 
 def build(corpus_dir: Path, cfg: Config, out: Path) -> TokenizerStats:
-    """Train on a sample of the corpus folder, save into `out` with stats.json; the stats."""
+    """Train on a sample of the corpus folder and save it into `out`; its stats (which the
+    pipeline keeps as stats.json)."""
     started = time.perf_counter()
     texts, heldout, sample_chars = _sample(corpus_dir, cfg)
     t = cfg.tokenizer
@@ -362,7 +363,6 @@ def build(corpus_dir: Path, cfg: Config, out: Path) -> TokenizerStats:
         tokenizer_sha256=file_sha256(out / TOKENIZER_FILE),
         seconds=round(time.perf_counter() - started, 3),
     )
-    stats.write(out / STATS_FILE)
     return stats
 
 

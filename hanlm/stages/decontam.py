@@ -166,7 +166,7 @@ def damage(run: RunDir) -> str | None:
     return "; ".join(problems[:3]) if problems else None
 
 
-def build(ctx: StageContext) -> dict | None:
+def build(ctx: StageContext) -> outputs.DecontamReport | None:
     """Scan (or merge the shards' scans) into the stage's folder; None for one shard's partial
     scan, or when the jobs were submitted to a cluster (Slurm) and still run."""
     cfg, run, options = ctx.cfg, ctx.run, ctx.options
@@ -187,7 +187,9 @@ def build(ctx: StageContext) -> dict | None:
     return report
 
 
-def _scan(ctx: StageContext, benchmarks, files, shard, corpus_dir, mode: str) -> dict | None:
+def _scan(
+    ctx: StageContext, benchmarks, files, shard, corpus_dir, mode: str
+) -> outputs.DecontamReport | None:
     """Index, scan, then either save this shard's partial result (None: not finished) or write
     the outputs.
 
@@ -234,7 +236,7 @@ def _submitted(work: Path) -> None:
     )
 
 
-def _merge(ctx: StageContext, *, corpus_dir: Path | None) -> dict | None:
+def _merge(ctx: StageContext, *, corpus_dir: Path | None) -> outputs.DecontamReport | None:
     """Combine every shard's partial result in DIR/decontam-partial/ into the stage's folder.
 
     Each `--shard I/N` run writes shard-I-of-N.{npz,json} and index.npz there; on machines that

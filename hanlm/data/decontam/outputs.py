@@ -212,7 +212,8 @@ def _flagged_jsonl(index, result, outcome: Outcome, actions: dict[int, str], run
 
 
 def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -> DecontamReport:
-    """items.jsonl, report.json, report.md and flagged.jsonl into `out`; the report."""
+    """items.jsonl, report.md and flagged.jsonl into `out`; the report (which the pipeline
+    keeps as report.json)."""
     d = cfg.decontam
     atomic_write_text(out / ITEMS_FILE, _items_jsonl(index, result, outcome, d.max_documents))
     stats = result.stats
@@ -232,7 +233,6 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
         **{k: v for k, v in extra.items() if k != "document_actions"},
     }
     typed = DecontamReport.model_validate(report)
-    typed.write(out / REPORT_FILE)
     atomic_write_text(out / "report.md", _report_markdown(report, outcome, extra))
     actions = extra.get("document_actions", {})
     flagged = _flagged_jsonl(index, result, outcome, actions, out.parent)
