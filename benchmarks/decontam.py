@@ -254,7 +254,7 @@ def main() -> None:
                 )  # fmt: skip
                 if time.perf_counter() - t0 < wall:
                     wall = time.perf_counter() - t0
-                    scan_only[workers] = total_mb / report["scan_seconds"]
+                    scan_only[workers] = total_mb / report.scan_seconds
                     mine = _cpu_seconds() - c0
                     others[workers] = max(0.0, _machine_busy_seconds() - m0 - mine) / wall
             e2e[workers] = total_mb / wall

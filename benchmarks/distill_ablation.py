@@ -126,10 +126,10 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, steps, summary, seconds in rows:
         print(
-            f"| {name} | {steps} | {summary['val_loss']:.4f} | {summary['val_bpb']:.4f} | "
+            f"| {name} | {steps} | {summary.val_loss:.4f} | {summary.val_bpb:.4f} | "
             f"{'–' if seconds is None else f'{seconds:.1f}'} |"
         )
-    delta = distilled["val_loss"] - plain["val_loss"]
+    delta = distilled.val_loss - plain.val_loss
     verdict = "better" if delta < 0 else "worse"
     print(f"\nKD - CE val loss: {delta:+.4f} nats/token: distillation is {verdict} here.")
     print(f"runs in {base}")

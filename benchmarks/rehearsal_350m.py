@@ -137,7 +137,7 @@ def worker(spec_file: Path) -> None:
         "peak_rss": sp.peak_rss_bytes(),
         "segments": watch.stop(),
         "seconds": seconds,
-        "step": summary["step"],
+        "step": summary.step,
     }
     out = Path(spec["folder"]) / f"{spec['phase']}.rank{rank}.json"
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")

@@ -102,7 +102,7 @@ def outputs(folder: Path) -> Outputs:
 
 def train(
     cfg, shards: Path, folder: Path, *, stop_after_steps: int | None = None, fresh: bool = True
-) -> dict:
+):  # -> hanlm.train.results.PretrainSummary
     """hanlm's pretraining of `cfg` on the random shards; `fresh=False` resumes from the latest
     checkpoint in `folder`."""
     from hanlm.train.pretrain import PretrainData, pretrain

@@ -104,7 +104,7 @@ def main() -> None:
                 )
             return n
 
-        def hanlm_shards(workers: int) -> dict:
+        def hanlm_shards(workers: int):  # the ShardsManifest
             return run_stage(
                 "shards",
                 load_config("demo", values={**values, "data_engine.workers": workers}),
@@ -122,10 +122,7 @@ def main() -> None:
                     n_tokens = raw_encode()
                 else:
                     m = hanlm_shards(name)
-                    assert (
-                        m["splits"]["train"]["tokens"]
-                        == n_tokens + m["splits"]["train"]["documents"]
-                    )
+                    assert m.splits["train"].tokens == n_tokens + m.splits["train"].documents
                 best[name] = min(best[name], time.perf_counter() - t0)
         raw_s, timings = best["raw"], best
 

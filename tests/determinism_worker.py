@@ -44,7 +44,7 @@ def main(shards: Path, model: str, out: Path) -> None:
     )
     outputs = Outputs(out / "checkpoints", out / "metrics.jsonl")
     summary = pretrain(cfg, data, outputs, settings_fp="determinism")
-    assert summary["completed"], summary
+    assert summary.completed, summary
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def test_failed_writes_are_retried_and_training_goes_on(run_dir, monkeypatch, er
     # Two failures, three retries: the save succeeds on a retry.
     monkeypatch.setenv("HANLM_FAULT_WRITE_ERRORS", f"{error}:2")
     summary = train(run_dir, **{"checkpoint.async_save": False})
-    assert summary["completed"]
+    assert summary.completed
     assert latest(ckpt_root(run_dir)).name == "step-00000010"
     assert os.environ["HANLM_FAULT_WRITE_ERRORS"] == f"{error}:0"
 
@@ -123,13 +123,13 @@ def test_persistent_failure_stops_cleanly_and_the_last_good_one_loads(run_dir, m
     assert latest(ckpt_root(run_dir)) == good and verify(good) is None
     assert not list(ckpt_root(run_dir).glob("*.incomplete"))
     monkeypatch.delenv("HANLM_FAULT_WRITE_ERRORS")
-    assert train(run_dir)["completed"]  # the run continues from the good checkpoint
+    assert train(run_dir).completed  # the run continues from the good checkpoint
 
 
 def test_async_failure_is_reported_and_retried(run_dir, monkeypatch):
     monkeypatch.setenv("HANLM_FAULT_WRITE_ERRORS", "EIO:1")
     summary = train(run_dir, **{"checkpoint.async_save": True, "checkpoint.retries": 0})
-    assert summary["completed"]
+    assert summary.completed
     assert [int(p.name.split("-")[1]) for p in committed(ckpt_root(run_dir))][-1] == 10
 
 

@@ -72,11 +72,13 @@ def test_korquad_through_all_stages(tmp_path, shared_data, cli):
     assert cli("corpus", *base, "--input", src, "--set", "corpus.part_chars=100000").code == 0
     assert cli("tokenizer", *base).code == 0
     assert cli("shards", *base, "--workers", "2").code == 0
-    manifest = json.loads((run / "shards" / "manifest.json").read_text())
-    stats = json.loads((run / "corpus" / "stats.json").read_text())
-    splits = manifest["splits"]
-    assert splits["train"]["documents"] + splits["val"]["documents"] == stats["documents_out"]
-    assert stats["documents_out"] > 900
+    from hanlm.data.corpus import CorpusStats
+    from hanlm.data.shards import ShardsManifest
+
+    splits = ShardsManifest.read(run / "shards" / ShardsManifest.FILE).splits
+    stats = CorpusStats.read(run / "corpus" / CorpusStats.FILE)
+    assert splits["train"].documents + splits["val"].documents == stats.documents_out
+    assert stats.documents_out > 900
 
 
 # --- paths a user names: errors, never tracebacks, and nothing of theirs lost ----------------

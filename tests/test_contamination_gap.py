@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.evals import contamination
+from hanlm.evals.results import EvalResults
 from hanlm.report import card
 
 
@@ -92,10 +94,17 @@ def _files(tmp_path: Path, samples: list[dict], compared: list[dict] | None) -> 
     run = tmp_path / "run"
     (run / "eval").mkdir(parents=True)
     (run / "decontam").mkdir()
-    (run / "eval" / "results.json").write_text(json.dumps({"results": {}}))
+    EvalResults(
+        models=[], model_dirs={}, tasks={}, contamination=None, contamination_splits=None,
+        results={}, counts={}, seconds=0.0, fingerprint="test",
+    ).write(run / "eval" / EvalResults.FILE)  # fmt: skip
     lines = "".join(json.dumps(s) + "\n" for s in samples)
     (run / "eval" / "samples.jsonl").write_text(lines)
-    (run / "decontam" / "report.json").write_text(json.dumps({"action": "keep"}))
+    DecontamReport(
+        benchmarks={}, ngram=13, dirty_threshold=0.5, clean_threshold=0.1, action="keep",
+        documents_scanned=0, characters_scanned=0, bytes_scanned=0, records_skipped=0,
+        documents_flagged=0, scan_seconds=0.0, inputs=[], mode="run",
+    ).write(run / "decontam" / DecontamReport.FILE)  # fmt: skip
     compare = run / "compare" / "drop" / "eval" / "samples.jsonl"
     if compared is not None:
         compare.parent.mkdir(parents=True)

@@ -86,7 +86,7 @@ def test_jsonl_gz_zst_and_parquet(tmp_path):
     assert texts(tmp_path / "run") == DOCS
     ids = [d["id"] for d in iter_corpus(tmp_path / "run" / "corpus")]
     assert ids[:3] == ["doc0", "doc1", "doc2"]
-    assert stats["documents_out"] == 4 and plain.exists()
+    assert stats.documents_out == 4 and plain.exists()
 
 
 def test_compressed_parquet(tmp_path):
@@ -109,10 +109,10 @@ def test_exact_duplicates_and_short_documents_counted(tmp_path):
         "corpus", make_cfg(tmp_path, [write_jsonl(tmp_path / "x.jsonl", rows)]), tmp_path / "r"
     )
     # The NFD copy is a duplicate once normalised.
-    assert stats["exact_duplicates"] == 3
-    assert stats["too_short"] == 2
-    assert stats["documents_in"] == 9 and stats["documents_out"] == 4
-    assert stats["characters_out"] == sum(len(d) for d in DOCS)
+    assert stats.exact_duplicates == 3
+    assert stats.too_short == 2
+    assert stats.documents_in == 9 and stats.documents_out == 4
+    assert stats.characters_out == sum(len(d) for d in DOCS)
     assert texts(tmp_path / "r") == DOCS
 
 
@@ -126,8 +126,8 @@ def test_near_duplicates_removed_distinct_kept(tmp_path, shared_data):
         "corpus", make_cfg(tmp_path, [path], **{"corpus.near_dedup": True}), tmp_path / "r"
     )
     distinct = len(set(contexts))
-    assert stats["near_duplicates"] == 15
-    assert stats["documents_out"] == distinct
+    assert stats.near_duplicates == 15
+    assert stats.documents_out == distinct
 
 
 def test_corrupt_lines_skipped_and_counted(tmp_path):
@@ -143,7 +143,7 @@ def test_corrupt_lines_skipped_and_counted(tmp_path):
         + json.dumps({"text": DOCS[1]}, ensure_ascii=False).encode()
     )
     stats = run_stage("corpus", make_cfg(tmp_path, [path]), tmp_path / "r")
-    assert stats["skipped"] == {"corrupt_json": 1, "invalid_utf8": 1, "missing_field": 3}
+    assert stats.skipped == {"corrupt_json": 1, "invalid_utf8": 1, "missing_field": 3}
     assert texts(tmp_path / "r") == DOCS[:2]
 
 
@@ -151,7 +151,7 @@ def test_invalid_utf8_in_txt_drops_only_that_document(tmp_path):
     path = tmp_path / "t.txt"
     path.write_bytes(DOCS[0].encode() + b"\n\n\xc3\x28 \xed\x95\n\n" + DOCS[1].encode() + b"\n")
     stats = run_stage("corpus", make_cfg(tmp_path, [path]), tmp_path / "r")
-    assert stats["skipped"] == {"invalid_utf8": 1}
+    assert stats.skipped == {"invalid_utf8": 1}
     assert texts(tmp_path / "r") == DOCS[:2]
 
 
@@ -159,7 +159,7 @@ def test_truncated_compressed_file_counted(tmp_path):
     data = gzip.compress(("\n".join(json.dumps({"text": d}) for d in DOCS * 50)).encode())
     (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
     stats = run_stage("corpus", make_cfg(tmp_path, [tmp_path / "cut.jsonl.gz"]), tmp_path / "r")
-    assert stats["skipped"].get("corrupt_file") == 1
+    assert stats.skipped.get("corrupt_file") == 1
 
 
 def _jsonl_bytes(docs) -> bytes:
@@ -181,9 +181,9 @@ def test_truncated_zst_next_to_a_good_file_is_counted_and_warned(tmp_path, cli):
     assert result.code == 0, result.err
     assert "warning" in result.err and "cut.jsonl.zst is damaged" in result.err
     assert "truncated" in result.err
-    stats = json.loads((run / "corpus" / "stats.json").read_text())
-    assert stats["skipped"] == {"corrupt_file": 1}
-    [damaged] = stats["damaged_files"]
+    stats = corpus.CorpusStats.read(run / "corpus" / corpus.CorpusStats.FILE)
+    assert stats.skipped == {"corrupt_file": 1}
+    [damaged] = stats.damaged_files
     assert damaged["path"] == str(cut) and "truncated" in damaged["error"]
     assert texts(run)[:2] == DOCS[:2]
 
@@ -233,8 +233,8 @@ def test_every_kind_of_damaged_compressed_input_is_caught(tmp_path, name, damage
     path.write_bytes(damage(compressed))
     good = write_jsonl(tmp_path / "good.jsonl", [{"text": DOCS[0] + " 좋은 파일"}])
     stats = run_stage("corpus", make_cfg(tmp_path, [good, path]), tmp_path / "r")
-    assert stats["skipped"].get("corrupt_file") == 1
-    assert [d["path"] for d in stats["damaged_files"]] == [str(path)]
+    assert stats.skipped.get("corrupt_file") == 1
+    assert [d["path"] for d in stats.damaged_files] == [str(path)]
     with pytest.raises(UserError, match="cannot be read to its end"):
         run_stage(
             "corpus", make_cfg(tmp_path, [good, path], **{"corpus.strict": True}), tmp_path / "s"
@@ -249,7 +249,7 @@ def test_concatenated_zstd_frames_and_gzip_members_are_read_whole(tmp_path):
     inputs = [tmp_path / "frames.jsonl.zst", tmp_path / "members.jsonl.gz"]
     stats = run_stage("corpus", make_cfg(tmp_path, inputs), tmp_path / "r")
     assert texts(tmp_path / "r") == DOCS
-    assert stats["skipped"] == {} and stats["damaged_files"] == []
+    assert stats.skipped == {} and stats.damaged_files == []
 
 
 # --- bad inputs: exit 2, no traceback, nothing written ---------------------------------------
@@ -340,7 +340,7 @@ def test_complete_stage_is_skipped_and_config_change_redoes(tmp_path):
         "corpus", make_cfg(tmp_path, [path], **{"corpus.min_chars": 35}), tmp_path / "r"
     )
     assert marker.stat().st_mtime_ns != before
-    assert stats["too_short"] == sum(len(d) < 35 for d in DOCS)
+    assert stats.too_short == sum(len(d) < 35 for d in DOCS)
 
 
 def test_rerun_rebuilds_a_finished_corpus_whose_part_was_damaged(tmp_path, cli):
@@ -348,7 +348,7 @@ def test_rerun_rebuilds_a_finished_corpus_whose_part_was_damaged(tmp_path, cli):
     run = tmp_path / "r"
     assert cli("corpus", "--run", run, "--input", path).code == 0
     [part] = corpus.corpus_parts(run / "corpus")
-    record = json.loads((run / "corpus" / "stats.json").read_text())["parts"][0]
+    record = corpus.CorpusStats.read(run / "corpus" / corpus.CorpusStats.FILE).parts[0]
     assert record["size"] == part.stat().st_size and len(record["sha256"]) == 64
     part.write_bytes(part.read_bytes()[:10])
     result = cli("corpus", "--run", run, "--input", path)
@@ -362,7 +362,7 @@ def test_parts_split_by_characters(tmp_path, shared_data):
     path = write_jsonl(tmp_path / "k.jsonl", [{"text": t} for t in contexts])
     cfg = make_cfg(tmp_path, [path], **{"corpus.part_chars": 50_000})
     stats = run_stage("corpus", cfg, tmp_path / "r")
-    assert len(stats["parts"]) == len(list((tmp_path / "r" / "corpus").glob("part-*.jsonl.zst")))
-    assert len(stats["parts"]) >= 10
-    assert sum(p["documents"] for p in stats["parts"]) == stats["documents_out"]
-    assert stats["documents_out"] + stats["exact_duplicates"] + stats["too_short"] == len(contexts)
+    assert len(stats.parts) == len(list((tmp_path / "r" / "corpus").glob("part-*.jsonl.zst")))
+    assert len(stats.parts) >= 10
+    assert sum(p["documents"] for p in stats.parts) == stats.documents_out
+    assert stats.documents_out + stats.exact_duplicates + stats.too_short == len(contexts)

@@ -15,7 +15,7 @@ import pytest
 from conftest import assert_user_error, korquad_contexts, run_subprocess, write_jsonl
 from hanlm.config import load_config
 from hanlm.data import cleaning, engine, readers
-from hanlm.data.corpus import iter_corpus
+from hanlm.data.corpus import CorpusStats, iter_corpus
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 
@@ -64,8 +64,8 @@ def output(run_dir):
 
 
 def counts(run_dir):
-    stats = json.loads((run_dir / "corpus" / "stats.json").read_text())
-    return {k: v for k, v in stats.items() if k not in ("seconds", "job_seconds", "inputs")}
+    stats = CorpusStats.read(run_dir / "corpus" / CorpusStats.FILE)
+    return stats.model_dump(exclude={"seconds", "job_seconds", "inputs"})
 
 
 # --- units ---------------------------------------------------------------------------------------
@@ -107,8 +107,8 @@ def inputs(tmp_path, shared_data):
 def test_one_and_two_workers_write_identical_corpora(tmp_path, inputs):
     one = run_stage("corpus", config(tmp_path, workers=1), tmp_path / "one")
     two = run_stage("corpus", config(tmp_path, workers=2), tmp_path / "two")
-    assert one["tasks"] == two["tasks"] == 3
-    assert one["exact_duplicates"] > 0 and one["near_duplicates"] > 0
+    assert one.tasks == two.tasks == 3
+    assert one.exact_duplicates > 0 and one.near_duplicates > 0
     assert output(tmp_path / "one") == output(tmp_path / "two")
     assert counts(tmp_path / "one") == counts(tmp_path / "two")
     for part in (tmp_path / "one" / "corpus").glob("part-*"):
@@ -119,9 +119,9 @@ def test_one_and_two_workers_write_identical_corpora(tmp_path, inputs):
 def test_byte_range_tasks_give_the_same_documents_as_whole_files(tmp_path, inputs):
     whole = run_stage("corpus", config(tmp_path, task_mb=64), tmp_path / "whole")
     cut = run_stage("corpus", config(tmp_path, task_mb=1), tmp_path / "cut")
-    assert whole["tasks"] == 3
+    assert whole.tasks == 3
     # 1 MB tasks would not cut these small files: cut them by hand through the task size
-    assert cut["tasks"] == 3
+    assert cut.tasks == 3
     units = readers.plan_units(list(inputs), config(tmp_path).corpus, 20_000)
     assert len(units) > 6
     assert output(tmp_path / "whole") == output(tmp_path / "cut")
@@ -229,7 +229,7 @@ def test_changed_settings_do_not_reuse_finished_tasks(tmp_path, inputs, monkeypa
     lengths = sorted(len(json.loads(line)["text"]) for f in inputs for line in f.open())
     median = lengths[len(lengths) // 2]
     stats = run_stage("corpus", config(tmp_path, **{"corpus.min_chars": median}), run)
-    assert 0 < stats["too_short"] < stats["documents_in"]  # the clean tasks ran again
+    assert 0 < stats.too_short < stats.documents_in  # the clean tasks ran again
 
 
 # --- progress ------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ def test_slurm_submits_dependent_array_jobs_and_a_rerun_gathers(tmp_path, inputs
                 [launcher, str(work / "logs" / job / "executor.pik")], env=env, check=True
             )
     stats = run_stage("corpus", cfg, run)
-    assert stats is not None and stats["documents_out"] > 0
+    assert stats is not None and stats.documents_out > 0
     local = tmp_path / "local"
     run_stage("corpus", config(tmp_path), local)
     assert output(run) == output(local)
@@ -319,14 +319,14 @@ def test_ray_executor(tmp_path, inputs):
         return
     stats = run_stage("corpus", config(tmp_path, **{"data_engine.executor": "ray"}), tmp_path / "r")
     run_stage("corpus", config(tmp_path), tmp_path / "local")
-    assert stats["documents_out"] > 0 and output(tmp_path / "r") == output(tmp_path / "local")
+    assert stats.documents_out > 0 and output(tmp_path / "r") == output(tmp_path / "local")
 
 
 def test_bands_cut_into_hash_ranges_find_the_same_duplicates(tmp_path, inputs, monkeypatch):
     whole = run_stage("corpus", config(tmp_path), tmp_path / "whole")
     monkeypatch.setattr(cleaning, "PAIRS_TASK_BYTES", 100_000)  # several pairs tasks per band
     cut = run_stage("corpus", config(tmp_path), tmp_path / "cut")
-    assert cut["job_seconds"].keys() == whole["job_seconds"].keys()
+    assert cut.job_seconds.keys() == whole.job_seconds.keys()
     assert output(tmp_path / "whole") == output(tmp_path / "cut")
     assert counts(tmp_path / "whole") == counts(tmp_path / "cut")
 

@@ -26,15 +26,19 @@ from hanlm import demo, pipeline
 from hanlm.config import load_config
 from hanlm.data import corpus as corpus_lib
 from hanlm.data import decontam
+from hanlm.data.corpus import CorpusStats
 from hanlm.data.decontam import index as index_module
 from hanlm.data.decontam import outputs as outputs_module
 from hanlm.data.decontam import scan as scan_module
 from hanlm.data.decontam.index import DEFAULT_NGRAM, STRIDE, normalise
+from hanlm.data.decontam.outputs import DecontamReport
+from hanlm.data.shards import ShardsManifest
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 from hanlm.stages import corpus as corpus_stage
 from hanlm.stages import decontam as decontam_stage
 from hanlm.stages.rundir import RunDir, load_run_config
+from hanlm.stages.stage import NotNeeded
 from hanlm.testsets import readers
 
 # ---------------------------------------------------------------------------------------------
@@ -82,18 +86,18 @@ def check_planted(out: Path, items: list, expected: dict) -> None:
     for item_id, row in rows.items():
         if item_id not in expected:
             assert row["status"] == "clean", row
-    report = json.loads((out / "decontam" / "report.json").read_text())
+    report = DecontamReport.read(out / "decontam" / DecontamReport.FILE)
     (bench,) = {i.benchmark for i in items}
     dirty = sum(s == "dirty" for s in expected.values())
     partial = sum(s == "partial" for s in expected.values())
-    counts = report["benchmarks"][bench]
-    assert counts == {
+    counts = report.benchmarks[bench]
+    assert counts.model_dump() == {
         "items": len(items),
         "dirty": dirty,
         "partial": partial,
         "clean": len(items) - dirty - partial,
-        "found_whole": counts["found_whole"],
-        "found_only_by_parts": dirty + partial - counts["found_whole"],
+        "found_whole": counts.found_whole,
+        "found_only_by_parts": dirty + partial - counts.found_whole,
     }
     md = (out / "decontam" / "report.md").read_text()
     clean = len(items) - dirty - partial
@@ -122,7 +126,7 @@ def test_planted_kobest_items_found_in_every_style(shared_data, tmp_path, cli):
     assert rows[items[3].item_id]["documents"] == ["plant-embedded-3"]
 
 
-def standalone(cfg, corpus: list[str], out: Path) -> dict | None:
+def standalone(cfg, corpus: list[str], out: Path) -> DecontamReport | None:
     """`hanlm decontam --corpus GLOB --out OUT` from Python."""
     return run_stage(
         "decontam", cfg, RunDir(out), save_config=False, standalone=True, corpus=corpus
@@ -477,14 +481,13 @@ def test_run_mode_finds_the_demo_plants_and_training_reads_the_clean_corpus(demo
     dropped = {json.loads(line)["document"] for line in flagged}
     assert clean_ids == kept_ids - dropped
     assert {p["document_id"] for p in survivors} <= dropped
-    stats = json.loads((out / "corpus" / "stats.json").read_text())
-    assert stats["documents_out"] == len(clean_ids)
-    manifest = json.loads((demo_run / "shards" / "manifest.json").read_text())
-    splits = manifest["splits"]
-    assert splits["train"]["documents"] + splits["val"]["documents"] == len(clean_ids)
+    stats = CorpusStats.read(out / "corpus" / CorpusStats.FILE)
+    assert stats.documents_out == len(clean_ids)
+    splits = ShardsManifest.read(demo_run / "shards" / ShardsManifest.FILE).splits
+    assert splits["train"].documents + splits["val"].documents == len(clean_ids)
     assert decontam_stage.load_run_index(demo_run) is not None
-    report = json.loads((out / "report.json").read_text())
-    assert report["documents_dropped"] == len(dropped)
+    report = DecontamReport.read(out / DecontamReport.FILE)
+    assert report.documents_dropped == len(dropped)
 
 
 @pytest.fixture
@@ -495,19 +498,20 @@ def data_copy(demo_run, tmp_path) -> Path:
 def test_cut_mode_removes_the_items_and_keeps_the_rest(data_copy):
     cfg = load_run_config(data_copy, values={"decontam.action": "cut"})
     report = run_stage("decontam", cfg, data_copy)
-    assert report["documents_cut"] > 0
+    assert report.documents_cut > 0
     index = decontam_stage.load_run_index(data_copy)
     texts = [d["text"] for d in corpus_lib.iter_corpus(data_copy / "decontam" / "corpus")]
     assert all(r["status"] == "clean" for r in index.check(texts))
     original = sum(1 for _ in corpus_lib.iter_corpus(data_copy / "corpus"))
-    assert len(texts) == original - report["documents_dropped"]
+    assert len(texts) == original - report.documents_dropped
 
 
 def test_disabled_stage_trains_on_the_plain_corpus(data_copy):
     run = RunDir(data_copy)
     before = pipeline.current_fingerprint("tokenizer", load_run_config(data_copy), run)
     cfg = load_run_config(data_copy, values={"decontam.enabled": False})
-    assert run_stage("decontam", cfg, data_copy)["not_needed"].startswith("disabled")
+    outcome = run_stage("decontam", cfg, data_copy)
+    assert isinstance(outcome, NotNeeded) and outcome.reason.startswith("disabled")
     assert not (data_copy / "decontam").exists()
     assert corpus_stage.training_corpus_dir(data_copy) == data_copy / "corpus"
     # the tokenizer will be redone
@@ -551,24 +555,24 @@ def test_standalone_shards_merge_to_the_single_scan(demo_world, tmp_path, cli, m
         assert cli("decontam", "merge", "--out", out).code == 0
         one = tmp_path / "one" / "decontam"
         assert (out / "decontam/items.jsonl").read_text() == (one / "items.jsonl").read_text()
-        merged = json.loads((out / "decontam/report.json").read_text())
-        single = json.loads((one / "report.json").read_text())
-        assert merged["benchmarks"] == single["benchmarks"]
-        assert merged["documents_scanned"] == single["documents_scanned"] == len(docs)
+        merged = DecontamReport.read(out / "decontam" / DecontamReport.FILE)
+        single = DecontamReport.read(one / DecontamReport.FILE)
+        assert merged.benchmarks == single.benchmarks
+        assert merged.documents_scanned == single.documents_scanned == len(docs)
 
 
 def _outputs(folder: Path) -> dict:
     """What a decontam folder says, less its timing (and the corpus parts' contents)."""
-    report = json.loads((folder / "report.json").read_text())
+    report = DecontamReport.read(folder / DecontamReport.FILE).to_json()
     report.pop("scan_seconds")
     out = {name: (folder / name).read_text() for name in ("items.jsonl", "flagged.jsonl")}
     out["report"] = report
     if (folder / "corpus").is_dir():
-        stats = json.loads((folder / "corpus" / "stats.json").read_text())
+        stats = CorpusStats.read(folder / "corpus" / CorpusStats.FILE)
         out["parts"] = [
             (p["path"], p["documents"], p["characters"],
              zstandard.decompress((folder / "corpus" / p["path"]).read_bytes(), 1 << 30))
-            for p in stats["parts"]
+            for p in stats.parts
         ]  # fmt: skip
     return out
 
@@ -653,7 +657,7 @@ def test_a_killed_scan_resumes_and_redoes_only_unfinished_tasks(demo_world, tmp_
     fresh = tmp_path / "fresh"
     standalone(cfg, [str(folder / "*")], fresh)
     assert _outputs(out / "decontam") == _outputs(fresh / "decontam")
-    assert report["documents_scanned"] > 0 and first > 0
+    assert report.documents_scanned > 0 and first > 0
 
 
 def test_a_run_killed_after_writing_the_corpus_resumes(data_copy, monkeypatch):
@@ -802,5 +806,5 @@ def test_run_mode_on_a_text_corpus_writes_the_demo_benchmark_it_needs(tmp_path):
     )
     run_stage("corpus", cfg, tmp_path / "run")
     report = run_stage("decontam", cfg, tmp_path / "run")  # the demo recipe's demo_qa=demo
-    assert report["benchmarks"]["demo_qa"]["dirty"] == 1
-    assert report["documents_dropped"] == 1
+    assert report.benchmarks["demo_qa"].dirty == 1
+    assert report.documents_dropped == 1

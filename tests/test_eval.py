@@ -11,6 +11,7 @@ from damaged_models import damaged_copy
 from hanlm.errors import UserError
 from hanlm.evals import run as eval_run
 from hanlm.evals.harness import Model
+from hanlm.evals.results import EvalResults
 from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
 from user_files import snapshot, user_file, user_folder
@@ -64,18 +65,19 @@ def test_stage_writes_results_with_contamination_splits(run_dir):
     )
     result = run_stage("eval", _config(run_dir), run_dir)
     out = run_dir / "eval"
-    record = json.loads((out / "results.json").read_text())
-    model = record["models"][0]
-    qa = record["results"][model]["demo_qa"]
+    record = EvalResults.read(out / EvalResults.FILE)
+    assert record == result
+    model = record.models[0]
+    qa = record.results[model]["demo_qa"]
     assert set(qa) == {"full", "clean", "dirty", "partial"}
-    assert qa["full"]["acc"]["n"] == 6 and qa["clean"]["acc"]["n"] == 3
-    assert qa["dirty"]["acc"]["n"] == 3 and qa["partial"]["acc"]["n"] == 1
-    assert record["counts"][model]["demo_qa"]["unchecked"] == 0
-    direction = record["results"][model]["direction"]
+    assert qa["full"]["acc"].n == 6 and qa["clean"]["acc"].n == 3
+    assert qa["dirty"]["acc"].n == 3 and qa["partial"]["acc"].n == 1
+    assert record.counts[model]["demo_qa"]["unchecked"] == 0
+    direction = record.results[model]["direction"]
     assert set(direction) == {"full"}  # facts are not benchmark items
     full = direction["full"]
-    assert full["gap"]["value"] == pytest.approx(
-        full["forward_logprob"]["value"] - full["reverse_logprob"]["value"]
+    assert full["gap"].value == pytest.approx(
+        full["forward_logprob"].value - full["reverse_logprob"].value
     )
     samples = [json.loads(line) for line in (out / "samples.jsonl").open()]
     assert {s["task"] for s in samples} == {"demo_qa", "direction"}
@@ -100,12 +102,12 @@ def test_cli_side_by_side_models_and_kobest(run_dir, cli, shared_data, tmp_path)
         "--device", "cpu",
     )  # fmt: skip
     assert result.code == 0, result.err
-    record = json.loads((out / "results.json").read_text())
-    assert len(record["models"]) == 2
-    a, b = (record["results"][m] for m in record["models"])
+    record = EvalResults.read(out / EvalResults.FILE)
+    assert len(record.models) == 2
+    a, b = (record.results[m] for m in record.models)
     assert a["kobest_copa"]["full"]["acc"] == b["kobest_copa"]["full"]["acc"]
     assert set(a["gsm8k_ko"]["full"]) == {"exact_match_strict", "exact_match_flexible"}
-    assert a["gsm8k_ko"]["full"]["exact_match_strict"]["n"] == 3
+    assert a["gsm8k_ko"]["full"]["exact_match_strict"].n == 3
     header = next(
         line for line in (out / "results.md").read_text().splitlines() if "| task" in line
     )
@@ -171,12 +173,12 @@ def test_out_holding_an_earlier_evaluation_is_replaced_only_with_force(run_dir, 
     out = tmp_path / "results"
     common = ("eval", "--run", run_dir, "--model", model, "--task", "demo_qa", "--out", out)
     assert cli(*common, "--limit", "2").code == 0
-    assert json.loads((out / "results.json").read_text())["models"]  # recognisable by it
+    assert EvalResults.read(out / EvalResults.FILE).models  # recognisable by it
     before = snapshot(out)
     assert_user_error(cli(*common, "--limit", "3"), "earlier hanlm output", "--force")
     assert snapshot(out) == before
     assert cli(*common, "--limit", "3", "--force").code == 0
-    assert json.loads((out / "results.json").read_text())["tasks"]["demo_qa"]["items"] == 3
+    assert EvalResults.read(out / EvalResults.FILE).tasks["demo_qa"].items == 3
     (out / "notes.md").write_text("my notes on these results\n")
     before = snapshot(out)
     result = cli(*common, "--limit", "2", "--force")

@@ -13,6 +13,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from conftest import TINY_PRETRAIN, assert_user_error
+from hanlm.data.shards import ShardsManifest
 from hanlm.errors import UserError
 from hanlm.model import build_model, model_config
 from hanlm.pipeline import run_stage
@@ -57,14 +58,14 @@ def run_dir(trained_run, tmp_path):
 def exported(trained_run, tmp_path_factory):
     """The default export of `trained_run` (its latest checkpoint), made once."""
     out = tmp_path_factory.mktemp("hf") / "hf"
-    summary = export_stage.export_chosen(
+    made = export_stage.export_chosen(
         config_for(trained_run), trained_run, checkpoint=None, out=out, force=False
     )
-    return out, summary
+    return out, made
 
 
 def tiny_config(run_dir, preset="tiny"):
-    vocab = json.loads((run_dir / "shards" / "manifest.json").read_text())["vocab_size"]
+    vocab = ShardsManifest.read(run_dir / "shards" / ShardsManifest.FILE).vocab_size
     return model_config(preset, vocab_size=vocab, seq_len=TINY["pretrain.seq_len"])
 
 
@@ -96,8 +97,8 @@ def logits(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 def test_round_trip_logits_match_the_checkpoint(trained_run, exported):
-    out, summary = exported
-    assert summary["step"] == 8 and not summary["skipped"]
+    out, made = exported
+    assert made.record.step == 8 and not made.skipped
     ids = batch(trained_run)
     loaded = export.load_exported(out)
     expected = logits(trained_model(trained_run, 8), ids)
@@ -113,7 +114,7 @@ def test_round_trip_logits_match_the_checkpoint(trained_run, exported):
 def test_folder_has_weights_config_generation_and_tokenizer(trained_run, exported):
     from transformers import AutoTokenizer
 
-    out, summary = exported
+    out, made = exported
     names = {p.name for p in out.iterdir()}
     expected = {"model.safetensors", "config.json", "generation_config.json", export.RECORD}
     assert expected | set(export.TOKENIZER_FILES) <= names
@@ -131,11 +132,10 @@ def test_folder_has_weights_config_generation_and_tokenizer(trained_run, exporte
     assert tok.model_max_length == TINY["pretrain.seq_len"]
     chat = tok.apply_chat_template([{"role": "user", "content": "안녕"}], tokenize=False)
     assert chat == "<|user|>\n안녕<|eot|>\n"
-    record = json.loads((out / export.RECORD).read_text())
-    assert record["step"] == 8 and record["tokens"] == 8 * 512
-    assert record["source_checkpoint"].endswith("step-00000008")
-    assert record["model_sha256"] == summary["model_sha256"]
-    assert len(record["model_sha256"]) == 64
+    record = export.ExportRecord.read(out / export.RECORD)
+    assert record.step == 8 and record.tokens == 8 * 512
+    assert record.source_checkpoint.endswith("step-00000008")
+    assert record == made.record and len(record.model_sha256) == 64
 
 
 def chosen(cfg, run_dir, checkpoint, out=None, force=False):
@@ -146,20 +146,21 @@ def test_chosen_step_and_skip_on_rerun(run_dir):
     cfg = config_for(run_dir)
     first = chosen(cfg, run_dir, "4")
     out = run_dir / "pretrain" / "hf-step-00000004"  # beside the stage's own pretrain/hf
-    assert first["step"] == 4 and not first["skipped"]
+    assert first.record.step == 4 and not first.skipped
     record = (out / export.RECORD).read_text()
     again = chosen(cfg, run_dir, "4")
-    assert again["skipped"] and again["model_sha256"] == first["model_sha256"]
+    assert again.skipped and again.record == first.record
     assert (out / export.RECORD).read_text() == record
     latest = run_stage("export", cfg, run_dir)  # the stage: the latest checkpoint
-    assert latest["step"] == 8 and latest["model_sha256"] != first["model_sha256"]
+    assert isinstance(latest, export.ExportRecord)
+    assert latest.step == 8 and latest.model_sha256 != first.record.model_sha256
     marker = (run_dir / "pretrain" / "hf" / "stage.json").read_text()
     assert run_stage("export", cfg, run_dir) == latest  # up to date: skipped
     assert (run_dir / "pretrain" / "hf" / "stage.json").read_text() == marker
     forced = run_stage("export", cfg, run_dir, force=True)
-    assert forced["model_sha256"] == latest["model_sha256"] and forced != latest  # a new export
+    assert forced.model_sha256 == latest.model_sha256 and forced != latest  # a new export
     by_path = chosen(cfg, run_dir, str(run_dir / "pretrain/checkpoints/step-00000004"))
-    assert by_path["step"] == 4
+    assert by_path.record.step == 4
 
 
 def test_chat_end_tokens_and_bf16(trained_run, tmp_path):
@@ -291,8 +292,8 @@ def test_export_of_a_two_rank_fsdp_checkpoint(demo_run, tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    summary = run_stage("export", load_run_config(run_dir, values=values), run_dir)
-    assert summary["step"] == 4
+    record = run_stage("export", load_run_config(run_dir, values=values), run_dir)
+    assert record.step == 4
     ids = batch(run_dir)
     expected = logits(trained_model(run_dir, 4), ids)
     torch.testing.assert_close(
@@ -331,7 +332,7 @@ def test_out_holding_an_earlier_export_is_replaced_only_with_force(run_dir, tmp_
     assert_user_error(export_cli(cli, run_dir, "--out", out), "earlier hanlm output", "--force")
     assert snapshot(out) == before
     assert export_cli(cli, run_dir, "--out", out, "--force").code == 0
-    assert json.loads((out / export.RECORD).read_text())["step"] == 8
+    assert export.ExportRecord.read(out / export.RECORD).step == 8
     # a model card the user added is not the export's to delete, --force or not
     (out / "README.md").write_text("# my model\n")
     before = snapshot(out)
@@ -343,7 +344,7 @@ def test_out_holding_an_earlier_export_is_replaced_only_with_force(run_dir, tmp_
 def test_the_runs_own_export_folder_is_updated_without_force(run_dir, cli):
     assert export_cli(cli, run_dir, "--checkpoint", "4").code == 0
     assert export_cli(cli, run_dir).code == 0
-    assert json.loads((run_dir / "pretrain" / "hf" / export.RECORD).read_text())["step"] == 8
+    assert export.ExportRecord.read(run_dir / "pretrain" / "hf" / export.RECORD).step == 8
 
 
 def test_a_checkpoint_without_its_manifest_is_named_as_uncommitted(run_dir, cli):
@@ -371,5 +372,5 @@ def test_a_damaged_export_is_made_again_on_skip_and_refused_by_generate(run_dir,
     weights.write_bytes(bytes(damaged))
     result = cli("generate", run_dir / "pretrain" / "hf", "--prompt", "안녕")
     assert_user_error(result, "damaged", "fails its sha256", "hanlm export")
-    summary = run_stage("export", cfg, run_dir)
-    assert weights.read_bytes() == good and summary["model_sha256"] == export.file_sha256(weights)
+    record = run_stage("export", cfg, run_dir)
+    assert weights.read_bytes() == good and record.model_sha256 == export.file_sha256(weights)

@@ -386,6 +386,18 @@ def test_the_report_reads_a_torn_metrics_log_and_names_a_damaged_one(run_copy):
     assert caught.value.where == f"{metrics}:1"
 
 
+def test_the_report_names_a_damaged_result_file_and_the_stage_that_makes_it(run_copy, cli):
+    """A result file cut short (a disk that filled, a copy that stopped) is named with what is
+    wrong and how to make it again: exit 2, no traceback, no half-written card."""
+    results = run_copy / "eval" / "results.json"
+    results.parent.mkdir()
+    whole = '{"models": ["run/pretrain"], "model_dirs": {"run/pretrain": "pretrain/hf"}}'
+    results.write_text(whole[: len(whole) // 2])
+    result = cli("report", "--run", run_copy)
+    assert_user_error(result, str(results), "EvalResults file is damaged", "--from eval")
+    assert not (run_copy / "report.md").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Signals during a data stage
 

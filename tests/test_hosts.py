@@ -21,6 +21,7 @@ import pytest
 
 from conftest import TINY_PRETRAIN, copy_data_run, losses
 from hanlm.errors import UserError
+from hanlm.preflight.report import PreflightReport
 from hanlm.train import peers
 from hanlm.train.checkpoint import latest
 
@@ -271,10 +272,10 @@ def test_preflight_sees_whether_the_checkpoint_folder_is_shared(run_dir, tmp_pat
     hosts = start_hosts([preflight_args(run_dir, shared)] * 2, tmp_path)
     try:
         codes = wait_all(hosts, timeout=180)
-        report = json.loads((run_dir / "preflight" / "preflight.json").read_text())
+        report = PreflightReport.read(run_dir / "preflight" / PreflightReport.FILE)
         said = "".join(h.output() for h in hosts)
-        assert codes == [0, 0] and report["verdict"] == "GO", said[-3000:]
-        probes = [r["shared"] for r in report["ranks"]]
+        assert codes == [0, 0] and report.verdict == "GO", said[-3000:]
+        probes = [r.shared for r in report.ranks]
         assert sorted(p["node"] for p in probes) == [0, 1]
         assert all(p["seen"] == [0, 1] for p in probes)
         assert "2 of 2 hosts see every host's files" in said
@@ -282,20 +283,19 @@ def test_preflight_sees_whether_the_checkpoint_folder_is_shared(run_dir, tmp_pat
 
         hosts = start_hosts([preflight_args(run_dir, folder) for folder in per_host], tmp_path)
         codes = wait_all(hosts, timeout=180)
-        report = json.loads((run_dir / "preflight" / "preflight.json").read_text())
+        report = PreflightReport.read(run_dir / "preflight" / PreflightReport.FILE)
         said = "".join(h.output() for h in hosts)
     finally:
         stop_all(hosts)
-    assert codes == [1, 1] and report["verdict"] == "NO-GO", said[-3000:]
-    [failure] = [f for f in report["findings"] if f["severity"] == "fail"]
-    assert failure["check"] == "shared"
-    assert failure["reason"].startswith("the checkpoint folder is not shared by all hosts")
+    assert codes == [1, 1] and report.verdict == "NO-GO", said[-3000:]
+    [failure] = [f for f in report.findings if f.severity == "fail"]
+    assert failure.check == "shared"
+    assert failure.reason.startswith("the checkpoint folder is not shared by all hosts")
     for node in (0, 1):
-        assert (
-            f"(node {node}) does not see what {socket.gethostname()} (node {1 - node})"
-            in (failure["reason"])
+        assert f"(node {node}) does not see what {socket.gethostname()} (node {1 - node})" in (
+            failure.reason
         )
-    assert "mounts at the same path" in failure["fix"] and "checkpoint.mirror" in failure["fix"]
+    assert "mounts at the same path" in failure.fix and "checkpoint.mirror" in failure.fix
     assert "not shared by all hosts" in said and "NO-GO" in said
     for folder in per_host:
         assert not list(folder.parent.glob(".hanlm-preflight-*"))

@@ -73,14 +73,14 @@ def test_the_corpus_cuts_a_document_over_the_limit_into_documents(tmp_path):
     # cut at spaces (the text has no line break), whose whitespace the cleaning strips
     assert " ".join(d["text"] for d in pieces) == HUGE
     assert [d["text"] for d in docs if not d["id"].startswith("huge")] == SMALL
-    assert stats["long_documents"] == {
+    assert stats.long_documents.model_dump() == {
         "documents": 1,
         "pieces": len(pieces),
         "max_chars": 7_000,
         "action": "split",
     }
-    assert stats["documents_in"] == 1 + len(SMALL)
-    assert stats["documents_out"] == len(SMALL) + len(pieces)
+    assert stats.documents_in == 1 + len(SMALL)
+    assert stats.documents_out == len(SMALL) + len(pieces)
 
 
 def test_a_document_over_the_limit_is_dropped_or_refused(tmp_path):
@@ -89,7 +89,7 @@ def test_a_document_over_the_limit_is_dropped_or_refused(tmp_path):
     assert [d["id"] for d in iter_corpus(tmp_path / "drop" / "corpus")] == [
         f"s{i}" for i in range(len(SMALL))
     ]
-    assert stats["long_documents"]["documents"] == 1 and stats["long_documents"]["pieces"] == 0
+    assert stats.long_documents.documents == 1 and stats.long_documents.pieces == 0
     with pytest.raises(UserError, match=r"document 'huge' has 60,000 characters, more than "):
         run_stage("corpus", config(tmp_path, **values, **{"corpus.strict": True}), tmp_path / "s")
 
@@ -114,13 +114,13 @@ def test_shards_encode_a_document_over_piece_chars_to_the_tokens_of_the_whole(tm
     expected = {"train": [], "val": []}
     for i, doc in enumerate(iter_corpus(run / "corpus")):
         split = "val" if i == 0 or shards.is_val(doc["id"], cfg.run.seed, 0.1) else "train"
-        expected[split].extend([*tok.encode(doc["text"]).ids, manifest["eod_id"]])
+        expected[split].extend([*tok.encode(doc["text"]).ids, manifest.eod_id])
     assert len(HUGE) > 50 * 1_000 and any(len(t) > 1_000 for t in expected.values())
     for split, ids in expected.items():
-        files = manifest["splits"][split]["files"]
-        got = np.concatenate([np.fromfile(run / "shards" / f["path"], np.uint16) for f in files])
+        files = manifest.splits[split].files
+        got = np.concatenate([np.fromfile(run / "shards" / f.path, np.uint16) for f in files])
         assert got.tolist() == ids
-        assert manifest["splits"][split]["tokens"] == len(ids)
+        assert manifest.splits[split].tokens == len(ids)
     sidecar = json.loads((run / "shards" / "part-00000.json").read_text())
     assert sidecar["val"]["bytes"] + sidecar["train"]["bytes"] == sum(
         len(t.encode()) for t in [HUGE, *SMALL]

@@ -13,6 +13,7 @@ from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses, me
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
+from hanlm.train.results import PretrainSummary
 
 TINY = TINY_PRETRAIN
 
@@ -34,7 +35,9 @@ def train(run_dir, **extra):
 
 def test_loss_falls_and_metrics_are_logged(run_dir):
     summary = train(run_dir, **{"pretrain.max_steps": 30, "logging.eval_every": 10})
-    assert summary["completed"] and summary["step"] == 30
+    assert isinstance(summary, PretrainSummary)
+    assert summary.completed and summary.step == 30
+    assert summary == PretrainSummary.read(run_dir / "pretrain" / PretrainSummary.FILE)
     records = [r for r in metrics(run_dir) if "loss" in r]
     assert [r["step"] for r in records] == list(range(1, 31))
     first, last = records[0], records[-1]
@@ -68,10 +71,10 @@ def test_stop_and_resume_continue_steps_schedule_and_data(run_dir, tmp_path):
     expected = losses(whole)
 
     first = train(run_dir, stop_after_steps=4)  # stops right after the step-4 checkpoint
-    assert first["step"] == 4 and not first["completed"]
+    assert first.step == 4 and not first.completed
     assert not (run_dir / "pretrain" / "stage.json").exists()
     second = train(run_dir)
-    assert second["completed"] and second["step"] == 8
+    assert second.completed and second.step == 8
     resumed = losses(run_dir)
     assert sorted(resumed) == list(range(1, 9))  # no step logged twice, none missing
     lrs_whole = [r["lr"] for r in metrics(whole) if "lr" in r]
@@ -103,7 +106,7 @@ def test_complete_stage_is_skipped(run_dir):
     train(run_dir, **{"pretrain.max_steps": 2})
     marker = (run_dir / "pretrain" / "stage.json").read_text()
     summary = train(run_dir, **{"pretrain.max_steps": 2})
-    assert summary["step"] == 2
+    assert summary.step == 2
     assert (run_dir / "pretrain" / "stage.json").read_text() == marker
 
 
@@ -183,8 +186,8 @@ def test_ddp_and_fsdp_match_one_process(run_dir, tmp_path):
         assert sorted(got) == sorted(single)
         for step, loss in single.items():
             assert abs(got[step] - loss) / loss < 1e-4, (mode, step, got[step], loss)
-        summary = json.loads((other / "pretrain" / "summary.json").read_text())
-        assert summary["world_size"] == 2 and summary["mode"] == mode
+        summary = PretrainSummary.read(other / "pretrain" / PretrainSummary.FILE)
+        assert summary.world_size == 2 and summary.mode == mode
 
 
 @pytest.mark.slow

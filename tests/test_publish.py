@@ -14,10 +14,13 @@ import numpy as np
 import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error
+from hanlm.data.decontam.outputs import DecontamReport
+from hanlm.evals.results import EvalResults, Score, TaskRecord, TaskScores
 from hanlm.pipeline import run_stage
 from hanlm.share import model_card
 from hanlm.share import publish as publish_lib
 from hanlm.stages.rundir import load_run_config, save_run_config
+from hanlm.train.results import PretrainSummary
 
 TINY = {
     **TINY_PRETRAIN,
@@ -58,14 +61,22 @@ def run_dir(finished_run, tmp_path):
     return target
 
 
-def _results(run_dir):
-    return json.loads((run_dir / "eval" / "results.json").read_text())
+def _results(run_dir) -> EvalResults:
+    return EvalResults.read(run_dir / "eval" / EvalResults.FILE)
 
 
-def _scores_of(run_dir, stage):
+def _scores_of(run_dir, stage) -> dict[str, TaskScores]:
     results = _results(run_dir)
-    (name,) = [m for m in results["models"] if m.endswith(f"/{stage}")]
-    return results["results"][name]
+    (name,) = [m for m in results.models if m.endswith(f"/{stage}")]
+    return results.results[name]
+
+
+def _task(benchmark: str | None, source: str, items: int = 50) -> TaskRecord:
+    return TaskRecord(benchmark=benchmark, source=source, items=items)
+
+
+def _full_acc(value: float, stderr: float | None, n: int) -> TaskScores:
+    return {"full": {"acc": Score(value=value, stderr=stderr, n=n)}}
 
 
 def _card(folder):
@@ -84,13 +95,13 @@ def _card_scores(card) -> dict:
     return found
 
 
-def _expected_scores(scores) -> dict:
+def _expected_scores(scores: dict[str, TaskScores]) -> dict:
     return {
-        (task, split, metric): score["value"]
+        (task, split, metric): score.value
         for task, splits in scores.items()
         for split, metrics in splits.items()
         for metric, score in metrics.items()
-        if score["value"] is not None and math.isfinite(score["value"])
+        if score.value is not None and math.isfinite(score.value)
     }
 
 
@@ -107,19 +118,19 @@ def test_dry_run_card_holds_every_score_full_clean_dirty(run_dir, cli):
     # n and stderr travel with each value
     for r in card.data.eval_results:
         score = scores[r.dataset_name][r.metric_config][r.metric_type]
-        assert r.metric_args["n"] == score["n"]
-        assert r.metric_args.get("stderr") == score["stderr"]
-        assert f"n={score['n']}" in r.metric_name
+        assert r.metric_args["n"] == score.n
+        assert r.metric_args.get("stderr") == score.stderr
+        assert f"n={score.n}" in r.metric_name
     # the decontamination summary sits beside the demo_qa scores
-    decontam = json.loads((run_dir / "decontam" / "report.json").read_text())
+    decontam = DecontamReport.read(run_dir / "decontam" / DecontamReport.FILE)
     demo_qa = [r for r in card.data.eval_results if r.dataset_name == "demo_qa"]
-    summary = decontam["benchmarks"]["demo_qa"]
+    summary = decontam.benchmarks["demo_qa"]
     for r in demo_qa:
-        assert r.dataset_args["decontam_items"] == summary["items"]
-        assert r.dataset_args["decontam_dirty"] == summary["dirty"]
-        assert r.dataset_args["decontam_found_whole"] == summary["found_whole"]
-        assert r.dataset_args["decontam_found_only_by_parts"] == summary["found_only_by_parts"]
-    assert f"| demo_qa | {summary['items']} |" in card.text  # and in the body's table
+        assert r.dataset_args["decontam_items"] == summary.items
+        assert r.dataset_args["decontam_dirty"] == summary.dirty
+        assert r.dataset_args["decontam_found_whole"] == summary.found_whole
+        assert r.dataset_args["decontam_found_only_by_parts"] == summary.found_only_by_parts
+    assert f"| demo_qa | {summary.items} |" in card.text  # and in the body's table
 
 
 def test_card_metadata_round_trips_through_the_hub_parser(run_dir, cli):
@@ -197,8 +208,8 @@ def test_card_has_recipe_hardware_report_and_its_plots(run_dir, cli):
     for heading in ("## How to use", "## Evaluation", "### Decontamination", "## Training",
                     "## Hardware and cost", "## Report card", "### 1. Plan"):  # fmt: skip
         assert heading in text, heading
-    summary = json.loads((run_dir / "pretrain" / "summary.json").read_text())
-    assert f"| tokens seen | {summary['tokens']:,} |" in text
+    summary = PretrainSummary.read(run_dir / "pretrain" / PretrainSummary.FILE)
+    assert f"| tokens seen | {summary.tokens:,} |" in text
     assert f"| sequence length | {TINY['pretrain.seq_len']} |" in text
     assert "| precision | fp32 |" in text
     assert "Not in this run" not in text
@@ -406,14 +417,14 @@ def test_hf_sources_become_datasets_and_dataset_ids():
         model_config={},
         parameters=None,
         scores={
-            "kobest_boolq": {"full": {"acc": {"value": 0.6, "stderr": 0.01, "n": 100}}},
-            "kobest_copa": {"full": {"acc": {"value": 0.7, "stderr": None, "n": 50}}},
-            "kobest_copa_again": {"full": {"acc": {"value": 0.8, "stderr": None, "n": 50}}},
+            "kobest_boolq": _full_acc(0.6, 0.01, 100),
+            "kobest_copa": _full_acc(0.7, None, 50),
+            "kobest_copa_again": _full_acc(0.8, None, 50),
         },
         tasks={
-            "kobest_boolq": {"benchmark": "kobest_boolq", "source": "hf:skt/kobest_v1:boolq:test"},
-            "kobest_copa": {"benchmark": "kobest_copa", "source": "hf:skt/kobest_v1:copa:test"},
-            "kobest_copa_again": {"benchmark": None, "source": "hf:skt/kobest_v1:copa:test"},
+            "kobest_boolq": _task("kobest_boolq", "hf:skt/kobest_v1:boolq:test", 100),
+            "kobest_copa": _task("kobest_copa", "hf:skt/kobest_v1:copa:test"),
+            "kobest_copa_again": _task(None, "hf:skt/kobest_v1:copa:test"),
         },
         datasets=["HuggingFaceFW/fineweb-2"],
     )
@@ -428,9 +439,9 @@ def test_hf_sources_become_datasets_and_dataset_ids():
 
 def test_a_local_copy_of_a_hub_benchmark_names_the_hub_dataset():
     tasks = {
-        "kobest_wic": {"benchmark": "kobest_wic", "source": "/data/WiC/SKT_WiC_Test.tsv"},
-        "demo_qa": {"benchmark": "demo_qa", "source": "/run/demo/benchmark.jsonl"},
-        "someone_elses": {"benchmark": None, "source": "/data/x.jsonl"},
+        "kobest_wic": _task("kobest_wic", "/data/WiC/SKT_WiC_Test.tsv", 4),
+        "demo_qa": _task("demo_qa", "/run/demo/benchmark.jsonl", 4),
+        "someone_elses": _task(None, "/data/x.jsonl", 4),
     }
     sources = publish_lib.hub_sources(tasks)
     assert sources == {"kobest_wic": "hf:skt/kobest_v1:wic"}  # no split claimed for a file
@@ -440,7 +451,7 @@ def test_a_local_copy_of_a_hub_benchmark_names_the_hub_dataset():
         license="mit",
         model_config={},
         parameters=None,
-        scores={name: {"full": {"acc": {"value": 0.5, "stderr": None, "n": 4}}} for name in tasks},
+        scores={name: _full_acc(0.5, None, 4) for name in tasks},
         tasks=tasks,
         hub_sources=sources,
     )

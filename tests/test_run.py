@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from hanlm.data.decontam.outputs import DecontamReport
+from hanlm.data.shards import ShardsManifest
+from hanlm.evals.results import EvalResults
 from hanlm.train import checkpoint
+from hanlm.train.results import PretrainSummary
 
 # The whole pipeline in about a minute: the demo world at 0.6 MB, the tiny model, short SFT
 # and eval, and the comparison without the leaks (the demo recipe's decontam.compare_drop).
@@ -116,8 +120,8 @@ def test_killed_run_finishes_without_redoing_complete_stages(interrupted_then_fi
         assert re.search(rf"{name}: .*(up to date|skipped|complete)", log), name
     assert (run_dir / "plan" / "plan.json").stat().st_mtime_ns == plan_written
     # pretraining continued from the checkpoint the kill left, not from step 0
-    summary = (run_dir / "pretrain" / "summary.json").read_text()
-    assert f'"step": {TINY_RUN["pretrain.max_steps"]}' in summary
+    summary = PretrainSummary.read(run_dir / "pretrain" / PretrainSummary.FILE)
+    assert summary.step == TINY_RUN["pretrain.max_steps"] and summary.completed
     steps = [
         int(line.split('"step": ')[1].split(",")[0])
         for line in (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines()
@@ -164,17 +168,17 @@ def test_the_comparison_without_the_leaks_runs_beside_and_is_skipped_when_finish
     for name in ("demo", "corpus"):
         assert (sub / name).is_symlink() and (sub / name).resolve() == (run_dir / name).resolve()
     assert (sub / "tokenizer").is_dir() and not (sub / "tokenizer").is_symlink()
-    report = json.loads((sub / "decontam" / "report.json").read_text())
-    assert report["action"] == "drop" and report["documents_dropped"] > 0
+    report = DecontamReport.read(sub / "decontam" / DecontamReport.FILE)
+    assert report.action == "drop" and report.documents_dropped > 0
     kept = json.loads((run_dir / "decontam" / "items.jsonl").read_text().splitlines()[0])
     assert kept == json.loads((sub / "decontam" / "items.jsonl").read_text().splitlines()[0])
-    tokens = {d: json.loads((d / "shards" / "manifest.json").read_text()) for d in (run_dir, sub)}
-    assert tokens[run_dir]["tokenizer_sha256"] != tokens[sub]["tokenizer_sha256"]
-    assert tokens[sub]["splits"]["train"]["tokens"] < tokens[run_dir]["splits"]["train"]["tokens"]
-    summary = json.loads((sub / "pretrain" / "summary.json").read_text())
-    assert summary["step"] == TINY_RUN["pretrain.max_steps"]
-    record = json.loads((sub / "eval" / "results.json").read_text())
-    assert list(record["tasks"]) == ["demo_qa"] and len(record["models"]) == 1
+    tokens = {d: ShardsManifest.read(d / "shards" / ShardsManifest.FILE) for d in (run_dir, sub)}
+    assert tokens[run_dir].tokenizer_sha256 != tokens[sub].tokenizer_sha256
+    assert tokens[sub].splits["train"].tokens < tokens[run_dir].splits["train"].tokens
+    summary = PretrainSummary.read(sub / "pretrain" / PretrainSummary.FILE)
+    assert summary.step == TINY_RUN["pretrain.max_steps"]
+    record = EvalResults.read(sub / "eval" / EvalResults.FILE)
+    assert list(record.tasks) == ["demo_qa"] and len(record.models) == 1
     assert "compare: the same recipe with decontam.action = drop" in log
     card = (run_dir / "report.md").read_text()
     assert "| dropped (compare/drop) | demo_qa | accuracy |" in card
@@ -239,15 +243,15 @@ def test_card_says_why_answers_end_and_compares_the_reverse_gap(interrupted_then
 
     direction = _section(report, "7. Knowledge in both directions")
     samples = [json.loads(line) for line in (run_dir / "eval" / "samples.jsonl").open()]
-    results = json.loads((run_dir / "eval" / "results.json").read_text())["results"]
+    results = EvalResults.read(run_dir / "eval" / EvalResults.FILE).results
     for model, tasks in results.items():
         probed = [s for s in samples if s["task"] == "direction" and s["model"] == model]
         stated = sum(s["reverse_stated"] for s in probed)
         assert 0 < stated < len(probed)  # the demo recipe's reverse_share picks about half
         assert f"states {stated} of the {len(probed)} probed facts also object first" in direction
         scores = tasks["direction"]["full"]
-        assert scores["gap/reverse_stated"]["n"] == stated
-        assert scores["gap/reverse_unstated"]["n"] == len(probed) - stated
+        assert scores["gap/reverse_stated"].n == stated
+        assert scores["gap/reverse_unstated"].n == len(probed) - stated
         for group, n in (("reverse stated", stated), ("reverse not stated", len(probed) - stated)):
             assert re.search(rf"\| {group} \| {n} \| -?\d+\.\d\d \| -?\d+\.\d\d \|", direction)
 

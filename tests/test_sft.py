@@ -17,6 +17,7 @@ from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import export, precision, sft
+from hanlm.train.results import SftSummary
 
 TINY_SFT = {
     "sft.seq_len": 256,
@@ -92,7 +93,7 @@ def test_mean_init_closes_answers_and_none_is_measured(sft_run):
     assert ablation["init"] == "none" and set(by_init) == {"mean", "none"}
     assert 0 <= by_init["none"] <= 1
     assert {"answer", "prompt", "closed", "reference"} <= set(closure["examples"][0])
-    assert summary["closure"]["rate"] == closure["rate"]
+    assert summary.closure is not None and summary.closure.rate == closure["rate"]
     # why: <|eot|>'s rank where the held-out answers end, and the rows' norms, before and after
     for check in (closure, ablation):
         for when in ("before", "after"):
@@ -117,7 +118,7 @@ def test_audit_finds_the_chat_tokens_untrained(sft_run):
     by_name = {t["name"]: t for t in audit["tokens"]}
     assert by_name["eot"]["pretrain_count"] == 0 and by_name["eot"]["verdict"] == "untrained"
     assert by_name["eod"]["pretrain_count"] > 0 and by_name["eod"]["verdict"] == "trained"
-    assert summary["untrained_template_tokens"] == audit["untrained_template_tokens"]
+    assert summary.untrained_template_tokens == audit["untrained_template_tokens"]
 
 
 def test_export_stops_on_end_of_turn(sft_run):
@@ -165,7 +166,7 @@ def test_resume_continues_from_the_sft_checkpoint(pretrained, tmp_path):
     lines = (out / "metrics.jsonl").read_text().splitlines()
     steps = [json.loads(line)["step"] for line in lines if "loss" in json.loads(line)]
     assert steps == [5, 10]  # step 10 came after a resume at 5, not a second run from 0
-    assert json.loads((out / "summary.json").read_text())["step"] == 10
+    assert SftSummary.read(out / SftSummary.FILE).step == 10
 
 
 def test_doctor_on_the_trained_models(sft_run, tmp_path, cli):

@@ -1,4 +1,3 @@
-import json
 import shutil
 from pathlib import Path
 
@@ -8,6 +7,8 @@ import pytest
 from conftest import assert_user_error
 from hanlm.data import shards
 from hanlm.data.corpus import corpus_parts, iter_corpus, iter_part
+from hanlm.data.shards import ShardsManifest
+from hanlm.data.tokenizer import TokenizerStats
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 from hanlm.stages import shards as shards_stage
@@ -16,20 +17,20 @@ from hanlm.stages.corpus import training_corpus_dir
 from hanlm.stages.rundir import load_run_config
 
 
-def manifest(run_dir):
-    return json.loads((run_dir / "shards" / "manifest.json").read_text())
+def manifest(run_dir) -> ShardsManifest:
+    return ShardsManifest.read(run_dir / "shards" / ShardsManifest.FILE)
 
 
 def read_split(run_dir, split):
     m = manifest(run_dir)
-    files = m["splits"][split]["files"]
-    return [np.fromfile(run_dir / "shards" / f["path"], dtype=m["dtype"]) for f in files]
+    files = m.splits[split].files
+    return [np.fromfile(run_dir / "shards" / f.path, dtype=m.dtype) for f in files]
 
 
 def test_totals_equal_direct_encoding(demo_run):
     tok = tokenizer_stage.load(demo_run)
     m = manifest(demo_run)
-    eod = m["eod_id"]
+    eod = m.eod_id
     expected = {"train": [], "val": []}
     for i, doc in enumerate(iter_corpus(training_corpus_dir(demo_run))):
         split = "val" if i == 0 or shards.is_val(doc["id"], 0, 0.02) else "train"
@@ -37,24 +38,24 @@ def test_totals_equal_direct_encoding(demo_run):
     for split in ("train", "val"):
         tokens = np.concatenate(read_split(demo_run, split))
         assert tokens.tolist() == expected[split]
-        assert m["splits"][split]["tokens"] == len(expected[split])
-        assert m["splits"][split]["documents"] == expected[split].count(eod)
-    assert m["splits"]["val"]["documents"] >= 1
+        assert m.splits[split].tokens == len(expected[split])
+        assert m.splits[split].documents == expected[split].count(eod)
+    assert m.splits["val"].documents >= 1
 
 
 def test_manifest_fields(demo_run):
     m = manifest(demo_run)
-    assert m["dtype"] == "uint16" and m["vocab_size"] == 1024
-    sha = json.loads((demo_run / "tokenizer" / "stats.json").read_text())["tokenizer_sha256"]
-    assert m["tokenizer_sha256"] == sha
-    counts = m["special_token_counts"]
-    assert counts["<|endoftext|>"] == m["splits"]["train"]["documents"]
+    assert m.dtype == "uint16" and m.vocab_size == 1024
+    sha = TokenizerStats.read(demo_run / "tokenizer" / TokenizerStats.FILE).tokenizer_sha256
+    assert m.tokenizer_sha256 == sha
+    counts = m.special_token_counts
+    assert counts["<|endoftext|>"] == m.splits["train"].documents
     # Pretraining text never holds chat tokens: SFT must know they are untrained.
     for token in ("<|system|>", "<|user|>", "<|assistant|>", "<|eot|>", "<|pad|>"):
         assert counts[token] == 0
-    for f in m["splits"]["train"]["files"]:
-        size = (demo_run / "shards" / f["path"]).stat().st_size
-        assert size == f["tokens"] * 2
+    for f in m.splits["train"].files:
+        size = (demo_run / "shards" / f.path).stat().st_size
+        assert size == f.tokens * 2
 
 
 def reference_files(run_dir) -> dict[str, bytes]:
@@ -67,9 +68,9 @@ def reference_files(run_dir) -> dict[str, bytes]:
         tokens = {"train": [], "val": []}
         for j, doc in enumerate(iter_part(part)):
             val = (i == 0 and j == 0) or shards.is_val(doc["id"], 0, 0.02)
-            tokens["val" if val else "train"].extend([*tok.encode(doc["text"]).ids, m["eod_id"]])
+            tokens["val" if val else "train"].extend([*tok.encode(doc["text"]).ids, m.eod_id])
         for split, ids in tokens.items():
-            files[f"{split}-{i:05d}.bin"] = np.array(ids, dtype=m["dtype"]).tobytes()
+            files[f"{split}-{i:05d}.bin"] = np.array(ids, dtype=m.dtype).tobytes()
     return files
 
 
@@ -83,8 +84,8 @@ def test_token_files_are_byte_identical_to_the_encoder_before_the_engine(demo_ru
     assert token_files(demo_run) == expected
 
 
-def without_timing(m: dict) -> dict:
-    return {k: v for k, v in m.items() if k not in ("seconds", "workers")}
+def without_timing(m: ShardsManifest) -> dict:
+    return m.model_dump(exclude={"seconds", "workers"})
 
 
 def test_one_and_two_workers_give_identical_shards(demo_run, tmp_path):
@@ -92,7 +93,7 @@ def test_one_and_two_workers_give_identical_shards(demo_run, tmp_path):
     shutil.copytree(demo_run, other)
     cfg = load_run_config(other, values={"data_engine.workers": 1})
     run_stage("shards", cfg, other, force=True)
-    assert manifest(demo_run)["workers"] == 2 and manifest(other)["workers"] == 1
+    assert manifest(demo_run).workers == 2 and manifest(other).workers == 1
     assert token_files(other) == token_files(demo_run)
     assert without_timing(manifest(other)) == without_timing(manifest(demo_run))
     sidecars = sorted(p.name for p in (demo_run / "shards").glob("part-*.json"))
@@ -241,7 +242,7 @@ def test_rerun_skips_and_a_new_tokenizer_encodes_again(demo_run, tmp_path, cli):
         shards_stage.load_manifest(run_dir)
     assert cli("shards", "--run", run_dir, "--set", "tokenizer.vocab_size=768").code == 0
     assert marker.read_text() != before  # the tokenizer is upstream: the shards are redone
-    assert manifest(run_dir)["vocab_size"] == 768
+    assert manifest(run_dir).vocab_size == 768
     shards_stage.load_manifest(run_dir)
 
 

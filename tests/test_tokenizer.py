@@ -99,12 +99,12 @@ def test_transformers_loads_it_with_chat_template(hf_tokenizer):
 
 
 def test_stats_report_compression(demo_run):
-    stats = json.loads((demo_run / "tokenizer" / "stats.json").read_text())
-    held = stats["heldout"]
-    assert held["documents"] > 0
+    stats = tokenizer.TokenizerStats.read(demo_run / "tokenizer" / tokenizer.STATS_FILE)
+    held = stats.heldout
+    assert held.documents > 0
     # Byte-level BPE on Korean: more than one byte per token once merges are learned.
-    assert held["bytes_per_token"] > 1.5
-    assert held["bytes_per_token"] > held["chars_per_token"]  # Hangul is 3 bytes in UTF-8
+    assert held.bytes_per_token > 1.5
+    assert held.bytes_per_token > held.chars_per_token  # Hangul is 3 bytes in UTF-8
 
 
 def test_heldout_documents_not_in_the_sample(demo_run, tmp_path):

@@ -401,15 +401,15 @@ def test_preflight_says_no_go_for_a_tracker_that_cannot_start(tracker_home, run_
     }
     cfg = load_run_config(run_dir, values={**TINY_PRETRAIN, **quick, "logging.trackers": ["wandb"]})
     report = preflight_stage.check(cfg, run_dir)
-    refused = [f for f in report["findings"] if f["check"] == "trackers"]
-    assert report["verdict"] == "NO-GO" and len(refused) == 1
-    assert refused[0]["severity"] == "fail" and "wandb login" in refused[0]["fix"]
+    refused = [f for f in report.findings if f.check == "trackers"]
+    assert report.verdict == "NO-GO" and len(refused) == 1
+    assert refused[0].severity == "fail" and "wandb login" in refused[0].fix
     cfg = load_run_config(
         run_dir, values={**TINY_PRETRAIN, **quick, "logging.trackers": ["tensorboard"]}
     )
     report = preflight_stage.check(cfg, run_dir)
-    assert report["ranks"][0]["trackers"] == {"trackers": ["tensorboard"]}
-    assert not [f for f in report["findings"] if f["check"] == "trackers"]
+    assert report.ranks[0].trackers == {"trackers": ["tensorboard"]}
+    assert not [f for f in report.findings if f.check == "trackers"]
 
 
 def test_a_trackio_space_without_a_hugging_face_token_is_refused(tracker_home, monkeypatch):

@@ -28,6 +28,7 @@ from hanlm.model import build_model, model_config
 from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import checkpoint, export, parallel
+from hanlm.train.results import PretrainSummary
 
 # Eight tiny steps; checkpoints at 4 and 8.
 TINY = {**TINY_PRETRAIN, "logging.eval_every": 0}
@@ -201,14 +202,14 @@ def test_a_failed_save_says_no_space_when_the_disk_is_full(
 def test_a_run_resumed_at_its_final_checkpoint_keeps_the_validation_in_its_summary(run_dir):
     values = {"pretrain.max_steps": 2, "logging.eval_every": 2, "checkpoint.every": 2}
     finished = train(run_dir, **values)
-    assert "val_loss" in finished and "val_bpb" in finished
+    assert finished.val_loss is not None and finished.val_bpb is not None
     # killed between the final checkpoint and the stage marker
     (run_dir / "pretrain" / "stage.json").unlink()
     again = train(run_dir, **values)
-    assert again["completed"] and (run_dir / "pretrain" / "stage.json").is_file()
-    assert (again["val_loss"], again["val_bpb"]) == (finished["val_loss"], finished["val_bpb"])
-    summary = json.loads((run_dir / "pretrain" / "summary.json").read_text())
-    assert summary["val_loss"] == finished["val_loss"]
+    assert again.completed and (run_dir / "pretrain" / "stage.json").is_file()
+    assert (again.val_loss, again.val_bpb) == (finished.val_loss, finished.val_bpb)
+    summary = PretrainSummary.read(run_dir / "pretrain" / PretrainSummary.FILE)
+    assert summary.val_loss == finished.val_loss
     assert [r["step"] for r in metrics(run_dir) if "loss" in r] == [1, 2]  # nothing logged twice
 
 
