@@ -1,12 +1,12 @@
 """What a stage hands over, with a declared shape: the base of every result type.
 
-Each library module that makes a stage's result declares its type beside the code that fills
-it (`hanlm.plan.estimate.Plan`, `hanlm.data.corpus.CorpusStats`, `hanlm.evals.run.EvalResults`,
-...), as a `Result`: a pydantic model whose `FILE` names the JSON file it lives in. `write` is
-the one writer (atomic, so a reader never sees half a file) and `read` the one reader, which
-turns a missing, damaged or wrongly shaped file into a UserError naming the file, what is wrong
-and how to make it again. The report card, the model card and publishing read results only
-through these types.
+Each layer that makes a stage's result declares its type in a module that does not import
+torch (`hanlm.plan.estimate.Plan`, `hanlm.data.corpus.CorpusStats`, `hanlm.train.results`,
+`hanlm.evals.results.EvalResults`, ...), as a `Result`: a pydantic model whose `FILE` names the
+JSON file it lives in. `write` is the one writer (atomic, so a reader never sees half a file)
+and `read` the one reader, which turns a missing, damaged or wrongly shaped file into a
+UserError naming the file, what is wrong and how to make it again. The report card, the model
+card and publishing read results only through these types, without torch.
 """
 
 from __future__ import annotations

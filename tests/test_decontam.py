@@ -26,7 +26,6 @@ from hanlm import demo, pipeline
 from hanlm.config import load_config
 from hanlm.data import corpus as corpus_lib
 from hanlm.data import decontam
-from hanlm.data.corpus import CorpusStats
 from hanlm.data.decontam import index as index_module
 from hanlm.data.decontam import outputs as outputs_module
 from hanlm.data.decontam import scan as scan_module
@@ -481,8 +480,8 @@ def test_run_mode_finds_the_demo_plants_and_training_reads_the_clean_corpus(demo
     dropped = {json.loads(line)["document"] for line in flagged}
     assert clean_ids == kept_ids - dropped
     assert {p["document_id"] for p in survivors} <= dropped
-    stats = CorpusStats.read(out / "corpus" / CorpusStats.FILE)
-    assert stats.documents_out == len(clean_ids)
+    stats = json.loads((out / "corpus" / "stats.json").read_text())  # the cleaned corpus's
+    assert stats["documents_out"] == len(clean_ids)
     splits = ShardsManifest.read(demo_run / "shards" / ShardsManifest.FILE).splits
     assert splits["train"].documents + splits["val"].documents == len(clean_ids)
     assert decontam_stage.load_run_index(demo_run) is not None
@@ -568,11 +567,11 @@ def _outputs(folder: Path) -> dict:
     out = {name: (folder / name).read_text() for name in ("items.jsonl", "flagged.jsonl")}
     out["report"] = report
     if (folder / "corpus").is_dir():
-        stats = CorpusStats.read(folder / "corpus" / CorpusStats.FILE)
+        stats = json.loads((folder / "corpus" / "stats.json").read_text())
         out["parts"] = [
             (p["path"], p["documents"], p["characters"],
              zstandard.decompress((folder / "corpus" / p["path"]).read_bytes(), 1 << 30))
-            for p in stats.parts
+            for p in stats["parts"]
         ]  # fmt: skip
     return out
 

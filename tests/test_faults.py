@@ -25,6 +25,7 @@ import pytest
 
 from conftest import assert_user_error, copy_data_run, run_subprocess
 from hanlm import files, run_lock
+from hanlm.errors import UserError
 from hanlm.files import (
     IN_PROGRESS_TAG,
     STAGE_MARKER,
@@ -386,15 +387,19 @@ def test_the_report_reads_a_torn_metrics_log_and_names_a_damaged_one(run_copy):
     assert caught.value.where == f"{metrics}:1"
 
 
-def test_the_report_names_a_damaged_result_file_and_the_stage_that_makes_it(run_copy, cli):
+def test_the_report_names_a_damaged_result_file_and_the_stage_that_makes_it(run_copy):
     """A result file cut short (a disk that filled, a copy that stopped) is named with what is
-    wrong and how to make it again: exit 2, no traceback, no half-written card."""
+    wrong and how to make it again, and no card is written from it."""
+    from hanlm.pipeline import run_stage
+    from hanlm.stages.rundir import load_run_config
+
     results = run_copy / "eval" / "results.json"
     results.parent.mkdir()
     whole = '{"models": ["run/pretrain"], "model_dirs": {"run/pretrain": "pretrain/hf"}}'
     results.write_text(whole[: len(whole) // 2])
-    result = cli("report", "--run", run_copy)
-    assert_user_error(result, str(results), "EvalResults file is damaged", "--from eval")
+    with pytest.raises(UserError, match="the EvalResults file is damaged: not JSON") as caught:
+        run_stage("report", load_run_config(run_copy), run_copy)
+    assert caught.value.where == str(results) and "--from eval" in caught.value.fix
     assert not (run_copy / "report.md").exists()
 
 

@@ -348,6 +348,17 @@ def test_results_without_this_model_are_refused(run_dir, cli):
     assert_user_error(cli("publish", run_dir, "--dry-run"), "no scores of", "hanlm eval")
 
 
+def test_a_damaged_result_file_in_the_run_is_named(run_dir, cli):
+    """A result file of the run cut short: exit 2 naming the file, what is wrong with it and
+    the stage that makes it again; nothing published."""
+    path = run_dir / "eval" / "results.json"
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+    result = cli("publish", run_dir, "--repo", REPO, "--dry-run")
+    assert_user_error(result, str(path), "EvalResults file is damaged", "hanlm eval")
+    assert not (run_dir / "publish").exists()
+
+
 def test_bad_arguments_are_user_errors(run_dir, cli, tmp_path):
     assert_user_error(cli("publish", run_dir), "--repo")
     assert_user_error(cli("publish", run_dir, "--repo", "a/b/c", "--dry-run"), "not a Hub")

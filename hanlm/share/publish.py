@@ -180,6 +180,11 @@ def read_facts(
     gguf_name: str | None,
 ) -> model_card.CardFacts:
     """Read what the card needs; no eval results (or none of this model) is a UserError."""
+    if not files.eval_results.exists():
+        raise UserError(
+            f"the run has no evaluation results: {files.eval_results} does not exist",
+            fix=files.fixes["eval"],
+        )
     results = EvalResults.read(files.eval_results, fix=files.fixes["eval"])
     scores = _model_scores(results, folder, files.eval_results, files.fixes["eval"])
     corpus_inputs = list(((recipe or {}).get("corpus") or {}).get("inputs") or [])
