@@ -211,11 +211,11 @@ def test_every_tracker_holds_metrics_jsonl_and_resume_continues_the_same_runs(
         "logging.eval_every": 2,
     }
     first = train(run_dir, stop_after_steps=2, **chosen)
-    assert first["step"] == 2 and not first["completed"]
+    assert first.step == 2 and not first.completed
     stage = run_dir / "pretrain"
     state = json.loads((stage / "trackers.json").read_text())
     second = train(run_dir, **chosen)
-    assert second["completed"]
+    assert second.completed
     expected = logged(run_dir)
     assert sorted(expected) == [1, 2, 3, 4] and "val_loss" in expected[4]
 
