@@ -97,7 +97,11 @@ def _run_local(executor: LocalPipelineExecutor, logging_dir: Path) -> None:
     finally:
         os.close(failure_read)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise _failure(payload, log, status)
+        error = _failure(payload, log, status)
+        # a bug or a failing disk: say where the task's traceback is (notes: Python 3.11+)
+        if not isinstance(error, UserError) and hasattr(error, "add_note"):
+            error.add_note(f"the data engine's log, with the task's traceback: {log}")
+        raise error
 
 
 def _die_with_parent(parent: int) -> None:
