@@ -103,9 +103,11 @@ class SignatureWriter:
             return
         self._hashes.append(minhash.content_hashes(texts))
         if self.settings.near:
-            s = self.settings
-            sig = minhash.signatures(texts, num_perm=s.num_perm, ngram=s.ngram, seed=s.seed)
-            bands, rows = s.bands
+            settings = self.settings
+            sig = minhash.signatures(
+                texts, num_perm=settings.num_perm, ngram=settings.ngram, seed=settings.seed
+            )
+            bands, rows = settings.bands
             self._sigs.append(sig[:, : bands * rows])
             self._full.write(sig.astype(np.uint8).tobytes())  # low byte: enough to verify
         self.count += len(texts)
