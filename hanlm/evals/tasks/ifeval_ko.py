@@ -2,7 +2,7 @@
 
 The checkers follow lm-evaluation-harness's IFEval (`lm_eval/tasks/ifeval`) wherever the language
 does not matter, so a response without Hangul scores as lm-eval scores it, strict and loose
-(`benchmarks/ifeval_agreement.py` measures it, `tests/test_ifeval_agreement.py` keeps it). That
+(`benchmarks/ifeval_agreement.py` measures it, `tests/unit/test_ifeval_agreement.py` keeps it). That
 includes lm-eval's own conventions: an empty response follows nothing; paragraphs for
 `nth_paragraph_first_word` are split on exactly two newlines and its first word is matched
 whole, ignoring case and trailing punctuation; every line starting with `-` or `*` (but not `**`)

@@ -4,7 +4,7 @@ divided by the choice's length in characters) and macro F1 over (gold, argmax) p
 
 The fields come from hanlm.testsets.readers, which gives the text of skt/kobest_v1 from either the
 TSV release or the Hugging Face layout, and the row's position there as the item id (lm-eval's
-doc_id). docs/kobest.md writes out, per task, the exact text scored; tests/test_harness.py checks
+doc_id). docs/kobest.md writes out, per task, the exact text scored; tests/integration/test_harness.py checks
 it against lm-evaluation-harness request by request."""
 
 from __future__ import annotations
