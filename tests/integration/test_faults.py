@@ -4,8 +4,8 @@ Each case puts a run folder in a fault (a kill inside a commit, a second command
 in a finished output, a full or read-only disk, a torn JSONL line, a signal) and asserts what a
 user is promised: exit status 2 with one message and no traceback where the fault is the
 user's to fix, nothing lost, and an identical result once the fault is removed. Training faults
-(a diverging loss, a failing checkpoint disk) are in tests/test_training_faults.py; a huge
-document in tests/test_shards.py.
+(a diverging loss, a failing checkpoint disk) are in tests/integration/test_training_faults.py; a huge
+document in tests/integration/test_shards.py.
 """
 
 from __future__ import annotations
