@@ -6,10 +6,10 @@
     clusters (one task)                  which documents go (dedup step 3)
     write    (one task per input unit)  drop them (dedup step 4) -> compressed parts
 
-Tasks come from the inputs (hanlm.data.readers.plan_units), so 1, 2 or 64 workers write the same
-documents in the same order; the parts are numbered in input order at the end. Each task writes
-only its own files; every count the stage reports is a step's `stat_update`, read back from the
-stats file datatrove writes for each task (engine.task_counts).
+Tasks come from the inputs (hanlm.data.readers.split_into_units), so 1, 2 or 64 workers write
+the same documents in the same order; the parts are numbered in input order at the end. Each task
+writes only its own files; every count the stage reports is a step's `stat_update`, read back
+from the stats file datatrove writes for each task (engine.task_counts).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from hanlm.console import info, warn
 from hanlm.data import dedup, engine
 from hanlm.data.corpus import PartWriter, normalise
 from hanlm.data.quality import QualityFilter
-from hanlm.data.readers import Skips, Unit, plan_units
+from hanlm.data.readers import Skips, Unit, split_into_units
 from hanlm.errors import UserError
 
 CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"
@@ -68,9 +68,11 @@ class ReadUnit(PipelineStep):
     name = "📖 read"
     type = "📖 - READER"
 
-    def __init__(self, units: list[Unit], c: CorpusSection, work: Path, demo_file: Path | None):
+    def __init__(
+        self, units: list[Unit], corpus: CorpusSection, work: Path, demo_file: Path | None
+    ):
         super().__init__()
-        self.units, self.corpus, self.work, self.demo_file = units, c, str(work), demo_file
+        self.units, self.corpus, self.work, self.demo_file = units, corpus, str(work), demo_file
 
     def run(self, data=None, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
         unit = self.units[rank]
@@ -123,12 +125,12 @@ class CleanDocuments(PipelineStep):
     name = "🧹 clean"
     type = "✂️ - FORMAT"
 
-    def __init__(self, c: CorpusSection):
+    def __init__(self, corpus: CorpusSection):
         super().__init__()
-        self.min_chars = c.min_chars
-        self.quality_section = c.quality
-        self.max_chars, self.long_action = c.max_document_chars, c.long_documents
-        self.strict = c.strict
+        self.min_chars = corpus.min_chars
+        self.quality_section = corpus.quality
+        self.max_chars, self.long_action = corpus.max_document_chars, corpus.long_documents
+        self.strict = corpus.strict
 
     def run(self, data, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
         self.counts = counts = Counter()
@@ -276,17 +278,17 @@ class WriteParts(PipelineStep):
 
 
 def jobs(
-    units: list[Unit], c: CorpusSection, seed: int, work: Path, demo_file: Path | None
+    units: list[Unit], corpus: CorpusSection, seed: int, work: Path, demo_file: Path | None
 ) -> list[engine.Job]:
     settings = dedup.DedupSettings(
-        near=c.near_dedup, num_perm=c.near_dedup_num_perm, ngram=c.near_dedup_ngram,
-        seed=seed, threshold=c.near_dedup_threshold,
+        near=corpus.near_dedup, num_perm=corpus.near_dedup_num_perm, ngram=corpus.near_dedup_ngram,
+        seed=seed, threshold=corpus.near_dedup_threshold,
     )  # fmt: skip
     # a pairs task per band and per PAIRS_TASK_BYTES of input: a big corpus's bands in pieces
     ranges = max(1, math.ceil(sum(u.nbytes for u in units) / PAIRS_TASK_BYTES))
     clean = [
-        ReadUnit(units, c, work, demo_file),
-        CleanDocuments(c),
+        ReadUnit(units, corpus, work, demo_file),
+        CleanDocuments(corpus),
         Signatures(work / "signatures", settings),
         WriteCleaned(work),
     ]
@@ -302,13 +304,13 @@ def jobs(
             [dedup.ClusterDuplicates(work / "signatures", work / PAIRS, work / CLUSTERS, settings)],
             tasks=1,
         ),
-        engine.Job(WRITE, [WriteParts(work, c.part_chars)], tasks=len(units)),
+        engine.Job(WRITE, [WriteParts(work, corpus.part_chars)], tasks=len(units)),
     ]
 
 
 def build(
     sources: list,
-    c: CorpusSection,
+    corpus: CorpusSection,
     seed: int,
     engine_cfg: DataEngineSection,
     work: Path,
@@ -319,24 +321,24 @@ def build(
     """Run the stage's jobs in `work` and gather the parts and counts into `out`; the stats
     (stats.json's content), or None when the jobs were submitted to a cluster and still run."""
     started = time.perf_counter()
-    units = plan_units(sources, c, engine_cfg.task_mb << 20, demo_file=demo_file)
+    units = split_into_units(sources, corpus, engine_cfg.task_mb << 20, demo_file=demo_file)
     total = sum(u.nbytes for u in units)
     progress = engine.Progress(work, "corpus", {CLEAN: total})
-    stage_jobs = jobs(units, c, seed, work, demo_file)
+    stage_jobs = jobs(units, corpus, seed, work, demo_file)
     if not engine.run_jobs(stage_jobs, engine_cfg, work, progress=progress):
         return None
-    stats = gather(work, units, out, near=c.near_dedup, quality=c.quality.enabled)
+    stats = gather(work, units, out, near=corpus.near_dedup, quality=corpus.quality.enabled)
     long = stats["long_documents"]
-    long.update(max_chars=c.max_document_chars, action=c.long_documents)
-    if long["documents"] and c.long_documents == "split":
+    long.update(max_chars=corpus.max_document_chars, action=corpus.long_documents)
+    if long["documents"] and corpus.long_documents == "split":
         info(
             f"corpus: {long['documents']:,} documents longer than corpus.max_document_chars "
-            f"({c.max_document_chars:,} characters) were cut into {long['pieces']:,} documents"
+            f"({corpus.max_document_chars:,} characters) were cut into {long['pieces']:,} documents"
         )
     elif long["documents"]:
         warn(
             f"corpus: {long['documents']:,} documents longer than corpus.max_document_chars "
-            f"({c.max_document_chars:,} characters) were dropped (corpus.long_documents = "
+            f"({corpus.max_document_chars:,} characters) were dropped (corpus.long_documents = "
             '"split" cuts them instead; --strict fails on them)'
         )
     stats["job_seconds"] = {job.name: round(job.seconds, 3) for job in stage_jobs}

@@ -197,18 +197,18 @@ def _executor(job: Job, engine: DataEngineSection, work: Path, depends):
             start_method="fork", depends=depends,
         )  # fmt: skip
     if engine.executor == "slurm":
-        s = engine.slurm
-        if not s.partition:
+        slurm = engine.slurm
+        if not slurm.partition:
             raise UserError(
                 "the slurm executor needs a partition",
                 where="[data_engine.slurm] partition",
                 fix="set data_engine.slurm.partition (sinfo lists them), or use executor = 'local'",
             )
         return SlurmPipelineExecutor(
-            job.pipeline, tasks=job.tasks, time=s.time, partition=s.partition,
-            cpus_per_task=max(s.cpus_per_task, job.cpus), mem_per_cpu_gb=s.mem_per_cpu_gb,
+            job.pipeline, tasks=job.tasks, time=slurm.time, partition=slurm.partition,
+            cpus_per_task=max(slurm.cpus_per_task, job.cpus), mem_per_cpu_gb=slurm.mem_per_cpu_gb,
             workers=engine.workers or -1, job_name=f"hanlm-{job.name}",
-            venv_path=s.venv_path or None, sbatch_args=dict(s.sbatch_args) or None,
+            venv_path=slurm.venv_path or None, sbatch_args=dict(slurm.sbatch_args) or None,
             logging_dir=logging_dir, depends=depends,
         )  # fmt: skip
     return _ray_executor(job, engine, logging_dir, depends)
@@ -224,12 +224,12 @@ def _ray_executor(job: Job, engine: DataEngineSection, logging_dir: str, depends
             where="[data_engine] executor = 'ray'",
             fix="pip install 'hanlm[ray]', or use executor = 'local'",
         ) from None
-    r = engine.ray
+    ray_cfg = engine.ray
     if not ray.is_initialized():
-        ray.init(address=r.address or None, ignore_reinit_error=True, log_to_driver=False)
+        ray.init(address=ray_cfg.address or None, ignore_reinit_error=True, log_to_driver=False)
     return RayPipelineExecutor(
         job.pipeline, tasks=job.tasks, workers=engine.workers or -1, logging_dir=logging_dir,
-        cpus_per_task=max(r.cpus_per_task, job.cpus), mem_per_cpu_gb=r.mem_per_cpu_gb,
+        cpus_per_task=max(ray_cfg.cpus_per_task, job.cpus), mem_per_cpu_gb=ray_cfg.mem_per_cpu_gb,
         depends=depends,
     )  # fmt: skip
 
@@ -237,7 +237,7 @@ def _ray_executor(job: Job, engine: DataEngineSection, logging_dir: str, depends
 def incomplete_tasks(work: Path, job: Job) -> list[int]:
     done = work / "logs" / job.name / "completions"
     names = {p.name for p in done.iterdir()} if done.is_dir() else set()
-    return [r for r in range(job.tasks) if f"{r:05d}" not in names]
+    return [rank for rank in range(job.tasks) if f"{rank:05d}" not in names]
 
 
 def task_counts(work: Path, job: Job | str, rank: int) -> Counter:

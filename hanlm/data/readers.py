@@ -400,7 +400,7 @@ def _splittable(path: Path, corpus: CorpusSection) -> bool:
     return kind == ".jsonl" or (kind == ".txt" and corpus.doc_per_line)
 
 
-def plan_units(
+def split_into_units(
     sources: list[str | Path],
     corpus: CorpusSection,
     task_bytes: int,
