@@ -3,7 +3,7 @@
 Index: all five KoBEST dev sets and GSM8K-ko (`../shared/data`; the demo world's benchmark when
 that is absent). Text: at least 100 MB of Korean (KorQuAD paragraphs sentence-shuffled into
 distinct documents, plus demo world documents), with a planted set of benchmark items in the
-eight styles of `tests/leaks.py` (whole, spacing changed, punctuation removed, embedded in a long
+eight styles of `tests/support/leaks.py` (whole, spacing changed, punctuation removed, embedded in a long
 unrelated document, half of the passage, parts joined by a connective, parts reordered (COPA
 cause-first with '-서'), lm-eval's prompt). False alarms: items not planted that come out
 non-clean, per task; `--same-domain` adds the KoBEST *train* sentences (reviews, dictionary
@@ -45,7 +45,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
-sys.path.insert(0, str(ROOT / "tests"))  # the leak styles the tests use
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # the leak styles the tests use
 import leaks
 
 KOBEST = {

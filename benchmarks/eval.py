@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KOBEST = ROOT.parent / "shared" / "data" / "kobest"
-sys.path.insert(0, str(ROOT / "tests"))  # the reference side the conformance test uses
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # the reference side the conformance test uses
 from kobest_reference import kobest_task_manager, lm_eval_task, publish
 
 TASKS = {

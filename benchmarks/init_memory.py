@@ -4,7 +4,7 @@ the meta device and initialised shard by shard (what `hanlm pretrain` does under
 Each way runs in fresh processes under torchrun (2 gloo ranks on CPU), so each rank's peak RSS
 is that build's alone. Printed per way: the rank's peak RSS above what it held before building
 (torch, transformers, the process group), its RSS after, the time, and the eager/meta ratio of
-the peaks. Both ways give the same weights (tests/test_model_init.py checks it bit for bit).
+the peaks. Both ways give the same weights (tests/integration/test_model_init.py checks it bit for bit).
 Expected: eager peaks near the whole fp32 model, meta near one shard plus the largest parameter.
 
 With --sft, the same for SFT's start from a pretrained model (saved first, as a Hugging Face

@@ -412,11 +412,11 @@ def fingerprint(*parts: Any) -> str:
 
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def file_record(path: Path) -> dict:
@@ -550,10 +550,10 @@ class _CheckedZstd(io.RawIOBase):
     def readinto(self, buffer) -> int:
         while not self._pending and not self._at_end:
             self._pending = memoryview(self._decode_next_chunk())
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
+        count = min(len(buffer), len(self._pending))
+        buffer[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
 
     def _decode_next_chunk(self) -> bytes:
         chunk = self._file.read(self._INPUT_CHUNK)

@@ -203,15 +203,17 @@ class MetaInit:
         live: dict[int, torch.Tensor] = {}
         with _seeded_rng(seed, device), torch.no_grad():
             for step in self.steps:
-                w = step.write
+                write = step.write
                 if step.kind == _DRAW:
-                    w.run_on(torch.empty(w.storage_numel, dtype=w.dtype, device=device))
+                    write.run_on(torch.empty(write.storage_numel, dtype=write.dtype, device=device))
                 else:
-                    if w.storage not in live:
-                        live[w.storage] = torch.empty(w.storage_numel, dtype=w.dtype, device=device)
-                    w.run_on(live[w.storage])
+                    if write.storage not in live:
+                        live[write.storage] = torch.empty(
+                            write.storage_numel, dtype=write.dtype, device=device
+                        )
+                    write.run_on(live[write.storage])
                 if step.store_as is not None:
-                    store(step.store_as, live.pop(w.storage).view(self.shapes[step.store_as]))
+                    store(step.store_as, live.pop(write.storage).view(self.shapes[step.store_as]))
 
     def recompute_buffers(self, model: torch.nn.Module, device: torch.device | str) -> None:
         """Fill the buffers left empty by `to_empty` (RoPE frequencies) as the eager build did."""

@@ -12,6 +12,9 @@ from hanlm.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
+# helpers and worker scripts (tests/README.md): a test imports a helper by name (`import leaks`)
+SUPPORT = Path(__file__).resolve().parent / "support"
+sys.path.insert(0, str(SUPPORT))
 
 # Tests never reach the network: a `hf:` input must fail fast with its offline message.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -73,9 +76,7 @@ def run_two_rank_worker(worker: Path, out: Path, *args: str, timeout: int = 300)
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PYTHONWARNINGS": "ignore",
-        "PYTHONPATH": os.pathsep.join(
-            [str(worker.parent.parent), os.environ.get("PYTHONPATH", "")]
-        ),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += [str(worker), str(out), *args]
@@ -132,7 +133,7 @@ def copy_data_run(source: Path, target: Path) -> Path:
 DEMO_RUN_VALUES = {
     "demo.size_mb": 0.4,
     # the world these tests were written on (the recipe's reverse statements change the text the
-    # tiny models learn; tests/test_run.py runs the recipe's own world)
+    # tiny models learn; tests/integration/test_run.py runs the recipe's own world)
     "demo.reverse_share": 0.0,
     "corpus.part_chars": 40_000,
     "tokenizer.vocab_size": 1024,
@@ -165,7 +166,7 @@ KOBEST_FOLDERS = {
 
 
 def kobest_as_published(tsv: Path, task: str):
-    """skt/kobest_v1's split as its publisher built it from `tsv` (tests/kobest_reference.py);
+    """skt/kobest_v1's split as its publisher built it from `tsv` (tests/support/kobest_reference.py);
     the test skips without pandas and datasets (dev-only dependencies)."""
     pytest.importorskip("pandas")
     pytest.importorskip("datasets")

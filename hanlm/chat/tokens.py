@@ -105,11 +105,11 @@ def row_indicators(
 ) -> dict[str, list[float | None]]:
     """Per id: norm, norm / median ordinary norm, cosine to the ordinary mean, and the
     reference cosine (None without at least two reference rows)."""
-    w = weight.detach().float().cpu()
-    rows = w[torch.as_tensor(ordinary)]
+    matrix = weight.detach().float().cpu()
+    rows = matrix[torch.as_tensor(ordinary)]
     mean = rows.mean(0)
     median_norm = rows.norm(dim=1).median().clamp_min(1e-12)
-    target = w[torch.as_tensor(list(ids), dtype=torch.long)]
+    target = matrix[torch.as_tensor(list(ids), dtype=torch.long)]
     norms = target.norm(dim=1)
     cos_mean = torch.nn.functional.cosine_similarity(target, mean.expand_as(target), dim=1)
     out = {
@@ -118,14 +118,14 @@ def row_indicators(
         "cos_mean": cos_mean.tolist(),
         "cos_reference": [None] * len(ids),
     }
-    reference = [r for r in reference if 0 <= r < len(w)]
+    reference = [r for r in reference if 0 <= r < len(matrix)]
     if len(reference) >= 2:
         values = []
         for i in ids:
             others = [r for r in reference if r != i]
-            direction = w[torch.as_tensor(others)].mean(0) - mean
+            direction = matrix[torch.as_tensor(others)].mean(0) - mean
             values.append(
-                float(torch.nn.functional.cosine_similarity(w[i] - mean, direction, dim=0))
+                float(torch.nn.functional.cosine_similarity(matrix[i] - mean, direction, dim=0))
             )
         out["cos_reference"] = values
     return out
@@ -185,15 +185,15 @@ def row_norms(model, special: dict) -> dict:
     all_special = list(special_ids(special).values()) + reference_ids(special)
     out: dict = {}
     for name, weight in matrices(model).items():
-        w = weight.detach().float().cpu()
-        ordinary = w[torch.as_tensor(ordinary_ids(len(w), all_special))].norm(dim=1)
+        matrix = weight.detach().float().cpu()
+        ordinary = matrix[torch.as_tensor(ordinary_ids(len(matrix), all_special))].norm(dim=1)
         out[name] = {
             "ordinary_mean": round(float(ordinary.mean()), 4),
             "ordinary_median": round(float(ordinary.median()), 4),
             "template": {
-                n: round(float(w[special[n]["id"]].norm()), 4)
-                for n in TEMPLATE_TOKENS
-                if n in special and special[n]["id"] < len(w)
+                token: round(float(matrix[special[token]["id"]].norm()), 4)
+                for token in TEMPLATE_TOKENS
+                if token in special and special[token]["id"] < len(matrix)
             },
         }
     init_range = getattr(getattr(model, "config", None), "initializer_range", None)
@@ -395,9 +395,9 @@ def local_block(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
             f"token rows sharded as {weight.placements}: only FSDP2's Shard(0) is supported"
         )
     rows = weight.to_local()
-    n, ranks = weight.shape[0], weight.device_mesh.size()
-    per_rank = -(-n // ranks)
-    first = min(weight.device_mesh.get_local_rank() * per_rank, n)
-    if rows.shape[0] != min(per_rank, n - first):
+    total_rows, ranks = weight.shape[0], weight.device_mesh.size()
+    per_rank = -(-total_rows // ranks)
+    first = min(weight.device_mesh.get_local_rank() * per_rank, total_rows)
+    if rows.shape[0] != min(per_rank, total_rows - first):
         raise RuntimeError(f"unexpected FSDP2 shard: {rows.shape[0]} rows from row {first}")
     return rows, first

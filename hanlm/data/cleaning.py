@@ -6,9 +6,10 @@
     clusters (one task)                  which documents go (dedup step 3)
     write    (one task per input unit)  drop them (dedup step 4) -> compressed parts
 
-Tasks come from the inputs (hanlm.data.readers.plan_units), so 1, 2 or 64 workers write the same
-documents in the same order; the parts are numbered in input order at the end. Each task writes
-only its own files, and every count the stage reports comes from the tasks' own stats files.
+Tasks come from the inputs (hanlm.data.readers.split_into_units), so 1, 2 or 64 workers write
+the same documents in the same order; the parts are numbered in input order at the end. Each task
+writes only its own files; every count the stage reports is a step's `stat_update`, read back
+from the stats file datatrove writes for each task (engine.task_counts).
 """
 
 from __future__ import annotations
@@ -33,43 +34,49 @@ from hanlm.console import info, warn
 from hanlm.data import dedup, engine
 from hanlm.data.corpus import PartWriter, normalise
 from hanlm.data.quality import QualityFilter
-from hanlm.data.readers import Skips, Unit, plan_units
+from hanlm.data.readers import Skips, Unit, split_into_units
 from hanlm.errors import UserError
 
 CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"
-QUALITY_PREFIX = "quality:"
+DAMAGED = "damaged"  # per clean task: the input files it could not read to the end
+QUALITY_PREFIX, SKIPPED_PREFIX = "quality:", "skipped:"  # count labels: removed, skipped records
 LONG_DOCUMENTS, LONG_PIECES = "long_documents", "long_pieces"  # counts of the clean tasks
 PAIRS_TASK_BYTES = 8 << 30  # input whose band records one pairs task reads (~100 MB of them)
 SIGNATURE_BATCH_CHARS = 1 << 21  # documents hashed together (vectorised): ~2M characters
 
 
-def _task_stats_path(work: Path, job: str, rank: int) -> Path:
-    return Path(work) / "stats" / job / f"{rank:05d}.json"
-
-
-def _write_task_stats(work: Path, job: str, rank: int, stats: dict) -> None:
-    path = _task_stats_path(work, job, rank)
+def _write_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(stats, ensure_ascii=False))
+    tmp.write_text(json.dumps(obj, ensure_ascii=False))
     os.replace(tmp, path)
+
+
+def _damaged_path(work: Path, rank: int) -> Path:
+    return Path(work) / DAMAGED / f"{rank:05d}.json"
+
+
+def _parts_path(work: Path, rank: int) -> Path:
+    return Path(work) / WRITE / f"{rank:05d}" / "parts.json"
 
 
 class ReadUnit(PipelineStep):
     """Each task reads its unit of the input; bad records are skipped and counted (--strict:
-    the UserError naming the record stops the stage)."""
+    the UserError naming the record stops the stage), and the files it could not read to the
+    end are listed in damaged/NNNNN.json."""
 
     name = "📖 read"
     type = "📖 - READER"
 
-    def __init__(self, units: list[Unit], c: CorpusSection, work: Path, demo_file: Path | None):
+    def __init__(
+        self, units: list[Unit], corpus: CorpusSection, work: Path, demo_file: Path | None
+    ):
         super().__init__()
-        self.units, self.corpus, self.work, self.demo_file = units, c, str(work), demo_file
-        self.skips: Skips | None = None
+        self.units, self.corpus, self.work, self.demo_file = units, corpus, str(work), demo_file
 
     def run(self, data=None, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
         unit = self.units[rank]
-        self.skips = skips = Skips(strict=self.corpus.strict)
+        skips = Skips(strict=self.corpus.strict)
         counter = engine.TaskCounter(self.work, CLEAN, rank)
         documents = 0
         for doc in unit.documents(self.corpus, skips, self.demo_file):
@@ -78,8 +85,11 @@ class ReadUnit(PipelineStep):
             self.stat_update("documents")
             yield EngineDocument(text=doc.text, id=doc.id)
         counter.flush()
+        for reason, count in skips.counts.items():
+            self.stat_update(SKIPPED_PREFIX + reason, value=count)
         for damaged in skips.damaged:
             damaged["documents_kept"] = documents
+        _write_json(_damaged_path(Path(self.work), rank), skips.damaged)
 
 
 def cut_document(text: str, max_chars: int) -> Iterator[str]:
@@ -115,16 +125,15 @@ class CleanDocuments(PipelineStep):
     name = "🧹 clean"
     type = "✂️ - FORMAT"
 
-    def __init__(self, c: CorpusSection):
+    def __init__(self, corpus: CorpusSection):
         super().__init__()
-        self.min_chars = c.min_chars
-        self.quality_section = c.quality
-        self.max_chars, self.long_action = c.max_document_chars, c.long_documents
-        self.strict = c.strict
-        self.counts: Counter = Counter()
+        self.min_chars = corpus.min_chars
+        self.quality_section = corpus.quality
+        self.max_chars, self.long_action = corpus.max_document_chars, corpus.long_documents
+        self.strict = corpus.strict
 
     def run(self, data, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
-        counts = self.counts
+        self.counts = counts = Counter()
         quality = QualityFilter(self.quality_section) if self.quality_section.enabled else None
         for doc in data:
             counts["documents_in"] += 1
@@ -141,6 +150,8 @@ class CleanDocuments(PipelineStep):
                 counts[LONG_PIECES] += 1
                 yield from self._clean(EngineDocument(text=piece, id=f"{doc.id}#{k}"), quality)
             del text
+        for label, count in counts.items():  # once per task: a label per document costs time
+            self.stat_update(label, value=count)
 
     def _clean(
         self, doc: EngineDocument, quality: QualityFilter | None
@@ -196,14 +207,14 @@ class Signatures(PipelineStep):
 
 
 class WriteCleaned(PipelineStep):
-    """The task's cleaned documents, in order, for the write job to filter; then its counts."""
+    """The task's cleaned documents, in order, for the write job to filter."""
 
     name = "💾 cleaned"
     type = "💽 - WRITER"
 
-    def __init__(self, work: Path, reader: ReadUnit, cleaner: CleanDocuments):
+    def __init__(self, work: Path):
         super().__init__()
-        self.work, self.reader, self.cleaner = str(work), reader, cleaner
+        self.work = str(work)
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         path = Path(self.work) / CLEAN / f"{rank:05d}.jsonl.zst"
@@ -214,12 +225,6 @@ class WriteCleaned(PipelineStep):
                 out.write(_json_line(doc.id, doc.text))
                 lengths.append(len(doc.text))
         np.asarray(lengths, dtype=np.uint32).tofile(path.with_suffix("").with_suffix(".chars"))
-        skips = self.reader.skips
-        _write_task_stats(Path(self.work), CLEAN, rank, {
-            **self.cleaner.counts,
-            "skipped": dict(skips.counts) if skips else {},
-            "damaged_files": skips.damaged if skips else [],
-        })  # fmt: skip
         return iter(())
 
 
@@ -228,7 +233,8 @@ def _json_line(doc_id: str, text: str) -> bytes:
 
 
 class WriteParts(PipelineStep):
-    """Dedup step 4: the task's cleaned documents less its removal list, as compressed parts."""
+    """Dedup step 4: the task's cleaned documents less its removal list, as compressed parts
+    listed in parts.json."""
 
     name = "📦 parts"
     type = "💽 - WRITER"
@@ -262,7 +268,9 @@ class WriteParts(PipelineStep):
                     counts["documents_out"] += 1
                     counts["characters_out"] += int(lengths[index])
         counter.flush()
-        _write_task_stats(work, WRITE, rank, {**counts, "parts": writer.close()})
+        _write_json(_parts_path(work, rank), writer.close())
+        for label, count in counts.items():
+            self.stat_update(label, value=count)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,18 +278,22 @@ class WriteParts(PipelineStep):
 
 
 def jobs(
-    units: list[Unit], c: CorpusSection, seed: int, work: Path, demo_file: Path | None
+    units: list[Unit], corpus: CorpusSection, seed: int, work: Path, demo_file: Path | None
 ) -> list[engine.Job]:
     settings = dedup.DedupSettings(
-        near=c.near_dedup, num_perm=c.near_dedup_num_perm, ngram=c.near_dedup_ngram,
-        seed=seed, threshold=c.near_dedup_threshold,
+        near=corpus.near_dedup, num_perm=corpus.near_dedup_num_perm, ngram=corpus.near_dedup_ngram,
+        seed=seed, threshold=corpus.near_dedup_threshold,
     )  # fmt: skip
     # a pairs task per band and per PAIRS_TASK_BYTES of input: a big corpus's bands in pieces
     ranges = max(1, math.ceil(sum(u.nbytes for u in units) / PAIRS_TASK_BYTES))
-    reader, cleaner = ReadUnit(units, c, work, demo_file), CleanDocuments(c)
-    clean = [reader, cleaner, Signatures(work / "signatures", settings)]
+    clean = [
+        ReadUnit(units, corpus, work, demo_file),
+        CleanDocuments(corpus),
+        Signatures(work / "signatures", settings),
+        WriteCleaned(work),
+    ]
     return [
-        engine.Job(CLEAN, [*clean, WriteCleaned(work, reader, cleaner)], tasks=len(units)),
+        engine.Job(CLEAN, clean, tasks=len(units)),
         engine.Job(
             PAIRS,
             [dedup.FindDuplicatePairs(work / "signatures", work / PAIRS, settings, ranges)],
@@ -292,13 +304,13 @@ def jobs(
             [dedup.ClusterDuplicates(work / "signatures", work / PAIRS, work / CLUSTERS, settings)],
             tasks=1,
         ),
-        engine.Job(WRITE, [WriteParts(work, c.part_chars)], tasks=len(units)),
+        engine.Job(WRITE, [WriteParts(work, corpus.part_chars)], tasks=len(units)),
     ]
 
 
 def build(
     sources: list,
-    c: CorpusSection,
+    corpus: CorpusSection,
     seed: int,
     engine_cfg: DataEngineSection,
     work: Path,
@@ -309,24 +321,24 @@ def build(
     """Run the stage's jobs in `work` and gather the parts and counts into `out`; the stats
     (stats.json's content), or None when the jobs were submitted to a cluster and still run."""
     started = time.perf_counter()
-    units = plan_units(sources, c, engine_cfg.task_mb << 20, demo_file=demo_file)
+    units = split_into_units(sources, corpus, engine_cfg.task_mb << 20, demo_file=demo_file)
     total = sum(u.nbytes for u in units)
     progress = engine.Progress(work, "corpus", {CLEAN: total})
-    stage_jobs = jobs(units, c, seed, work, demo_file)
+    stage_jobs = jobs(units, corpus, seed, work, demo_file)
     if not engine.run_jobs(stage_jobs, engine_cfg, work, progress=progress):
         return None
-    stats = gather(work, units, out, near=c.near_dedup, quality=c.quality.enabled)
+    stats = gather(work, units, out, near=corpus.near_dedup, quality=corpus.quality.enabled)
     long = stats["long_documents"]
-    long.update(max_chars=c.max_document_chars, action=c.long_documents)
-    if long["documents"] and c.long_documents == "split":
+    long.update(max_chars=corpus.max_document_chars, action=corpus.long_documents)
+    if long["documents"] and corpus.long_documents == "split":
         info(
             f"corpus: {long['documents']:,} documents longer than corpus.max_document_chars "
-            f"({c.max_document_chars:,} characters) were cut into {long['pieces']:,} documents"
+            f"({corpus.max_document_chars:,} characters) were cut into {long['pieces']:,} documents"
         )
     elif long["documents"]:
         warn(
             f"corpus: {long['documents']:,} documents longer than corpus.max_document_chars "
-            f"({c.max_document_chars:,} characters) were dropped (corpus.long_documents = "
+            f"({corpus.max_document_chars:,} characters) were dropped (corpus.long_documents = "
             '"split" cuts them instead; --strict fails on them)'
         )
     stats["job_seconds"] = {job.name: round(job.seconds, 3) for job in stage_jobs}
@@ -342,16 +354,17 @@ def gather(work: Path, units: list[Unit], out: Path, *, near: bool, quality: boo
     damaged: list[dict] = []
     parts: list[dict] = []
     for rank in range(len(units)):
-        clean = json.loads(_task_stats_path(work, CLEAN, rank).read_text())
-        skipped.update(clean.pop("skipped"))
-        damaged.extend(clean.pop("damaged_files"))
-        counts.update(clean)
-        written = json.loads(_task_stats_path(work, WRITE, rank).read_text())
-        for part in written.pop("parts"):
+        for label, count in engine.task_counts(work, CLEAN, rank).items():
+            if label.startswith(SKIPPED_PREFIX):
+                skipped[label.removeprefix(SKIPPED_PREFIX)] += count
+            else:
+                counts[label] += count
+        damaged.extend(json.loads(_damaged_path(work, rank).read_text()))
+        for part in json.loads(_parts_path(work, rank).read_text()):
             name = f"part-{len(parts):05d}.jsonl.zst"
             shutil.move(work / WRITE / f"{rank:05d}" / part["path"], out / name)
             parts.append({**part, "path": name})
-        counts.update(written)
+        counts.update(engine.task_counts(work, WRITE, rank))
     stats = {
         "inputs": [],
         **{

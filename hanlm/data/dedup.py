@@ -7,7 +7,7 @@
    read range by range of the hash space (so never the whole band in memory) and the documents
    that agree on the whole band are paired, as datatrove's MinhashDedupBuckets pairs them (the
    same pairs, 10-20x faster: numpy over memory-mapped slices instead of a heap of Python
-   objects; tests/test_dedup.py checks the two agree);
+   objects; tests/unit/test_dedup.py checks the two agree);
 3. clusters (one task): a band's pair is kept when the two whole signatures agree on at least
    `threshold` of their columns (the estimated Jaccard; one byte of each column is kept for
    this, 1/16 of the input's size at most); the pairs are joined by union-find over duplicated
@@ -103,9 +103,11 @@ class SignatureWriter:
             return
         self._hashes.append(minhash.content_hashes(texts))
         if self.settings.near:
-            s = self.settings
-            sig = minhash.signatures(texts, num_perm=s.num_perm, ngram=s.ngram, seed=s.seed)
-            bands, rows = s.bands
+            settings = self.settings
+            sig = minhash.signatures(
+                texts, num_perm=settings.num_perm, ngram=settings.ngram, seed=settings.seed
+            )
+            bands, rows = settings.bands
             self._sigs.append(sig[:, : bands * rows])
             self._full.write(sig.astype(np.uint8).tobytes())  # low byte: enough to verify
         self.count += len(texts)

@@ -12,67 +12,32 @@ reads them into one progress bar (documents/s, MB/s and ETA), on any executor.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import json
 import os
+import pickle
 import shutil
 import signal
-import sys
 import threading
 import time
+import traceback
+from collections import Counter
 from collections.abc import Sequence
-from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 
-import datatrove.executor.base as _executor_base
-import datatrove.utils.logging as _datatrove_logging
-import multiprocess
 from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
-from datatrove.utils.stats import PipelineStats
-from loguru import logger
+from datatrove.utils.stats import MetricStatsDict
 
 from hanlm.config import DataEngineSection
 from hanlm.console import console
-from hanlm.errors import Terminated, UserError, sigterm_deferred
+from hanlm.errors import UserError, sigterm_deferred
 
 PROGRESS_DIR = "progress"
 FINGERPRINT_FILE = "fingerprint"
-
-
-# datatrove logs every task at INFO to stderr, and a failing task's traceback; hanlm shows one
-# progress bar instead, keeps datatrove's full log per task in the work folder
-# (logs/JOB/logs/task_NNNNN.log), and reports a task's error itself (a UserError without traceback).
-def _task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1):
-    logger.remove()
-    logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
-    fmt = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}"
-    # catch=False: a log that cannot be written (a full disk) fails the task with that error
-    # instead of loguru printing its own traceback to the terminal
-    logger.add(logfile, level="DEBUG", format=fmt, colorize=False, catch=False)
-    return logfile
-
-
-def _quiet_default_logger() -> None:
-    logger.remove()
-    logger.add(sys.stderr, level="WARNING", colorize=False, format="datatrove: {message}")
-
-
-_executor_base.add_task_logger = _task_logger
-_datatrove_logging.setup_default_logger = _quiet_default_logger
-_quiet_default_logger()
-
-
-# loguru works out the standard library's folders (sysconfig, ~20 ms) for every sink it adds, and
-# a task adds one: once per process is enough (a private hook: another loguru is left as it is).
-try:
-    from loguru._better_exceptions import ExceptionFormatter as _ExceptionFormatter
-
-    _LIB_DIRS = _ExceptionFormatter._get_lib_dirs()
-    _ExceptionFormatter._get_lib_dirs = staticmethod(lambda: list(_LIB_DIRS))
-except (ImportError, AttributeError):
-    pass
+EXECUTOR_LOG = "executor.log"  # in logs/JOB/: what datatrove printed while the job ran
 
 
 @dataclass
@@ -86,53 +51,123 @@ class Job:
     seconds: float = 0.0  # wall time of this run of it (0 when it had nothing left to do)
 
 
-class _LocalExecutor(LocalPipelineExecutor):
-    """datatrove's local executor without its manager process: the queue of local ranks and
-    the shared counter it keeps cost a process and several round trips to it per task, which
-    hanlm does not use (the task logs ignore the local rank; progress comes from the tasks'
-    own counters). Tasks run, and are skipped when complete, exactly as datatrove runs them."""
+def _run_local(executor: LocalPipelineExecutor, logging_dir: Path) -> None:
+    """Run datatrove's local executor, as datatrove documents it, in a child process of its own.
 
-    def run(self):
-        self._launched = True
-        ranks = self.get_incomplete_ranks(range(self.tasks))
-        if not ranks:
-            return None
-        self.save_executor_as_json()
-        if self.workers == 1:
-            pipeline, stats = self.pipeline, []
-            for rank in ranks:
-                self.pipeline = deepcopy(pipeline)  # no state left over from the task before
-                stats.append(self._run_for_rank(rank))
-        else:
-            context = multiprocess.get_context(self.start_method)
-            try:
-                with sigterm_deferred():  # not while forking: see hanlm.errors.stop_on_sigterm
-                    pool = context.Pool(self.workers, _worker_setup, (os.getpid(),))
-            except Terminated:  # it came while the workers started: they stop with it
-                pool.terminate()
-                raise
-            with pool:
-                stats = list(pool.imap_unordered(self._run_for_rank, ranks))
-        total = sum(stats, start=PipelineStats())
-        with self.logging_dir.open("stats.json", "wt") as f:
-            total.save_to_disk(f)
-        return total
+    datatrove prints every task's log lines and a failing task's traceback to stderr; hanlm shows
+    one progress bar instead. The child's stdout and stderr go to logs/JOB/executor.log (each task
+    also keeps its own log there, as datatrove writes it), and the exception that stopped the job
+    comes back through a pipe (a full disk cannot stop it) and is raised here as it was: a
+    UserError reads as one, without a traceback. The child and every process it starts
+    (datatrove's manager and pool workers) die with this one, and a SIGTERM ends them plainly
+    (this process's handler is for this process)."""
+    logging_dir.mkdir(parents=True, exist_ok=True)
+    log = logging_dir / EXECUTOR_LOG
+    failure_read, failure_write = os.pipe()
+    parent = os.getpid()
+    with sigterm_deferred():  # not while forking: see hanlm.errors.stop_on_sigterm
+        pid = os.fork()
+    if pid == 0:  # the child: never returns
+        status = 1
+        try:
+            os.close(failure_read)
+            _die_with_parent(parent)
+            _children_die_with_their_parent()
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            executor.run()
+            status = 0
+        except BaseException as error:
+            with contextlib.suppress(BaseException):  # a full disk cannot take the log
+                traceback.print_exc()
+            with contextlib.suppress(BaseException):
+                os.write(failure_write, _pickled(error))
+        finally:
+            os._exit(status)
+    os.close(failure_write)
+    try:
+        _, status = os.waitpid(pid, 0)
+        payload = _read_all(failure_read)
+    except BaseException:  # SIGTERM or Ctrl-C here: the child and its workers stop too
+        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        raise
+    finally:
+        os.close(failure_read)
+    if os.waitstatus_to_exitcode(status) != 0:
+        error = _failure(payload, log, status)
+        # a bug or a failing disk: say where the task's traceback is (notes: Python 3.11+)
+        if not isinstance(error, UserError) and hasattr(error, "add_note"):
+            error.add_note(f"the data engine's log, with the task's traceback: {log}")
+        raise error
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a process the data engine started: SIGTERM ends it plainly, and it dies with its
+    parent (a worker that outlived a killed stage would go on writing into the run folder after
+    another command took it over)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: it may outlive a killed parent
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 _PR_SET_PDEATHSIG = 1
 
 
-def _worker_setup(parent: int) -> None:
-    """In each local worker: it dies with the stage's process (a worker that outlived a killed
-    stage would go on writing into the run folder after another command took it over), and
-    SIGTERM ends it plainly (the CLI's own handler is for the main process)."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def _children_die_with_their_parent() -> None:
+    """Every process forked from here on (datatrove's manager and pool workers, and whatever
+    they fork) dies with the process that forked it."""
+    forking = [os.getpid()]
+    os.register_at_fork(
+        before=lambda: forking.__setitem__(0, os.getpid()),
+        after_in_child=lambda: _die_with_parent(forking[0]),
+    )
+
+
+_PIPE_BYTES = 60_000  # under a pipe's 64 KiB buffer: the child writes it without a reader
+
+
+def _pickled(error: BaseException) -> bytes:
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the worker may outlive a killed parent
-        return
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
+        payload = pickle.dumps(error)
+    except Exception:  # an exception that does not pickle: its text
+        payload = b""
+    if not payload or len(payload) > _PIPE_BYTES:
+        text = f"{type(error).__name__}: {error}"[: _PIPE_BYTES // 8]
+        payload = pickle.dumps(RuntimeError(text))
+    return payload
+
+
+def _read_all(fd: int) -> bytes:
+    """What the child wrote into the pipe before it ended (its own children may still hold the
+    pipe open, so this reads what is there instead of waiting for the end)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _failure(payload: bytes, log: Path, status: int) -> BaseException:
+    try:
+        return pickle.loads(payload)
+    except Exception:  # nothing came (killed by a signal, or the pipe write failed)
+        code = os.waitstatus_to_exitcode(status)
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        return RuntimeError(f"the data engine's process {how}; its log: {log}")
 
 
 def local_workers(engine: DataEngineSection) -> int:
@@ -157,23 +192,23 @@ def _executor(job: Job, engine: DataEngineSection, work: Path, depends):
         workers = max(1, min(local_workers(engine), job.tasks))
         # fork: workers start at once with hanlm already imported; the parent holds no threads
         # that matter while the pool forks (the progress thread only reads files)
-        return _LocalExecutor(
+        return LocalPipelineExecutor(
             job.pipeline, tasks=job.tasks, workers=workers, logging_dir=logging_dir,
             start_method="fork", depends=depends,
         )  # fmt: skip
     if engine.executor == "slurm":
-        s = engine.slurm
-        if not s.partition:
+        slurm = engine.slurm
+        if not slurm.partition:
             raise UserError(
                 "the slurm executor needs a partition",
                 where="[data_engine.slurm] partition",
                 fix="set data_engine.slurm.partition (sinfo lists them), or use executor = 'local'",
             )
         return SlurmPipelineExecutor(
-            job.pipeline, tasks=job.tasks, time=s.time, partition=s.partition,
-            cpus_per_task=max(s.cpus_per_task, job.cpus), mem_per_cpu_gb=s.mem_per_cpu_gb,
+            job.pipeline, tasks=job.tasks, time=slurm.time, partition=slurm.partition,
+            cpus_per_task=max(slurm.cpus_per_task, job.cpus), mem_per_cpu_gb=slurm.mem_per_cpu_gb,
             workers=engine.workers or -1, job_name=f"hanlm-{job.name}",
-            venv_path=s.venv_path or None, sbatch_args=dict(s.sbatch_args) or None,
+            venv_path=slurm.venv_path or None, sbatch_args=dict(slurm.sbatch_args) or None,
             logging_dir=logging_dir, depends=depends,
         )  # fmt: skip
     return _ray_executor(job, engine, logging_dir, depends)
@@ -189,12 +224,12 @@ def _ray_executor(job: Job, engine: DataEngineSection, logging_dir: str, depends
             where="[data_engine] executor = 'ray'",
             fix="pip install 'hanlm[ray]', or use executor = 'local'",
         ) from None
-    r = engine.ray
+    ray_cfg = engine.ray
     if not ray.is_initialized():
-        ray.init(address=r.address or None, ignore_reinit_error=True, log_to_driver=False)
+        ray.init(address=ray_cfg.address or None, ignore_reinit_error=True, log_to_driver=False)
     return RayPipelineExecutor(
         job.pipeline, tasks=job.tasks, workers=engine.workers or -1, logging_dir=logging_dir,
-        cpus_per_task=max(r.cpus_per_task, job.cpus), mem_per_cpu_gb=r.mem_per_cpu_gb,
+        cpus_per_task=max(ray_cfg.cpus_per_task, job.cpus), mem_per_cpu_gb=ray_cfg.mem_per_cpu_gb,
         depends=depends,
     )  # fmt: skip
 
@@ -202,7 +237,21 @@ def _ray_executor(job: Job, engine: DataEngineSection, logging_dir: str, depends
 def incomplete_tasks(work: Path, job: Job) -> list[int]:
     done = work / "logs" / job.name / "completions"
     names = {p.name for p in done.iterdir()} if done.is_dir() else set()
-    return [r for r in range(job.tasks) if f"{r:05d}" not in names]
+    return [rank for rank in range(job.tasks) if f"{rank:05d}" not in names]
+
+
+def task_counts(work: Path, job: Job | str, rank: int) -> Counter:
+    """What one finished task counted with its steps' `stat_update`, label by label (summed
+    over the steps), from the stats file datatrove wrote for it."""
+    name = job if isinstance(job, str) else job.name
+    path = Path(work) / "logs" / name / "stats" / f"{rank:05d}.json"
+    with open(path, encoding="utf-8") as f:
+        steps = json.load(f)  # PipelineStats.to_json: one entry per step
+    counts: Counter = Counter()
+    for step in steps:
+        for label, metric in MetricStatsDict.from_dict(step["stats"]).items():
+            counts[label] += int(metric.total)
+    return counts
 
 
 def forget_tasks(work: Path, job: Job, ranks: Sequence[int]) -> None:
@@ -238,7 +287,10 @@ def run_jobs(
         # (no copy of its heap per worker, no time spent collecting what the tasks never use).
         gc.freeze()
         try:
-            executor.run()
+            if engine.executor == "local":
+                _run_local(executor, work / "logs" / job.name)
+            else:
+                executor.run()
         finally:
             gc.unfreeze()
             job.seconds = time.perf_counter() - started

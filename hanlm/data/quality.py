@@ -153,22 +153,22 @@ class QualityFilter:
         """The name of the first check `text` fails, or None to keep it."""
         if not self.enabled:
             return None
-        s = self.section
+        quality_cfg = self.section
         n_chars = len(text)
         if n_chars == 0:
             return "empty"
-        if s.min_korean_share > 0 and korean_share(text) < s.min_korean_share:
+        if quality_cfg.min_korean_share > 0 and korean_share(text) < quality_cfg.min_korean_share:
             return "not_korean"
 
         n_breaks = text.count("\n")
         lines = [line for line in text.split("\n") if line] if n_breaks else [text]
-        if s.max_boilerplate_share > 0:
+        if quality_cfg.max_boilerplate_share > 0:
             # only lines short enough to be boilerplate are searched: prose lines cost nothing
             short = [line for line in lines if len(line) <= BOILERPLATE_LINE_CHARS]
             if (
                 short
                 and _BOILERPLATE_ANY.search("\n".join(short)) is not None
-                and boilerplate_share(lines) > s.max_boilerplate_share
+                and boilerplate_share(lines) > quality_cfg.max_boilerplate_share
             ):
                 return "boilerplate"
 
@@ -179,8 +179,9 @@ class QualityFilter:
 
         words = text.split()
         n_words = len(words)
-        if s.max_line_breaks_per_word > 0 and n_breaks > s.max_line_breaks_per_word * max(
-            n_words, 1
+        if (
+            quality_cfg.max_line_breaks_per_word > 0
+            and n_breaks > quality_cfg.max_line_breaks_per_word * max(n_words, 1)
         ):
             return "line_breaks"
         if n_words < 2 or not (self.top_ngrams or self.dup_ngrams):
@@ -218,39 +219,44 @@ class QualityFilter:
 
     def _line_checks(self, text: str, lines: list[str], n_breaks: int) -> str | None:
         """Paragraph and line checks, for a document of more than one line."""
-        s = self.section
+        quality_cfg = self.section
         n_chars = len(text)
         if "\n\n" in text and (
-            s.max_repeated_paragraph_share > 0 or s.max_repeated_paragraph_chars > 0
+            quality_cfg.max_repeated_paragraph_share > 0
+            or quality_cfg.max_repeated_paragraph_chars > 0
         ):
             paragraphs = _PARAGRAPH_BREAK.split(text)
             dup, dup_chars = duplicates(paragraphs)
-            if s.max_repeated_paragraph_share > 0 and dup > (
-                s.max_repeated_paragraph_share * len(paragraphs)
+            if quality_cfg.max_repeated_paragraph_share > 0 and dup > (
+                quality_cfg.max_repeated_paragraph_share * len(paragraphs)
             ):
                 return "repeated_paragraphs"
-            if s.max_repeated_paragraph_chars > 0 and dup_chars > (
-                s.max_repeated_paragraph_chars * n_chars
+            if quality_cfg.max_repeated_paragraph_chars > 0 and dup_chars > (
+                quality_cfg.max_repeated_paragraph_chars * n_chars
             ):
                 return "repeated_paragraph_chars"
 
         dup, dup_chars = duplicates(lines)
-        if s.max_repeated_line_share > 0 and dup > s.max_repeated_line_share * len(lines):
+        if (
+            quality_cfg.max_repeated_line_share > 0
+            and dup > quality_cfg.max_repeated_line_share * len(lines)
+        ):
             return "repeated_lines"
         # FineWeb's char_dup_ratio: repeated line characters over the characters less "\n"
-        if s.max_repeated_line_chars > 0 and dup_chars > s.max_repeated_line_chars * (
-            n_chars - n_breaks
+        if (
+            quality_cfg.max_repeated_line_chars > 0
+            and dup_chars > quality_cfg.max_repeated_line_chars * (n_chars - n_breaks)
         ):
             return "repeated_line_chars"
 
         # FineWeb's line_punct_ratio, on documents of two lines or more: a one-line document
         # has no line structure to judge (datatrove drops it when it does not end a sentence)
-        if s.min_line_punctuation_share > 0:
+        if quality_cfg.min_line_punctuation_share > 0:
             ended = sum(1 for line in lines if line.endswith(TERMINAL_PUNCTUATION))
-            if ended < s.min_line_punctuation_share * len(lines):
+            if ended < quality_cfg.min_line_punctuation_share * len(lines):
                 return "line_punctuation"
-        if s.max_short_line_share < 1:
-            short = sum(1 for line in lines if len(line) <= s.short_line_chars)
-            if short > s.max_short_line_share * len(lines):
+        if quality_cfg.max_short_line_share < 1:
+            short = sum(1 for line in lines if len(line) <= quality_cfg.short_line_chars)
+            if short > quality_cfg.max_short_line_share * len(lines):
                 return "short_lines"
         return None

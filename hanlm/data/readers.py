@@ -251,8 +251,8 @@ def _stream_error(spec: str, e: Exception) -> UserError:
 
 
 def _num_shards(dataset) -> int:
-    n = getattr(dataset, "num_shards", None)  # datasets >= 2.16; n_shards before
-    return int(n if n is not None else getattr(dataset, "n_shards", 1))
+    count = getattr(dataset, "num_shards", None)  # datasets >= 2.16; n_shards before
+    return int(count if count is not None else getattr(dataset, "n_shards", 1))
 
 
 def hf_num_shards(spec: str) -> int:
@@ -341,7 +341,7 @@ def expand_inputs(inputs: list[str]) -> list[str | Path]:
 
 def read_source(
     source: str | Path,
-    c: CorpusSection,
+    corpus: CorpusSection,
     skips: Skips,
     *,
     demo_file: Path | None = None,
@@ -354,16 +354,16 @@ def read_source(
         yield from _read_jsonl(demo_file, "text", skips, span)
         return
     if isinstance(source, str):  # span: (share, shares) of the stream's files
-        yield from _read_hf(source, c.text_field, skips, shard=span)
+        yield from _read_hf(source, corpus.text_field, skips, shard=span)
         return
     kind = Path(strip_compression_suffix(source.name)).suffix.lower()
     try:
         if kind == ".txt":
-            yield from _read_txt(source, c.doc_per_line, skips, span)
+            yield from _read_txt(source, corpus.doc_per_line, skips, span)
         elif kind == ".jsonl":
-            yield from _read_jsonl(source, c.text_field, skips, span)
+            yield from _read_jsonl(source, corpus.text_field, skips, span)
         else:
-            yield from _read_parquet(source, c.text_field, skips)
+            yield from _read_parquet(source, corpus.text_field, skips)
     except DamagedCompressedFile as e:  # truncated or failing its checksum
         skips.damaged_file(str(source), e.detail)
     except OSError as e:  # unreadable part-way (an I/O error)
@@ -385,23 +385,27 @@ class Unit:
     nbytes: int = 0  # input bytes it covers (on disk; compressed files count compressed)
 
     def documents(
-        self, c: CorpusSection, skips: Skips, demo_file: Path | None = None
+        self, corpus: CorpusSection, skips: Skips, demo_file: Path | None = None
     ) -> Iterator[Document]:
         source: str | Path = self.source
         if source != "demo" and not source.startswith("hf:"):
             source = Path(source)
-        return read_source(source, c, skips, demo_file=demo_file, span=self.span)
+        return read_source(source, corpus, skips, demo_file=demo_file, span=self.span)
 
 
-def _splittable(path: Path, c: CorpusSection) -> bool:
+def _splittable(path: Path, corpus: CorpusSection) -> bool:
     if strip_compression_suffix(path.name) != path.name:
         return False  # a compressed stream cannot be entered in the middle
     kind = path.suffix.lower()
-    return kind == ".jsonl" or (kind == ".txt" and c.doc_per_line)
+    return kind == ".jsonl" or (kind == ".txt" and corpus.doc_per_line)
 
 
-def plan_units(
-    sources: list[str | Path], c: CorpusSection, task_bytes: int, *, demo_file: Path | None = None
+def split_into_units(
+    sources: list[str | Path],
+    corpus: CorpusSection,
+    task_bytes: int,
+    *,
+    demo_file: Path | None = None,
 ) -> list[Unit]:
     """The inputs in order, big uncompressed line files cut into byte ranges of `task_bytes`."""
     units: list[Unit] = []
@@ -413,7 +417,7 @@ def plan_units(
         path = demo_file if source == "demo" else source
         size = path.stat().st_size
         name = "demo" if source == "demo" else str(path)
-        if size <= task_bytes or not (source == "demo" or _splittable(path, c)):
+        if size <= task_bytes or not (source == "demo" or _splittable(path, corpus)):
             units.append(Unit(name, None, size))
             continue
         pieces = -(-size // task_bytes)

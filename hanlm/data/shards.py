@@ -112,13 +112,13 @@ def _encoded(
             counter.add(len(batch), nbytes, units=chars)
 
     for doc in iter_part(Path(job["part"])):
-        n = len(doc["text"])
-        if batch and (len(batch) == job["batch_docs"] or chars + n > job["piece_chars"]):
+        doc_chars = len(doc["text"])
+        if batch and (len(batch) == job["batch_docs"] or chars + doc_chars > job["piece_chars"]):
             yield from flush()
             batch, chars = [], 0
-        if n <= job["piece_chars"]:
+        if doc_chars <= job["piece_chars"]:
             batch.append(doc)
-            chars += n
+            chars += doc_chars
             continue
         arrays, size = [], 0
         for piece in text_pieces(doc["text"], job["piece_chars"]):
@@ -219,10 +219,10 @@ def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = 
             first = False  # the first document of part 0 always goes to val: val is never empty
             split = "val" if val else "train"
             files[split].write([*arrays, end])
-            c = counts[split]
-            c["tokens"] += sum(len(a) for a in arrays) + 1
-            c["documents"] += 1
-            c["bytes"] += size
+            split_counts = counts[split]
+            split_counts["tokens"] += sum(len(a) for a in arrays) + 1
+            split_counts["documents"] += 1
+            split_counts["bytes"] += size
         if counter is not None:
             counter.flush()
         # size and checksum: a resumed run reuses a file only if it still matches them
@@ -400,7 +400,7 @@ def encode_corpus(
     corpus_dir: Path,
     tokenizer_json: Path,
     sha: str,
-    s: ShardsSection,
+    shards_cfg: ShardsSection,
     seed: int,
     engine_cfg: DataEngineSection,
     work: Path,
@@ -426,10 +426,10 @@ def encode_corpus(
             "out_dir": str(encoded),
             "eod_id": special[END_OF_DOCUMENT],
             "dtype": dtype.name,
-            "val_fraction": s.val_fraction,
+            "val_fraction": shards_cfg.val_fraction,
             "seed": seed,
-            "batch_docs": s.batch_docs,
-            "piece_chars": s.piece_chars,
+            "batch_docs": shards_cfg.batch_docs,
+            "piece_chars": shards_cfg.piece_chars,
             "special_ids": list(special.values()),
             "tokenizer_sha256": sha,
         }

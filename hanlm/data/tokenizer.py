@@ -194,25 +194,25 @@ def llama_cpp_pre_type(tokenizer_json: dict) -> str | None:
 
 def _sample(corpus_dir: Path, cfg: Config) -> tuple[list[str], list[str], int]:
     """Seeded sample of documents: held-out ones (for compression figures) and training text."""
-    t = cfg.tokenizer
+    tokenizer_cfg = cfg.tokenizer
     stats_path = corpus_dir / corpus_lib.STATS_FILE
     stats = read_json(stats_path) if stats_path.is_file() else {}
     total_chars = max(1, int(stats.get("characters_out", 0)) or 1)
     total_docs = max(1, int(stats.get("documents_out", 0)) or 1)
-    keep = 1.0 if not stats else min(1.0, t.sample_chars / total_chars)
-    heldout_rate = min(0.5, 2.0 * t.heldout_docs / total_docs) if stats else 0.02
+    keep = 1.0 if not stats else min(1.0, tokenizer_cfg.sample_chars / total_chars)
+    heldout_rate = min(0.5, 2.0 * tokenizer_cfg.heldout_docs / total_docs) if stats else 0.02
     rng = random.Random(f"tokenizer-sample-{cfg.run.seed}")
     heldout: list[str] = []
     train: list[str] = []
     train_chars = 0
     for doc in corpus_lib.iter_corpus(corpus_dir):
-        u = rng.random()
-        if u < heldout_rate and len(heldout) < t.heldout_docs:
+        draw = rng.random()
+        if draw < heldout_rate and len(heldout) < tokenizer_cfg.heldout_docs:
             heldout.append(doc["text"])
-        elif (u < keep or not stats) and train_chars < t.sample_chars:
+        elif (draw < keep or not stats) and train_chars < tokenizer_cfg.sample_chars:
             train.append(doc["text"])
             train_chars += len(doc["text"])
-        if train_chars >= t.sample_chars and len(heldout) >= t.heldout_docs:
+        if train_chars >= tokenizer_cfg.sample_chars and len(heldout) >= tokenizer_cfg.heldout_docs:
             break
     if not heldout and len(train) > 1:
         heldout.append(train.pop())  # a tiny corpus still gets a compression figure
@@ -352,8 +352,10 @@ def build(corpus_dir: Path, cfg: Config, out: Path) -> TokenizerStats:
     pipeline keeps as stats.json)."""
     started = time.perf_counter()
     texts, heldout, sample_chars = _sample(corpus_dir, cfg)
-    t = cfg.tokenizer
-    tok = train(texts, t.vocab_size, t.min_frequency, t.reserved_tokens)
+    tokenizer_cfg = cfg.tokenizer
+    tok = train(
+        texts, tokenizer_cfg.vocab_size, tokenizer_cfg.min_frequency, tokenizer_cfg.reserved_tokens
+    )
     special = save(tok, out)
     stats = TokenizerStats(
         vocab_size=special["vocab_size"],

@@ -97,13 +97,13 @@ class Interval:
     value: float
     low: float
     high: float
-    n: int
+    count: int
 
     def excludes(self, point: float) -> bool:
         return not self.low <= point <= self.high
 
     def as_dict(self) -> dict:
-        return {"value": self.value, "low": self.low, "high": self.high, "n": self.n}
+        return {"value": self.value, "low": self.low, "high": self.high, "n": self.count}
 
 
 def _resampled_means(values, rng, resamples: int):
@@ -114,12 +114,12 @@ def _resampled_means(values, rng, resamples: int):
     return values[picks].mean(axis=1)
 
 
-def _interval(value: float, means, n: int, confidence: float) -> Interval:
+def _interval(value: float, means, count: int, confidence: float) -> Interval:
     import numpy as np  # deferred: the CLI's import stays light
 
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
-    return Interval(float(value), float(low), float(high), n)
+    return Interval(float(value), float(low), float(high), count)
 
 
 def dirty_clean_gap(

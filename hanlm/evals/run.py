@@ -36,13 +36,13 @@ RESULTS_FILE = EvalResults.FILE
 
 
 def options_from(cfg: Config) -> tasks_lib.Options:
-    e = cfg.eval
+    eval_cfg = cfg.eval
     return tasks_lib.Options(
-        limit=e.limit,
-        num_fewshot=e.num_fewshot,
-        max_new_tokens=e.max_new_tokens,
-        distractors=e.distractors,
-        chat_template=e.chat_template,
+        limit=eval_cfg.limit,
+        num_fewshot=eval_cfg.num_fewshot,
+        max_new_tokens=eval_cfg.max_new_tokens,
+        distractors=eval_cfg.distractors,
+        chat_template=eval_cfg.chat_template,
         seed=cfg.run.seed,
         extra={"generate": cfg.generate.model_dump()},  # the repetition task's penalties
     )
@@ -195,13 +195,13 @@ def _write_outputs(out: Path, record: EvalResults, samples: list[dict]) -> None:
     atomic_write_text(out / "results.md", results_markdown(record.to_json()))
 
 
-def _cell(m: dict | None) -> str:
-    if not m or m.get("value") is None:
+def _cell(metric: dict | None) -> str:
+    if not metric or metric.get("value") is None:
         return "–"
-    text = f"{m['value']:.4f}"
-    if m.get("stderr") is not None:
-        text += f" ± {m['stderr']:.4f}"
-    return f"{text} (n={m['n']})"
+    text = f"{metric['value']:.4f}"
+    if metric.get("stderr") is not None:
+        text += f" ± {metric['stderr']:.4f}"
+    return f"{text} (n={metric['n']})"
 
 
 def results_markdown(record: dict) -> str:

@@ -230,28 +230,32 @@ def data_cores(plan_cores: int, engine) -> tuple[int, str]:
         return plan_cores, "plan.data_cores"
     if engine is not None and engine.executor == "local" and engine.workers > 0:
         return engine.workers, "data_engine.workers"
-    n = os.cpu_count() or 1
+    cores = os.cpu_count() or 1
     if engine is not None and engine.executor != "local":
-        return n, f"this machine's; set plan.data_cores for the {engine.executor} cluster"
-    return n, "this machine's"
+        return cores, f"this machine's; set plan.data_cores for the {engine.executor} cluster"
+    return cores, "this machine's"
 
 
 def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
     """The data stages' work in the recipe `cfg`, or None when its size cannot be told."""
-    c, pl = cfg.corpus, plan_section or cfg.plan
+    corpus_cfg, plan_cfg = cfg.corpus, plan_section or cfg.plan
     sized = corpus_size(
-        c.inputs, c.text_field, tokens=tokens, corpus_gb=pl.corpus_gb, demo_mb=cfg.demo.size_mb
+        corpus_cfg.inputs,
+        corpus_cfg.text_field,
+        tokens=tokens,
+        corpus_gb=plan_cfg.corpus_gb,
+        demo_mb=cfg.demo.size_mb,
     )
     if sized is None:
         return None
-    cores, cores_basis = data_cores(pl.data_cores, cfg.data_engine)
+    cores, cores_basis = data_cores(plan_cfg.data_cores, cfg.data_engine)
     return DataWork(
         corpus_bytes=sized[0],
         size_basis=sized[1],
         size_estimated=sized[2],
         cores=cores,
         cores_basis=cores_basis,
-        near_dedup=c.near_dedup,
+        near_dedup=corpus_cfg.near_dedup,
         decontam=cfg.decontam.enabled,
-        quality=c.quality.enabled,
+        quality=corpus_cfg.quality.enabled,
     )

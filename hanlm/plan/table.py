@@ -12,23 +12,26 @@ from hanlm.plan.estimate import Plan
 GIB = 1 << 30
 
 
-def _gib(n: float) -> str:
-    return f"{n / GIB:,.2f} GiB"
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / GIB:,.2f} GiB"
 
 
-def _hours(h: float) -> str:
-    return f"{h:,.2f}" if h < 10 else f"{h:,.0f}"
+def _hours(hours: float) -> str:
+    return f"{hours:,.2f}" if hours < 10 else f"{hours:,.0f}"
 
 
 def _setup_line(plan: dict[str, Any]) -> str:
-    s, m = plan["setup"], plan["model"]
+    setup, model = plan["setup"], plan["model"]
     hardware = (
-        f"{s['hosts']} x {s['gpus']} x {s['gpu']}" if s["gpu"] else "no GPU chosen (comparing them)"
+        f"{setup['hosts']} x {setup['gpus']} x {setup['gpu']}"
+        if setup["gpu"]
+        else "no GPU chosen (comparing them)"
     )
     return (
-        f"model {s['model']} ({m['parameters'] / 1e9:.3f}B parameters, vocab {m['vocab']:,}), "
-        f"seq {s['seq_len']}, micro-batch {s['micro_batch']}, {s['precision']}, {s['parallel']}, "
-        f"{s['recompute']} recompute, on {hardware}"
+        f"model {setup['model']} ({model['parameters'] / 1e9:.3f}B parameters, "
+        f"vocab {model['vocab']:,}), seq {setup['seq_len']}, micro-batch {setup['micro_batch']}, "
+        f"{setup['precision']}, {setup['parallel']}, "
+        f"{setup['recompute']} recompute, on {hardware}"
     )
 
 
@@ -62,28 +65,30 @@ def _print_memory(mem: dict[str, Any]) -> None:
 
 
 def _print_time(plan: dict[str, Any]) -> None:
-    t = plan["time"]
+    timing = plan["time"]
     table = Table(title="time and cost")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    table.add_row("MFU", f"{t['mfu']:.0%} ({t['mfu_source']})")
+    table.add_row("MFU", f"{timing['mfu']:.0%} ({timing['mfu_source']})")
     table.add_row(
-        "tokens per optimizer step", f"{t['tokens_per_step']:,} ({t['accumulation']} micro-steps)"
+        "tokens per optimizer step",
+        f"{timing['tokens_per_step']:,} ({timing['accumulation']} micro-steps)",
     )
-    table.add_row("compute per step", f"{t['compute_s']:.3f} s")
-    table.add_row("communication per step", f"{t['comm_s']:.3f} s over {t['comm_link']}")
-    table.add_row("not hidden by compute", f"{t['exposed_comm_s']:.3f} s")
-    table.add_row("throughput", f"{t['tokens_per_s']:,.0f} tokens/s")
-    if "gpu_hours" in t:
-        table.add_row("GPU-hours (6·N·D)", f"{t['gpu_hours']:,.1f}")
-        table.add_row("wall time", f"{t['wall_hours']:,.1f} h")
+    table.add_row("compute per step", f"{timing['compute_s']:.3f} s")
+    table.add_row("communication per step", f"{timing['comm_s']:.3f} s over {timing['comm_link']}")
+    table.add_row("not hidden by compute", f"{timing['exposed_comm_s']:.3f} s")
+    table.add_row("throughput", f"{timing['tokens_per_s']:,.0f} tokens/s")
+    if "gpu_hours" in timing:
+        table.add_row("GPU-hours (6·N·D)", f"{timing['gpu_hours']:,.1f}")
+        table.add_row("wall time", f"{timing['wall_hours']:,.1f} h")
         table.add_row(
             "GPU-hours counting attention",
-            f"{t['gpu_hours_with_attention']:,.1f} (+{t['attention_adds']:.0%})",
+            f"{timing['gpu_hours_with_attention']:,.1f} (+{timing['attention_adds']:.0%})",
         )
-    if "cost" in t:
+    if "cost" in timing:
         table.add_row(
-            "cost", f"{t['cost']:,.0f} USD ({t['cost_with_attention']:,.0f} with attention)"
+            "cost",
+            f"{timing['cost']:,.0f} USD ({timing['cost_with_attention']:,.0f} with attention)",
         )
     console.print(table)
 

@@ -19,13 +19,13 @@ MIN_BATCHES = 3
 def measure(cfg: Config, shards_dir: Path, *, rank: int, world_size: int, seconds: float) -> dict:
     if not (shards_dir / MANIFEST_NAME).is_file():
         return {"skipped": f"no shards yet in {shards_dir} (run `hanlm shards` first)"}
-    p = cfg.pretrain
+    pretrain_cfg = cfg.pretrain
     try:
         loader = TokenLoader.from_shards(
             shards_dir,
             "train",
-            seq_len=p.seq_len,
-            micro_batch=p.micro_batch,
+            seq_len=pretrain_cfg.seq_len,
+            micro_batch=pretrain_cfg.micro_batch,
             rank=rank,
             world_size=world_size,
             seed=cfg.run.seed,
@@ -38,5 +38,5 @@ def measure(cfg: Config, shards_dir: Path, *, rank: int, world_size: int, second
         loader.next_batch()
         batches += 1
     elapsed = time.perf_counter() - start
-    tokens = batches * p.micro_batch * p.seq_len
+    tokens = batches * pretrain_cfg.micro_batch * pretrain_cfg.seq_len
     return {"batches": batches, "tokens": tokens, "tokens_per_s": tokens / elapsed}

@@ -8,7 +8,7 @@ import os
 import socket
 from pathlib import Path
 
-import torch.distributed as dist
+import torch.distributed as torch_dist
 
 from hanlm.config import Config
 from hanlm.errors import UserError
@@ -61,37 +61,46 @@ def _guarded(measure, *args, **kwargs) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def _measure_rank(cfg: Config, shards_dir: Path, d: Dist, folder: Path) -> dict:
-    pf = cfg.preflight
+def _measure_rank(cfg: Config, shards_dir: Path, dist: Dist, folder: Path) -> dict:
+    preflight_cfg = cfg.preflight
     result = {
-        "rank": d.rank,
-        "local_rank": d.local_rank,
+        "rank": dist.rank,
+        "local_rank": dist.local_rank,
         "host": socket.gethostname(),
         "devices": _guarded(
-            devices.probe, d.device, all_visible=not d.distributed, seconds=pf.matmul_seconds
+            devices.probe,
+            dist.device,
+            all_visible=not dist.distributed,
+            seconds=preflight_cfg.matmul_seconds,
         ),
         "collectives": None,
         "shared": None,
         "storage": None,
     }
-    if d.distributed:  # every rank takes part, even if its devices failed
+    if dist.distributed:  # every rank takes part, even if its devices failed
         result["collectives"] = _guarded(
-            collectives.measure, d, size_mb=pf.collective_mb, iters=pf.collective_iters
+            collectives.measure,
+            dist,
+            size_mb=preflight_cfg.collective_mb,
+            iters=preflight_cfg.collective_iters,
         )
         # a collective too; it reports its own errors instead of raising
-        result["shared"] = shared.probe(d, folder)
-    if d.local_rank == 0:  # one disk test per host: ranks of a host share its disk
+        result["shared"] = shared.probe(dist, folder)
+    if dist.local_rank == 0:  # one disk test per host: ranks of a host share its disk
         result["storage"] = _guarded(
-            storage.measure, folder, size_mb=pf.storage_mb, probes=pf.fsync_probes
+            storage.measure,
+            folder,
+            size_mb=preflight_cfg.storage_mb,
+            probes=preflight_cfg.fsync_probes,
         )
     result["trackers"] = _guarded(_trackers_ready, cfg)
     result["data"] = _guarded(
         data.measure,
         cfg,
         shards_dir,
-        rank=d.rank,
-        world_size=d.world_size,
-        seconds=pf.data_seconds,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        seconds=preflight_cfg.data_seconds,
     )
     return result
 
@@ -108,16 +117,16 @@ def _trackers_ready(cfg: Config) -> dict:
 def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> PreflightReport:
     """Measure (storage at the checkpoint `folder`, data loading from `shards_dir`), judge,
     write `report_path` (rank 0) and print the table; every rank gets the whole report."""
-    d, rendezvous_failure = _join(cfg)
+    dist, rendezvous_failure = _join(cfg)
     try:
-        mine = _measure_rank(cfg, shards_dir, d, folder)
+        mine = _measure_rank(cfg, shards_dir, dist, folder)
         ranks = [mine]
-        if d.distributed:
-            ranks = [None] * d.world_size
-            dist.all_gather_object(ranks, mine)
+        if dist.distributed:
+            ranks = [None] * dist.world_size
+            torch_dist.all_gather_object(ranks, mine)
         report = {
             "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "world_size": d.world_size,
+            "world_size": dist.world_size,
             "expected_world_size": int(os.environ.get("WORLD_SIZE", "1")),
             "hosts": sorted({r["host"] for r in ranks}),
             "rendezvous": rendezvous_address(),
@@ -128,15 +137,15 @@ def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> 
         verdict.judge(cfg, report)
         typed = PreflightReport.model_validate(report)
         try:
-            if d.rank == 0:
+            if dist.rank == 0:
                 typed.write(report_path)
-            if d.rank == 0 or rendezvous_failure:  # alone, every rank tells its own story
+            if dist.rank == 0 or rendezvous_failure:  # alone, every rank tells its own story
                 table.print_report(report)
         finally:  # no rank exits (and makes torchrun stop the others) before rank 0 is done
-            parallel.barrier(d)
+            parallel.barrier(dist)
         return typed
     finally:
-        parallel.shutdown(d)
+        parallel.shutdown(dist)
 
 
 def no_go_error(report: PreflightReport, report_path: Path) -> PreflightNoGo:

@@ -19,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-import torch.distributed as dist
+import torch.distributed as torch_dist
 
 from hanlm.preflight.storage import existing_parent
 from hanlm.train import peers
@@ -43,15 +43,15 @@ def _seen(folder: Path, nonce: str, nodes: list[int], wait_s: float) -> list[int
         time.sleep(0.2)
 
 
-def probe(d: Dist, folder: Path, *, wait_s: float = WAIT_S) -> dict | None:
+def probe(dist: Dist, folder: Path, *, wait_s: float = WAIT_S) -> dict | None:
     """On one rank per host: {"node", "host", "probe_dir", "nodes", "seen"} (or "error");
     None on the other ranks."""
-    node = peers.node_rank(d.rank)
-    writer = d.local_rank == 0
-    nonce = [uuid.uuid4().hex if d.rank == 0 else None]
-    dist.broadcast_object_list(nonce, src=0)  # one name for this run, unlike any earlier one
-    nodes: list[int | None] = [None] * d.world_size
-    dist.all_gather_object(nodes, node)
+    node = peers.node_rank(dist.rank)
+    writer = dist.local_rank == 0
+    nonce = [uuid.uuid4().hex if dist.rank == 0 else None]
+    torch_dist.broadcast_object_list(nonce, src=0)  # one name for this run, unlike any earlier one
+    nodes: list[int | None] = [None] * dist.world_size
+    torch_dist.all_gather_object(nodes, node)
     all_nodes = sorted(set(nodes))  # type: ignore[type-var]
 
     probe_dir = existing_parent(folder)
@@ -62,10 +62,10 @@ def probe(d: Dist, folder: Path, *, wait_s: float = WAIT_S) -> dict | None:
             token.write_text(f"{socket.gethostname()}\n")
         except OSError as e:
             result["error"] = f"cannot write {token.name} in {probe_dir}: {e.strerror or e}"
-    dist.barrier()  # every host has written its token (or failed to)
+    torch_dist.barrier()  # every host has written its token (or failed to)
     if writer and "error" not in result:
         result.update(nodes=all_nodes, seen=_seen(probe_dir, nonce[0], all_nodes, wait_s))
-    dist.barrier()  # every host has looked: the tokens can go
+    torch_dist.barrier()  # every host has looked: the tokens can go
     if writer:
         token.unlink(missing_ok=True)
     return result if writer else None

@@ -16,8 +16,8 @@ from hanlm.preflight.verdict import (
 )
 
 
-def _gb(n: float) -> str:
-    return f"{n / 1e9:.3g} GB"
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.3g} GB"
 
 
 def _summaries(report: dict) -> dict[str, str]:
@@ -30,18 +30,19 @@ def _summaries(report: dict) -> dict[str, str]:
         )
     devices = all_devices(report)
     if devices and devices[0]["type"] == "cpu":
-        d = devices[0]
+        device = devices[0]
         lines["devices"] = (
-            f"{len(devices)} x CPU {d['name']} ({d['threads']} threads), "
+            f"{len(devices)} x CPU {device['name']} ({device['threads']} threads), "
             f"matmul {min(x['matmul_flops'] for x in devices) / 1e9:.3g} GFLOP/s"
         )
     elif devices:
         lines["devices"] = "\n".join(
-            f"{d['name']} {d['memory_gb']:.0f} GB cc {'.'.join(map(str, d['compute_capability']))}"
-            f" fp8 {'yes' if d['fp8'] else 'no'} driver {d['driver']}: "
-            f"{d['matmul_flops'] / 1e12:.0f} TFLOPS"
-            + (f" ({d['matmul_fraction']:.0%} of peak)" if d["matmul_fraction"] else "")
-            for d in devices
+            f"{device['name']} {device['memory_gb']:.0f} GB "
+            f"cc {'.'.join(map(str, device['compute_capability']))}"
+            f" fp8 {'yes' if device['fp8'] else 'no'} driver {device['driver']}: "
+            f"{device['matmul_flops'] / 1e12:.0f} TFLOPS"
+            + (f" ({device['matmul_fraction']:.0%} of peak)" if device["matmul_fraction"] else "")
+            for device in devices
         )
     collectives = report["ranks"][0].get("collectives") or {}
     if "all_reduce" in collectives:
@@ -53,15 +54,15 @@ def _summaries(report: dict) -> dict[str, str]:
             f"{proj['comm_s']:.3g} s per step vs {proj['compute_s']:.3g} s compute "
             f"({proj['mode']}, {proj['comm_ratio']:.0%})"
         )
-    for s in storage_reports(report):
-        text = f"{s['probe_dir']}: "
-        if "write_mb_s" in s:
+    for disk in storage_reports(report):
+        text = f"{disk['probe_dir']}: "
+        if "write_mb_s" in disk:
             text += (
-                f"write {s['write_mb_s']:.3g} MB/s, fsync {s['fsync_ms_median']:.3g} ms, "
-                f"read-back {'ok' if s['read_back_ok'] else 'BAD'}, "
+                f"write {disk['write_mb_s']:.3g} MB/s, fsync {disk['fsync_ms_median']:.3g} ms, "
+                f"read-back {'ok' if disk['read_back_ok'] else 'BAD'}, "
             )
-        if s.get("free_bytes") is not None:
-            text += f"free {_gb(s['free_bytes'])}"
+        if disk.get("free_bytes") is not None:
+            text += f"free {_gb(disk['free_bytes'])}"
         if proj.get("free_bytes_needed"):
             text += f" (needs {_gb(proj['free_bytes_needed'])})"
         if proj.get("save_s") is not None:
@@ -98,8 +99,8 @@ def print_report(report: dict) -> None:
     table.add_column("status")
     summaries = _summaries(report)
     by_check: dict[str, list[str]] = {}
-    for f in report["findings"]:
-        by_check.setdefault(f["check"], []).append(f["severity"])
+    for finding in report["findings"]:
+        by_check.setdefault(finding["check"], []).append(finding["severity"])
     checks = [c for c in CHECKS if c in summaries or c in by_check]
     checks += [c for c in by_check if c not in checks]
     for check in checks:
@@ -109,10 +110,10 @@ def print_report(report: dict) -> None:
         label = {FAIL: "NO-GO", WARN: "warn", NOTE: "note", "ok": "ok"}[status]
         table.add_row(check, summaries.get(check, ""), f"[{style}]{label}[/{style}]")
     console.print(table)
-    for f in report["findings"]:
+    for finding in report["findings"]:
         marker = {FAIL: "[bold red]✗[/bold red]", WARN: "[yellow]![/yellow]", NOTE: "·"}
-        console.print(f"{marker[f['severity']]} {f['check']}: {f['reason']}")
-        if f["fix"]:
-            console.print(f"    fix: {f['fix']}")
+        console.print(f"{marker[finding['severity']]} {finding['check']}: {finding['reason']}")
+        if finding["fix"]:
+            console.print(f"    fix: {finding['fix']}")
     colour = "green" if report["verdict"] == "GO" else "red"
     console.print(f"[bold {colour}]{report['verdict']}[/bold {colour}]")

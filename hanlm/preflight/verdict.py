@@ -104,14 +104,15 @@ def project(cfg: Config, report: dict) -> dict:
         out["comm_s"] = profile["comm_bytes_per_gpu"] / busbw
         out["comm_ratio"] = out["comm_s"] / profile["compute_s"]
 
-    c = cfg.checkpoint
+    ckpt_cfg = cfg.checkpoint
     intervals = []
-    if c.every > 0:
-        intervals.append(c.every * profile["compute_s"])
-    if c.every_minutes > 0:
-        intervals.append(c.every_minutes * 60)
+    if ckpt_cfg.every > 0:
+        intervals.append(ckpt_cfg.every * profile["compute_s"])
+    if ckpt_cfg.every_minutes > 0:
+        intervals.append(ckpt_cfg.every_minutes * 60)
     out["checkpoint_interval_s"] = min(intervals) if intervals else None
-    out["free_bytes_needed"] = profile["checkpoint_bytes"] * (c.keep_last + 1)  # + one in flight
+    # the kept checkpoints and one in flight
+    out["free_bytes_needed"] = profile["checkpoint_bytes"] * (ckpt_cfg.keep_last + 1)
     speeds = [s["write_mb_s"] for s in storage_reports(report) if s.get("write_mb_s")]
     if speeds:
         out["save_s"] = profile["checkpoint_bytes"] / (min(speeds) * 1e6)
@@ -123,15 +124,21 @@ def project(cfg: Config, report: dict) -> dict:
 
 def _device_findings(cfg: Config, report: dict) -> list[dict]:
     found = []
-    pf, precision = cfg.preflight, cfg.precision.mode
-    for r in report["ranks"]:
-        if "error" in r.get("devices", {}):
-            found.append(finding("devices", FAIL, f"rank {r['rank']}: {r['devices']['error']}"))
+    preflight_cfg, precision = cfg.preflight, cfg.precision.mode
+    for rank_report in report["ranks"]:
+        if "error" in rank_report.get("devices", {}):
+            found.append(
+                finding(
+                    "devices",
+                    FAIL,
+                    f"rank {rank_report['rank']}: {rank_report['devices']['error']}",
+                )
+            )
     devices = all_devices(report)
-    for d in (d for d in devices if d["type"] == "cuda"):
-        label = f"{d['name']} (cuda:{d['index']})"
-        cc = ".".join(map(str, d["compute_capability"]))
-        if precision == "fp8" and not d["fp8"]:
+    for device in (device for device in devices if device["type"] == "cuda"):
+        label = f"{device['name']} (cuda:{device['index']})"
+        cc = ".".join(map(str, device["compute_capability"]))
+        if precision == "fp8" and not device["fp8"]:
             found.append(
                 finding(
                     "devices",
@@ -140,7 +147,7 @@ def _device_findings(cfg: Config, report: dict) -> list[dict]:
                     "use --precision bf16, or GPUs of compute capability 8.9 or newer",
                 )
             )
-        if precision == "bf16" and not d["bf16"]:
+        if precision == "bf16" and not device["bf16"]:
             found.append(
                 finding(
                     "devices",
@@ -149,22 +156,22 @@ def _device_findings(cfg: Config, report: dict) -> list[dict]:
                     "use --precision fp32 or newer GPUs",
                 )
             )
-        if d["matmul_fraction"] is None:
+        if device["matmul_fraction"] is None:
             found.append(finding("devices", WARN, f"{label} is not in the GPU catalogue"))
-        elif d["matmul_fraction"] < pf.min_matmul_fraction:
+        elif device["matmul_fraction"] < preflight_cfg.min_matmul_fraction:
             found.append(
                 finding(
                     "devices",
                     FAIL,
-                    f"{label} reached {d['matmul_flops'] / 1e12:.0f} of "
-                    f"{d['peak_bf16_flops'] / 1e12:.0f} dense BF16 TFLOPS "
-                    f"({d['matmul_fraction']:.0%} < {pf.min_matmul_fraction:.0%})",
+                    f"{label} reached {device['matmul_flops'] / 1e12:.0f} of "
+                    f"{device['peak_bf16_flops'] / 1e12:.0f} dense BF16 TFLOPS "
+                    f"({device['matmul_fraction']:.0%} < {preflight_cfg.min_matmul_fraction:.0%})",
                     "check for other processes on the GPU, power limits and clocks "
                     "(nvidia-smi -q -d PERFORMANCE,POWER), cooling; or rent another host",
                 )
             )
-    if len({d["name"] for d in devices}) > 1:
-        names = ", ".join(sorted({d["name"] for d in devices}))
+    if len({device["name"] for device in devices}) > 1:
+        names = ", ".join(sorted({device["name"] for device in devices}))
         found.append(
             finding("devices", WARN, f"mixed devices ({names}): the slowest sets the pace")
         )
@@ -184,14 +191,15 @@ def _collective_findings(report: dict) -> list[dict]:
                 "run under torchrun on the real hosts to measure them",
             )
         ]
-    for r in report["ranks"]:
-        results = r.get("collectives") or {}
+    for rank_report in report["ranks"]:
+        results = rank_report.get("collectives") or {}
         if "error" in results:
             found.append(
                 finding(
                     "collectives",
                     FAIL,
-                    f"rank {r['rank']} ({r['host']}): collectives failed: {results['error']}",
+                    f"rank {rank_report['rank']} ({rank_report['host']}): "
+                    f"collectives failed: {results['error']}",
                     "check that every rank can reach every other (firewall, NCCL_SOCKET_IFNAME); "
                     + P2P_FIX,
                 )
@@ -205,7 +213,7 @@ def _collective_findings(report: dict) -> list[dict]:
                 finding(
                     "collectives",
                     FAIL,
-                    f"{names} returned {how} on rank {r['rank']} ({r['host']})",
+                    f"{names} returned {how} on rank {rank_report['rank']} ({rank_report['host']})",
                     P2P_FIX,
                 )
             )
@@ -245,55 +253,57 @@ FASTER_STORAGE = (
 )
 
 
-def _disk_problems(cfg: Config, proj: dict, s: dict) -> list[tuple[str, str]]:
+def _disk_problems(cfg: Config, proj: dict, disk: dict) -> list[tuple[str, str]]:
     """(reason, fix) of each failed check of one host's checkpoint disk."""
-    pf, where = cfg.preflight, s["probe_dir"]
-    if not s.get("writable", False):
+    preflight_cfg, where = cfg.preflight, disk["probe_dir"]
+    if not disk.get("writable", False):
         return [
             (
-                f"checkpoint folder {s['folder']} is not writable: {s.get('error')}",
+                f"checkpoint folder {disk['folder']} is not writable: {disk.get('error')}",
                 f"make {where} writable (chmod / chown) or choose another --checkpoint-dir",
             )
         ]
     problems = []
-    if s.get("error"):
+    if disk.get("error"):
         problems.append(
             (
-                f"writing in {where} failed: {s['error']}",
+                f"writing in {where} failed: {disk['error']}",
                 "free space or fix the disk, or choose another --checkpoint-dir",
             )
         )
     needed = proj.get("free_bytes_needed")
-    if needed is not None and s.get("free_bytes") is not None and s["free_bytes"] < needed:
+    if needed is not None and disk.get("free_bytes") is not None and disk["free_bytes"] < needed:
         problems.append(
             (
-                f"{where} has {s['free_bytes'] / 1e9:.3g} GB free; checkpoints need "
+                f"{where} has {disk['free_bytes'] / 1e9:.3g} GB free; checkpoints need "
                 f"{needed / 1e9:.3g} GB ({cfg.checkpoint.keep_last} kept + 1 being written, "
                 f"{proj['checkpoint_bytes'] / 1e9:.3g} GB each)",
                 "free space, lower checkpoint.keep_last, or choose a larger --checkpoint-dir",
             )
         )
-    if "write_mb_s" not in s:
+    if "write_mb_s" not in disk:
         return problems
-    if not s["read_back_ok"]:
+    if not disk["read_back_ok"]:
         problems.append(
             (
-                f"{where}: {s['read_back_bad_blocks']} blocks read back differ from those written",
+                f"{where}: {disk['read_back_bad_blocks']} blocks read back differ from those "
+                "written",
                 "the disk or file system corrupts data: use another disk",
             )
         )
-    if s["write_mb_s"] < pf.min_write_mb_s:
+    if disk["write_mb_s"] < preflight_cfg.min_write_mb_s:
         problems.append(
             (
-                f"{where} writes {s['write_mb_s']:.3g} MB/s with fsync "
-                f"(< {pf.min_write_mb_s:g} MB/s)",
+                f"{where} writes {disk['write_mb_s']:.3g} MB/s with fsync "
+                f"(< {preflight_cfg.min_write_mb_s:g} MB/s)",
                 FASTER_STORAGE,
             )
         )
-    if s["fsync_ms_max"] > pf.max_fsync_ms:
+    if disk["fsync_ms_max"] > preflight_cfg.max_fsync_ms:
         problems.append(
             (
-                f"{where}: an fsync took {s['fsync_ms_max']:.0f} ms (> {pf.max_fsync_ms:g} ms)",
+                f"{where}: an fsync took {disk['fsync_ms_max']:.0f} ms "
+                f"(> {preflight_cfg.max_fsync_ms:g} ms)",
                 FASTER_STORAGE,
             )
         )
@@ -303,18 +313,18 @@ def _disk_problems(cfg: Config, proj: dict, s: dict) -> list[tuple[str, str]]:
 def _storage_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
     found = [
         finding("storage", FAIL, reason, fix)
-        for s in storage_reports(report)
-        for reason, fix in _disk_problems(cfg, proj, s)
+        for disk in storage_reports(report)
+        for reason, fix in _disk_problems(cfg, proj, disk)
     ]
-    pf = cfg.preflight
+    preflight_cfg = cfg.preflight
     save_s, interval = proj.get("save_s"), proj.get("checkpoint_interval_s")
-    if save_s is not None and interval and save_s > pf.max_save_fraction * interval:
+    if save_s is not None and interval and save_s > preflight_cfg.max_save_fraction * interval:
         found.append(
             finding(
                 "storage",
                 FAIL,
                 f"a checkpoint save would take {save_s:.3g} s, more than "
-                f"{pf.max_save_fraction:.0%} of the {interval:.3g} s between saves",
+                f"{preflight_cfg.max_save_fraction:.0%} of the {interval:.3g} s between saves",
                 "save less often (raise checkpoint.every or checkpoint.every_minutes), or "
                 + FASTER_STORAGE,
             )
@@ -340,17 +350,17 @@ def shared_probes(report: dict) -> list[dict]:
 def _shared_findings(report: dict) -> list[dict]:
     """One finding when some host does not see the others' files in the checkpoint folder."""
     probes = shared_probes(report)
-    hosts = {p["node"]: p["host"] for p in probes}
+    hosts = {probe["node"]: probe["host"] for probe in probes}
     problems = []
-    for p in probes:
-        where = f"host {p['host']} (node {p['node']})"
-        if "error" in p:
-            problems.append(f"{where}: {p['error']}")
+    for probe in probes:
+        where = f"host {probe['host']} (node {probe['node']})"
+        if "error" in probe:
+            problems.append(f"{where}: {probe['error']}")
             continue
-        missing = [n for n in p["nodes"] if n not in p["seen"]]
+        missing = [n for n in probe["nodes"] if n not in probe["seen"]]
         if missing:
             others = ", ".join(f"{hosts.get(n, '?')} (node {n})" for n in missing)
-            problems.append(f"{where} does not see what {others} wrote in {p['probe_dir']}")
+            problems.append(f"{where} does not see what {others} wrote in {probe['probe_dir']}")
     if not problems:
         return []
     reason = "the checkpoint folder is not shared by all hosts: " + "; ".join(problems)
@@ -361,19 +371,20 @@ def _data_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
     found = []
     needed = proj.get("tokens_per_s_needed")
     per_rank = needed / report["world_size"] if needed else None
-    for r in report["ranks"]:
-        data = r.get("data") or {}
+    for rank_report in report["ranks"]:
+        data = rank_report.get("data") or {}
         if "skipped" in data:
-            if r["rank"] == 0:
+            if rank_report["rank"] == 0:
                 found.append(finding("data", NOTE, data["skipped"]))
         elif "error" in data:
-            found.append(finding("data", FAIL, f"rank {r['rank']}: {data['error']}"))
+            found.append(finding("data", FAIL, f"rank {rank_report['rank']}: {data['error']}"))
         elif per_rank and data["tokens_per_s"] < cfg.preflight.min_data_headroom * per_rank:
             found.append(
                 finding(
                     "data",
                     FAIL,
-                    f"rank {r['rank']} reads {data['tokens_per_s']:,.0f} tokens/s from the shards; "
+                    f"rank {rank_report['rank']} reads {data['tokens_per_s']:,.0f} tokens/s "
+                    "from the shards; "
                     f"a step needs {per_rank:,.0f} per rank (headroom "
                     f"{data['tokens_per_s'] / per_rank:.2g}x < {cfg.preflight.min_data_headroom:g}x)",
                     "copy the shards to a local disk; check that nothing else reads it",
@@ -384,14 +395,19 @@ def _data_findings(cfg: Config, proj: dict, report: dict) -> list[dict]:
 
 def _tracker_findings(report: dict) -> list[dict]:
     found = []
-    for r in report["ranks"]:
-        ready = r.get("trackers") or {}
+    for rank_report in report["ranks"]:
+        ready = rank_report.get("trackers") or {}
         if "refused" in ready:
             found.append(
-                finding("trackers", FAIL, f"rank {r['rank']}: {ready['refused']}", ready["fix"])
+                finding(
+                    "trackers",
+                    FAIL,
+                    f"rank {rank_report['rank']}: {ready['refused']}",
+                    ready["fix"],
+                )
             )
         elif "error" in ready:
-            found.append(finding("trackers", FAIL, f"rank {r['rank']}: {ready['error']}"))
+            found.append(finding("trackers", FAIL, f"rank {rank_report['rank']}: {ready['error']}"))
     return found
 
 

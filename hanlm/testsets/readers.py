@@ -364,25 +364,25 @@ def _join(*parts: str) -> str:
 # One function per benchmark: row -> (fields, parts)
 
 
-def _boolq(r: _Row) -> tuple[dict, str]:
-    paragraph, question = r.text("paragraph", "Text"), r.text("question")
+def _boolq(row: _Row) -> tuple[dict, str]:
+    paragraph, question = row.text("paragraph", "Text"), row.text("question")
     fields = {
         "paragraph": paragraph,
         "question": question,
-        "label": int(r.boolean("label", "Answer")),
+        "label": int(row.boolean("label", "Answer")),
     }
     return fields, (paragraph, question)
 
 
-def _copa(r: _Row) -> tuple[dict, str]:
-    premise, question = r.text("premise", "sentence"), r.text("question").strip()
+def _copa(row: _Row) -> tuple[dict, str]:
+    premise, question = row.text("premise", "sentence"), row.text("question").strip()
     if question not in ("원인", "결과"):
-        r.bad("question", question, "원인 or 결과")
-    alternatives = [r.text("alternative_1", "1"), r.text("alternative_2", "2")]
-    if r.has("label"):
-        label = r.integer("label", allowed=range(2))
+        row.bad("question", question, "원인 or 결과")
+    alternatives = [row.text("alternative_1", "1"), row.text("alternative_2", "2")]
+    if row.has("label"):
+        label = row.integer("label", allowed=range(2))
     else:
-        label = r.integer("Answer", allowed=range(1, 3)) - 1  # the TSV numbers choices 1 and 2
+        label = row.integer("Answer", allowed=range(1, 3)) - 1  # the TSV numbers choices 1 and 2
     fields = {
         "premise": premise,
         "question": question,
@@ -393,31 +393,31 @@ def _copa(r: _Row) -> tuple[dict, str]:
     return fields, (premise, alternatives[label])
 
 
-def _hellaswag(r: _Row) -> tuple[dict, str]:
-    context = r.text("context")
-    endings = [r.text(f"ending_{i}", f"choice{i}") for i in range(1, 5)]
-    label = r.integer("label", allowed=range(4))
+def _hellaswag(row: _Row) -> tuple[dict, str]:
+    context = row.text("context")
+    endings = [row.text(f"ending_{i}", f"choice{i}") for i in range(1, 5)]
+    label = row.integer("label", allowed=range(4))
     return {"context": context, "endings": endings, "label": label}, (context, endings[label])
 
 
-def _sentineg(r: _Row) -> tuple[dict, str]:
-    sentence = r.text("sentence", "Text")
-    return {"sentence": sentence, "label": r.integer("label", allowed=range(2))}, (sentence,)
+def _sentineg(row: _Row) -> tuple[dict, str]:
+    sentence = row.text("sentence", "Text")
+    return {"sentence": sentence, "label": row.integer("label", allowed=range(2))}, (sentence,)
 
 
 _BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 
 
-def _wic(r: _Row) -> tuple[dict, str]:
+def _wic(row: _Row) -> tuple[dict, str]:
     # Both layouts mark the target word as [word]; lm-evaluation-harness scores the sentences
     # with the brackets, so the fields keep them. Training text would not have them.
-    word = r.text("word", "Target")
-    first, second = r.text("context_1", "SENTENCE1"), r.text("context_2", "SENTENCE2")
+    word = row.text("word", "Target")
+    first, second = row.text("context_1", "SENTENCE1"), row.text("context_2", "SENTENCE2")
     fields = {
         "word": word,
         "context_1": first,
         "context_2": second,
-        "label": int(r.boolean("label", "ANSWER")),
+        "label": int(row.boolean("label", "ANSWER")),
     }
     return fields, (_BRACKETED.sub(r"\1", first), _BRACKETED.sub(r"\1", second))
 
@@ -425,52 +425,52 @@ def _wic(r: _Row) -> tuple[dict, str]:
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
-def _gsm8k(r: _Row) -> tuple[dict, str]:
-    korean = r.has("kor_question") and r.has("kor_answer")
-    question = r.text("kor_question") if korean else r.text("question")
-    answer = r.text("kor_answer") if korean else r.text("answer")
+def _gsm8k(row: _Row) -> tuple[dict, str]:
+    korean = row.has("kor_question") and row.has("kor_answer")
+    question = row.text("kor_question") if korean else row.text("question")
+    answer = row.text("kor_answer") if korean else row.text("answer")
     target = None
-    if r.has("answer_s") and r.get("answer_s") not in (None, ""):
-        target = str(r.get("answer_s")).strip()
+    if row.has("answer_s") and row.get("answer_s") not in (None, ""):
+        target = str(row.get("answer_s")).strip()
     else:
-        for text in (answer, r.get("answer") if r.has("answer") else ""):
+        for text in (answer, row.get("answer") if row.has("answer") else ""):
             if isinstance(text, str) and "####" in text:
                 target = text.rsplit("####", 1)[1].strip()
                 break
         if target is None:
             numbers = _NUMBER.findall(answer)
             if not numbers:
-                r.bad("answer", answer, "a solution with a final number (or an answer_s field)")
+                row.bad("answer", answer, "a solution with a final number (or an answer_s field)")
             target = numbers[-1]
     target = target.replace(",", "")
     return {"question": question, "answer": answer, "target": target}, (question, answer)
 
 
-def _ifeval(r: _Row) -> tuple[dict, str]:
-    prompt = r.text("prompt")
-    ids = r.get("instruction_id_list")
-    kwargs = r.get("kwargs")
+def _ifeval(row: _Row) -> tuple[dict, str]:
+    prompt = row.text("prompt")
+    ids = row.get("instruction_id_list")
+    kwargs = row.get("kwargs")
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        r.bad("instruction_id_list", ids, "a list of instruction ids")
+        row.bad("instruction_id_list", ids, "a list of instruction ids")
     if not isinstance(kwargs, list):
-        r.bad("kwargs", kwargs, "a list of argument objects")
-    fields = {"key": r.get("key"), "prompt": prompt, "instruction_id_list": ids, "kwargs": kwargs}
+        row.bad("kwargs", kwargs, "a list of argument objects")
+    fields = {"key": row.get("key"), "prompt": prompt, "instruction_id_list": ids, "kwargs": kwargs}
     return fields, (prompt,)
 
 
-def _demo_qa(r: _Row) -> tuple[dict, str]:
-    choices = r.get("choices")
+def _demo_qa(row: _Row) -> tuple[dict, str]:
+    choices = row.get("choices")
     if not (
         isinstance(choices, list)
         and len(choices) >= 2
         and all(isinstance(c, str) and c.strip() for c in choices)
     ):
-        r.bad("choices", choices, "a list of two or more answer texts")
+        row.bad("choices", choices, "a list of two or more answer texts")
     fields = {
-        "passage": r.text("passage"),
-        "question": r.text("question"),
+        "passage": row.text("passage"),
+        "question": row.text("question"),
         "choices": list(choices),
-        "answer": r.integer("answer", allowed=range(len(choices))),
+        "answer": row.integer("answer", allowed=range(len(choices))),
     }
     # The answers are sentences every item about the country shares (the encyclopedia's words):
     # they distinguish nothing alone, but are in the overlap text, as the corpus would copy them.

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
+import torch.distributed as torch_dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
@@ -162,11 +162,11 @@ def latest(root: Path) -> Path | None:
 
 
 def _checksum(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=16)
+    digest = hashlib.blake2b(digest_size=16)
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _files(folder: Path) -> list[Path]:
@@ -231,7 +231,7 @@ class _ChecksummingWriter(FileSystemWriter):
 
     def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
         super().set_up_storage_writer(is_coordinator, *args, **kwargs)
-        self._my_rank = dist.get_rank() if dist.is_initialized() else 0
+        self._my_rank = torch_dist.get_rank() if torch_dist.is_initialized() else 0
 
     def write_data(self, plan, planner):
         written = super().write_data(plan, planner)
@@ -308,8 +308,8 @@ class _InFlight:
 class CheckpointManager:
     """Saves, commits, prunes, mirrors and loads the checkpoints of one training run."""
 
-    def __init__(self, root: Path, d: Dist, policy: Policy):
-        self.root, self.dist, self.policy = Path(root), d, policy
+    def __init__(self, root: Path, dist: Dist, policy: Policy):
+        self.root, self.dist, self.policy = Path(root), dist, policy
         self.failures = 0
         self.retry_due: float | None = None
         self._in_flight: _InFlight | None = None
@@ -318,13 +318,13 @@ class CheckpointManager:
         # Async saves coordinate over gloo so NCCL streams stay free for training.
         # DCP's background save thread runs collectives on its own gloo group; the main thread's
         # per-step flags and commits use another, so the two never interleave on one group.
-        self.save_group = dist.new_group(backend="gloo") if d.distributed else None
-        self.group = dist.new_group(backend="gloo") if d.distributed else None
-        if d.is_main:
+        self.save_group = torch_dist.new_group(backend="gloo") if dist.distributed else None
+        self.group = torch_dist.new_group(backend="gloo") if dist.distributed else None
+        if dist.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
             for leftover in self.root.glob(f"step-*{INCOMPLETE}"):
                 shutil.rmtree(leftover, ignore_errors=True)  # an interrupted save
-        barrier(d)
+        barrier(dist)
 
     # -- saving ------------------------------------------------------------------------------
 
@@ -408,7 +408,7 @@ class CheckpointManager:
             code = float(getattr(error, "errno", None) or errno.EIO)
         failed = torch.tensor([code])
         if self.dist.distributed:
-            dist.broadcast(failed, src=0, group=self.group)
+            torch_dist.broadcast(failed, src=0, group=self.group)
         if failed.item():
             code = int(failed.item())
             raise error or OSError(code, os.strerror(code))
@@ -457,7 +457,7 @@ class CheckpointManager:
     ):
         flag = torch.tensor([1.0 if ok else 0.0])
         if self.dist.distributed:
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
+            torch_dist.all_reduce(flag, op=torch_dist.ReduceOp.MIN, group=self.group)
         error: OSError | None = None  # rank 0's, when the commit itself failed
         if flag.item() == 1.0:
             files = self._gather_checksums()
@@ -468,7 +468,7 @@ class CheckpointManager:
                     error = e
             failed = torch.tensor([0.0 if error is None else 1.0])
             if self.dist.distributed:
-                dist.broadcast(failed, src=0, group=self.group)
+                torch_dist.broadcast(failed, src=0, group=self.group)
             if failed.item() == 0.0:
                 self.failures, self.retry_due = 0, None
                 return
@@ -485,7 +485,7 @@ class CheckpointManager:
         if not self.dist.distributed:
             return mine
         every: list | None = [None] * self.dist.world_size if self.dist.is_main else None
-        dist.gather_object(mine, every, dst=0, group=self.group)
+        torch_dist.gather_object(mine, every, dst=0, group=self.group)
         return {rel: entry for part in every or [] for rel, entry in part.items()}
 
     def _commit(self, step: int, tmp: Path, trainer_state: dict, files: dict[str, dict]) -> None:
@@ -559,7 +559,7 @@ class CheckpointManager:
             problem = verify(path) if self.dist.is_main else None
             bad = torch.tensor([1.0 if problem else 0.0])
             if self.dist.distributed:
-                dist.broadcast(bad, src=0, group=self.group)
+                torch_dist.broadcast(bad, src=0, group=self.group)
             if bad.item():
                 warn(f"skipping damaged checkpoint {path}: {problem}")
                 continue

@@ -10,10 +10,10 @@ import torch
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on matrices (linear and embedding weights), never on norms and biases."""
     decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if not p.requires_grad:
+    for _, param in model.named_parameters():
+        if not param.requires_grad:
             continue
-        (decay if p.ndim >= 2 else no_decay).append(p)
+        (decay if param.ndim >= 2 else no_decay).append(param)
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
+import torch.distributed as torch_dist
 
 from hanlm import model_init
 from hanlm.errors import UserError
@@ -60,10 +60,10 @@ def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     dev = _pick_device(device, local_rank)
-    if world_size > 1 and not dist.is_initialized():
+    if world_size > 1 and not torch_dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
         try:
-            dist.init_process_group(
+            torch_dist.init_process_group(
                 backend,
                 timeout=datetime.timedelta(seconds=timeout_s),
                 device_id=dev if dev.type == "cuda" else None,
@@ -81,25 +81,25 @@ def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
     return Dist(rank, world_size, local_rank, dev, roster)
 
 
-def shutdown(d: Dist) -> None:
-    if d.distributed and dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(dist: Dist) -> None:
+    if dist.distributed and torch_dist.is_initialized():
+        torch_dist.destroy_process_group()
     peers.close()
 
 
-def lost_peers(d: Dist, error: BaseException) -> peers.PeerLost | None:
+def lost_peers(dist: Dist, error: BaseException) -> peers.PeerLost | None:
     """The error to report instead of `error` when it came from peers that are gone."""
-    return peers.explain(error, d.roster, d.rank) if d.distributed else None
+    return peers.explain(error, dist.roster, dist.rank) if dist.distributed else None
 
 
-def resolve_mode(mode: str, d: Dist) -> str:
+def resolve_mode(mode: str, dist: Dist) -> str:
     if mode == "auto":
-        return "fsdp" if d.distributed else "single"
-    if mode in ("ddp", "fsdp") and not d.distributed:
+        return "fsdp" if dist.distributed else "single"
+    if mode in ("ddp", "fsdp") and not dist.distributed:
         return "single"  # one process: there is nothing to shard or synchronise
-    if mode == "single" and d.distributed:
+    if mode == "single" and dist.distributed:
         raise UserError(
-            f"parallel.mode is single but torchrun started {d.world_size} processes",
+            f"parallel.mode is single but torchrun started {dist.world_size} processes",
             fix="use --parallel ddp or fsdp, or run without torchrun",
         )
     return mode
@@ -119,7 +119,7 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def parallelize(
     model: torch.nn.Module,
-    d: Dist,
+    dist: Dist,
     mode: str,
     *,
     compute_dtype: torch.dtype = torch.float32,
@@ -140,7 +140,7 @@ def parallelize(
         # deferred: DDP and FSDP2 are needed only under torchrun
         from torch.nn.parallel import DistributedDataParallel
 
-        ids = [d.device.index] if d.device.type == "cuda" else None
+        ids = [dist.device.index] if dist.device.type == "cuda" else None
         # Gradients live in the reducer's buckets: no second copy of them (4 bytes a parameter).
         return DistributedDataParallel(root, device_ids=ids, gradient_as_bucket_view=True)
     if mode == "fsdp":
@@ -148,7 +148,7 @@ def parallelize(
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        mesh = init_device_mesh(d.device.type, (d.world_size,))
+        mesh = init_device_mesh(dist.device.type, (dist.world_size,))
         # Parameters gathered in the compute dtype; gradients reduced in fp32 for stability.
         mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
         for layer in decoder_layers(model):
@@ -159,7 +159,7 @@ def parallelize(
 
 def parallelize_loaded(
     model: torch.nn.Module,
-    d: Dist,
+    dist: Dist,
     mode: str,
     *,
     fill: Callable[[torch.nn.Module], None],
@@ -178,24 +178,24 @@ def parallelize_loaded(
     if mode == "fsdp":
         if convert is not None:
             convert(model)
-        root = parallelize(model, d, mode, **options)
-        model_init.allocate(model, d.device, root=root)
-        model_init.recompute_buffers(model, owners, d.device)
+        root = parallelize(model, dist, mode, **options)
+        model_init.allocate(model, dist.device, root=root)
+        model_init.recompute_buffers(model, owners, dist.device)
         with torch.no_grad():
             fill(model)
         return root
-    model_init.allocate(model, d.device)
-    model_init.recompute_buffers(model, owners, d.device)
+    model_init.allocate(model, dist.device)
+    model_init.recompute_buffers(model, owners, dist.device)
     with torch.no_grad():
         fill(model)
     if convert is not None:
         convert(model)
-    return parallelize(model, d, mode, **options)
+    return parallelize(model, dist, mode, **options)
 
 
 def parallelize_whole(
     model: torch.nn.Module,
-    d: Dist,
+    dist: Dist,
     mode: str,
     *,
     compute_dtype: torch.dtype = torch.float32,
@@ -204,10 +204,12 @@ def parallelize_whole(
 ) -> torch.nn.Module:
     """`parallelize` for a model loaded whole on the host: moved to the device whole, then
     converted and parallelized (FSDP2 shards it there)."""
-    model = model.to(d.device)
+    model = model.to(dist.device)
     if convert is not None:
         convert(model)
-    return parallelize(model, d, mode, compute_dtype=compute_dtype, compile_blocks=compile_blocks)
+    return parallelize(
+        model, dist, mode, compute_dtype=compute_dtype, compile_blocks=compile_blocks
+    )
 
 
 def write_full_value(param: torch.nn.Parameter, value: torch.Tensor) -> None:
@@ -239,12 +241,12 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def all_reduce_sum(values: torch.Tensor, d: Dist) -> torch.Tensor:
-    if d.distributed:
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+def all_reduce_sum(values: torch.Tensor, dist: Dist) -> torch.Tensor:
+    if dist.distributed:
+        torch_dist.all_reduce(values, op=torch_dist.ReduceOp.SUM)
     return values
 
 
-def barrier(d: Dist) -> None:
-    if d.distributed:
-        dist.barrier()
+def barrier(dist: Dist) -> None:
+    if dist.distributed:
+        torch_dist.barrier()

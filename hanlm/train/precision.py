@@ -166,7 +166,7 @@ FP8_RECIPE_EVIDENCE = (
         "2.13.0+cpu",
         "0.18.0",
         "no speed: the emulation checks FP8 numerics only",
-        "hanlm's tests (tests/test_precision.py, tests/test_sft.py)",
+        "hanlm's tests (tests/integration/test_precision.py, tests/integration/test_sft.py)",
         "numerics only: losses within 1% of fp32; compiled blocks give eager's loss",
     ),
 )

@@ -187,14 +187,14 @@ def _tensors(batch: Batch) -> list[torch.Tensor]:
 
 
 def _moved(batch: Batch, device: torch.device, *, pin: bool) -> Batch:
-    def move(t: torch.Tensor) -> torch.Tensor:
-        if pin and not t.is_pinned():
-            t = t.pin_memory()
-        return t.to(device, non_blocking=True)
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        if pin and not tensor.is_pinned():
+            tensor = tensor.pin_memory()
+        return tensor.to(device, non_blocking=True)
 
     return Batch(
         move(batch.inputs),
         move(batch.labels),
         move(batch.tokens),
-        {name: move(t) for name, t in batch.extra.items()},
+        {name: move(tensor) for name, tensor in batch.extra.items()},
     )

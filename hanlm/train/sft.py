@@ -161,15 +161,15 @@ def decontaminate(conversations: list[dict], index: BenchmarkIndex | None, sft_c
     return kept, {"checked": True, "dropped": len(dropped), "conversations": dropped}
 
 
-def split_heldout(conversations: list[dict], n: int, seed: int) -> tuple[list, list]:
+def split_heldout(conversations: list[dict], count: int, seed: int) -> tuple[list, list]:
     if len(conversations) < 2:
         raise UserError(
             f"SFT needs at least 2 conversations, the data has {len(conversations)}",
             fix="give more conversations",
         )
-    n = min(n, len(conversations) // 2)
+    count = min(count, len(conversations) // 2)
     order = np.random.default_rng([seed, HELDOUT_SEED]).permutation(len(conversations))
-    held = set(order[:n].tolist())
+    held = set(order[:count].tolist())
     train = [c for i, c in enumerate(conversations) if i not in held]
     heldout = [conversations[i] for i in sorted(held)]
     return train, heldout

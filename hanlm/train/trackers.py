@@ -247,17 +247,17 @@ def _open_trackio(setup: TrackerSetup, folder: Path, start_step: int, previous):
     # deferred: trackio is optional and slow to import
     import trackio
 
-    s = setup.section.trackio
-    resume = _continues(previous, project=s.project, space_id=s.space_id)
+    trackio_cfg = setup.section.trackio
+    resume = _continues(previous, project=trackio_cfg.project, space_id=trackio_cfg.space_id)
     name = previous["name"] if resume else setup.name
     if start_step > 0 and not resume:
-        info(f"trackio: no run of project {s.project!r} to continue; a new run {name!r}")
+        info(f"trackio: no run of project {trackio_cfg.project!r} to continue; a new run {name!r}")
     try:
         run = trackio.init(
-            project=s.project,
+            project=trackio_cfg.project,
             name=name,
             group=setup.run_name,
-            space_id=s.space_id,
+            space_id=trackio_cfg.space_id,
             config=setup.config,
             resume="allow" if resume else "never",
             embed=False,  # no dashboard server from a training
@@ -268,7 +268,11 @@ def _open_trackio(setup: TrackerSetup, folder: Path, start_step: int, previous):
             where="logging.trackio",
             fix="check logging.trackio.project and .space_id (and `hf auth login` for a Space)",
         ) from e
-    return _Trackio(run), {"project": s.project, "space_id": s.space_id, "name": name}
+    return _Trackio(run), {
+        "project": trackio_cfg.project,
+        "space_id": trackio_cfg.space_id,
+        "name": name,
+    }
 
 
 # --- Weights & Biases -------------------------------------------------------------------------
@@ -291,22 +295,22 @@ def _open_wandb(setup: TrackerSetup, folder: Path, start_step: int, previous):
     # deferred: wandb is optional and slow to import
     import wandb
 
-    s = setup.section.wandb
-    where = Path(s.dir) if s.dir else folder
+    wandb_cfg = setup.section.wandb
+    where = Path(wandb_cfg.dir) if wandb_cfg.dir else folder
     where.mkdir(parents=True, exist_ok=True)
-    resume = _continues(previous, project=s.project, entity=s.entity)
+    resume = _continues(previous, project=wandb_cfg.project, entity=wandb_cfg.entity)
     if start_step > 0 and not resume:
-        info(f"wandb: no run of project {s.project!r} to continue; a new run")
+        info(f"wandb: no run of project {wandb_cfg.project!r} to continue; a new run")
     try:
         run = wandb.init(
-            project=s.project,
-            entity=s.entity,
+            project=wandb_cfg.project,
+            entity=wandb_cfg.entity,
             name=setup.name,
             group=setup.run_name,
             job_type=setup.stage,
             id=previous["id"] if resume else None,  # None: W&B makes a new one
             resume="allow" if resume else None,
-            mode=s.mode,
+            mode=wandb_cfg.mode,
             dir=str(where),
             config=setup.config,
             settings=wandb.Settings(
@@ -321,7 +325,12 @@ def _open_wandb(setup: TrackerSetup, folder: Path, start_step: int, previous):
             fix="check `wandb login`, the network, logging.wandb.project and .entity, or set "
             'logging.wandb.mode = "offline"',
         ) from e
-    state = {"project": s.project, "entity": s.entity, "id": run.id, "mode": s.mode}
+    state = {
+        "project": wandb_cfg.project,
+        "entity": wandb_cfg.entity,
+        "id": run.id,
+        "mode": wandb_cfg.mode,
+    }
     return _Wandb(run), state
 
 

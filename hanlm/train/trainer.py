@@ -101,13 +101,13 @@ class _Window:
             self.parts[name] = self.parts.get(name, 0) + value
         self.tokens += out["tokens"]
 
-    def state_dict(self, d: parallel.Dist) -> dict:
+    def state_dict(self, dist: parallel.Dist) -> dict:
         """The window summed over ranks (every rank calls it: a checkpoint is saved by all), so
         that a run resumed mid-window logs the same average over the same steps as one that
         was never stopped."""
         names = sorted(self.parts)
         sums = torch.stack([self.loss, *(self.parts[name] for name in names)]).float()
-        loss, *parts = parallel.all_reduce_sum(sums, d).tolist()  # float32 values, exactly
+        loss, *parts = parallel.all_reduce_sum(sums, dist).tolist()  # float32 values, exactly
         return {
             "loss": loss,
             "parts": dict(zip(names, parts, strict=True)),
@@ -190,9 +190,9 @@ def _due(step: int, every: int) -> bool:
     return every > 0 and step % every == 0
 
 
-def _all_reduce_async(values: torch.Tensor, d: parallel.Dist):
+def _all_reduce_async(values: torch.Tensor, dist: parallel.Dist):
     """Start summing `values` over ranks in place; the work to wait on, None alone."""
-    if not d.distributed:
+    if not dist.distributed:
         return None
     return torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.SUM, async_op=True)
 
@@ -413,16 +413,18 @@ class Trainer:
             4, device=device, dtype=torch.float64
         )  # loss, tokens, byte-loss, bytes
         for batch in self.val_loader.eval_batches(self.settings.eval_batches):
-            x, y, extra = _on_device(batch, device)
+            inputs, labels, extra = _on_device(batch, device)
             with self.numerics.autocast_context(device):
                 per_token = self.model(
-                    labels=y, loss_fn=self.loss.token_losses, **self._model_inputs(x, extra)
+                    labels=labels,
+                    loss_fn=self.loss.token_losses,
+                    **self._model_inputs(inputs, extra),
                 )
-            valid = y.view(-1) != IGNORE
+            valid = labels.view(-1) != IGNORE
             totals[0] += per_token[valid].sum().double()
             totals[1] += valid.sum()
             if self.token_bytes is not None:
-                nbytes = self.token_bytes[y.view(-1).clamp(min=0)] * valid
+                nbytes = self.token_bytes[labels.view(-1).clamp(min=0)] * valid
                 totals[2] += (per_token * (nbytes > 0)).sum().double()
                 totals[3] += nbytes.sum()
         self.model.train()
@@ -523,18 +525,18 @@ class Trainer:
 
     def _log_when_due(self, out: dict, window: _Window, log: MetricsLog) -> dict | None:
         """Log the window (and validate) when due; the validation results when it ran."""
-        s, step, total = self.settings, self.state.step, self.schedule.total_steps
-        if _due(step, s.log_every) or step == total:
+        settings, step, total = self.settings, self.state.step, self.schedule.total_steps
+        if _due(step, settings.log_every) or step == total:
             record = self._record(out, window.loss, window.parts, window.tokens, window.start)
             evaluated = None
-            if _due(step, s.eval_every) or step == total:
+            if _due(step, settings.eval_every) or step == total:
                 evaluated = self.evaluate()
                 record.update(evaluated)
             log.log(record)
             self.state.history.append(record)
             window.reset()
             return evaluated
-        if _due(step, s.eval_every):
+        if _due(step, settings.eval_every):
             evaluated = self.evaluate()
             log.log({"step": step, **evaluated})
             return evaluated
@@ -589,7 +591,7 @@ class Trainer:
     def _stop_diverged(self) -> None:
         """Stop (every rank at once) after too many non-finite steps in a row. A save still in
         flight is committed when it was taken before them, else abandoned."""
-        run, o = self._nonfinite, self.settings.optimizer_keys
+        run, keys = self._nonfinite, self.settings.optimizer_keys
         in_flight = self.checkpoints.in_flight_step
         if in_flight is not None and in_flight < run.first_step:
             with contextlib.suppress(checkpoint.CheckpointError):  # reported as a warning
@@ -611,9 +613,9 @@ class Trainer:
         raise UserError(
             f"training diverged: {steps} had a non-finite loss or gradient norm (at step "
             f"{run.first_step} {run.detail()}); their updates were skipped and training "
-            f"stopped ({o}.max_nonfinite_steps = {self.settings.max_nonfinite_steps}); {kept}",
-            fix=f"lower {o}.lr (now {self.schedule.peak:g}), lengthen {o}.warmup_steps (now "
-            f"{self.schedule.warmup_steps}) or clip gradients harder with {o}.grad_clip ({clip})"
+            f"stopped ({keys}.max_nonfinite_steps = {self.settings.max_nonfinite_steps}); {kept}",
+            fix=f"lower {keys}.lr (now {self.schedule.peak:g}), lengthen {keys}.warmup_steps (now "
+            f"{self.schedule.warmup_steps}) or clip gradients harder with {keys}.grad_clip ({clip})"
             + (f", or train in precision.mode {precision}" if precision else "")
             + f"; then {again}",
         )

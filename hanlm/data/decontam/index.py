@@ -585,16 +585,16 @@ class BenchmarkIndex:
     @classmethod
     def load(cls, path: Path) -> BenchmarkIndex:
         try:
-            with np.load(Path(path), allow_pickle=False) as z:
-                version, ngram, anchor_length = (int(v) for v in z["format"])
+            with np.load(Path(path), allow_pickle=False) as archive:
+                version, ngram, anchor_length = (int(v) for v in archive["format"])
                 if version != FORMAT_VERSION:
                     raise ValueError(f"index format {version}, expected {FORMAT_VERSION}")
                 return cls(
                     ngram=ngram,
                     anchor_length=anchor_length,
-                    benchmarks=z["benchmarks"].tolist(),
-                    item_ids=z["item_ids"].tolist(),
-                    **{name: z[name] for name in cls._ARRAYS},
+                    benchmarks=archive["benchmarks"].tolist(),
+                    item_ids=archive["item_ids"].tolist(),
+                    **{name: archive[name] for name in cls._ARRAYS},
                 )
         except (OSError, ValueError, KeyError) as e:
             raise UserError(
@@ -674,15 +674,15 @@ class BenchmarkIndex:
 
     def _scan_short(self, chars, q: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
         """Places where a whole short item occurs: anchor candidates, then exact hashes."""
-        a = self.anchor_length
-        if size < a:
+        anchor = self.anchor_length
+        if size < anchor:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         # First a cheap 32-bit key of the anchors' first characters, then their 64-bit hashes.
-        keys = _prefix_keys(chars, min(a, KEY_CHARS)) >> self._key_shift
+        keys = _prefix_keys(chars, min(anchor, KEY_CHARS)) >> self._key_shift
         pos = np.flatnonzero(_gather(self._key_table, keys))
-        pos = pos[pos + a <= size]
+        pos = pos[pos + anchor <= size]
         # Every (place, short unit with this anchor) pair, checked with the unit's full length.
-        which, where = self._anchor_lookup.find(window_hashes(q, a, pos))
+        which, where = self._anchor_lookup.find(window_hashes(q, anchor, pos))
         pos, units = pos[which], self._anchor_units[where]
         lengths = self.unit_lengths[units]
         fits = pos + lengths <= size

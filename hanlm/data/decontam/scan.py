@@ -78,14 +78,14 @@ def parse_shard(spec: str | None) -> tuple[int, int] | None:
     if spec is None:
         return None
     try:
-        i, n = (int(x) for x in spec.split("/"))
-        if not 0 <= i < n:
+        shard_index, shard_count = (int(x) for x in spec.split("/"))
+        if not 0 <= shard_index < shard_count:
             raise ValueError
     except ValueError:
         raise UserError(
             f"bad --shard {spec!r}", fix="write it as I/N with 0 <= I < N, e.g. --shard 0/4"
         ) from None
-    return i, n
+    return shard_index, shard_count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,10 +129,10 @@ def plan_tasks(
         if size <= task_bytes or not _splittable(path):
             pieces.append(Piece(source, len(pieces), None, size))
             continue
-        n = -(-size // task_bytes)
-        bounds = [size * i // n for i in range(n + 1)]
-        for a, b in itertools.pairwise(bounds):
-            pieces.append(Piece(source, len(pieces), (a, b), b - a))
+        count = -(-size // task_bytes)
+        bounds = [size * i // count for i in range(count + 1)]
+        for start, end in itertools.pairwise(bounds):
+            pieces.append(Piece(source, len(pieces), (start, end), end - start))
     deal = None
     if shard is not None and len(files) >= shard[1]:
         pieces = [p for p in pieces if p.source % shard[1] == shard[0]]
@@ -419,11 +419,14 @@ class ScanResult:
 
     def doc_names(self) -> list[str]:
         """An id per document with hits: its own, else FILE:RECORD (1-based line)."""
-        a = self.arrays()
+        arrays = self.arrays()
         return [
-            doc_id if doc_id is not None else f"{Path(self.sources[s]).name}:{r + 1}"
-            for doc_id, s, r in zip(
-                self.doc_ids, a["doc_source"].tolist(), a["doc_record"].tolist(), strict=True
+            doc_id if doc_id is not None else f"{Path(self.sources[source]).name}:{record + 1}"
+            for doc_id, source, record in zip(
+                self.doc_ids,
+                arrays["doc_source"].tolist(),
+                arrays["doc_record"].tolist(),
+                strict=True,
             )
         ]
 
@@ -431,9 +434,8 @@ class ScanResult:
         """The arrays (.npz), then the rest with their size and checksum (.json), each written
         to a temporary name and renamed; `sync`: flushed to disk too (a task's files in the work
         folder are not: the checksum finds a file a crash left damaged)."""
-        a = self.arrays()
         buffer = io.BytesIO()
-        np.savez(buffer, **a)
+        np.savez(buffer, **self.arrays())
         data = buffer.getvalue()
         write = atomic_write_bytes if sync else _replace_bytes
         write(path.with_suffix(".npz"), data)
@@ -460,13 +462,13 @@ class ScanResult:
         if problem:
             raise UserError(f"the partial result {path.name} is damaged: {problem}", fix=rerun)
         try:
-            with np.load(npz, allow_pickle=False) as z:
-                a = {k: z[k] for k in z.files}
-            result = cls(len(a["found"]), a["found"], meta.pop("sources"))
-            result.doc_source, result.doc_record = [a["doc_source"]], [a["doc_record"]]
+            with np.load(npz, allow_pickle=False) as archive:
+                arrays = {k: archive[k] for k in archive.files}
+            result = cls(len(arrays["found"]), arrays["found"], meta.pop("sources"))
+            result.doc_source, result.doc_record = [arrays["doc_source"]], [arrays["doc_record"]]
             result.doc_ids = meta.pop("doc_ids")
-            result.pair_doc, result.pair_item = [a["pair_doc"]], [a["pair_item"]]
-            result.pair_count = [a["pair_count"]]
+            result.pair_doc, result.pair_item = [arrays["pair_doc"]], [arrays["pair_item"]]
+            result.pair_count = [arrays["pair_count"]]
             result.stats = meta.pop("stats")
             if not set(required) <= meta.keys():  # the caller reads them
                 raise KeyError(" and ".join(required))
@@ -484,14 +486,14 @@ class ScanResult:
                 fix="rerun every shard with the same --corpus, --benchmark and settings",
             )
         self.found |= other.found
-        a = other.arrays()
+        arrays = other.arrays()
         offset = self.n_docs
-        self.doc_source.append(a["doc_source"])
-        self.doc_record.append(a["doc_record"])
+        self.doc_source.append(arrays["doc_source"])
+        self.doc_record.append(arrays["doc_record"])
         self.doc_ids.extend(other.doc_ids)
-        self.pair_doc.append(a["pair_doc"] + offset)
-        self.pair_item.append(a["pair_item"])
-        self.pair_count.append(a["pair_count"])
+        self.pair_doc.append(arrays["pair_doc"] + offset)
+        self.pair_item.append(arrays["pair_item"])
+        self.pair_count.append(arrays["pair_count"])
         for key in ("documents", "characters", "bytes", "skipped"):
             self.stats[key] += other.stats[key]
         self.stats["seconds"] = max(self.stats["seconds"], other.stats["seconds"])
@@ -499,14 +501,17 @@ class ScanResult:
     def sort_documents(self) -> None:
         """Documents in input order (source, then record), as a scan in one piece has them:
         shards merged in any order give the single scan's result."""
-        a = self.arrays()
-        order = np.lexsort((a["doc_record"], a["doc_source"]))
+        arrays = self.arrays()
+        order = np.lexsort((arrays["doc_record"], arrays["doc_source"]))
         new_of = np.empty_like(order)
         new_of[order] = np.arange(len(order))
-        self.doc_source, self.doc_record = [a["doc_source"][order]], [a["doc_record"][order]]
+        self.doc_source, self.doc_record = (
+            [arrays["doc_source"][order]],
+            [arrays["doc_record"][order]],
+        )
         self.doc_ids = [self.doc_ids[d] for d in order.tolist()]
-        self.pair_doc = [new_of[a["pair_doc"]]]
-        self.pair_item, self.pair_count = [a["pair_item"]], [a["pair_count"]]
+        self.pair_doc = [new_of[arrays["pair_doc"]]]
+        self.pair_item, self.pair_count = [arrays["pair_item"]], [arrays["pair_count"]]
 
 
 def scan(

@@ -25,14 +25,14 @@ class DemoQA(MultipleChoiceTask):
     def default_source(self, demo_files: Mapping[str, Path] | None) -> str | None:
         return None if demo_files is None else str(demo_files["benchmark"])
 
-    def context(self, f: dict) -> str:
-        return f"{f['passage']}\n{f['question']}"
+    def context(self, fields: dict) -> str:
+        return f"{fields['passage']}\n{fields['question']}"
 
-    def choices(self, f: dict) -> list[str]:
-        return list(f["choices"])
+    def choices(self, fields: dict) -> list[str]:
+        return list(fields["choices"])
 
-    def gold(self, f: dict) -> int:
-        return int(f["answer"])
+    def gold(self, fields: dict) -> int:
+        return int(fields["answer"])
 
     def evaluate(self, model, items, options) -> list[dict]:
         # The log-likelihood margin of the right answer over the best wrong one shows how sure

@@ -119,9 +119,15 @@ class Direction(Task):
             peers = [p.fields for p in by_relation[f["relation"]] if p.fields != f]
             wrong_objects = sorted({p["object"] for p in peers} - {f["object"]})
             wrong_subjects = sorted({p["subject"] for p in peers} - {f["subject"]})
-            k = options.distractors
-            forward = [f["object"], *rng.sample(wrong_objects, min(k, len(wrong_objects)))]
-            reverse = [f["subject"], *rng.sample(wrong_subjects, min(k, len(wrong_subjects)))]
+            distractors = options.distractors
+            forward = [
+                f["object"],
+                *rng.sample(wrong_objects, min(distractors, len(wrong_objects))),
+            ]
+            reverse = [
+                f["subject"],
+                *rng.sample(wrong_subjects, min(distractors, len(wrong_subjects))),
+            ]
             start = len(pairs)
             pairs += [(forward_prompt(f["subject"], f["relation"]), " " + c) for c in forward]
             pairs += [(reverse_prompt(f["object"], f["relation"]), " " + c) for c in reverse]

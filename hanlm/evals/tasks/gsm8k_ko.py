@@ -63,9 +63,9 @@ class Gsm8kKo(Task):
 
     def load(self, source, *, demo_files, options: Options) -> list:
         items = super().load(source, demo_files=demo_files, options=options)
-        k = options.num_fewshot
-        self.shots = [item.fields for item in items[:k]]
-        return items[k:]
+        shots = options.num_fewshot
+        self.shots = [item.fields for item in items[:shots]]
+        return items[shots:]
 
     def evaluate(self, model, items: Sequence, options: Options) -> list[dict]:
         prompts = [prompt(item.fields["question"], self.shots) for item in items]

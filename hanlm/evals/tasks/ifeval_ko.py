@@ -2,7 +2,7 @@
 
 The checkers follow lm-evaluation-harness's IFEval (`lm_eval/tasks/ifeval`) wherever the language
 does not matter, so a response without Hangul scores as lm-eval scores it, strict and loose
-(`benchmarks/ifeval_agreement.py` measures it, `tests/test_ifeval_agreement.py` keeps it). That
+(`benchmarks/ifeval_agreement.py` measures it, `tests/unit/test_ifeval_agreement.py` keeps it). That
 includes lm-eval's own conventions: an empty response follows nothing; paragraphs for
 `nth_paragraph_first_word` are split on exactly two newlines and its first word is matched
 whole, ignoring case and trailing punctuation; every line starting with `-` or `*` (but not `**`)
@@ -89,8 +89,8 @@ def forbidden_found(text: str, word: str) -> bool:
     return re.search(pattern, text, flags=re.IGNORECASE) is not None
 
 
-def _compare(n: int, relation: str, k: int) -> bool:
-    return _RELATIONS.get(relation, _RELATIONS["at least"])(n, k)
+def _compare(count: int, relation: str, target: int) -> bool:
+    return _RELATIONS.get(relation, _RELATIONS["at least"])(count, target)
 
 
 def _sentences(text: str) -> list[str]:
@@ -98,12 +98,12 @@ def _sentences(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-def _number_paragraphs(r: str, a: dict, prompt: str) -> bool:
+def _number_paragraphs(response: str, kwargs: dict, prompt: str) -> bool:
     """Parts between `***` dividers; an empty part is allowed only at either end."""
-    parts = re.split(r"\s?\*\*\*\s?", r)
+    parts = re.split(r"\s?\*\*\*\s?", response)
     if any(not p.strip() for p in parts[1:-1]):
         return False
-    return sum(1 for p in parts if p.strip()) == int(a["num_paragraphs"])
+    return sum(1 for p in parts if p.strip()) == int(kwargs["num_paragraphs"])
 
 
 def _json(text: str) -> bool:
@@ -126,26 +126,26 @@ def korean_share(text: str) -> float | None:
     return sum(has_hangul(t) for t in worded) / len(worded)
 
 
-def _response_language(r: str, a: dict, prompt: str) -> bool | None:
-    language = str(a.get("language", "ko")).lower()
+def _response_language(response: str, kwargs: dict, prompt: str) -> bool | None:
+    language = str(kwargs.get("language", "ko")).lower()
     if language not in ("ko", "kor", "korean"):
         return None  # only Korean can be told apart without a language detector
-    share = korean_share(r)
+    share = korean_share(response)
     return share is None or share >= 0.5  # no letters: nothing to judge, followed (as IFEval)
 
 
-def _nth_paragraph(r: str, a: dict, prompt: str) -> bool:
+def _nth_paragraph(response: str, kwargs: dict, prompt: str) -> bool:
     """Paragraphs are split on exactly two newlines; the nth part must be non-empty."""
-    parts = r.split("\n\n")
+    parts = response.split("\n\n")
     count = sum(1 for p in parts if p.strip())
-    want, nth = int(a["num_paragraphs"]), int(a["nth_paragraph"])
+    want, nth = int(kwargs["num_paragraphs"]), int(kwargs["nth_paragraph"])
     if count != want or not 1 <= nth <= count:
         return False
     paragraph = parts[nth - 1].strip()
     if not paragraph:
         return False
     word = paragraph.split()[0].lower()
-    first = str(a.get("first_word", "")).lower()
+    first = str(kwargs.get("first_word", "")).lower()
     if has_hangul(first):  # the word with any particle or ending after it
         return word.lstrip("\"'“‘").startswith(first.strip())
     word = re.split(r"[.,?!'\"]", word.lstrip("'").lstrip('"'), maxsplit=1)[0]
@@ -155,51 +155,51 @@ def _nth_paragraph(r: str, a: dict, prompt: str) -> bool:
     )
 
 
-def _sections(r: str, a: dict, prompt: str) -> bool:
-    splitter = str(a.get("section_spliter", "Section")).strip()
-    parts = re.split(r"\s?" + re.escape(splitter) + r"\s?\d+\s?", r)
-    return len(parts) - 1 >= int(a["num_sections"])
+def _sections(response: str, kwargs: dict, prompt: str) -> bool:
+    splitter = str(kwargs.get("section_spliter", "Section")).strip()
+    parts = re.split(r"\s?" + re.escape(splitter) + r"\s?\d+\s?", response)
+    return len(parts) - 1 >= int(kwargs["num_sections"])
 
 
-def _postscript(r: str, a: dict, prompt: str) -> bool:
-    marker = str(a.get("postscript_marker", "P.S.")).strip()
+def _postscript(response: str, kwargs: dict, prompt: str) -> bool:
+    marker = str(kwargs.get("postscript_marker", "P.S.")).strip()
     if marker == "P.P.S":
         pattern = r"\s*p\.\s?p\.\s?s.*$"
     elif marker == "P.S.":
         pattern = r"\s*p\.\s?s\..*$"
     else:
         pattern = r"\s*" + re.escape(marker.lower()) + r".*$"
-    return re.search(pattern, r.lower(), flags=re.MULTILINE) is not None
+    return re.search(pattern, response.lower(), flags=re.MULTILINE) is not None
 
 
-def _bullets(r: str, a: dict, prompt: str) -> bool:
-    stars = re.findall(r"^\s*\*[^\*].*$", r, flags=re.MULTILINE)
-    dashes = re.findall(r"^\s*-.*$", r, flags=re.MULTILINE)
-    return len(stars) + len(dashes) == int(a["num_bullets"])
+def _bullets(response: str, kwargs: dict, prompt: str) -> bool:
+    stars = re.findall(r"^\s*\*[^\*].*$", response, flags=re.MULTILINE)
+    dashes = re.findall(r"^\s*-.*$", response, flags=re.MULTILINE)
+    return len(stars) + len(dashes) == int(kwargs["num_bullets"])
 
 
-def _highlights(r: str, a: dict, prompt: str) -> bool:
-    single = [h for h in re.findall(r"\*[^\n\*]*\*", r) if h.strip("*").strip()]
-    double = [h for h in re.findall(r"\*\*[^\n\*]*\*\*", r) if h[2:-2].strip()]
-    return len(single) + len(double) >= int(a["num_highlights"])
+def _highlights(response: str, kwargs: dict, prompt: str) -> bool:
+    single = [h for h in re.findall(r"\*[^\n\*]*\*", response) if h.strip("*").strip()]
+    double = [h for h in re.findall(r"\*\*[^\n\*]*\*\*", response) if h[2:-2].strip()]
+    return len(single) + len(double) >= int(kwargs["num_highlights"])
 
 
-def _title(r: str, a: dict, prompt: str) -> bool:
-    return any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", r))
+def _title(response: str, kwargs: dict, prompt: str) -> bool:
+    return any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", response))
 
 
-def _two_responses(r: str, a: dict, prompt: str) -> bool:
+def _two_responses(response: str, kwargs: dict, prompt: str) -> bool:
     """Two different non-empty responses split by `******`; an empty part only at either end."""
-    parts = r.split("******")
+    parts = response.split("******")
     if any(not p.strip() for p in parts[1:-1]):
         return False
     answers = [p.strip() for p in parts if p.strip()]
     return len(answers) == 2 and answers[0] != answers[1]
 
 
-def _quotation(r: str, a: dict, prompt: str) -> bool:
-    r = r.strip()
-    return len(r) > 1 and (r[0], r[-1]) in (('"', '"'), ("“", "”"))
+def _quotation(response: str, kwargs: dict, prompt: str) -> bool:
+    response = response.strip()
+    return len(response) > 1 and (response[0], response[-1]) in (('"', '"'), ("“", "”"))
 
 
 CHECKERS: dict[str, Callable[[str, dict, str], bool | None]] = {
@@ -287,11 +287,11 @@ def score_response(fields: dict, response: str) -> dict:
     strict, loose, skipped_ids = [], [], []
     for i, instruction_id in enumerate(ids):
         kwargs = all_kwargs[i] if i < len(all_kwargs) and isinstance(all_kwargs[i], dict) else {}
-        s = check(instruction_id, kwargs, response, fields["prompt"])
-        if s is None:
+        followed = check(instruction_id, kwargs, response, fields["prompt"])
+        if followed is None:
             skipped_ids.append(instruction_id)
             continue
-        strict.append(s)
+        strict.append(followed)
         loose.append(bool(check_loose(instruction_id, kwargs, response, fields["prompt"])))
     return {"strict": strict, "loose": loose, "skipped": skipped_ids}
 

@@ -4,7 +4,7 @@ divided by the choice's length in characters) and macro F1 over (gold, argmax) p
 
 The fields come from hanlm.testsets.readers, which gives the text of skt/kobest_v1 from either the
 TSV release or the Hugging Face layout, and the row's position there as the item id (lm-eval's
-doc_id). docs/kobest.md writes out, per task, the exact text scored; tests/test_harness.py checks
+doc_id). docs/kobest.md writes out, per task, the exact text scored; tests/integration/test_harness.py checks
 it against lm-evaluation-harness request by request."""
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ class KobestTask(MultipleChoiceTask):
 class BoolQ(KobestTask, config="boolq", folder="BoolQ"):
     labels = NO_YES
 
-    def context(self, f: dict) -> str:
-        return f"{f['paragraph']} 질문: {f['question']} 답변: "  # the trailing space is lm-eval's
+    def context(self, fields: dict) -> str:
+        # the trailing space is lm-eval's
+        return f"{fields['paragraph']} 질문: {fields['question']} 답변: "
 
 
 @register
@@ -117,43 +118,43 @@ class Copa(KobestTask, config="copa", folder="COPA"):
     # lm-eval's connectors start with a space and are joined after one: "premise  왜냐하면"
     _CONNECTOR: ClassVar[dict[str, str]] = {"원인": " 왜냐하면", "결과": " 그래서"}
 
-    def context(self, f: dict) -> str:
-        return f"{f['premise']} {self._CONNECTOR[f['question'].strip()]}"
+    def context(self, fields: dict) -> str:
+        return f"{fields['premise']} {self._CONNECTOR[fields['question'].strip()]}"
 
-    def choices(self, f: dict) -> list[str]:
-        return [f["alternative_1"], f["alternative_2"]]
+    def choices(self, fields: dict) -> list[str]:
+        return [fields["alternative_1"], fields["alternative_2"]]
 
-    def gold(self, f: dict) -> int:
+    def gold(self, fields: dict) -> int:
         # lm-evaluation-harness's target is the right sentence's text, found among the choices
-        right = f["alternative_1"] if int(f["label"]) == 0 else f["alternative_2"]
-        return self.choices(f).index(right)
+        right = fields["alternative_1"] if int(fields["label"]) == 0 else fields["alternative_2"]
+        return self.choices(fields).index(right)
 
 
 @register
 class HellaSwag(KobestTask, config="hellaswag", folder="HellaSwag"):
     has_acc_norm = True
 
-    def context(self, f: dict) -> str:
-        return f"문장: {f['context']}"
+    def context(self, fields: dict) -> str:
+        return f"문장: {fields['context']}"
 
-    def choices(self, f: dict) -> list[str]:
-        return list(f["endings"])
+    def choices(self, fields: dict) -> list[str]:
+        return list(fields["endings"])
 
 
 @register
 class SentiNeg(KobestTask, config="sentineg", folder="SentiNeg"):
     labels = ("부정", "긍정")
 
-    def context(self, f: dict) -> str:
-        return f"문장: {f['sentence']} 긍부정:"
+    def context(self, fields: dict) -> str:
+        return f"문장: {fields['sentence']} 긍부정:"
 
 
 @register
 class WiC(KobestTask, config="wic", folder="WiC"):
     labels = NO_YES
 
-    def context(self, f: dict) -> str:
+    def context(self, fields: dict) -> str:
         return (
-            f"문장1: {f['context_1']} 문장2: {f['context_2']} "
-            f"두 문장에서 {f['word']}가 같은 뜻으로 쓰였나?"
+            f"문장1: {fields['context_1']} 문장2: {fields['context_2']} "
+            f"두 문장에서 {fields['word']}가 같은 뜻으로 쓰였나?"
         )

@@ -52,8 +52,8 @@ def rep_l_counts(tokens: Sequence[Hashable], window: int) -> tuple[int, int]:
 def rep_l(sequences: Sequence[Sequence[Hashable]], window: int) -> float | None:
     repeated = total = 0
     for tokens in sequences:
-        r, n = rep_l_counts(tokens, window)
-        repeated, total = repeated + r, total + n
+        seq_repeated, seq_total = rep_l_counts(tokens, window)
+        repeated, total = repeated + seq_repeated, total + seq_total
     return repeated / total if total else None
 
 

@@ -23,7 +23,7 @@ from hanlm.train import loss as loss_lib
 from hanlm.train.distill import TeacherObjective, kd_loss_sums
 from hanlm.train.loss import IGNORE, CausalLMWithLoss, TokenLoss
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RTOL = 1e-5
 VOCAB, SEQ = 97, 12
 
@@ -266,7 +266,7 @@ def test_under_two_ranks_the_loss_and_gradients_equal_one_process(tmp_path, mode
     }
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(ROOT / "tests" / "loss_ranks.py"), mode, "5", str(out),
+        str(ROOT / "tests" / "support" / "loss_ranks.py"), mode, "5", str(out),
     ]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -12,7 +12,7 @@ import pytest
 
 from hanlm.evals.tasks.ifeval_ko import check, check_loose, count_words
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_benchmark():

@@ -197,7 +197,7 @@ def test_row_step_scale_under_fsdp_moves_rows_as_one_process(tmp_path):
 
     out = tmp_path / "fsdp.pt"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    worker = Path(__file__).with_name("row_scale_training.py")
+    worker = Path(__file__).parents[1] / "support" / "row_scale_training.py"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
            "2", str(worker), str(out)]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)

@@ -1,8 +1,8 @@
-"""Run by tests/test_model_init.py under torchrun (2 gloo ranks): builds the pretraining model as
+"""Run by tests/integration/test_model_init.py under torchrun (2 gloo ranks): builds the pretraining model as
 FSDP does (on the meta device, sharded, then initialised), gathers its full state dict and
 compares it bit for bit with the eager `build_model` of the same seed.
 
-Usage: torchrun --nproc_per_node 2 tests/fsdp_init_worker.py OUT_DIR VARIANT_JSON...
+Usage: torchrun --nproc_per_node 2 tests/support/fsdp_init_worker.py OUT_DIR VARIANT_JSON...
 A variant with "loaded" instead fills the sharded meta model from a saved folder as SFT does
 (parallel.parallelize_loaded, hanlm.train.pretrained).
 Each rank writes OUT_DIR/rank-R.json: per variant, whether the meta path was taken, the names

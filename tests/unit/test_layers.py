@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "hanlm"
+PACKAGE = Path(__file__).resolve().parents[2] / "hanlm"
 
 # Lowest first: a component imports only components before it (and itself). The order is the
 # layering of docs/design.md: shared basics, then the model and the libraries, then the stages

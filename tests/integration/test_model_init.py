@@ -165,7 +165,7 @@ VARIANTS = [
 
 @pytest.mark.slow
 def test_fsdp_meta_init_equals_the_eager_build(tmp_path):
-    worker = Path(__file__).with_name("fsdp_init_worker.py")
+    worker = Path(__file__).parents[1] / "support" / "fsdp_init_worker.py"
     result = run_two_rank_worker(worker, tmp_path, *map(json.dumps, VARIANTS))
     assert result.returncode == 0, result.stderr[-3000:]
     for rank in (0, 1):

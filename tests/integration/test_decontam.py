@@ -628,30 +628,35 @@ def test_a_killed_scan_resumes_and_redoes_only_unfinished_tasks(demo_world, tmp_
     cfg = load_config(
         values={
             "decontam.benchmarks": [f"demo_qa={demo_world[1]['benchmark']}"],
-            "data_engine.workers": 1,  # the tasks run in this process, where the patch is
+            "data_engine.workers": 1,
         }
     )
-    ran: list[int] = []
-    killed: list[int] = []
+    # the tasks run in the data engine's process (a fork: the patch is there): they say which
+    # tasks ran, and that the kill happened, in files
+    ran_log, killed = tmp_path / "ran", tmp_path / "killed"
     real_run = scan_module.ScanPieces.run
 
     def killed_at_task_2(self, data=None, rank=0, world_size=1):
-        ran.append(rank)
-        if rank == 2 and not killed:
-            killed.append(rank)
+        with open(ran_log, "a") as f:
+            f.write(f"{rank}\n")
+        if rank == 2 and not killed.exists():
+            killed.touch()
             raise RuntimeError("killed")
         return real_run(self, data, rank, world_size)
+
+    def ran() -> list[int]:
+        return [int(line) for line in ran_log.read_text().split()]
 
     monkeypatch.setattr(scan_module.ScanPieces, "run", killed_at_task_2)
     out = tmp_path / "o"
     with pytest.raises(RuntimeError, match="killed"):
         standalone(cfg, [str(folder / "*")], out)
-    assert ran == [0, 1, 2] and not (out / "decontam").exists()
+    assert ran() == [0, 1, 2] and not (out / "decontam").exists()
     work = out / "decontam-partial" / "scan"
     first = (work / "scan" / "00000.npz").stat().st_mtime_ns
-    ran.clear()
+    ran_log.unlink()
     report = standalone(cfg, [str(folder / "*")], out)
-    assert ran[0] == 2 and 0 not in ran and 1 not in ran  # finished tasks are not redone
+    assert ran()[0] == 2 and 0 not in ran() and 1 not in ran()  # finished tasks are not redone
     assert not work.exists()
     fresh = tmp_path / "fresh"
     standalone(cfg, [str(folder / "*")], fresh)

@@ -1,9 +1,9 @@
-"""Run by tests/test_loss.py under torchrun (2 gloo ranks): a tiny model wrapped by
+"""Run by tests/integration/test_loss.py under torchrun (2 gloo ranks): a tiny model wrapped by
 hanlm.train.parallel (DDP or FSDP2), each rank on its half of a batch, the chunked loss; rank 0
 writes the summed loss and every parameter's gradient next to those of one process computing
 the unchunked float32 cross-entropy of the whole batch.
 
-    torchrun --nproc_per_node 2 tests/loss_ranks.py MODE CHUNK_TOKENS OUT.pt
+    torchrun --nproc_per_node 2 tests/support/loss_ranks.py MODE CHUNK_TOKENS OUT.pt
 """
 
 import sys

@@ -38,7 +38,7 @@ def test_intervals_are_fixed_by_the_seed_and_cover_the_mean():
     assert other["gap"] != first["gap"]
     for name, values in (("clean", clean), ("dirty", dirty)):
         interval = first[name]
-        assert interval.low < values.mean() < interval.high and interval.n == len(values)
+        assert interval.low < values.mean() < interval.high and interval.count == len(values)
         # about two standard errors each side, as a 95% interval of a mean should be
         half = (interval.high - interval.low) / 2
         assert half == pytest.approx(1.96 * values.std(ddof=1) / np.sqrt(len(values)), rel=0.2)

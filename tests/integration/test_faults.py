@@ -4,8 +4,8 @@ Each case puts a run folder in a fault (a kill inside a commit, a second command
 in a finished output, a full or read-only disk, a torn JSONL line, a signal) and asserts what a
 user is promised: exit status 2 with one message and no traceback where the fault is the
 user's to fix, nothing lost, and an identical result once the fault is removed. Training faults
-(a diverging loss, a failing checkpoint disk) are in tests/test_training_faults.py; a huge
-document in tests/test_shards.py.
+(a diverging loss, a failing checkpoint disk) are in tests/integration/test_training_faults.py; a huge
+document in tests/integration/test_shards.py.
 """
 
 from __future__ import annotations
@@ -415,13 +415,22 @@ def _start(run_dir: Path) -> subprocess.Popen:
     )  # fmt: skip
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def _wait_for_workers(process: subprocess.Popen, deadline_s: float = 30) -> list[int]:
-    """The PIDs of the stage's worker processes once it has started them."""
+    """The PIDs of the stage's data-engine processes (the executor's process and the workers
+    it forks) once the workers have started."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline and process.poll() is None:
-        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
-        if children:
-            return [int(c) for c in children]
+        executors = _children(process.pid)
+        workers = [w for e in executors for w in _children(e)]
+        if workers:
+            return executors + workers
         time.sleep(0.05)
     pytest.fail("the corpus stage started no worker processes")
 

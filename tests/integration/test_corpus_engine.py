@@ -78,7 +78,7 @@ def test_byte_ranges_read_every_line_exactly_once(tmp_path, task_bytes):
     path = write_jsonl(tmp_path / "a.jsonl", rows)
     c = load_config().corpus
     whole = [d.text for d in readers.Unit(str(path)).documents(c, readers.Skips(strict=True))]
-    units = readers.plan_units([path], c, task_bytes)
+    units = readers.split_into_units([path], c, task_bytes)
     assert len(units) == (1 if task_bytes >= path.stat().st_size else len(units)) >= 1
     pieces = [d.text for u in units for d in u.documents(c, readers.Skips(strict=True))]
     assert pieces == whole == [r["text"] for r in rows]
@@ -92,7 +92,7 @@ def test_compressed_and_block_text_files_are_not_cut(tmp_path):
     gz.write_bytes(gzip.compress(b'{"text": "x"}\n' * 1000))
     blocks = tmp_path / "b.txt"
     blocks.write_text("첫 문단\n\n둘째 문단\n" * 1000, encoding="utf-8")
-    units = readers.plan_units([gz, blocks], load_config().corpus, 100)
+    units = readers.split_into_units([gz, blocks], load_config().corpus, 100)
     assert [u.span for u in units] == [None, None]
 
 
@@ -122,7 +122,7 @@ def test_byte_range_tasks_give_the_same_documents_as_whole_files(tmp_path, input
     assert whole.tasks == 3
     # 1 MB tasks would not cut these small files: cut them by hand through the task size
     assert cut.tasks == 3
-    units = readers.plan_units(list(inputs), config(tmp_path).corpus, 20_000)
+    units = readers.split_into_units(list(inputs), config(tmp_path).corpus, 20_000)
     assert len(units) > 6
     assert output(tmp_path / "whole") == output(tmp_path / "cut")
 

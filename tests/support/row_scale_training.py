@@ -1,6 +1,6 @@
 """A few AdamW steps of a tiny model with `tokens.RowStepScale`, alone or on FSDP2 ranks.
 
-tests/test_chat_tokens.py imports `train` for the one-process reference and runs this file
+tests/integration/test_chat_tokens.py imports `train` for the one-process reference and runs this file
 under torchrun (2 gloo ranks) for the sharded run, which saves the full token matrices (rank 0)
 to the path given as its argument.
 """
