@@ -284,8 +284,14 @@ def jobs(
         near=corpus.near_dedup, num_perm=corpus.near_dedup_num_perm, ngram=corpus.near_dedup_ngram,
         seed=seed, threshold=corpus.near_dedup_threshold,
     )  # fmt: skip
-    # a pairs task per band and per PAIRS_TASK_BYTES of input: a big corpus's bands in pieces
-    ranges = max(1, math.ceil(sum(u.nbytes for u in units) / PAIRS_TASK_BYTES))
+    # each pairs task reads the band records of about PAIRS_TASK_BYTES of input: a big corpus's
+    # bands in pieces, a small corpus's bands several to a task (a task costs ~30 ms of setup)
+    input_bytes = sum(u.nbytes for u in units)
+    ranges = max(1, math.ceil(input_bytes / PAIRS_TASK_BYTES))
+    kinds_per_task = max(1, min(settings.kinds, PAIRS_TASK_BYTES // max(input_bytes, 1)))
+    pairs = dedup.FindDuplicatePairs(
+        work / "signatures", work / PAIRS, settings, ranges, kinds_per_task
+    )
     clean = [
         ReadUnit(units, corpus, work, demo_file),
         CleanDocuments(corpus),
@@ -294,11 +300,7 @@ def jobs(
     ]
     return [
         engine.Job(CLEAN, clean, tasks=len(units)),
-        engine.Job(
-            PAIRS,
-            [dedup.FindDuplicatePairs(work / "signatures", work / PAIRS, settings, ranges)],
-            tasks=settings.kinds * ranges,
-        ),
+        engine.Job(PAIRS, [pairs], tasks=pairs.tasks),
         engine.Job(
             CLUSTERS,
             [dedup.ClusterDuplicates(work / "signatures", work / PAIRS, work / CLUSTERS, settings)],

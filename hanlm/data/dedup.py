@@ -140,30 +140,42 @@ class SignatureWriter:
 
 
 class FindDuplicatePairs(PipelineStep):
-    """Step 2: the content hashes and each LSH band, each cut into `ranges` ranges of the hash
-    space (a big corpus gets more tasks than bands). Task r covers kind/band r // ranges (0: the
-    content hashes, b + 1: band b) and range r % ranges; it writes datatrove's pair file
-    (`BBBBB_RR.dups`: task, doc, task, doc as uint32). Equal records share their first hash, so
-    every group lies in one range."""
+    """Step 2: the content hashes and each LSH band ("kinds": 0 is the content hashes, b + 1
+    band b), `kinds_per_task` of them to a task, each cut into `ranges` ranges of the hash space
+    (a big corpus gets more tasks than kinds; a small one fewer). Task r covers kinds
+    (r // ranges) * kinds_per_task onwards and range r % ranges; it writes datatrove's pair file
+    per kind (`BBBBB_RR.dups`: task, doc, task, doc as uint32). Equal records share their first
+    hash, so every group lies in one range."""
 
     name = "🔗 duplicate pairs"
     type = "🫂 - DEDUP"
 
-    def __init__(self, signatures: Path, pairs: Path, settings: DedupSettings, ranges: int = 1):
+    def __init__(
+        self, signatures: Path, pairs: Path, settings: DedupSettings, ranges: int = 1,
+        kinds_per_task: int = 1,
+    ):  # fmt: skip
         super().__init__()
         self.signatures, self.pairs, self.settings = str(signatures), str(pairs), settings
-        self.ranges = ranges
+        self.ranges, self.kinds_per_task = ranges, kinds_per_task
+
+    @property
+    def tasks(self) -> int:
+        return math.ceil(self.settings.kinds / self.kinds_per_task) * self.ranges
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        band, part = divmod(rank, self.ranges)
-        kind, bucket = (EXACT, 0) if band == 0 else (NEAR, band - 1)
+        group, part = divmod(rank, self.ranges)
+        first = group * self.kinds_per_task
+        for index in range(first, min(first + self.kinds_per_task, self.settings.kinds)):
+            self.stat_update("pairs", value=self._pairs(index, part))
+
+    def _pairs(self, index: int, part: int) -> int:
+        kind, bucket = (EXACT, 0) if index == 0 else (NEAR, index - 1)
         folder = Path(self.signatures) / kind / f"bucket_{bucket:03d}"
         out = Path(self.pairs) / kind / f"{bucket:05d}_{part:02d}.dups"
         out.parent.mkdir(parents=True, exist_ok=True)
         lo, hi = (1 << 32) * part // self.ranges, (1 << 32) * (part + 1) // self.ranges
         files = sorted(folder.glob("*.minhash.sig"))
-        found = band_pairs(files, self.settings.words(kind), out, lo=lo, hi=hi)
-        self.stat_update("pairs", value=found)
+        return band_pairs(files, self.settings.words(kind), out, lo=lo, hi=hi)
 
 
 PAIRS_CHUNK_RECORDS = 1 << 21  # records held at once: memory stays flat however big the band

@@ -2,6 +2,7 @@
 output, resuming after a crash or a kill, errors from worker processes, Slurm submission."""
 
 import json
+import math
 import os
 import random
 import signal
@@ -322,10 +323,29 @@ def test_ray_executor(tmp_path, inputs):
     assert stats.documents_out > 0 and output(tmp_path / "r") == output(tmp_path / "local")
 
 
-def test_bands_cut_into_hash_ranges_find_the_same_duplicates(tmp_path, inputs, monkeypatch):
-    whole = run_stage("corpus", config(tmp_path), tmp_path / "whole")
-    monkeypatch.setattr(cleaning, "PAIRS_TASK_BYTES", 100_000)  # several pairs tasks per band
-    cut = run_stage("corpus", config(tmp_path), tmp_path / "cut")
+@pytest.mark.parametrize(
+    "task_share, pairs_tasks",
+    [
+        (0.1, 15 * 10),  # each of the 15 kinds (content hashes, 14 bands) in 10 hash ranges
+        (4.0, 4),  # 4 kinds to a task
+    ],
+)
+def test_pairs_tasks_cut_or_grouped_find_the_same_duplicates(
+    tmp_path, inputs, monkeypatch, task_share, pairs_tasks
+):
+    cfg = config(tmp_path)
+    units = readers.split_into_units(list(inputs), cfg.corpus, cfg.data_engine.task_mb << 20)
+    input_bytes = sum(u.nbytes for u in units)
+
+    def pairs_job():
+        jobs = cleaning.jobs(units, cfg.corpus, cfg.run.seed, tmp_path / "w", None)
+        return next(job for job in jobs if job.name == cleaning.PAIRS)
+
+    assert pairs_job().tasks == 1  # a small input: every kind in one task
+    whole = run_stage("corpus", cfg, tmp_path / "whole")
+    monkeypatch.setattr(cleaning, "PAIRS_TASK_BYTES", math.ceil(input_bytes * task_share))
+    assert pairs_job().tasks == pairs_tasks
+    cut = run_stage("corpus", cfg, tmp_path / "cut")
     assert cut.job_seconds.keys() == whole.job_seconds.keys()
     assert output(tmp_path / "whole") == output(tmp_path / "cut")
     assert counts(tmp_path / "whole") == counts(tmp_path / "cut")
