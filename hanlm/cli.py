@@ -101,9 +101,9 @@ def _add_config_flags(command: argparse.ArgumentParser, name: str) -> None:
         config_flags.add_config_flags(command, Config, CONFIG_FLAGS[name])
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("run and configuration")
-    g.add_argument(
+def _common(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("run and configuration")
+    group.add_argument(
         "--run",
         "--run-dir",
         dest="run",
@@ -113,13 +113,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         # torchrun's own parser takes a bare `--run` for its `--run-path`: use --run-dir there
         help=f"run directory (default: {DEFAULT_RUN}); under torchrun write --run-dir",
     )
-    g.add_argument(
+    group.add_argument(
         "--config",
         metavar="FILE|RECIPE",
         help="TOML recipe: a path or a built-in name such as `demo` "
         "(default: DIR/config.toml if present, else the demo recipe)",
     )
-    g.add_argument(
+    group.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -134,7 +134,7 @@ def _command(
 ) -> argparse.ArgumentParser:
     """A subcommand: with the run and configuration options unless run=False, and --force
     with the given help when `force` is set."""
-    p = sub.add_parser(
+    parser = sub.add_parser(
         name,
         help=help_text,
         description=description,
@@ -144,10 +144,10 @@ def _command(
         else argparse.HelpFormatter,
     )
     if run:
-        _common(p)
+        _common(parser)
     if force:
-        p.add_argument("--force", action="store_true", help=force)
-    return p
+        parser.add_argument("--force", action="store_true", help=force)
+    return parser
 
 
 REDO = "redo the stage even if it is complete"
@@ -170,22 +170,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_run(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "run",
         "run the whole pipeline (default: the demo recipe)",
         "Run every stage in order. Finished stages are skipped, so an "
         "interrupted run resumes where it stopped; --from STAGE redoes from a stage.",
     )
-    p.add_argument(
+    parser.add_argument(
         "--from", dest="from_stage", metavar="STAGE", help="redo this stage and every later one"
     )
-    p.add_argument("--until", metavar="STAGE", help="stop after this stage (e.g. shards)")
-    p.set_defaults(func=_cmd_run)
+    parser.add_argument("--until", metavar="STAGE", help="stop after this stage (e.g. shards)")
+    parser.set_defaults(func=_cmd_run)
 
 
 def _add_data_stages(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "corpus",
         "read, normalise (NFC), clean and deduplicate raw text",
@@ -197,8 +197,8 @@ def _add_data_stages(sub) -> None:
         "`demo` for the built-in synthetic Korean world.",
         force=REDO,
     )
-    p.set_defaults(func=_cmd_stage, stage="corpus")
-    p = _command(
+    parser.set_defaults(func=_cmd_stage, stage="corpus")
+    parser = _command(
         sub,
         "tokenizer",
         "train the byte-level BPE tokenizer on the corpus",
@@ -209,8 +209,8 @@ def _add_data_stages(sub) -> None:
         "held-out characters and bytes per token.",
         force=REDO,
     )
-    p.set_defaults(func=_cmd_stage, stage="tokenizer")
-    p = _command(
+    parser.set_defaults(func=_cmd_stage, stage="tokenizer")
+    parser = _command(
         sub,
         "shards",
         "tokenise the corpus into memmap token shards",
@@ -219,11 +219,11 @@ def _add_data_stages(sub) -> None:
         "uint32, manifest.json). A killed run resumes: it encodes only unfinished parts.",
         force=REDO,
     )
-    p.set_defaults(func=_cmd_stage, stage="shards")
+    parser.set_defaults(func=_cmd_stage, stage="shards")
 
 
 def _add_pretrain(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "pretrain",
         "pretrain the model on the shards (alone or under torchrun)",
@@ -235,11 +235,11 @@ def _add_pretrain(sub) -> None:
         "checkpoint unless --resume never.",
         force=REDO,
     )
-    p.set_defaults(func=_cmd_stage, stage="pretrain")
+    parser.set_defaults(func=_cmd_stage, stage="pretrain")
 
 
 def _add_export(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "export",
         "write a checkpoint as a Hugging Face model folder, or a model as GGUF",
@@ -254,25 +254,27 @@ def _add_export(sub) -> None:
         "Needs the `gguf` package: pip install 'hanlm[gguf]'.",
         force="redo the export even if it is complete; replace an earlier GGUF file",
     )
-    p.add_argument("--format", choices=("hf", "gguf"), default="hf", help="output format")
-    p.add_argument("--checkpoint", metavar="STEP|PATH", help="a step number or a checkpoint folder")
-    p.add_argument(
+    parser.add_argument("--format", choices=("hf", "gguf"), default="hf", help="output format")
+    parser.add_argument(
+        "--checkpoint", metavar="STEP|PATH", help="a step number or a checkpoint folder"
+    )
+    parser.add_argument(
         "--out", type=Path, metavar="PATH", help="output folder (hf) or file NAME.gguf (gguf)"
     )
-    p.add_argument(
+    parser.add_argument(
         "--gguf-type",
         default="f16",
         metavar="TYPE",
         help="GGUF weights: f16 (default), bf16 or q8_0",
     )
-    p.add_argument(
+    parser.add_argument(
         "--source", type=Path, metavar="DIR", help="gguf: the exported folder to convert"
     )
-    p.set_defaults(func=_cmd_export, stage="export")
+    parser.set_defaults(func=_cmd_export, stage="export")
 
 
 def _add_preflight(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "preflight",
         "measure the hosts (devices, network, disk, data) and say GO or NO-GO",
@@ -285,12 +287,14 @@ def _add_preflight(sub) -> None:
         "and data loading from the shards. Writes DIR/preflight/preflight.json; exit status 0 for GO, "
         "1 for NO-GO.",
     )
-    p.add_argument("--json", action="store_true", help="also print the report as JSON on stdout")
-    p.set_defaults(func=_cmd_preflight)
+    parser.add_argument(
+        "--json", action="store_true", help="also print the report as JSON on stdout"
+    )
+    parser.set_defaults(func=_cmd_preflight)
 
 
 def _add_eval(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "eval",
         "evaluate models on KoBEST, GSM8K-ko, IFEval-ko, the direction probe and demo_qa",
@@ -303,12 +307,12 @@ def _add_eval(sub) -> None:
         "gsm8k_ko, ifeval_ko, direction, demo_qa.",
         force=REDO,
     )
-    p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: DIR/eval)")
-    p.set_defaults(func=_cmd_eval, stage="eval")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: DIR/eval)")
+    parser.set_defaults(func=_cmd_eval, stage="eval")
 
 
 def _add_decontam(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "decontam",
         "find benchmark items in training data; report and remove them",
@@ -327,18 +331,22 @@ def _add_decontam(sub) -> None:
         "kobest_wic (KoBEST TSV or skt/kobest_v1 files), gsm8k_ko, ifeval_ko, demo_qa, jsonl.",
         force=REDO,
     )
-    p.add_argument("merge", nargs="?", choices=["merge"], help="combine the shards' results")
-    p.add_argument("--corpus", action="append", metavar="GLOB", help="training data (repeatable)")
-    p.add_argument("--out", type=Path, metavar="DIR", help="standalone: results in DIR/decontam/")
-    p.add_argument("--shard", metavar="I/N", help="scan slice I of N (0-based)")
-    p.set_defaults(func=_cmd_decontam)
+    parser.add_argument("merge", nargs="?", choices=["merge"], help="combine the shards' results")
+    parser.add_argument(
+        "--corpus", action="append", metavar="GLOB", help="training data (repeatable)"
+    )
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", help="standalone: results in DIR/decontam/"
+    )
+    parser.add_argument("--shard", metavar="I/N", help="scan slice I of N (0-based)")
+    parser.set_defaults(func=_cmd_decontam)
 
 
 MODEL_DIR_HELP = "Hugging Face model folder"
 
 
 def _add_generate(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "generate",
         "generate answers from a model folder (prompts from arguments or a file)",
@@ -349,20 +357,20 @@ def _add_generate(sub) -> None:
         "JSONL file. Defaults come from the config's [generate] section.",
         force="replace an earlier results file at --out",
     )
-    p.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help=MODEL_DIR_HELP)
-    p.add_argument(
+    parser.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help=MODEL_DIR_HELP)
+    parser.add_argument(
         "--prompt", dest="prompt_texts", action="append", metavar="TEXT", help="(repeatable)"
     )
-    p.add_argument(
+    parser.add_argument(
         "--prompts", dest="prompts_file", type=Path, metavar="FILE", help=".jsonl or .txt"
     )
-    p.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn")
-    p.add_argument("--out", type=Path, metavar="FILE.jsonl", help="also write results here")
-    p.set_defaults(func=_cmd_generate)
+    parser.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn")
+    parser.add_argument("--out", type=Path, metavar="FILE.jsonl", help="also write results here")
+    parser.set_defaults(func=_cmd_generate)
 
 
 def _add_chat(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "chat",
         "talk to a model folder in the terminal",
@@ -370,13 +378,15 @@ def _add_chat(sub) -> None:
         "they are written. /reset forgets the conversation, /exit or Ctrl-D quits, Ctrl-C "
         "stops an answer.",
     )
-    p.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help=MODEL_DIR_HELP)
-    p.add_argument("--system", metavar="TEXT", help="system message that opens the conversation")
-    p.set_defaults(func=_cmd_chat)
+    parser.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help=MODEL_DIR_HELP)
+    parser.add_argument(
+        "--system", metavar="TEXT", help="system message that opens the conversation"
+    )
+    parser.set_defaults(func=_cmd_chat)
 
 
 def _add_sft(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "sft",
         "chat fine-tuning: special-token audit and init, then the closure check",
@@ -387,11 +397,11 @@ def _add_sft(sub) -> None:
         "DIR/sft/hf and the closure check on held-out prompts (DIR/sft/closure.json).",
         force=REDO,
     )
-    p.set_defaults(func=_cmd_sft)
+    parser.set_defaults(func=_cmd_sft)
 
 
 def _add_doctor(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "doctor",
         "check a chat model folder for what keeps it from ending its answers",
@@ -400,13 +410,13 @@ def _add_doctor(sub) -> None:
         "eos against the template's end-of-turn. Exit 1 when something is wrong.",
         run=False,
     )
-    p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
-    p.add_argument("--json", action="store_true", help="also print the findings as JSON")
-    p.set_defaults(func=_cmd_doctor)
+    parser.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
+    parser.add_argument("--json", action="store_true", help="also print the findings as JSON")
+    parser.set_defaults(func=_cmd_doctor)
 
 
 def _add_plan(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "plan",
         "memory, time and cost of pretraining on given GPUs, before renting them",
@@ -419,14 +429,14 @@ def _add_plan(sub) -> None:
         "             --tokens 22e9 --price-per-gpu-hour 0.40",
         force="replace an earlier plan at --out",
     )
-    p.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
-    p.add_argument("--out", type=Path, metavar="FILE", help="also write the plan as JSON here")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="also write the plan as JSON here")
     # a run's config.toml is read only when --run is given: plan is mostly used before a run
-    p.set_defaults(run=None, func=_cmd_plan)
+    parser.set_defaults(run=None, func=_cmd_plan)
 
 
 def _add_demo(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "demo",
         "write the built-in synthetic Korean world to a folder",
@@ -434,15 +444,17 @@ def _add_demo(sub) -> None:
         "with its planted subset, chat conversations, facts table) to --out.",
         run=False,
     )
-    p.add_argument("--out", type=Path, required=True, metavar="DIR")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--size-mb", type=float, default=4.0)
-    p.add_argument("--force", action="store_true", help="replace an earlier demo world in --out")
-    p.set_defaults(func=_cmd_demo)
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--size-mb", type=float, default=4.0)
+    parser.add_argument(
+        "--force", action="store_true", help="replace an earlier demo world in --out"
+    )
+    parser.set_defaults(func=_cmd_demo)
 
 
 def _add_publish(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "publish",
         "upload the run's model to the Hugging Face Hub with a card built from the run",
@@ -457,19 +469,19 @@ def _add_publish(sub) -> None:
         force="replace an earlier folder at --out",
         run=False,
     )
-    p.add_argument("run", type=Path, metavar="RUN", help="the run directory")
-    p.add_argument("--repo", metavar="NAME", help="Hub repository: NAME (yours) or OWNER/NAME")
-    p.add_argument(
+    parser.add_argument("run", type=Path, metavar="RUN", help="the run directory")
+    parser.add_argument("--repo", metavar="NAME", help="Hub repository: NAME (yours) or OWNER/NAME")
+    parser.add_argument(
         "--model",
         choices=["chat", "base"],
         help="which export (default: chat when the run has one, else base)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--dry-run", action="store_true", help="write the folder only; no network, no token"
     )
-    p.add_argument("--out", type=Path, metavar="DIR", help="the folder (default: RUN/publish)")
-    p.add_argument("--gguf", type=Path, metavar="FILE", help="also upload this GGUF file")
-    p.set_defaults(func=_cmd_publish)
+    parser.add_argument("--out", type=Path, metavar="DIR", help="the folder (default: RUN/publish)")
+    parser.add_argument("--gguf", type=Path, metavar="FILE", help="also upload this GGUF file")
+    parser.set_defaults(func=_cmd_publish)
 
 
 def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -577,9 +589,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         run_stage("eval", cfg, args.run, force=args.force)
         return 0
     in_run = args.run.is_dir()  # a run's demo world and decontam report serve as defaults
-    models = [eval_stage.model_folder(m) for m in cfg.eval.models] or eval_stage.default_models(
-        args.run
-    )
+    models = [
+        eval_stage.model_folder(model) for model in cfg.eval.models
+    ] or eval_stage.default_models(args.run)
     eval_run.evaluate(
         models,
         cfg.eval.tasks,
@@ -671,7 +683,9 @@ def _is_generate_output(path: Path) -> bool:
         rows = [json.loads(line) for line in lines]
     except (OSError, ValueError):
         return False
-    return bool(rows) and all(isinstance(r, dict) and {"prompt", "text"} <= r.keys() for r in rows)
+    return bool(rows) and all(
+        isinstance(row, dict) and {"prompt", "text"} <= row.keys() for row in rows
+    )
 
 
 def _is_plan_output(path: Path) -> bool:
@@ -720,7 +734,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             fix="give the size of the demo world's documents in MB, e.g. --size-mb 1",
         )
     paths = write_folder(args.out, args.seed, args.size_mb, force=args.force)
-    info("demo world written: " + ", ".join(str(p) for p in paths.values()))
+    info("demo world written: " + ", ".join(str(path) for path in paths.values()))
     return 0
 
 
@@ -744,7 +758,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _add_facts(sub) -> None:
-    p = _command(
+    parser = _command(
         sub,
         "facts",
         "write a facts table as training documents stating each fact both ways",
@@ -756,14 +770,16 @@ def _add_facts(sub) -> None:
         force="replace existing output files",
         run=False,
     )
-    p.add_argument("table", type=Path, metavar="TABLE")
-    p.add_argument("--out", type=Path, required=True, metavar="DOCS.jsonl")
-    p.add_argument("--probe-table", type=Path, metavar="FILE.tsv")
-    p.add_argument("--templates", type=Path, metavar="FILE.toml", help="sentences per relation")
-    p.add_argument("--reverse-share", type=float, default=1.0, metavar="SHARE")
-    p.add_argument("--copies", type=int, default=1, help="documents per fact")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=_cmd_facts)
+    parser.add_argument("table", type=Path, metavar="TABLE")
+    parser.add_argument("--out", type=Path, required=True, metavar="DOCS.jsonl")
+    parser.add_argument("--probe-table", type=Path, metavar="FILE.tsv")
+    parser.add_argument(
+        "--templates", type=Path, metavar="FILE.toml", help="sentences per relation"
+    )
+    parser.add_argument("--reverse-share", type=float, default=1.0, metavar="SHARE")
+    parser.add_argument("--copies", type=int, default=1, help="documents per fact")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(func=_cmd_facts)
 
 
 def _cmd_facts(args: argparse.Namespace) -> int:

@@ -158,7 +158,7 @@ def model_shapes(model: str, *, vocab_size: int, seq_len: int) -> Shapes:
     config = model_lib.model_config(model, vocab_size=vocab_size, seq_len=seq_len)
     text = config.get_text_config()
     meta = model_lib.build_model(config, device="meta")
-    params = [tuple(p.shape) for p in meta.parameters()]
+    params = [tuple(param.shape) for param in meta.parameters()]
     counts = model_lib.parameter_count(config)
     heads = getattr(text, "num_attention_heads", 0) or 0
     head_dim = getattr(text, "head_dim", None) or (text.hidden_size // heads if heads else 0)
@@ -239,7 +239,9 @@ def checkpoint_staging_bytes(shapes: Shapes, setup: Setup) -> int:
     return state["weights"] + state["optimizer"]
 
 
-def _layer_activation_bytes(s: Shapes, precision: str, recompute: str, bf16_params: bool) -> int:
+def _layer_activation_bytes(
+    shapes: Shapes, precision: str, recompute: str, bf16_params: bool
+) -> int:
     """Bytes one decoder layer saves for backward, per token (Llama: RMSNorm, RoPE, SDPA, SwiGLU).
 
     float32: each RMSNorm saves its input, its normalised output and the scaled output (3h);
@@ -251,8 +253,8 @@ def _layer_activation_bytes(s: Shapes, precision: str, recompute: str, bf16_para
     Selective recomputation keeps the layer input and the matmul and attention outputs;
     full keeps the layer input alone. SDPA's log-sum-exp is 4 bytes per head.
     """
-    h, q, kv, f = s.hidden, s.query_width, s.kv_width, s.ffn
-    lse = 4 * s.heads
+    h, q, kv, f = shapes.hidden, shapes.query_width, shapes.kv_width, shapes.ffn
+    lse = 4 * shapes.heads
     stream = 2 if bf16_params else 4  # bytes of a residual-stream element
     if recompute == "full":
         return stream * h
@@ -266,28 +268,28 @@ def _layer_activation_bytes(s: Shapes, precision: str, recompute: str, bf16_para
     return norms + 2 * (2 * q + 2 * kv) + 2 * 4 * f + lse
 
 
-def activation_bytes(s: Shapes, setup: Setup) -> dict[str, int]:
+def activation_bytes(shapes: Shapes, setup: Setup) -> dict[str, int]:
     """Bytes saved for backward per rank: the layers, and the embedding and final norm."""
     tokens = setup.seq_len * setup.micro_batch
     bf16_params = setup.parallel == "fsdp" and setup.world > 1 and setup.precision != "fp32"
-    per_layer = _layer_activation_bytes(s, setup.precision, setup.recompute, bf16_params)
+    per_layer = _layer_activation_bytes(shapes, setup.precision, setup.recompute, bf16_params)
     if setup.precision == "fp32":
-        final_norm = 12 * s.hidden
+        final_norm = 12 * shapes.hidden
     else:
-        final_norm = (8 if bf16_params else 10) * s.hidden
+        final_norm = (8 if bf16_params else 10) * shapes.hidden
     # Recomputation rebuilds one layer's activations at a time during backward.
     recomputed = 0
     if setup.recompute != "none":
-        recomputed = _layer_activation_bytes(s, setup.precision, "none", bf16_params) * tokens
-    rope = 2 * 4 * setup.seq_len * s.head_dim * s.layers  # cos and sin per layer
+        recomputed = _layer_activation_bytes(shapes, setup.precision, "none", bf16_params) * tokens
+    rope = 2 * 4 * setup.seq_len * shapes.head_dim * shapes.layers  # cos and sin per layer
     return {
-        "layers": s.layers * per_layer * tokens,
+        "layers": shapes.layers * per_layer * tokens,
         "recomputed": recomputed,
         "other": final_norm * tokens + rope,
     }
 
 
-def logits_bytes(s: Shapes, setup: Setup) -> dict[str, int]:
+def logits_bytes(shapes: Shapes, setup: Setup) -> dict[str, int]:
     """The loss's bytes (hanlm.train.loss, `loss_chunk_tokens` tokens at a time).
 
     forward: what the loss keeps for backward, the gradients it computes with it: of the final
@@ -302,37 +304,37 @@ def logits_bytes(s: Shapes, setup: Setup) -> dict[str, int]:
     chunk = min(setup.loss_chunk_tokens, tokens)
     bf16_params = setup.parallel == "fsdp" and setup.world > 1 and setup.precision != "fp32"
     stored = 2 if bf16_params else 4  # bytes of a hidden-state and a head-weight element
-    head = s.vocab * s.hidden
-    forward = stored * (tokens * s.hidden + head)
-    loss = 12 * chunk * s.vocab + (2 * head if bf16_params else 0)
+    head = shapes.vocab * shapes.hidden
+    forward = stored * (tokens * shapes.hidden + head)
+    loss = 12 * chunk * shapes.vocab + (2 * head if bf16_params else 0)
     return {"forward": forward, "loss": loss}
 
 
-def full_logits_bytes(s: Shapes, setup: Setup) -> int:
+def full_logits_bytes(shapes: Shapes, setup: Setup) -> int:
     """What the loss took before it was chunked: the micro-batch's logits in the compute dtype,
     their float32 log-softmax and its gradient (for comparison)."""
-    elements = setup.seq_len * setup.micro_batch * s.vocab
+    elements = setup.seq_len * setup.micro_batch * shapes.vocab
     return (PRECISION_BYTES[setup.precision] + 8) * elements
 
 
 def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
     """Itemised bytes per GPU, their total with the framework allowance, and the verdict."""
-    s = shapes or model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
-    state = model_state_bytes(s, setup.world, setup.parallel)
-    acts = activation_bytes(s, setup)
-    logits = logits_bytes(s, setup)
+    shapes = shapes or model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
+    state = model_state_bytes(shapes, setup.world, setup.parallel)
+    acts = activation_bytes(shapes, setup)
+    logits = logits_bytes(shapes, setup)
     items = {
         "weights (fp32 master)": state["weights"],
         "gradients (fp32)": state["gradients"],
         "optimizer (AdamW m, v)": state["optimizer"],
-        "working copies (casts, FSDP2 gathers)": working_copy_bytes(s, setup),
-        "gradients before reduce-scatter": fsdp_gradient_bytes(s, setup),
+        "working copies (casts, FSDP2 gathers)": working_copy_bytes(shapes, setup),
+        "gradients before reduce-scatter": fsdp_gradient_bytes(shapes, setup),
         f"activations ({setup.recompute} recompute)": sum(acts.values()),
         "loss (chunked logits)": logits["forward"] + logits["loss"],
     }
     on_cpu = setup.gpu == "cpu"
     if on_cpu:
-        items["checkpoint staging (async save)"] = checkpoint_staging_bytes(s, setup)
+        items["checkpoint staging (async save)"] = checkpoint_staging_bytes(shapes, setup)
     subtotal = sum(items.values())
     runtime = CPU_RUNTIME_GIB if on_cpu else FRAMEWORK_GIB
     items["framework allowance"] = int(runtime * GIB + FRAGMENTATION * subtotal)
@@ -397,7 +399,7 @@ def link_bytes_per_s(setup: Setup) -> tuple[float, str]:
     return intra, entry.interconnect
 
 
-def comm_bytes_per_step(s: Shapes, setup: Setup, accumulation: int) -> float:
+def comm_bytes_per_step(shapes: Shapes, setup: Setup, accumulation: int) -> float:
     """Bytes each rank sends per optimizer step (ring algorithms: (n-1)/n of the payload per
     all-gather or reduce-scatter, twice that per all-reduce)."""
     n = setup.world
@@ -405,26 +407,26 @@ def comm_bytes_per_step(s: Shapes, setup: Setup, accumulation: int) -> float:
         return 0.0
     share = (n - 1) / n
     if setup.parallel == "ddp":  # one float32 gradient all-reduce per step (no_sync before)
-        return 2 * share * 4 * s.n_params
+        return 2 * share * 4 * shapes.n_params
     param_bytes = 4 if setup.precision == "fp32" else 2
     # per micro-step: parameters gathered for forward and again for backward, float32
     # gradients reduce-scattered
-    return accumulation * share * (2 * param_bytes * s.n_params + 4 * s.n_params)
+    return accumulation * share * (2 * param_bytes * shapes.n_params + 4 * shapes.n_params)
 
 
-def throughput(setup: Setup, s: Shapes) -> dict[str, Any]:
+def throughput(setup: Setup, shapes: Shapes) -> dict[str, Any]:
     tokens_per_micro = setup.seq_len * setup.micro_batch * setup.world
     global_batch = setup.global_batch_tokens or tokens_per_micro
     accumulation = max(1, math.ceil(global_batch / tokens_per_micro))
     tokens_per_step = accumulation * tokens_per_micro
     mfu, mfu_source = (setup.mfu, "given") if setup.mfu else default_mfu(setup.gpu, setup.precision)
     peak = peak_flops(setup.gpu, setup.precision)
-    six_n = s.flops["six_n"]
+    six_n = shapes.flops["six_n"]
     compute_s = (
         tokens_per_step * six_n * RECOMPUTE_COST[setup.recompute] / (setup.world * peak * mfu)
     )
     link, link_name = link_bytes_per_s(setup)
-    comm_s = comm_bytes_per_step(s, setup, accumulation) / link
+    comm_s = comm_bytes_per_step(shapes, setup, accumulation) / link
     exposed = max(0.0, comm_s - COMM_OVERLAP * compute_s)
     step_s = compute_s + exposed
     out: dict[str, Any] = {
@@ -432,8 +434,8 @@ def throughput(setup: Setup, s: Shapes) -> dict[str, Any]:
         "mfu_source": mfu_source,
         "peak_flops_per_gpu": peak,
         "flops_per_token_6n": six_n,
-        "flops_per_token_with_attention": s.flops["total"],
-        "attention_adds": s.flops["total"] / six_n - 1,  # exact count with attention vs 6·N
+        "flops_per_token_with_attention": shapes.flops["total"],
+        "attention_adds": shapes.flops["total"] / six_n - 1,  # exact count with attention vs 6·N
         "tokens_per_step": tokens_per_step,
         "accumulation": accumulation,
         "compute_s": compute_s,
@@ -449,7 +451,7 @@ def throughput(setup: Setup, s: Shapes) -> dict[str, Any]:
         gpu_hours = wall_s * setup.world / 3600
         out.update(steps=math.ceil(steps), wall_hours=wall_s / 3600, gpu_hours=gpu_hours)
         # the same run counted with attention FLOPs at the same MFU
-        out["gpu_hours_with_attention"] = gpu_hours * s.flops["total"] / six_n
+        out["gpu_hours_with_attention"] = gpu_hours * shapes.flops["total"] / six_n
         if setup.price_per_gpu_hour is not None:
             out["cost"] = gpu_hours * setup.price_per_gpu_hour
             out["cost_with_attention"] = out["gpu_hours_with_attention"] * setup.price_per_gpu_hour
@@ -567,24 +569,24 @@ class Plan(Result):
 
 def make_plan(setup: Setup) -> Plan:
     check(setup)
-    s = model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
+    shapes = model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
     plan: dict[str, Any] = {
         "setup": setup,
         "model": {
-            "parameters": s.n_params,
-            "layers": s.layers,
-            "hidden": s.hidden,
-            "vocab": s.vocab,
+            "parameters": shapes.n_params,
+            "layers": shapes.layers,
+            "hidden": shapes.hidden,
+            "vocab": shapes.vocab,
         },
     }
     if setup.data is not None:
         plan["data"] = data_time(setup.data)
     if setup.gpu is None:
-        plan["options"] = catalogue_overview(setup, s)
+        plan["options"] = catalogue_overview(setup, shapes)
         return Plan.model_validate(plan)
-    plan["memory"] = memory(setup, s)
-    plan["time"] = throughput(setup, s)
-    plan["recommendation"] = recommend(setup, s)
+    plan["memory"] = memory(setup, shapes)
+    plan["time"] = throughput(setup, shapes)
+    plan["recommendation"] = recommend(setup, shapes)
     return Plan.model_validate(plan)
 
 
@@ -606,24 +608,26 @@ def candidates(setup: Setup) -> list[Setup]:
     return out
 
 
-def recommend(setup: Setup, s: Shapes) -> dict[str, Any] | None:
+def recommend(setup: Setup, shapes: Shapes) -> dict[str, Any] | None:
     """The cheapest fitting candidate (by GPU-hours, then wall time), and the runners-up."""
     rows = []
     for option in candidates(setup):
-        mem = memory(option, s)
+        mem = memory(option, shapes)
         if not mem.get("fits"):
             continue
-        t = throughput(option, s)
-        gpu_seconds = t["step_s"] * option.world / t["tokens_per_step"]  # per token
-        rows.append((gpu_seconds, t["step_s"] / t["tokens_per_step"], option, mem, t))
+        timing = throughput(option, shapes)
+        gpu_seconds = timing["step_s"] * option.world / timing["tokens_per_step"]  # per token
+        rows.append(
+            (gpu_seconds, timing["step_s"] / timing["tokens_per_step"], option, mem, timing)
+        )
     if not rows:
         return None
     # Equal cost: the faster run, then the larger micro-batch (the planner's MFU does not
     # model small batches' lower efficiency), then the larger margin.
-    rows.sort(key=lambda r: (r[0], r[1], -r[2].micro_batch, -r[3]["margin"]))
+    rows.sort(key=lambda row: (row[0], row[1], -row[2].micro_batch, -row[3]["margin"]))
 
     def describe(row) -> dict[str, Any]:
-        _, _, option, mem, t = row
+        _, _, option, mem, timing = row
         out = {
             "gpus": option.gpus,
             "hosts": option.hosts,
@@ -632,17 +636,17 @@ def recommend(setup: Setup, s: Shapes) -> dict[str, Any] | None:
             "micro_batch": option.micro_batch,
             "memory_gib": mem["total"] / GIB,
             "margin_gib": mem["margin"] / GIB,
-            "tokens_per_s": t["tokens_per_s"],
+            "tokens_per_s": timing["tokens_per_s"],
         }
         for key in ("gpu_hours", "wall_hours", "cost"):
-            if key in t:
-                out[key] = t[key]
+            if key in timing:
+                out[key] = timing[key]
         return out
 
-    return {"best": describe(rows[0]), "alternatives": [describe(r) for r in rows[1:4]]}
+    return {"best": describe(rows[0]), "alternatives": [describe(row) for row in rows[1:4]]}
 
 
-def catalogue_overview(setup: Setup, s: Shapes) -> list[dict[str, Any]]:
+def catalogue_overview(setup: Setup, shapes: Shapes) -> list[dict[str, Any]]:
     """Without a GPU: for each catalogue GPU, the fewest that fit with FSDP and the GPU-hours."""
     rows = []
     for key, gpu in CATALOGUE.items():
@@ -655,10 +659,10 @@ def catalogue_overview(setup: Setup, s: Shapes) -> list[dict[str, Any]]:
             option = replace(
                 setup, gpu=key, gpus=n, hosts=1, parallel="single" if n == 1 else "fsdp"
             )
-            if memory(option, s)["fits"]:
+            if memory(option, shapes)["fits"]:
                 row["min_gpus"] = n
                 if setup.tokens:
-                    row["gpu_hours"] = throughput(option, s)["gpu_hours"]
+                    row["gpu_hours"] = throughput(option, shapes)["gpu_hours"]
                 break
         rows.append(row)
     return rows
@@ -667,35 +671,35 @@ def catalogue_overview(setup: Setup, s: Shapes) -> list[dict[str, Any]]:
 def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setup:
     """The Setup a run's recipe describes (pretrain model, batch, precision; plan hardware;
     with_data: the data stages' work, which sizes the local corpus inputs)."""
-    p, pl = cfg.pretrain, plan_section or cfg.plan
-    tokens = pl.tokens
+    pretrain, plan = cfg.pretrain, plan_section or cfg.plan
+    tokens = plan.tokens
     if tokens is None:
-        if p.max_tokens is not None:
-            tokens = p.max_tokens
-        elif p.max_steps is not None:
-            tokens = p.max_steps * p.global_batch_tokens
+        if pretrain.max_tokens is not None:
+            tokens = pretrain.max_tokens
+        elif pretrain.max_steps is not None:
+            tokens = pretrain.max_steps * pretrain.global_batch_tokens
     parallel = cfg.parallel.mode
-    world = pl.gpus * pl.hosts
+    world = plan.gpus * plan.hosts
     if parallel == "auto" or (parallel == "ddp" and world == 1):
         parallel = "single" if world == 1 else "fsdp"
     precision = "fp8" if cfg.precision.mode == "fp8-emulate" else cfg.precision.mode
     return Setup(
         model=cfg.model.preset,
         vocab_size=cfg.tokenizer.vocab_size,
-        seq_len=p.seq_len,
-        micro_batch=p.micro_batch,
-        gpu=pl.gpu,
-        gpus=pl.gpus,
-        hosts=pl.hosts,
+        seq_len=pretrain.seq_len,
+        micro_batch=pretrain.micro_batch,
+        gpu=plan.gpu,
+        gpus=plan.gpus,
+        hosts=plan.hosts,
         precision=precision,
         parallel=parallel,
         recompute=cfg.parallel.activation_checkpointing,
         tokens=tokens,
-        global_batch_tokens=p.global_batch_tokens,
-        price_per_gpu_hour=pl.price_per_gpu_hour,
-        mfu=pl.mfu,
-        inter_host_gbps=pl.inter_host_gbps,
-        data=data_work(cfg, tokens, pl) if with_data else None,
+        global_batch_tokens=pretrain.global_batch_tokens,
+        price_per_gpu_hour=plan.price_per_gpu_hour,
+        mfu=plan.mfu,
+        inter_host_gbps=plan.inter_host_gbps,
+        data=data_work(cfg, tokens, plan) if with_data else None,
         loss_chunk_tokens=cfg.parallel.loss_chunk_tokens,
         async_checkpoint=cfg.checkpoint.async_save,
     )
@@ -708,22 +712,22 @@ def step_profile(
     setup = replace(setup_from_config(cfg, with_data=False), gpus=world_size, hosts=1)
     if setup.parallel == "single" and world_size > 1:
         setup = replace(setup, parallel="fsdp")
-    s = model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
+    shapes = model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
     tokens_per_micro = setup.seq_len * setup.micro_batch * world_size
     accumulation = max(1, math.ceil((setup.global_batch_tokens or 0) / tokens_per_micro))
     tokens_per_step = accumulation * tokens_per_micro
     mfu = mfu or default_mfu(setup.gpu, setup.precision)[0]
     compute_s = (
         tokens_per_step
-        * s.flops["six_n"]
+        * shapes.flops["six_n"]
         * RECOMPUTE_COST[setup.recompute]
         / (world_size * peak_flops * mfu)
     )
-    state = model_state_bytes(s, 1, "single")
+    state = model_state_bytes(shapes, 1, "single")
     return {
         "tokens_per_step": tokens_per_step,
         "compute_s": compute_s,
-        "comm_bytes_per_gpu": comm_bytes_per_step(s, setup, accumulation),
+        "comm_bytes_per_gpu": comm_bytes_per_step(shapes, setup, accumulation),
         "checkpoint_bytes": state["weights"] + state["optimizer"],
         "tokens_per_s_needed": tokens_per_step / compute_s,
     }

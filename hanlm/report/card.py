@@ -53,7 +53,7 @@ def _missing(stage: str) -> str:
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -113,7 +113,7 @@ def _plan_section(files: RunFiles) -> str:
     one = plan_lib.memory(field, shapes)
     eight_setup = replace(field, gpus=8, parallel="fsdp")
     eight = plan_lib.memory(eight_setup, shapes)
-    t = plan_lib.throughput(eight_setup, shapes)
+    timing = plan_lib.throughput(eight_setup, shapes)
     rows = [
         [item, f"{one['items'][item] / GIB:.2f}", f"{eight['items'][item] / GIB:.2f}"]
         for item in one["items"]
@@ -128,9 +128,9 @@ def _plan_section(files: RunFiles) -> str:
     )
     out.append(_table(["item", "1 x RTX 5090", "8 x RTX 5090, FSDP"], rows))
     out.append(
-        f"\n22B tokens on 8 RTX 5090s at 40% MFU, counting 6·N·D: **{t['gpu_hours']:,.0f} "
-        f"GPU-hours, {t['wall_hours']:,.1f} h, {t['cost']:,.0f} USD**; counting attention FLOPs "
-        f"too adds {t['attention_adds']:.0%} ({t['cost_with_attention']:,.0f} USD).\n"
+        f"\n22B tokens on 8 RTX 5090s at 40% MFU, counting 6·N·D: **{timing['gpu_hours']:,.0f} "
+        f"GPU-hours, {timing['wall_hours']:,.1f} h, {timing['cost']:,.0f} USD**; counting attention FLOPs "
+        f"too adds {timing['attention_adds']:.0%} ({timing['cost_with_attention']:,.0f} USD).\n"
     )
     path = report_plots.memory_bars(
         {"1 x RTX 5090": one["items"], "8 x RTX 5090 (FSDP)": eight["items"]},
@@ -209,12 +209,12 @@ def _data_section(files: RunFiles) -> str:
     rows = [
         [
             name,
-            f"{b.items:,}",
-            f"{b.dirty:,} ({b.dirty / max(b.items, 1):.0%})",
-            f"{b.partial:,}",
-            f"{b.clean:,}",
+            f"{benchmark.items:,}",
+            f"{benchmark.dirty:,} ({benchmark.dirty / max(benchmark.items, 1):.0%})",
+            f"{benchmark.partial:,}",
+            f"{benchmark.clean:,}",
         ]
-        for name, b in report.benchmarks.items()
+        for name, benchmark in report.benchmarks.items()
     ]
     out.append(_table(["benchmark", "items", "dirty", "partial", "clean"], rows))
     out.append(
@@ -226,8 +226,12 @@ def _data_section(files: RunFiles) -> str:
     )
     planted = _read(files.planted)
     if planted is not None:
-        found = {r["item_id"] for r in _jsonl(files.decontam_items) if r["status"] == "dirty"}
-        items = {p["item_id"] for p in planted}
+        found = {
+            record["item_id"]
+            for record in _jsonl(files.decontam_items)
+            if record["status"] == "dirty"
+        }
+        items = {item["item_id"] for item in planted}
         hit = len(items & found)
         out.append(
             f"\nThe demo world planted {len(items)} benchmark items into its documents, with their "
@@ -242,8 +246,8 @@ def _training_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
     records = _jsonl(files.pretrain_metrics)
-    train = [(r["step"], r["loss"]) for r in records if "loss" in r]
-    val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
+    train = [(record["step"], record["loss"]) for record in records if "loss" in record]
+    val = [(record["step"], record["val_loss"]) for record in records if "val_loss" in record]
     if not train:
         return _missing("pretrain")
     out: list[str] = []
@@ -253,10 +257,10 @@ def _training_section(files: RunFiles) -> str:
     sft_records = _jsonl(files.sft_metrics)
     path = report_plots.loss_curves(curves, files.plots / "loss.png")
     out.append(f"![pretraining loss]({path.relative_to(files.root)})\n\n")
-    speed = [r for r in records if r.get("tokens_per_s")]
+    speed = [record for record in records if record.get("tokens_per_s")]
     summary = PretrainSummary.read_if_present(files.pretrain_summary)
-    mfus = [r["mfu"] for r in speed if r.get("mfu") is not None]
-    tps = sorted(r["tokens_per_s"] for r in speed)
+    mfus = [record["mfu"] for record in speed if record.get("mfu") is not None]
+    tps = sorted(record["tokens_per_s"] for record in speed)
     median_tps = tps[len(tps) // 2] if tps else float("nan")
     median_mfu = sorted(mfus)[len(mfus) // 2] if mfus else None
     out.append(
@@ -271,14 +275,14 @@ def _training_section(files: RunFiles) -> str:
     )
     if speed:
         path = report_plots.throughput(
-            [r["step"] for r in speed],
-            [r["tokens_per_s"] for r in speed],
-            [r.get("mfu") for r in speed],
+            [record["step"] for record in speed],
+            [record["tokens_per_s"] for record in speed],
+            [record.get("mfu") for record in speed],
             files.plots / "throughput.png",
         )
         out.append(f"![throughput and MFU]({path.relative_to(files.root)})\n")
     if sft_records:
-        sft = [(r["step"], r["loss"]) for r in sft_records if "loss" in r]
+        sft = [(record["step"], record["loss"]) for record in sft_records if "loss" in record]
         if sft:
             path = report_plots.loss_curves(
                 {"SFT": tuple(zip(*sft, strict=True))}, files.plots / "sft_loss.png"
@@ -306,9 +310,9 @@ GAP_METRICS = {"acc": "accuracy", "gold_margin": "log-likelihood margin"}
 def _split_scores(samples: list[dict]) -> dict[tuple[str, str], list[dict]]:
     """Samples of the scored benchmark tasks (those decontamination split) by (model, task)."""
     groups: dict[tuple[str, str], list[dict]] = {}
-    for s in samples:
-        if s.get("contamination") is not None:
-            groups.setdefault((s["model"], s["task"]), []).append(s)
+    for sample in samples:
+        if sample.get("contamination") is not None:
+            groups.setdefault((sample["model"], sample["task"]), []).append(sample)
     return groups
 
 
@@ -325,17 +329,19 @@ def _gaps(samples: list[dict]) -> dict[str, dict]:
 
 
 def _ci(interval, signed: bool = True) -> str:
-    f = "{:+.3f}" if signed else "{:.3f}"
-    return f"{f.format(interval.value)} [{f.format(interval.low)}, {f.format(interval.high)}]"
+    pattern = "{:+.3f}" if signed else "{:.3f}"
+    return f"{pattern.format(interval.value)} [{pattern.format(interval.low)}, {pattern.format(interval.high)}]"
 
 
 def _chance(samples: list[dict]) -> float:
     """The accuracy of guessing: the mean of 1 / choices over the items."""
-    return sum(1 / len(s["loglikelihoods"]) for s in samples) / len(samples)
+    return sum(1 / len(sample["loglikelihoods"]) for sample in samples) / len(samples)
 
 
 def _gap_rows(label: str, task: str, gaps: dict[str, dict]) -> list[list[str]]:
-    return [[label, task, GAP_METRICS[m], *_cells(m, g)] for m, g in gaps.items()]
+    return [
+        [label, task, GAP_METRICS[metric], *_cells(metric, gap)] for metric, gap in gaps.items()
+    ]
 
 
 def _cells(metric: str, gaps: dict) -> list[str]:
@@ -369,8 +375,8 @@ def _comparison_rows(kept: list[dict], dropped: list[dict], task: str) -> list[l
     rows = []
     for corpus, samples in (("kept (this run)", kept), ("dropped (compare/drop)", dropped)):
         gaps = _gaps(samples)
-        for metric, g in gaps.items():
-            rows.append([corpus, task, GAP_METRICS[metric], *_cells(metric, g)])
+        for metric, gap in gaps.items():
+            rows.append([corpus, task, GAP_METRICS[metric], *_cells(metric, gap)])
     return rows
 
 
@@ -436,7 +442,7 @@ def _comparison(files: RunFiles, kept_by_task: dict[str, list[dict]]) -> str:
     out.append(
         _table(["training corpus", "task", "score", "clean", "dirty", "dirty − clean"], rows)
     )
-    out += [f"\n{v}\n" for v in verdicts]
+    out += [f"\n{verdict}\n" for verdict in verdicts]
     return "".join(out)
 
 
@@ -525,7 +531,7 @@ def _audit_norms(audit: dict) -> str:
     norms = audit.get("row_norms", {}).get("embedding")
     if not norms:
         return ""
-    counts = {t["name"]: t.get("pretrain_count") for t in audit.get("tokens", [])}
+    counts = {token["name"]: token.get("pretrain_count") for token in audit.get("tokens", [])}
     template = ", ".join(
         f"{name} {value:.2f} (seen {_fmt(counts.get(name))} times)"
         for name, value in norms["template"].items()
@@ -556,7 +562,7 @@ def _closure_verdict(by_init: dict, checks: dict) -> str:
     """The field's failure reproduced or not, said with this run's numbers."""
     if "none" not in by_init or len(by_init) < 2:
         return ""
-    others = {k: v for k, v in by_init.items() if k != "none"}
+    others = {init: rate for init, rate in by_init.items() if init != "none"}
     best_init, best = max(others.items(), key=lambda kv: kv[1])
     shortfall = best - by_init["none"]
     ranks = ""
@@ -625,9 +631,9 @@ def _closure_section(files: RunFiles) -> str:
     audit = _read(files.audit) or {}
     out.append(_audit_norms(audit))
     after_norms = [
-        (init, c["diagnosis"]["after"]["row_norms"]["embedding"]["ordinary_mean"])
-        for init, c in checks.items()
-        if c.get("diagnosis", {}).get("after", {}).get("row_norms", {}).get("embedding")
+        (init, check["diagnosis"]["after"]["row_norms"]["embedding"]["ordinary_mean"])
+        for init, check in checks.items()
+        if check.get("diagnosis", {}).get("after", {}).get("row_norms", {}).get("embedding")
     ]
     if after_norms:
         out.append(
@@ -642,7 +648,7 @@ def _closure_section(files: RunFiles) -> str:
         )
     out.append(_closure_verdict(by_init, checks))
     path = report_plots.grouped_bars(
-        {"closure rate": {k: float(v) for k, v in by_init.items()}},
+        {"closure rate": {init: float(rate) for init, rate in by_init.items()}},
         files.plots / "closure.png",
         ylabel="share of answers that end",
         ylim=(0, 1.05),
@@ -656,8 +662,8 @@ DIRECTION_GROUPS = ((None, "all facts"), (True, "reverse stated"), (False, "reve
 
 
 def _direction_row(label: str, group: str, items: list[dict]) -> list:
-    forward = [s["loglikelihoods"]["forward"][0] for s in items]
-    reverse = [s["loglikelihoods"]["reverse"][0] for s in items]
+    forward = [sample["loglikelihoods"]["forward"][0] for sample in items]
+    reverse = [sample["loglikelihoods"]["reverse"][0] for sample in items]
     mean_f, mean_r = sum(forward) / len(forward), sum(reverse) / len(reverse)
     return [
         label,
@@ -666,20 +672,20 @@ def _direction_row(label: str, group: str, items: list[dict]) -> list:
         f"{mean_f:.2f}",
         f"{mean_r:.2f}",
         f"{mean_f - mean_r:.2f}",
-        f"{sum(s['scores']['forward_acc'] for s in items) / len(items):.2f}",
-        f"{sum(s['scores']['reverse_acc'] for s in items) / len(items):.2f}",
+        f"{sum(sample['scores']['forward_acc'] for sample in items) / len(items):.2f}",
+        f"{sum(sample['scores']['reverse_acc'] for sample in items) / len(items):.2f}",
     ]
 
 
 def _mean_reverse(items: list[dict]) -> float:
-    return sum(s["scores"]["reverse_logprob"] for s in items) / len(items)
+    return sum(sample["scores"]["reverse_logprob"] for sample in items) / len(items)
 
 
 def _by_group(by_model: dict, files: RunFiles):
     """(model label, {stated: its samples}) for each model whose facts fall in both groups."""
     for model, items in by_model.items():
         groups = {
-            stated: [s for s in items if s.get("reverse_stated") is stated]
+            stated: [sample for sample in items if sample.get("reverse_stated") is stated]
             for stated in (True, False)
         }
         if groups[True] and groups[False]:
@@ -688,7 +694,7 @@ def _by_group(by_model: dict, files: RunFiles):
 
 def _group_contrast(label: str, groups: dict) -> str:
     def mean(rows, key):
-        return sum(s["scores"][key] for s in rows) / len(rows)
+        return sum(sample["scores"][key] for sample in rows) / len(rows)
 
     with_, without = groups[True], groups[False]
     return (
@@ -702,18 +708,22 @@ def _group_contrast(label: str, groups: dict) -> str:
 def _direction_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
-    samples = [s for s in _jsonl(files.eval_samples) if s.get("task") == "direction"]
+    samples = [sample for sample in _jsonl(files.eval_samples) if sample.get("task") == "direction"]
     if not samples:
         return _missing("eval (direction)")
     out: list[str] = []
     by_model: dict[str, list[dict]] = {}
-    for s in samples:
-        by_model.setdefault(s.get("model", "model"), []).append(s)
+    for sample in samples:
+        by_model.setdefault(sample.get("model", "model"), []).append(sample)
     rows, reverse, first = [], {}, None
     for model, items in by_model.items():
         label = _model_label(model, files)
         for stated, group in DIRECTION_GROUPS:
-            members = [s for s in items if stated is None or s.get("reverse_stated") is stated]
+            members = [
+                sample
+                for sample in items
+                if stated is None or sample.get("reverse_stated") is stated
+            ]
             if members and (stated is None or len(members) < len(items)):
                 rows.append(_direction_row(label, group, members))
                 if stated is not None:
@@ -724,14 +734,14 @@ def _direction_section(files: RunFiles) -> str:
     out.append(_table([*header, "forward rank acc", "reverse rank acc"], rows))
     items, model = first
     path = report_plots.direction_histograms(
-        [s["loglikelihoods"]["forward"][0] for s in items],
-        [s["loglikelihoods"]["reverse"][0] for s in items],
+        [sample["loglikelihoods"]["forward"][0] for sample in items],
+        [sample["loglikelihoods"]["reverse"][0] for sample in items],
         files.plots / "direction.png",
     )
     out.append(
         f"\n![direction probe, {_model_label(model, files)}]({path.relative_to(files.root)})\n"
     )
-    stated = sum(1 for s in items if s.get("reverse_stated") is True)
+    stated = sum(1 for sample in items if sample.get("reverse_stated") is True)
     if stated:
         out.append(
             f"\nThe training text states {stated} of the {len(items)} probed facts also object first "
@@ -748,7 +758,7 @@ def _direction_section(files: RunFiles) -> str:
             reverse, files.plots / "direction_groups.png", ylabel="reverse log-prob, right answer"
         )
         out.append(f"\n![reverse log-prob by group]({path.relative_to(files.root)})\n")
-    elif any(s.get("reverse_stated") is False for s in items):
+    elif any(sample.get("reverse_stated") is False for sample in items):
         out.append(
             "\nThe training text states every fact subject first only, so the reverse direction "
             "is never seen in training text.\n"
@@ -768,7 +778,7 @@ def _repetition_section(files: RunFiles) -> str:
     rows, groups = [], {}
     for model, tasks in (results.results if results else {}).items():
         metrics = tasks.get("repetition", {}).get("full", {})
-        keys = sorted({k.rsplit("/", 1)[0] for k in metrics})
+        keys = sorted({name.rsplit("/", 1)[0] for name in metrics})
         for key in keys:
             without, with_penalty = (
                 score.value if (score := metrics.get(f"{key}/{arm}")) else None
@@ -788,11 +798,11 @@ def _repetition_section(files: RunFiles) -> str:
     out: list[str] = []
     penalty = ""
     if files.config.is_file():
-        g = load_config(files.config).generate
+        generate = load_config(files.config).generate
         penalty = (
-            f" Penalty: repetition {g.repetition_penalty} (CTRL rule), no-repeat n-gram "
-            f"{g.no_repeat_ngram_size}, frequency {g.frequency_penalty}, presence "
-            f"{g.presence_penalty}; special tokens exempt: {g.exempt_special_tokens}."
+            f" Penalty: repetition {generate.repetition_penalty} (CTRL rule), no-repeat n-gram "
+            f"{generate.no_repeat_ngram_size}, frequency {generate.frequency_penalty}, presence "
+            f"{generate.presence_penalty}; special tokens exempt: {generate.exempt_special_tokens}."
         )
     out.append(f"Greedy continuations of document openings, fixed length.{penalty}\n\n")
     out.append(_table(["model", "metric", "without penalty", "with penalty", "change"], rows))

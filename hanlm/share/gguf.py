@@ -215,16 +215,18 @@ def _tensor_plan(names: list[str], shape: LlamaShape, where: str) -> list[tuple[
     expected = ["token_embd.weight", "output_norm.weight"]
     expected += [] if shape.tied else ["output.weight"]
     expected += [
-        f"blk.{i}.{t}.weight" for i in range(shape.layers) for t in _BLOCK_TENSORS.values()
+        f"blk.{i}.{tensor}.weight"
+        for i in range(shape.layers)
+        for tensor in _BLOCK_TENSORS.values()
     ]
-    missing = [t for t in expected if t not in plan]
+    missing = [tensor for tensor in expected if tensor not in plan]
     if missing:
         raise UserError(
             f"the weights lack {len(missing)} tensors llama.cpp needs (first: {missing[0]})",
             where=where,
             fix="export the model again with `hanlm export`",
         )
-    return [(plan[t], t) for t in expected]
+    return [(plan[tensor], tensor) for tensor in expected]
 
 
 # --- the tokenizer --------------------------------------------------------------------------------
@@ -253,13 +255,13 @@ def read_vocab(folder: Path, vocab_size: int, gguf) -> Vocab:
             "again): its pre-tokenizer is llama.cpp's `qwen2`",
         )
     model = tokenizer["model"]
-    by_id: dict[int, str] = {i: t for t, i in model["vocab"].items()}
+    by_id: dict[int, str] = {token_id: token for token, token_id in model["vocab"].items()}
     special: set[int] = set()
     for added in tokenizer.get("added_tokens", []):
         by_id[added["id"]] = added["content"]
         if added.get("special"):
             special.add(added["id"])
-    added_ids = {a["id"] for a in tokenizer.get("added_tokens", [])}
+    added_ids = {entry["id"] for entry in tokenizer.get("added_tokens", [])}
     if max(by_id) >= vocab_size:
         raise UserError(
             f"the tokenizer has token id {max(by_id)}, beyond the model's vocabulary of {vocab_size}",
@@ -267,20 +269,24 @@ def read_vocab(folder: Path, vocab_size: int, gguf) -> Vocab:
             fix="export the model with the tokenizer it was trained with",
         )
     tokens, types = [], []
-    for i in range(vocab_size):
-        if i not in by_id:
-            tokens.append(f"[PAD{i}]")  # rows the model has and the tokenizer never produces
+    for token_id in range(vocab_size):
+        if token_id not in by_id:
+            tokens.append(f"[PAD{token_id}]")  # rows the model has and the tokenizer never produces
             types.append(gguf.TokenType.UNUSED)
             continue
-        tokens.append(by_id[i])
-        if i in special:
+        tokens.append(by_id[token_id])
+        if token_id in special:
             types.append(gguf.TokenType.CONTROL)
-        elif i in added_ids:
+        elif token_id in added_ids:
             types.append(gguf.TokenType.USER_DEFINED)
         else:
             types.append(gguf.TokenType.NORMAL)
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    return Vocab(tokens, [int(t) for t in types], merges, pre, _adds_bos(tokenizer))
+    merges = [
+        merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges", [])
+    ]
+    return Vocab(
+        tokens, [int(token_type) for token_type in types], merges, pre, _adds_bos(tokenizer)
+    )
 
 
 def _adds_bos(tokenizer: dict) -> bool:
@@ -312,13 +318,13 @@ def _special_ids(folder: Path) -> dict[str, int]:
 
 
 def _qtype(gguf, gguf_type: str, tensor_name: str, row: int):
-    q = gguf.GGMLQuantizationType
+    quant = gguf.GGMLQuantizationType
     if tensor_name.endswith("_norm.weight"):
-        return q.F32  # llama.cpp keeps 1-D tensors in F32
+        return quant.F32  # llama.cpp keeps 1-D tensors in F32
     if gguf_type == "q8_0":
-        block = gguf.GGML_QUANT_SIZES[q.Q8_0][0]
-        return q.Q8_0 if row % block == 0 else q.F16  # as the converter falls back
-    return {"f16": q.F16, "bf16": q.BF16}[gguf_type]
+        block = gguf.GGML_QUANT_SIZES[quant.Q8_0][0]
+        return quant.Q8_0 if row % block == 0 else quant.F16  # as the converter falls back
+    return {"f16": quant.F16, "bf16": quant.BF16}[gguf_type]
 
 
 def _file_type(gguf, gguf_type: str) -> int:

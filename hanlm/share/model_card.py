@@ -84,8 +84,8 @@ def _finite(value: Any) -> bool:
 
 
 def ordered_splits(splits) -> list[str]:
-    known = [s for s in SPLIT_ORDER if s in splits]
-    return known + [s for s in splits if s not in SPLIT_ORDER]
+    known = [split for split in SPLIT_ORDER if split in splits]
+    return known + [split for split in splits if split not in SPLIT_ORDER]
 
 
 def _contamination_args(facts: CardFacts, task: str) -> dict | None:
@@ -95,7 +95,7 @@ def _contamination_args(facts: CardFacts, task: str) -> dict | None:
     summary = facts.decontam.benchmarks.get(record.benchmark or "")
     if summary is None:
         return None
-    return {f"decontam_{k}": v for k, v in summary.model_dump().items()}
+    return {f"decontam_{key}": value for key, value in summary.model_dump().items()}
 
 
 def eval_results(facts: CardFacts):
@@ -180,7 +180,9 @@ def _num(value: Any, digits: int = 3) -> str:
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    lines += [
+        "| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |" for row in rows
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -279,13 +281,13 @@ def _score_cell(score: Any) -> str:
 def _evaluation(facts: CardFacts) -> str:
     splits: list[str] = []
     for task_splits in facts.scores.values():
-        splits += [s for s in task_splits if s not in splits]
+        splits += [split for split in task_splits if split not in splits]
     splits = ordered_splits(splits)
     rows = []
     for task, task_splits in facts.scores.items():
         metrics: list[str] = []
         for split in ordered_splits(task_splits):
-            metrics += [m for m in task_splits[split] or {} if m not in metrics]
+            metrics += [metric for metric in task_splits[split] or {} if metric not in metrics]
         for metric in metrics:
             row = [task, metric]
             row += [_score_cell(_get(task_splits, split, metric)) for split in splits]
@@ -316,11 +318,11 @@ def _decontamination(facts: CardFacts) -> str:
             "be split into clean and dirty; enable `[decontam]` and run `hanlm run` again.",
         )
     rows = []
-    for benchmark, s in report.benchmarks.items():
+    for benchmark, stats in report.benchmarks.items():
         rows.append(
             [benchmark]
-            + [_num(v) for v in (s.items, s.dirty, s.partial, s.clean)]
-            + [_num(s.found_whole), _num(s.found_only_by_parts)]
+            + [_num(value) for value in (stats.items, stats.dirty, stats.partial, stats.clean)]
+            + [_num(stats.found_whole), _num(stats.found_only_by_parts)]
         )
     header = ["benchmark", "items checked", "dirty", "partial", "clean", "found whole",
               "found only by parts"]  # fmt: skip
@@ -345,7 +347,7 @@ def _dataset_line(source: str) -> str:
             else f"a local file (`{source.rsplit('/', 1)[-1]}`)"
         )
     name, config, split = found
-    extra = ", ".join(x for x in (config, split) if x)
+    extra = ", ".join(part for part in (config, split) if part)
     return f"[{name}](https://huggingface.co/datasets/{name})" + (f" ({extra})" if extra else "")
 
 
@@ -356,7 +358,7 @@ def _training(facts: CardFacts) -> str:
     if facts.corpus_inputs:
         out.append(
             "Pretraining data: "
-            + "; ".join(_dataset_line(s) for s in facts.corpus_inputs)
+            + "; ".join(_dataset_line(source) for source in facts.corpus_inputs)
             + ".\n\n"
         )
     if not summary:
@@ -366,8 +368,10 @@ def _training(facts: CardFacts) -> str:
             )
         )
     metrics = facts.pretrain_metrics
-    speeds = sorted(r["tokens_per_s"] for r in metrics if _finite(r.get("tokens_per_s")))
-    val = [r for r in metrics if _finite(r.get("val_loss"))]
+    speeds = sorted(
+        record["tokens_per_s"] for record in metrics if _finite(record.get("tokens_per_s"))
+    )
+    val = [record for record in metrics if _finite(record.get("val_loss"))]
     rows = [
         ["preset", _get(recipe, "model", "preset")],
         ["parameters", _num(facts.parameters)],
@@ -422,11 +426,11 @@ def _hardware(facts: CardFacts) -> str:
         for device in rank.device_list():
             devices.append(f"{device.get('name')} ({device.get('type')})")
     if devices:
-        counted = {d: devices.count(d) for d in devices}
+        counted = {device: devices.count(device) for device in devices}
         hosts = len(set(facts.preflight.hosts)) or 1
         out.append(
             "Measured by preflight: "
-            + ", ".join(f"{n} x {d}" for d, n in counted.items())
+            + ", ".join(f"{count} x {device}" for device, count in counted.items())
             + f" on {hosts} host(s), verdict {facts.preflight.verdict}.\n\n"
         )
     else:
@@ -447,7 +451,9 @@ def _hardware(facts: CardFacts) -> str:
         rows.append(["planned cost (USD)", _num(price * gpu_hours, 2)])
     tokens = facts.pretrain_summary.tokens if facts.pretrain_summary else None
     speeds = sorted(
-        r["tokens_per_s"] for r in facts.pretrain_metrics if _finite(r.get("tokens_per_s"))
+        record["tokens_per_s"]
+        for record in facts.pretrain_metrics
+        if _finite(record.get("tokens_per_s"))
     )
     if speeds and _finite(tokens):
         hours = tokens / speeds[len(speeds) // 2] / 3600
@@ -474,12 +480,12 @@ def _lessons(facts: CardFacts) -> str:
     if first.startswith("# "):
         body = rest
     # one level deeper: the card's own sections are level 2
-    body = re.sub(r"^(#{2,5}) ", lambda m: "#" + m.group(1) + " ", body, flags=re.M)
+    body = re.sub(r"^(#{2,5}) ", lambda match: "#" + match.group(1) + " ", body, flags=re.M)
     out.append(body.strip() + "\n")
     linked = set(re.findall(r"\]\((plots/[^)]+)\)", body))
-    unlinked = [p for p in facts.plots if p not in linked]
+    unlinked = [plot for plot in facts.plots if plot not in linked]
     if unlinked:
-        out.append("\n" + "\n".join(f"![{p}]({p})" for p in unlinked) + "\n")
+        out.append("\n" + "\n".join(f"![{plot}]({plot})" for plot in unlinked) + "\n")
     return "".join(out)
 
 

@@ -31,13 +31,13 @@ SHARED = ("demo", "corpus")  # the run's folders the comparison reads as its own
 
 def not_needed(cfg: Config) -> str | None:
     """Why the comparison does not run for `cfg`, or None when it does."""
-    d = cfg.decontam
-    if not d.compare_drop:
+    decontam = cfg.decontam
+    if not decontam.compare_drop:
         return "off (decontam.compare_drop = false)"
-    if not d.enabled or not d.benchmarks:
+    if not decontam.enabled or not decontam.benchmarks:
         return "nothing to compare: decontamination is off"
-    if d.action != "keep":
-        return f"nothing to compare: the run itself trains on the corpus after `{d.action}`"
+    if decontam.action != "keep":
+        return f"nothing to compare: the run itself trains on the corpus after `{decontam.action}`"
     return None
 
 

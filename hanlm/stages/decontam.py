@@ -97,7 +97,9 @@ def load_items(benchmarks: list[tuple[str, Path]], text_field: str) -> list[read
     """Every benchmark item, with the prompt lm-eval scores as a form to look for too."""
     items: list[readers.Item] = []
     for task, path in benchmarks:
-        items.extend(with_prompt_form(i) for i in readers.read(task, path, text_field=text_field))
+        items.extend(
+            with_prompt_form(item) for item in readers.read(task, path, text_field=text_field)
+        )
     return items
 
 
@@ -108,11 +110,11 @@ def _file_key(path: Path) -> list:
 
 
 def _check_thresholds(cfg: Config) -> None:
-    d = cfg.decontam
-    if not d.clean_threshold <= d.dirty_threshold:
+    decontam = cfg.decontam
+    if not decontam.clean_threshold <= decontam.dirty_threshold:
         raise UserError(
-            f"decontam.clean_threshold {d.clean_threshold} is above decontam.dirty_threshold "
-            f"{d.dirty_threshold}",
+            f"decontam.clean_threshold {decontam.clean_threshold} is above decontam.dirty_threshold "
+            f"{decontam.dirty_threshold}",
             fix="keep clean_threshold <= dirty_threshold",
         )
 
@@ -150,7 +152,9 @@ def inputs(cfg: Config, run: RunDir, options: dict) -> list | None:
         return None
     benchmarks = [[task, file_sha256(path)] for task, path in _benchmarks(cfg, run, options)]
     scanned = (
-        [_file_key(f) for f in expand_corpus(options["corpus"])] if options.get("corpus") else []
+        [_file_key(path) for path in expand_corpus(options["corpus"])]
+        if options.get("corpus")
+        else []
     )
     return [benchmarks, scanned]
 

@@ -16,7 +16,9 @@ STAGE = Stage(
 
 
 def build(ctx: StageContext) -> dict:
-    d = ctx.cfg.demo
-    world = demo.build(seed=d.seed, size_mb=d.size_mb, reverse_share=d.reverse_share)
+    settings = ctx.cfg.demo
+    world = demo.build(
+        seed=settings.seed, size_mb=settings.size_mb, reverse_share=settings.reverse_share
+    )
     paths = demo.write(world, ctx.out)
     return {kind: path.name for kind, path in paths.items()}

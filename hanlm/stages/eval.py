@@ -71,15 +71,15 @@ def default_models(run: RunDir | Path) -> list[Path]:
 
 def _model_identity(model_dir: Path) -> list:
     # weights are large: their names, sizes and times stand for their content
-    files = sorted(p for p in model_dir.iterdir() if p.is_file())
-    return [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    files = sorted(path for path in model_dir.iterdir() if path.is_file())
+    return [(path.name, path.stat().st_size, path.stat().st_mtime_ns) for path in files]
 
 
 def _data_identity(path: str | None) -> list | str | None:
     if path is None or path.startswith("hf:") or not Path(path).exists():
         return path
-    p = Path(path)
-    return [str(p), p.stat().st_size, p.stat().st_mtime_ns]
+    data_file = Path(path)
+    return [str(data_file), data_file.stat().st_size, data_file.stat().st_mtime_ns]
 
 
 def _uses_demo(cfg: Config, options: dict) -> bool:
@@ -105,8 +105,8 @@ STAGE = Stage(
 
 
 def _models(cfg: Config, run: RunDir) -> list[Path]:
-    models = [_in_run(run, m) for m in cfg.eval.models] or default_models(run)
-    return [require_model_folder(model_folder(m)) for m in models]
+    models = [_in_run(run, model) for model in cfg.eval.models] or default_models(run)
+    return [require_model_folder(model_folder(model)) for model in models]
 
 
 def _sources(cfg: Config, run: RunDir) -> list[str | None]:
@@ -122,8 +122,8 @@ def inputs(cfg: Config, run: RunDir, options: dict) -> list:
     """The models, the tasks' data and the contamination report, by identity."""
     report = cfg.eval.contamination or default_contamination(run)
     return [
-        [_model_identity(d) for d in _models(cfg, run)],
-        [_data_identity(s) for s in _sources(cfg, run)],
+        [_model_identity(model_dir) for model_dir in _models(cfg, run)],
+        [_data_identity(source) for source in _sources(cfg, run)],
         _data_identity(str(report) if report else None),
     ]
 

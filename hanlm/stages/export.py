@@ -92,7 +92,7 @@ def _locate_checkpoint(run: RunDir, checkpoint: str | None) -> Path:
 def _no_committed_checkpoint(run: RunDir) -> NoReturn:
     """The UserError for a run with nothing to export, saying whether checkpoints were started."""
     root, run_dir = run.pretrain.checkpoints, run.root
-    uncommitted = [p.name for p in checkpoint_lib.uncommitted(root)]
+    uncommitted = [path.name for path in checkpoint_lib.uncommitted(root)]
     if not uncommitted:
         raise UserError(
             f"no checkpoint to export in {root}", fix=f"run `hanlm pretrain --run {run_dir}` first"
@@ -110,7 +110,7 @@ def _no_committed_checkpoint(run: RunDir) -> NoReturn:
 
 def _committed_steps(root: Path) -> str:
     """The steps of the committed checkpoints (those with a manifest), as a list for messages."""
-    steps = (p.name.removeprefix("step-") for p in checkpoint_lib.committed(root))
+    steps = (checkpoint.name.removeprefix("step-") for checkpoint in checkpoint_lib.committed(root))
     return ", ".join(str(int(step)) for step in steps if step.isdigit())
 
 

@@ -50,6 +50,6 @@ def build(ctx: StageContext) -> dict:
     run = ctx.run
     text = card.build(run_files(run))
     atomic_write_text(run.report, text)
-    plots = sorted(p.name for p in run.plots.glob("*.png"))
+    plots = sorted(path.name for path in run.plots.glob("*.png"))
     info(f"report: {run.report} with {len(plots)} plots in {run.plots}")
     return {"report": str(run.report), "plots": plots}

@@ -71,7 +71,10 @@ def _hf_fp(path: Path, run_root: Path | None) -> str:
     weights = path / "model.safetensors"
     if weights.is_file():
         return fingerprint(where, weights.stat().st_size, weights.stat().st_mtime_ns)
-    shards = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.glob("*.safetensors")]
+    shards = [
+        (shard.name, shard.stat().st_size, shard.stat().st_mtime_ns)
+        for shard in path.glob("*.safetensors")
+    ]
     return fingerprint(where, sorted(shards))
 
 

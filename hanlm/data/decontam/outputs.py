@@ -101,16 +101,17 @@ class Outcome:
 
 def decide(index: BenchmarkIndex, result: ScanResult, dirty: float, clean: float) -> Outcome:
     coverage, whole = index.item_coverage(result.found)
-    status = [index.status(c, dirty=dirty, clean=clean) for c in coverage]
+    status = [index.status(item_coverage, dirty=dirty, clean=clean) for item_coverage in coverage]
     found_by = [
-        index.found_by(s, w, dirty=dirty, clean=clean) for s, w in zip(status, whole, strict=True)
+        index.found_by(item_status, whole_match, dirty=dirty, clean=clean)
+        for item_status, whole_match in zip(status, whole, strict=True)
     ]
-    a = result.arrays()
-    share = a["pair_count"] / np.maximum(index.pairs_per_item[a["pair_item"]], 1)
-    order = np.lexsort((a["pair_doc"], -share, a["pair_item"]))
+    arrays = result.arrays()
+    share = arrays["pair_count"] / np.maximum(index.pairs_per_item[arrays["pair_item"]], 1)
+    order = np.lexsort((arrays["pair_doc"], -share, arrays["pair_item"]))
     item_docs: list[list[int]] = [[] for _ in range(len(index))]
     flagged: dict[int, set[int]] = {}
-    for doc, item in zip(a["pair_doc"][order].tolist(), a["pair_item"][order].tolist(),
+    for doc, item in zip(arrays["pair_doc"][order].tolist(), arrays["pair_item"][order].tolist(),
                          strict=True):  # fmt: skip
         item_docs[item].append(doc)
         if status[item] != "clean":
@@ -142,13 +143,13 @@ def _per_benchmark(index, outcome: Outcome) -> dict[str, dict]:
         counts[status] += 1
         counts[f"by_{how}"] += how is not None
     return {
-        b: {
-            "items": sum(c[s] for s in ("dirty", "partial", "clean")),
-            **{s: c[s] for s in ("dirty", "partial", "clean")},
-            "found_whole": c["by_whole"],
-            "found_only_by_parts": c["by_parts"],
+        bench: {
+            "items": sum(counts[status] for status in ("dirty", "partial", "clean")),
+            **{status: counts[status] for status in ("dirty", "partial", "clean")},
+            "found_whole": counts["by_whole"],
+            "found_only_by_parts": counts["by_parts"],
         }
-        for b, c in per_benchmark.items()
+        for bench, counts in per_benchmark.items()
     }
 
 
@@ -159,10 +160,10 @@ def _report_markdown(report: dict, outcome: Outcome, extra: dict) -> str:
         "| benchmark | items | dirty | partial | clean | found as a whole | found only by parts |",
         "|---|---|---|---|---|---|---|",
     ]
-    for b, c in report["benchmarks"].items():
+    for bench, counts in report["benchmarks"].items():
         md.append(
-            f"| {b} | {c['items']:,} | {c['dirty']:,} | {c['partial']:,} | {c['clean']:,} | "
-            f"{c['found_whole']:,} | {c['found_only_by_parts']:,} |"
+            f"| {bench} | {counts['items']:,} | {counts['dirty']:,} | {counts['partial']:,} | {counts['clean']:,} | "
+            f"{counts['found_whole']:,} | {counts['found_only_by_parts']:,} |"
         )
     md += [
         "",
@@ -214,15 +215,17 @@ def _flagged_jsonl(index, result, outcome: Outcome, actions: dict[int, str], run
 def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -> DecontamReport:
     """items.jsonl, report.md and flagged.jsonl into `out`; the report (which the pipeline
     keeps as report.json)."""
-    d = cfg.decontam
-    atomic_write_text(out / ITEMS_FILE, _items_jsonl(index, result, outcome, d.max_documents))
+    decontam = cfg.decontam
+    atomic_write_text(
+        out / ITEMS_FILE, _items_jsonl(index, result, outcome, decontam.max_documents)
+    )
     stats = result.stats
     report = {
         "benchmarks": _per_benchmark(index, outcome),
         "ngram": index.ngram,
-        "dirty_threshold": d.dirty_threshold,
-        "clean_threshold": d.clean_threshold,
-        "action": d.action,
+        "dirty_threshold": decontam.dirty_threshold,
+        "clean_threshold": decontam.clean_threshold,
+        "action": decontam.action,
         "documents_scanned": stats["documents"],
         "characters_scanned": stats["characters"],
         "bytes_scanned": stats["bytes"],
@@ -230,7 +233,7 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
         "documents_flagged": len(outcome.flagged),
         "scan_seconds": stats["seconds"],
         "inputs": [_shown_source(source, out.parent) for source in result.sources],
-        **{k: v for k, v in extra.items() if k != "document_actions"},
+        **{key: value for key, value in extra.items() if key != "document_actions"},
     }
     typed = DecontamReport.model_validate(report)
     atomic_write_text(out / "report.md", _report_markdown(report, outcome, extra))
@@ -246,20 +249,20 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
 
 def _cut(text: str, spans: list[tuple[int, int]], margin: int) -> tuple[str, int]:
     """Text without the spans (each widened by `margin` characters); removed character count."""
-    widened = sorted((max(0, s - margin), min(len(text), e + margin)) for s, e in spans)
+    widened = sorted((max(0, start - margin), min(len(text), end + margin)) for start, end in spans)
     merged: list[list[int]] = []
-    for s, e in widened:
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
+    for start, end in widened:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
         else:
-            merged.append([s, e])
+            merged.append([start, end])
     pieces, last = [], 0
-    for s, e in merged:
-        pieces.append(text[last:s].strip())
-        last = e
+    for start, end in merged:
+        pieces.append(text[last:start].strip())
+        last = end
     pieces.append(text[last:].strip())
-    kept = "\n\n".join(p for p in pieces if p)
-    return kept, sum(e - s for s, e in merged)
+    kept = "\n\n".join(piece for piece in pieces if piece)
+    return kept, sum(end - start for start, end in merged)
 
 
 WRITE = "write"  # the data engine job writing the decontaminated parts
@@ -286,10 +289,13 @@ class WriteCleanParts(PipelineStep):
     name = "✂️ decontam write"
     type = "💽 - WRITER"
 
-    def __init__(self, edits: list[PartEdit], index_path: Path, d, min_chars: int, work: Path):
+    def __init__(
+        self, edits: list[PartEdit], index_path: Path, decontam, min_chars: int, work: Path
+    ):
         super().__init__()
         self.edits, self.index_path, self.work = edits, str(index_path), str(work)
-        self.action, self.cut_margin, self.min_chars = d.action, d.cut_margin, min_chars
+        self.action, self.cut_margin = decontam.action, decontam.cut_margin
+        self.min_chars = min_chars
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         edit, work = self.edits[rank], Path(self.work)
@@ -301,12 +307,12 @@ class WriteCleanParts(PipelineStep):
         counts: Counter = Counter()
         actions: list[tuple[int, str]] = []
         lost = 0  # characters the part's documents lost (dropped whole, or cut)
-        with open(target, "wb") as f, zstandard.ZstdCompressor(level=3).stream_writer(f) as w:
+        with open(target, "wb") as f, zstandard.ZstdCompressor(level=3).stream_writer(f) as writer:
             with open_text_stream(Path(edit.path)) as stream:
                 for line_no, line in enumerate(stream):
                     counter.add(1, len(line))
                     if line_no not in flagged:
-                        w.write(line)
+                        writer.write(line)
                         continue
                     doc, items = flagged[line_no]
                     record = json.loads(line)
@@ -315,7 +321,7 @@ class WriteCleanParts(PipelineStep):
                         kept, removed = _cut(text, index.spans(text, items), self.cut_margin)
                         if len(kept) >= max(1, self.min_chars):
                             record["text"] = kept
-                            w.write((json.dumps(record, ensure_ascii=False) + "\n").encode())
+                            writer.write((json.dumps(record, ensure_ascii=False) + "\n").encode())
                             counts["documents_cut"] += 1
                             counts["characters_removed"] += removed
                             lost += len(text) - len(kept)
@@ -325,7 +331,7 @@ class WriteCleanParts(PipelineStep):
                     counts["characters_removed"] += len(text)
                     lost += len(text)
                     actions.append((doc, "dropped"))
-            w.flush(zstandard.FLUSH_FRAME)
+            writer.flush(zstandard.FLUSH_FRAME)
         counter.flush()
         documents = edit.documents - counts["documents_dropped"]
         stats = {
@@ -346,17 +352,17 @@ def write_corpus(
     """Copy the corpus into tmp/corpus without the flagged documents (or their matching spans):
     parts without any hard-linked, the others rewritten by tasks of the data engine (one per
     part). None when those were submitted to a cluster."""
-    a = result.arrays()
+    arrays = result.arrays()
     by_part: dict[int, dict[int, int]] = {}  # part -> record -> scan document
     for doc in outcome.flagged:
-        by_part.setdefault(int(a["doc_source"][doc]), {})[int(a["doc_record"][doc])] = doc
-    d = cfg.decontam
+        by_part.setdefault(int(arrays["doc_source"][doc]), {})[int(arrays["doc_record"][doc])] = doc
+    decontam = cfg.decontam
     parts = corpus_parts(corpus_dir)
     metas = _part_metas(corpus_dir, parts)
     edits: dict[int, int] = {}  # part -> task
     plan: list[PartEdit] = []
     for part_index, part in enumerate(parts):
-        flagged = by_part.get(part_index, {}) if d.action != "keep" else {}
+        flagged = by_part.get(part_index, {}) if decontam.action != "keep" else {}
         if flagged:
             held = tuple(
                 (record, doc, tuple(sorted(outcome.flagged[doc])))
@@ -366,9 +372,9 @@ def write_corpus(
             meta = metas[part.name]
             plan.append(PartEdit(str(part), meta["documents"], meta["characters"], held))
     if plan:
-        step = WriteCleanParts(plan, index_path, d, cfg.corpus.min_chars, work)
+        step = WriteCleanParts(plan, index_path, decontam, cfg.corpus.min_chars, work)
         job = engine.Job(WRITE, [step], tasks=len(plan))
-        total = sum(p.stat().st_size for i, p in enumerate(parts) if i in edits) or None
+        total = sum(part.stat().st_size for i, part in enumerate(parts) if i in edits) or None
         progress = engine.Progress(work, "decontam", {WRITE: total} if total else None)
         if not engine.run_jobs([job], cfg.data_engine, work, progress=progress):
             return None
@@ -423,7 +429,7 @@ def _part_metas(corpus_dir: Path, parts: list[Path]) -> dict[str, dict]:
     listed: dict[str, dict] = {}
     stats_path = corpus_dir / STATS_FILE
     if stats_path.is_file():
-        listed = {m.get("path"): dict(m) for m in read_json(stats_path).get("parts", [])}
+        listed = {part.get("path"): dict(part) for part in read_json(stats_path).get("parts", [])}
     metas = {}
     for part in parts:
         if part.name in listed:
@@ -473,8 +479,10 @@ def finish(
             return None
         extra.update(written)
     report = write_reports(out, index, result, outcome, cfg, extra)
-    for bench, c in report.benchmarks.items():
-        info(f"decontam: {bench}: {c.dirty:,} / {c.items:,} dirty ({c.partial:,} partial)")
+    for bench, counts in report.benchmarks.items():
+        info(
+            f"decontam: {bench}: {counts.dirty:,} / {counts.items:,} dirty ({counts.partial:,} partial)"
+        )
     return report
 
 
@@ -503,9 +511,10 @@ def load_partials(work: Path) -> tuple[BenchmarkIndex, ScanResult, str, int]:
         )
     loaded = [
         ScanResult.load(
-            m.with_suffix(""), rerun=f"run that shard again ({_shard_of(m)}), then merge"
+            meta_path.with_suffix(""),
+            rerun=f"run that shard again ({_shard_of(meta_path)}), then merge",
         )
-        for m in metas
+        for meta_path in metas
     ]
     fps = {meta["fingerprint"] for _, meta in loaded}
     n = loaded[0][1]["shard"][1]
