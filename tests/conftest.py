@@ -6,9 +6,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
-from hanlm.cli import main
+def _share_the_cores() -> None:
+    """Under pytest-xdist each worker computes with its share of the cores (and so do the
+    processes its tests start): torch's OpenMP threads spin while they wait for each other, so
+    two workers of two threads each on two cores run a tiny model's steps several times slower
+    than one thread each. A count the user set is left alone; tests that need a count set it."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
+_share_the_cores()  # before torch starts its thread pool (hanlm.cli below imports it)
+
+import pytest  # noqa: E402
+
+from hanlm.cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

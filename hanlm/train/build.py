@@ -106,13 +106,16 @@ def processes(device: str, timeout_s: float = 600.0) -> Iterator[parallel.Dist]:
     dist = parallel.init(device, timeout_s=timeout_s)
     try:
         yield dist
-    except Exception as e:
-        lost = parallel.lost_peers(dist, e)
+    except BaseException as e:
+        lost = parallel.lost_peers(dist, e) if isinstance(e, Exception) else None
+        # leaving a group whose peers (or whose store's host) are gone can fail too; that
+        # second failure would hide the first behind a traceback
+        with contextlib.suppress(Exception):
+            parallel.shutdown(dist)
         if lost is not None:
             raise lost from e
         raise
-    finally:
-        parallel.shutdown(dist)
+    parallel.shutdown(dist)
 
 
 def start_fresh(dist: parallel.Dist, paths: list[Path]) -> None:
