@@ -112,6 +112,7 @@ def find(key_or_name: str) -> GPU:
 
 
 _cpu_peak_cache: dict[torch.dtype, float] = {}
+_PEAK_MATMUL_SIZE = 1536  # large enough for the CPU's best kernel, small enough for a laptop
 
 
 def measured_cpu_peak_flops(dtype: torch.dtype | None = None, seconds: float = 0.5) -> float:
@@ -121,9 +122,18 @@ def measured_cpu_peak_flops(dtype: torch.dtype | None = None, seconds: float = 0
 
     dtype = torch.float32 if dtype is None else dtype
     if dtype not in _cpu_peak_cache:
-        n = 1536
-        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        torch.mm(a, b)  # warm-up: thread pool and caches
+        # the largest size up to 1536 whose one matmul takes a fraction of the time allowed: a
+        # dtype without a fast path here (bfloat16 on AVX2: ~1 GFLOP/s) took 10 s per 1536 call
+        n = 256
+        while True:
+            a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+            start = time.perf_counter()
+            torch.mm(a, b)  # warm-up at this size: thread pool and caches
+            took = time.perf_counter() - start
+            bigger = min(2 * n, _PEAK_MATMUL_SIZE)
+            if n == _PEAK_MATMUL_SIZE or took * (bigger / n) ** 3 > seconds / 4:
+                break
+            n = bigger
         best, deadline = float("inf"), time.perf_counter() + seconds
         while time.perf_counter() < deadline:
             start = time.perf_counter()

@@ -372,3 +372,18 @@ def test_cli_unknown_gpu_lists_the_known_ones(cli):
 )
 def test_cli_bad_input(cli, args, needle):
     assert_user_error(cli("plan", *args), needle)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_cpu_peak_is_measured_in_about_the_time_allowed(dtype):
+    """A dtype without a fast CPU path (bfloat16 on AVX2: ~1 GFLOP/s, ten seconds for one
+    1536-square matmul) is measured on a smaller matmul, within the time allowed."""
+    import time
+
+    from hanlm.plan import catalogue
+
+    catalogue._cpu_peak_cache.clear()
+    start = time.perf_counter()
+    peak = catalogue.measured_cpu_peak_flops(getattr(torch, dtype), seconds=0.2)
+    assert peak > 1e8
+    assert time.perf_counter() - start < 2.0
