@@ -183,7 +183,7 @@ def test_sigterm_saves_and_exits_0(run_dir):
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_never_loses_a_committed_checkpoint(run_dir, tmp_path):
-    """Killed 6 times (also while saving), resumed each time: the final weights are the same."""
+    """Killed 4 times (also while saving), resumed each time: the final weights are the same."""
     settings = {"pretrain.max_steps": 40, "checkpoint.every": 2, "checkpoint.keep_last": 2}
     whole = tmp_path / "whole"
     shutil.copytree(run_dir, whole)
@@ -192,7 +192,7 @@ def test_sigkill_at_random_moments_never_loses_a_committed_checkpoint(run_dir, t
     slow_disk = {"HANLM_FAULT_WRITE_DELAY_S": "0.15"}  # saves take long enough to be hit
     rng = random.Random(0)
     kills = 0
-    while kills < 6:
+    while kills < 4:
         before = latest(ckpt_root(run_dir))
         proc = _spawn(run_dir, slow_disk, **settings)
         _wait_for_step(run_dir, 1, proc)
@@ -206,7 +206,7 @@ def test_sigkill_at_random_moments_never_loses_a_committed_checkpoint(run_dir, t
         if now is not None:
             assert verify(now) is None, f"kill {kills}: {now} is not a committed checkpoint"
             assert before is None or int(now.name[5:]) >= int(before.name[5:])
-    assert kills == 6
+    assert kills == 4
     proc = _spawn(run_dir, slow_disk, **settings)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]

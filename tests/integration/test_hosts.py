@@ -182,9 +182,11 @@ def lose_a_host_past_a_checkpoint(run_dir: Path, hosts: list[Host], lost: int) -
 
 @pytest.mark.slow
 def test_two_hosts_train_lose_one_and_resume(run_dir, tmp_path):
+    """The host lost is rank 0's, which also runs the c10d store (its agent started first): the
+    hardest one to lose, and it is named just the same as any other."""
     hosts = start_hosts([pretrain_args(run_dir)] * 2, tmp_path)
     try:
-        lost = lose_a_host_past_a_checkpoint(run_dir, hosts, lost=1)
+        lost = lose_a_host_past_a_checkpoint(run_dir, hosts, lost=0)
         # both hosts come back: training resumes from the last committed checkpoint
         hosts = start_hosts([pretrain_args(run_dir)] * 2, tmp_path)
         codes = wait_all(hosts, timeout=240)
@@ -199,18 +201,6 @@ def test_two_hosts_train_lose_one_and_resume(run_dir, tmp_path):
     for step in before:
         assert after[step] == before[step], step  # bit for bit
     print(f"lost peer noticed in {lost['noticed_s']:.2f} s; steps redone: {redone}")
-
-
-@pytest.mark.slow
-def test_losing_the_rendezvous_host_is_reported_too(run_dir, tmp_path):
-    """Rank 0's host also runs the c10d store (its agent started first): losing it is named
-    just the same."""
-    hosts = start_hosts([pretrain_args(run_dir)] * 2, tmp_path)
-    try:
-        lost = lose_a_host_past_a_checkpoint(run_dir, hosts, lost=0)
-    finally:
-        stop_all(hosts)
-    print(f"lost rendezvous host noticed in {lost['noticed_s']:.2f} s")
 
 
 # -- naming the lost peer, in one process ---------------------------------------------------------
