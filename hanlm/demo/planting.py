@@ -18,9 +18,10 @@ from hanlm.testsets.readers import item_text
 
 PLANT_STYLES = ("verbatim", "spacing", "punctuation", "embedded")
 # Copies of each leaked item: at least, at most. Memorising a passage takes a model this small
-# over a hundred readings (copies times passes over the corpus): in 360 steps (~5.5 passes), 6 to
-# 12 copies made the leaked items score +0.10 higher than in the same recipe trained without them,
-# 16 to 24 copies +0.27 to +0.30; in the demo's 450 steps (~7 passes) +0.31. The budget holds
+# about a hundred readings (copies times passes over the corpus): over a 1 MB world, in 360 steps
+# (~5.5 passes), 6 to 12 copies made the leaked items score +0.10 higher than in the same recipe
+# trained without them, 16 to 24 copies +0.27 to +0.30, and in 450 steps (~7 passes) +0.31; the
+# demo's 240 steps over a 0.7 MB world (~4.6 passes, ~90 readings) give +0.36. The budget holds
 # that many readings of ~40 items, not of 80.
 MIRRORS = (16, 24)
 
