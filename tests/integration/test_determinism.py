@@ -69,13 +69,22 @@ def write_shards(folder: Path) -> Path:
     return folder
 
 
-def train(shards: Path, model: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
+def start_training(shards: Path, model: Path, out: Path, **env: str) -> subprocess.Popen:
     # 2 threads on any machine, so that the LayerNorms' sums are split; idle threads sleep rather
     # than spin (how they wait changes no result, and spinning beside a busy process is slow)
     fixed = {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
     environment = {**os.environ, **fixed, **env}
     cmd = [sys.executable, str(WORKER), str(shards), str(model), str(out)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=environment, timeout=300)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
+    )
+
+
+def finish(process: subprocess.Popen) -> str:
+    """What the training printed, once it exited 0."""
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output[-3000:]
+    return output
 
 
 def final_state(out: Path) -> dict:
@@ -132,26 +141,26 @@ def test_pinning_turns_openmp_dynamic_adjustment_off_and_keeps_the_count():
 
 
 def test_same_weights_bit_for_bit_on_a_busy_machine(tmp_path):
-    """The same 5-step pretraining twice, 2 threads each: alone, then beside a busy process and
-    with OMP_DYNAMIC=true (without hanlm's pin, that run trained with 1 thread whenever the load
-    average was at least about one core, and its weights differed)."""
+    """The same 5-step pretraining twice at once, 2 threads each, beside a busy process: one with
+    OpenMP's default fixed thread count, one with OMP_DYNAMIC=true (without hanlm's pin, that one
+    trained with 1 thread whenever the load average was at least about one core, and its weights
+    differed). Both at once also keep the machine loaded for each other."""
     shards = write_shards(tmp_path / "shards")
     model = tmp_path / "config.json"
     model.write_text(json.dumps(GPT2), encoding="utf-8")
 
-    quiet = train(shards, model, tmp_path / "quiet")
-    assert quiet.returncode == 0, quiet.stderr[-3000:]
-    assert "2 CPU threads" in quiet.stderr + quiet.stdout
-
-    busy = subprocess.Popen([sys.executable, "-c", BUSY])
+    processes = [subprocess.Popen([sys.executable, "-c", BUSY])]
     try:
-        loaded = train(shards, model, tmp_path / "loaded", OMP_DYNAMIC="true")
+        processes.append(start_training(shards, model, tmp_path / "steady"))
+        processes.append(start_training(shards, model, tmp_path / "dynamic", OMP_DYNAMIC="true"))
+        said = [finish(training) for training in processes[1:]]
     finally:
-        busy.kill()
-        busy.wait()
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
+        for process in processes:
+            process.kill()
+            process.wait()
+    assert all("2 CPU threads" in output for output in said)
 
-    assert grad_norms(tmp_path / "loaded") == grad_norms(tmp_path / "quiet")
-    one, two = final_state(tmp_path / "quiet"), final_state(tmp_path / "loaded")
+    assert grad_norms(tmp_path / "dynamic") == grad_norms(tmp_path / "steady")
+    one, two = final_state(tmp_path / "steady"), final_state(tmp_path / "dynamic")
     assert one["model"], "the checkpoint holds no weights"
     assert differences(one, two) == []

@@ -21,6 +21,7 @@ import pytest
 
 from conftest import TINY_PRETRAIN, copy_data_run, losses
 from hanlm.errors import UserError
+from hanlm.preflight import collectives
 from hanlm.preflight.report import PreflightReport
 from hanlm.train import peers
 from hanlm.train.checkpoint import latest
@@ -269,6 +270,17 @@ def test_preflight_sees_whether_the_checkpoint_folder_is_shared(run_dir, tmp_pat
         assert sorted(p["node"] for p in probes) == [0, 1]
         assert all(p["seen"] == [0, 1] for p in probes)
         assert "2 of 2 hosts see every host's files" in said
+        assert report.world_size == 2
+        for rank in report.ranks:
+            for op in collectives.OPERATIONS:  # measured between the hosts, and right
+                measured = rank.collectives[op]
+                assert measured["correct"] and measured["busbw_gbs"] > 0
+                factor = collectives.bus_factor(op, 2)
+                assert measured["busbw_gbs"] == pytest.approx(measured["algbw_gbs"] * factor)
+            assert rank.storage is not None  # each host tests its own disk
+            assert "tokens_per_s" in rank.data
+        projection = report.projection
+        assert projection["mode"] == "fsdp" and 0 < projection["comm_s"] < projection["compute_s"]
         assert not list(shared.parent.glob(".hanlm-preflight-*"))  # the tokens are gone
 
         hosts = start_hosts([preflight_args(run_dir, folder) for folder in per_host], tmp_path)

@@ -1,6 +1,6 @@
 """The chunked loss: the same loss and gradients as the float32 cross-entropy of the full logits,
 for every chunk size, ignored labels, SFT's masked prompts, distillation and validation's
-per-token losses; alone, under DDP and under FSDP2; bad settings are user errors."""
+per-token losses; bad settings are user errors. Under DDP and FSDP2: in test_two_ranks.py."""
 
 from __future__ import annotations
 
@@ -252,32 +252,6 @@ def test_with_loss_wraps_a_plain_model_once():
     wrapped = loss_lib.with_loss(model)
     assert isinstance(wrapped, CausalLMWithLoss) and wrapped.module is model
     assert loss_lib.with_loss(wrapped) is wrapped
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["fsdp", "ddp"])
-def test_under_two_ranks_the_loss_and_gradients_equal_one_process(tmp_path, mode):
-    out = tmp_path / "result.pt"
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONWARNINGS": "ignore",
-        "PYTHONPATH": str(ROOT),
-    }
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(ROOT / "tests" / "support" / "loss_ranks.py"), mode, "5", str(out),
-    ]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = torch.load(out, weights_only=True)
-    assert got["tied"]
-    assert got["loss"].item() == pytest.approx(got["expected_loss"].item(), rel=RTOL)
-    assert set(got["grads"]) == set(got["expected_grads"])
-    assert "model.embed_tokens.weight" in got["grads"]
-    for name, want in got["expected_grads"].items():
-        assert got["grads"][name] is not None, name
-        assert_close(got["grads"][name], want)
 
 
 def test_the_memory_benchmark_smoke_run_holds_less_for_the_same_loss():

@@ -1,15 +1,13 @@
 """A model built on the meta device and initialised by replay has the eager build's weights,
-bit for bit, alone and sharded by FSDP2 across 2 ranks; what cannot be replayed says why."""
+bit for bit; what cannot be replayed says why. Sharded by FSDP2 across 2 ranks: in
+test_two_ranks.py."""
 
-import json
 import weakref
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
-from conftest import run_two_rank_worker
 from hanlm import model as model_lib
 from hanlm import model_init
 from hanlm.train import parallel, precision, pretrain
@@ -146,34 +144,3 @@ def test_fsdp_falls_back_to_the_eager_build_when_replay_is_impossible(monkeypatc
     assert meta_init is None
     assert_same_weights(model, model_lib.build_model(config, seed=5))
     assert "a reason" in capsys.readouterr().err.replace("\n", " ")
-
-
-VARIANTS = [
-    {"seed": 3},
-    # FP8 conversion, activation checkpointing and compile all applied on the meta model
-    {
-        "seed": 5,
-        "preset": "demo",
-        "precision": "fp8-emulate",
-        "fsdp_float8_all_gather": True,
-        "activation_checkpointing": "selective",
-        "compile": True,
-    },
-    {"seed": 4, "loaded": True},
-]
-
-
-@pytest.mark.slow
-def test_fsdp_meta_init_equals_the_eager_build(tmp_path):
-    worker = Path(__file__).parents[1] / "support" / "fsdp_init_worker.py"
-    result = run_two_rank_worker(worker, tmp_path, *map(json.dumps, VARIANTS))
-    assert result.returncode == 0, result.stderr[-3000:]
-    for rank in (0, 1):
-        for variant, got in zip(
-            VARIANTS, json.loads((tmp_path / f"rank-{rank}.json").read_text()), strict=True
-        ):
-            assert got["meta"], variant
-            assert got["differ"] == [] and got["compared"] > 0, (rank, variant, got)
-            assert got["tied"] and got["on_meta"] == [] and got["training"]
-            assert got["largest_share"] <= 0.5  # no rank holds a whole parameter
-            assert (got["fp8_layers"] > 0) == (variant.get("precision") == "fp8-emulate")

@@ -1,12 +1,10 @@
-"""Run by tests/integration/test_loss.py under torchrun (2 gloo ranks): a tiny model wrapped by
-hanlm.train.parallel (DDP or FSDP2), each rank on its half of a batch, the chunked loss; rank 0
-writes the summed loss and every parameter's gradient next to those of one process computing
-the unchunked float32 cross-entropy of the whole batch.
-
-    torchrun --nproc_per_node 2 tests/support/loss_ranks.py MODE CHUNK_TOKENS OUT.pt
+"""On each of 2 gloo ranks (run by two_rank_checks.py): a tiny model wrapped by
+hanlm.train.parallel (DDP, then FSDP2), each rank on its half of a batch, the chunked loss; rank 0
+writes OUT_DIR/MODE.pt, the summed loss and every parameter's gradient next to those of one
+process computing the unchunked float32 cross-entropy of the whole batch.
 """
 
-import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +14,8 @@ from hanlm.train import parallel
 from hanlm.train.loss import IGNORE, TokenLoss
 
 VOCAB, SEQ, ROWS = 101, 16, 4
+MODES = ("ddp", "fsdp")
+CHUNK_TOKENS = 5  # chunks that split rows, and a last one shorter than the others
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -27,16 +27,19 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
     return inputs, labels
 
 
-def main() -> None:
-    mode, chunk_tokens, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    d = parallel.init("cpu")
+def run(dist: parallel.Dist, out: Path) -> None:
+    for mode in MODES:
+        compare(dist, mode, out / f"{mode}.pt")
+
+
+def compare(dist: parallel.Dist, mode: str, out: Path) -> None:
     config = model_config("tiny", vocab_size=VOCAB, seq_len=SEQ)
-    model = parallel.parallelize(build_model(config, seed=0), d, mode)
+    model = parallel.parallelize(build_model(config, seed=0), dist, mode)
     inputs, labels = batch()
-    mine = slice(d.rank * ROWS // d.world_size, (d.rank + 1) * ROWS // d.world_size)
-    sums = model(labels=labels[mine], loss_fn=TokenLoss(chunk_tokens).sums, input_ids=inputs[mine])
+    mine = slice(dist.rank * ROWS // dist.world_size, (dist.rank + 1) * ROWS // dist.world_size)
+    sums = model(labels=labels[mine], loss_fn=TokenLoss(CHUNK_TOKENS).sums, input_ids=inputs[mine])
     sums["loss"].backward()  # DDP and FSDP2 average the ranks' gradients
-    total = parallel.all_reduce_sum(sums["loss"].detach().clone(), d)
+    total = parallel.all_reduce_sum(sums["loss"].detach().clone(), dist)
     grads = {}
     for name, p in parallel.unwrap(model).named_parameters():
         grads[name] = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
@@ -46,8 +49,8 @@ def main() -> None:
     expected = F.cross_entropy(
         logits.float().view(-1, VOCAB), labels.view(-1), ignore_index=IGNORE, reduction="sum"
     )
-    (expected / d.world_size).backward()  # the ranks' average of their sums
-    if d.is_main:
+    (expected / dist.world_size).backward()  # the ranks' average of their sums
+    if dist.is_main:
         torch.save(
             {
                 "loss": total,
@@ -58,8 +61,3 @@ def main() -> None:
             },
             out,
         )
-    parallel.shutdown(d)
-
-
-if __name__ == "__main__":
-    main()

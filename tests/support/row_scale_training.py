@@ -1,11 +1,11 @@
 """A few AdamW steps of a tiny model with `tokens.RowStepScale`, alone or on FSDP2 ranks.
 
-tests/integration/test_chat_tokens.py imports `train` for the one-process reference and runs this file
-under torchrun (2 gloo ranks) for the sharded run, which saves the full token matrices (rank 0)
-to the path given as its argument.
+tests/integration/test_two_ranks.py imports `train` for the one-process reference; on 2 gloo ranks
+(run by two_rank_checks.py) `run` trains the sharded models and saves their full token matrices
+(rank 0) to OUT_DIR/sharded.pt.
 """
 
-import sys
+from pathlib import Path
 
 import torch
 
@@ -61,18 +61,11 @@ def full(weight: torch.Tensor) -> torch.Tensor:
     return (weight.full_tensor() if hasattr(weight, "full_tensor") else weight).clone()
 
 
-def main(out: str) -> None:
-    torch.set_num_threads(1)
-    d = parallel.init("cpu")
+def run(dist: parallel.Dist, out: Path) -> None:
     results = {}
     for tied in (True, False):
         for scale, steps in ((SCALE, STEPS), (SCALE, 1), (1.0, 1)):
-            model = parallel.parallelize(tiny(tied), d, "fsdp")
+            model = parallel.parallelize(tiny(tied), dist, "fsdp")
             results[(tied, scale, steps)] = train(model, scale, steps)
-    if d.is_main:
-        torch.save(results, out)
-    parallel.shutdown(d)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
+    if dist.is_main:
+        torch.save(results, out / "sharded.pt")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import korquad_contexts
 from hanlm.config import Config, CorpusQualitySection, load_config
 from hanlm.data.quality import QualityFilter, korean_share
 from hanlm.errors import UserError
-from tests.conftest import korquad_contexts
 
 PROSE = (
     "세종대왕은 조선의 제4대 임금으로, 훈민정음을 창제하여 백성이 글을 쉽게 익히도록 하였다. "

@@ -1,8 +1,7 @@
-"""Run by tests/integration/test_model_init.py under torchrun (2 gloo ranks): builds the pretraining model as
-FSDP does (on the meta device, sharded, then initialised), gathers its full state dict and
-compares it bit for bit with the eager `build_model` of the same seed.
+"""On each of 2 gloo ranks (run by two_rank_checks.py): builds the pretraining model as FSDP
+does (on the meta device, sharded, then initialised), gathers its full state dict and compares it
+bit for bit with the eager `build_model` of the same seed.
 
-Usage: torchrun --nproc_per_node 2 tests/support/fsdp_init_worker.py OUT_DIR VARIANT_JSON...
 A variant with "loaded" instead fills the sharded meta model from a saved folder as SFT does
 (parallel.parallelize_loaded, hanlm.train.pretrained).
 Each rank writes OUT_DIR/rank-R.json: per variant, whether the meta path was taken, the names
@@ -11,7 +10,6 @@ parameter that this rank holds.
 """
 
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -25,8 +23,22 @@ from hanlm.train.build import Placement
 
 VOCAB = 96
 
+VARIANTS = [
+    {"seed": 3},
+    # FP8 conversion, activation checkpointing and compile all applied on the meta model
+    {
+        "seed": 5,
+        "preset": "demo",
+        "precision": "fp8-emulate",
+        "fsdp_float8_all_gather": True,
+        "activation_checkpointing": "selective",
+        "compile": True,
+    },
+    {"seed": 4, "loaded": True},
+]
 
-def check(d: parallel.Dist, variant: dict, out: Path) -> dict:
+
+def check(dist: parallel.Dist, variant: dict, out: Path) -> dict:
     cfg = Config.model_validate(
         {
             "model": {"preset": variant.get("preset", "tiny")},
@@ -41,18 +53,18 @@ def check(d: parallel.Dist, variant: dict, out: Path) -> dict:
             },
         }
     )
-    numerics = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
-    at = Placement(d, "fsdp", numerics)
+    numerics = precision.resolve(cfg.precision.mode, dist.device, recipe=cfg.precision.fp8_recipe)
+    at = Placement(dist, "fsdp", numerics)
     mconfig = model_lib.model_config(cfg.model.preset, vocab_size=VOCAB, seq_len=32)
     if variant.get("loaded"):  # SFT's way: built on meta, sharded, each rank reading its rows
         meta_init, converted = True, []
-        folder = out / f"saved-by-rank-{d.rank}"
+        folder = out / f"saved-by-rank-{dist.rank}"
         folder.mkdir()
         saved = model_lib.build_model(mconfig, seed=cfg.run.seed)
         save_model(saved, str(folder / "model.safetensors"))  # a tied tensor once
         shell = model_lib.build_model(mconfig, device="meta")
         fill = lambda m: pretrained.fill(m, "hf", folder)  # noqa: E731
-        model = parallel.parallelize_loaded(shell, d, "fsdp", fill=fill)
+        model = parallel.parallelize_loaded(shell, dist, "fsdp", fill=fill)
     else:
         _, meta_init = pretrain._new_model(mconfig, cfg.run.seed, at)
         _, model, converted = pretrain._built_model(cfg, VOCAB, at)
@@ -79,16 +91,6 @@ def check(d: parallel.Dist, variant: dict, out: Path) -> dict:
     }
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
-    variants = [json.loads(v) for v in sys.argv[2:]]
-    d = parallel.init("cpu")
-    try:
-        results = [check(d, v, out) for v in variants]
-        (out / f"rank-{d.rank}.json").write_text(json.dumps(results))
-    finally:
-        parallel.shutdown(d)
-
-
-if __name__ == "__main__":
-    main()
+def run(dist: parallel.Dist, out: Path) -> None:
+    results = [check(dist, variant, out) for variant in VARIANTS]
+    (out / f"rank-{dist.rank}.json").write_text(json.dumps(results))
