@@ -52,6 +52,7 @@ TINY_RUN = {
     "sft.optimizer.warmup_steps": 1,
     "sft.heldout": 4,
     "sft.closure_max_tokens": 8,
+    "sft.compare_inits": '["none", "mean-cov"]',  # the card with two ablations beside `mean`
     "eval.limit": 12,
     "eval.max_new_tokens": 8,
 }
@@ -229,7 +230,7 @@ def test_card_says_why_answers_end_and_compares_the_reverse_gap(interrupted_then
     report = (run_dir / "report.md").read_text()
     closure = _section(report, "6. Chat answers")
     by_init = json.loads((run_dir / "sft" / "closure_by_init.json").read_text())
-    assert set(by_init) == {"mean", "none", "mean-cov"}  # the demo recipe's ablation
+    assert set(by_init) == {"mean", "none", "mean-cov"}  # TINY_RUN's two ablations
     assert "median rank at answer ends" in closure and "trained rows' mean norm" in closure
     for init in ("none", "mean-cov"):
         check = json.loads((run_dir / "sft" / "ablation" / init / "closure.json").read_text())
