@@ -96,6 +96,14 @@ def run_two_rank_worker(worker: Path, out: Path, *args: str, timeout: int = 300)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
+def assert_close(got, expected, rtol: float = 1e-5) -> None:
+    """Tensors equal within `rtol` of the expected one's largest magnitude."""
+    scale = expected.abs().max().item()
+    assert scale > 0, "a reference that is all zeros tests nothing"
+    worst = (got - expected).abs().max().item()
+    assert worst <= rtol * scale, f"off by {worst:.3g} of {scale:.3g}"
+
+
 def assert_user_error(result, *needles: str) -> None:
     """Exit status 2, a one-paragraph message, no traceback."""
     code = result.returncode if hasattr(result, "returncode") else result.code

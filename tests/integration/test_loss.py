@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig
 
+from conftest import assert_close
 from hanlm.config import load_config
 from hanlm.errors import UserError
 from hanlm.model import build_model, model_config
@@ -26,14 +27,6 @@ from hanlm.train.loss import IGNORE, CausalLMWithLoss, TokenLoss
 ROOT = Path(__file__).resolve().parents[2]
 RTOL = 1e-5
 VOCAB, SEQ = 97, 12
-
-
-def assert_close(got: torch.Tensor, expected: torch.Tensor, rtol: float = RTOL) -> None:
-    """Equal within `rtol` of the expected tensor's largest magnitude."""
-    scale = expected.abs().max().item()
-    assert scale > 0, "a reference that is all zeros tests nothing"
-    worst = (got - expected).abs().max().item()
-    assert worst <= rtol * scale, f"off by {worst:.3g} of {scale:.3g}"
 
 
 def reference_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

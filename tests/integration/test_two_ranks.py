@@ -12,7 +12,7 @@ import pytest
 import row_scale_training
 import torch
 
-from conftest import run_two_rank_worker
+from conftest import assert_close, run_two_rank_worker
 from hanlm.chat import tokens
 
 CHECKS = Path(__file__).parents[1] / "support" / "two_rank_checks.py"
@@ -49,14 +49,6 @@ def test_fsdp_meta_init_equals_the_eager_build(launch):
             assert got["tied"] and got["on_meta"] == [] and got["training"]
             assert got["largest_share"] <= 0.5  # no rank holds a whole parameter
             assert (got["fp8_layers"] > 0) == (variant.get("precision") == "fp8-emulate")
-
-
-def assert_close(got: torch.Tensor, expected: torch.Tensor) -> None:
-    """Equal within RTOL of the expected tensor's largest magnitude."""
-    scale = expected.abs().max().item()
-    assert scale > 0, "a reference that is all zeros tests nothing"
-    worst = (got - expected).abs().max().item()
-    assert worst <= RTOL * scale, f"off by {worst:.3g} of {scale:.3g}"
 
 
 @pytest.mark.slow
