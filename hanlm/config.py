@@ -157,6 +157,62 @@ class CorpusQualitySection(Section):
         return [(n, getattr(self, f"dup_{n}gram_share")) for n in range(5, 11)]
 
 
+SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+DEFAULT_SOURCE = "corpus"  # the one source that a flat corpus.inputs list is
+WEIGHT_TOLERANCE = 1e-3  # weights are shares: they must sum to 1 within this
+EPOCHS_WARNING = 4.0  # past ~4 epochs repeated tokens are worth much less (Muennighoff et al. 2023)
+
+
+class CorpusSourceSection(Section):
+    """One `[[corpus.sources]]` table: a named source of documents and its share of the
+    training tokens. Either every source has a weight or a token count, or none has (then the
+    corpus is one pile, each document read once per pass, as with a flat `inputs`)."""
+
+    name: str = Field(description="the source's name in every table (letters, digits, _ . -)")
+    inputs: list[str] = Field(
+        min_length=1, description="globs, hf:NAME[:CONFIG]:SPLIT ids or `demo`, as corpus.inputs"
+    )
+    weight: float | None = Field(
+        None, gt=0, le=1, description="share of the training tokens (the weights sum to 1)"
+    )
+    tokens: int | None = Field(
+        None, ge=1, description="training tokens taken from it (instead of a weight)"
+    )
+    max_epochs: float = Field(
+        EPOCHS_WARNING,
+        gt=0,
+        le=1000,
+        description="how often its documents may be repeated to reach its share; a share that "
+        "needs more is an error before training",
+    )
+    min_chars: int | None = Field(None, ge=0, description="corpus.min_chars for this source")
+    quality: bool | None = Field(
+        None, description="corpus.quality.enabled for this source (e.g. off for Wikipedia)"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if not SOURCE_NAME.fullmatch(name):
+            raise ValueError(
+                f"source name {name!r} must be 1-64 letters, digits, '_', '.' or '-', starting "
+                "with a letter or digit"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _one_share(self) -> CorpusSourceSection:
+        if self.weight is not None and self.tokens is not None:
+            raise ValueError(
+                f"source {self.name!r} has both a weight and a token count: give one of them"
+            )
+        return self
+
+    @property
+    def mixed(self) -> bool:
+        return self.weight is not None or self.tokens is not None
+
+
 class CorpusSection(Section):
     """`hanlm corpus`: read, normalise (NFC), clean and deduplicate raw text."""
 
@@ -190,6 +246,55 @@ class CorpusSection(Section):
         64_000_000, ge=1000, description="characters per output part (the unit of shard work)"
     )
     quality: CorpusQualitySection = Field(default_factory=CorpusQualitySection)
+    sources: list[CorpusSourceSection] = Field(
+        default_factory=list,
+        description="[[corpus.sources]]: named sources with weights (instead of inputs)",
+        json_schema_extra=_NO_FLAG,
+    )
+
+    @model_validator(mode="after")
+    def _sources_or_inputs(self) -> CorpusSection:
+        if not self.sources:
+            return self
+        if "inputs" in self.model_fields_set:
+            raise ValueError(
+                "corpus.inputs and [[corpus.sources]] are both set: list the inputs in the "
+                "sources (each source has its own inputs), or drop the sources"
+            )
+        names = [s.name for s in self.sources]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"[[corpus.sources]] names {', '.join(repeated)} more than once")
+        mixed = [s.mixed for s in self.sources]
+        if any(mixed) and not all(mixed):
+            bare = ", ".join(s.name for s in self.sources if not s.mixed)
+            raise ValueError(
+                f"source(s) {bare} have no weight or tokens while others do: give every "
+                "source a weight or a token count, or none of them (one pile)"
+            )
+        weights = [s.weight for s in self.sources if s.weight is not None]
+        if weights and abs(sum(weights) - 1.0) > WEIGHT_TOLERANCE:
+            listed = " + ".join(f"{w:g}" for w in weights)
+            raise ValueError(
+                f"the source weights sum to {sum(weights):.4g} ({listed}), not 1: weights "
+                "are shares of the training tokens (sources with a token count take theirs "
+                "first, the weighted ones share the rest)"
+            )
+        return self
+
+    def source_list(self) -> list[CorpusSourceSection]:
+        """The sources, or the flat `inputs` as one source named "corpus"."""
+        if self.sources:
+            return list(self.sources)
+        return [CorpusSourceSection(name=DEFAULT_SOURCE, inputs=list(self.inputs))]
+
+    def all_inputs(self) -> list[str]:
+        return [i for s in self.source_list() for i in s.inputs]
+
+    @property
+    def is_mixture(self) -> bool:
+        """Sources with shares: the mix is realised when training reads the shards."""
+        return any(s.mixed for s in self.sources)
 
 
 class SlurmSection(Section):
@@ -564,6 +669,14 @@ class PretrainSection(Section):
         "each other: attention stays within a document, positions restart at each",
     )
 
+    def steps(self) -> int | None:
+        """Optimizer steps: max_steps, or max_tokens in whole steps; None when neither is set."""
+        if self.max_steps is not None:
+            return self.max_steps
+        if self.max_tokens is not None:
+            return max(1, -(-self.max_tokens // self.global_batch_tokens))
+        return None
+
     @model_validator(mode="after")
     def _whole_micro_batches(self) -> PretrainSection:
         per_pass = self.seq_len * self.micro_batch
@@ -737,6 +850,12 @@ class DecontamSection(Section):
         "matching spans, or keep them (report only)",
     )
     cut_margin: int = Field(50, ge=0, description="cut: characters also removed on each side")
+    action_sources: list[str] = Field(
+        default_factory=list,
+        description="the corpus sources the action applies to (e.g. drop leaks from wiki, "
+        "leave web untouched); empty: every source. The report counts every source either way",
+        json_schema_extra={"cli": {"flag": "action-source", "metavar": "SOURCE"}},
+    )
     compare_drop: bool = Field(
         False,
         description="with action keep: also train and evaluate the same recipe on the corpus "
@@ -907,6 +1026,13 @@ class Config(Section):
                 'parallel.fsdp_float8_all_gather needs precision.fp8_recipe = "tensorwise" '
                 f"(it is {self.precision.fp8_recipe!r}); set parallel.fsdp_float8_all_gather = "
                 "false or use the tensorwise recipe"
+            )
+        names = [s.name for s in self.corpus.source_list()]
+        unknown = [n for n in self.decontam.action_sources if n not in names]
+        if unknown:
+            raise ValueError(
+                f"decontam.action_sources names {', '.join(unknown)}, not a corpus source "
+                f"(the sources are {', '.join(names)})"
             )
         if self.distill.enabled and not self.distill.teacher:
             raise ValueError(
@@ -1145,7 +1271,10 @@ def load_config(
 
 
 def config_to_toml(cfg: Config) -> str:
-    return tomli_w.dumps(cfg.model_dump(mode="json", exclude_none=True))
+    data = cfg.model_dump(mode="json", exclude_none=True)
+    if cfg.corpus.sources:  # the sources hold the inputs; both set is an error when read back
+        del data["corpus"]["inputs"]
+    return tomli_w.dumps(data)
 
 
 def save_config(cfg: Config, path: Path) -> Path:

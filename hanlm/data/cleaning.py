@@ -34,7 +34,7 @@ from hanlm.console import info, warn
 from hanlm.data import dedup, engine
 from hanlm.data.corpus import PartWriter, normalise
 from hanlm.data.quality import QualityFilter
-from hanlm.data.readers import Skips, Unit, split_into_units
+from hanlm.data.readers import Skips, Unit, source_units
 from hanlm.errors import UserError
 
 CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"
@@ -125,16 +125,25 @@ class CleanDocuments(PipelineStep):
     name = "🧹 clean"
     type = "✂️ - FORMAT"
 
-    def __init__(self, corpus: CorpusSection):
+    def __init__(self, corpus: CorpusSection, units: list[Unit]):
         super().__init__()
-        self.min_chars = corpus.min_chars
+        specs = {spec.name: spec for spec in corpus.source_list()}
+
+        def rules(spec) -> tuple[int, bool]:  # a source's own settings, else the corpus's
+            return (
+                corpus.min_chars if spec.min_chars is None else spec.min_chars,
+                corpus.quality.enabled if spec.quality is None else spec.quality,
+            )
+
+        self.task_rules = [rules(specs[unit.corpus_source]) for unit in units]
         self.quality_section = corpus.quality
         self.max_chars, self.long_action = corpus.max_document_chars, corpus.long_documents
         self.strict = corpus.strict
 
     def run(self, data, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
         self.counts = counts = Counter()
-        quality = QualityFilter(self.quality_section) if self.quality_section.enabled else None
+        self.min_chars, quality_on = self.task_rules[rank]
+        quality = QualityFilter(self.quality_section) if quality_on else None
         for doc in data:
             counts["documents_in"] += 1
             counts["characters_in"] += len(doc.text)
@@ -294,7 +303,7 @@ def jobs(
     )
     clean = [
         ReadUnit(units, corpus, work, demo_file),
-        CleanDocuments(corpus),
+        CleanDocuments(corpus, units),
         Signatures(work / "signatures", settings),
         WriteCleaned(work),
     ]
@@ -311,7 +320,6 @@ def jobs(
 
 
 def build(
-    sources: list,
     corpus: CorpusSection,
     seed: int,
     engine_cfg: DataEngineSection,
@@ -323,13 +331,22 @@ def build(
     """Run the stage's jobs in `work` and gather the parts and counts into `out`; the stats
     (stats.json's content), or None when the jobs were submitted to a cluster and still run."""
     started = time.perf_counter()
-    units = split_into_units(sources, corpus, engine_cfg.task_mb << 20, demo_file=demo_file)
+    sources = corpus.source_list()
+    units = source_units(sources, corpus, engine_cfg.task_mb << 20, demo_file=demo_file)
     total = sum(u.nbytes for u in units)
     progress = engine.Progress(work, "corpus", {CLEAN: total})
     stage_jobs = jobs(units, corpus, seed, work, demo_file)
     if not engine.run_jobs(stage_jobs, engine_cfg, work, progress=progress):
         return None
-    stats = gather(work, units, out, near=corpus.near_dedup, quality=corpus.quality.enabled)
+    quality = any(corpus.quality.enabled if s.quality is None else s.quality for s in sources)
+    stats = gather(
+        work,
+        units,
+        out,
+        near=corpus.near_dedup,
+        quality=quality,
+        source_names=[s.name for s in sources],
+    )
     long = stats["long_documents"]
     long.update(max_chars=corpus.max_document_chars, action=corpus.long_documents)
     if long["documents"] and corpus.long_documents == "split":
@@ -344,29 +361,55 @@ def build(
             '"split" cuts them instead; --strict fails on them)'
         )
     stats["job_seconds"] = {job.name: round(job.seconds, 3) for job in stage_jobs}
-    stats["inputs"] = [str(s) for s in sources]
+    stats["inputs"] = corpus.all_inputs()
     stats["seconds"] = round(time.perf_counter() - started, 3)
     return stats
 
 
-def gather(work: Path, units: list[Unit], out: Path, *, near: bool, quality: bool) -> dict:
-    """Move every task's parts into `out` numbered in input order; the counts of all tasks."""
+SOURCE_COUNTS = (
+    "documents_in", "characters_in", "too_short", "exact_duplicates", "near_duplicates",
+    "documents_out", "characters_out",
+)  # fmt: skip
+
+
+def gather(
+    work: Path, units: list[Unit], out: Path, *, near: bool, quality: bool,
+    source_names: list[str],
+) -> dict:  # fmt: skip
+    """Move every task's parts into `out` numbered in input order; the counts of all tasks,
+    and of each source."""
     counts: Counter = Counter()
     skipped: Counter = Counter()
     damaged: list[dict] = []
     parts: list[dict] = []
-    for rank in range(len(units)):
+    by_source: dict[str, Counter] = {name: Counter() for name in source_names}
+    for rank, unit in enumerate(units):
+        task: Counter = Counter()
         for label, count in engine.task_counts(work, CLEAN, rank).items():
             if label.startswith(SKIPPED_PREFIX):
                 skipped[label.removeprefix(SKIPPED_PREFIX)] += count
             else:
-                counts[label] += count
+                task[label] += count
         damaged.extend(json.loads(_damaged_path(work, rank).read_text()))
         for part in json.loads(_parts_path(work, rank).read_text()):
             name = f"part-{len(parts):05d}.jsonl.zst"
             shutil.move(work / WRITE / f"{rank:05d}" / part["path"], out / name)
-            parts.append({**part, "path": name})
-        counts.update(engine.task_counts(work, WRITE, rank))
+            parts.append({**part, "path": name, "source": unit.corpus_source})
+        task.update(engine.task_counts(work, WRITE, rank))
+        counts.update(task)
+        source = by_source[unit.corpus_source]
+        source.update({k: task[k] for k in SOURCE_COUNTS})
+        source["quality_filtered"] += sum(
+            n for k, n in task.items() if k.startswith(QUALITY_PREFIX)
+        )
+    kept_by: dict[str, Counter] = {name: Counter() for name in source_names}
+    for removed_in, kept_in, n in dedup.read_kept_by(work / CLUSTERS):
+        kept_by[units[removed_in].corpus_source][units[kept_in].corpus_source] += n
+    sources = {
+        name: {**{k: int(c[k]) for k in (*SOURCE_COUNTS, "quality_filtered")},
+               "duplicates_kept_by": dict(sorted(kept_by[name].items()))}
+        for name, c in by_source.items()
+    }  # fmt: skip
     stats = {
         "inputs": [],
         **{
@@ -389,10 +432,19 @@ def gather(work: Path, units: list[Unit], out: Path, *, near: bool, quality: boo
         "skipped": dict(sorted(skipped.items())),
         "damaged_files": damaged,
         "parts": parts,
+        "sources": sources,
         "tasks": len(units),
     }
     if stats["documents_out"] == 0:
         _raise_empty(stats)
+    empty = [name for name, c in sources.items() if c["documents_out"] == 0]
+    if empty and len(sources) > 1:
+        listed = ", ".join(f"{n} ({sources[n]['documents_in']:,} documents read)" for n in empty)
+        raise UserError(
+            f"corpus source(s) {listed} have no documents after cleaning and deduplication",
+            fix="check the source's inputs, text_field and min_chars (a source whose documents "
+            "all repeat an earlier source's is left empty by deduplication)",
+        )
     return stats
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import zstandard
 
+from hanlm.config import DEFAULT_SOURCE
 from hanlm.console import warn
 from hanlm.files import damaged_files, file_record, open_text_stream, read_json
 from hanlm.results import Part, Result
@@ -95,6 +96,21 @@ class LongDocuments(Part):
     action: str
 
 
+class SourceCounts(Part):
+    """One source's documents through the cleaning, and the sources whose documents its
+    removed duplicates repeated (the cluster keeps its earliest document: sources in order)."""
+
+    documents_in: int
+    characters_in: int
+    too_short: int
+    quality_filtered: int
+    exact_duplicates: int
+    near_duplicates: int
+    documents_out: int
+    characters_out: int
+    duplicates_kept_by: dict[str, int]
+
+
 class CorpusStats(Result):
     """`corpus/stats.json`: the counts of the cleaning and the parts written (path, documents,
     characters, size, sha256: what a reuse checks)."""
@@ -114,7 +130,8 @@ class CorpusStats(Result):
     long_documents: LongDocuments
     skipped: dict[str, int]  # records skipped, by reason
     damaged_files: list[dict[str, Any]]  # path, error, documents_kept
-    parts: list[dict[str, Any]]
+    parts: list[dict[str, Any]]  # path, source, documents, characters, size, sha256
+    sources: dict[str, SourceCounts]  # by [[corpus.sources]] name ("corpus": flat inputs)
     tasks: int
     job_seconds: dict[str, float]
     seconds: float
@@ -144,6 +161,17 @@ def damaged_parts(corpus_dir: Path) -> list[str]:
         return damaged_files(corpus_dir, parts)
     except (OSError, ValueError, TypeError, KeyError):
         return ["stats.json cannot be read"]
+
+
+def part_sources(corpus_dir: Path) -> dict[str, str]:
+    """Part file name -> the corpus source its documents came from, as stats.json lists them
+    (a part it does not name: the one source of a flat corpus)."""
+    try:
+        parts = read_json(Path(corpus_dir) / STATS_FILE)["parts"]
+        listed = {p["path"]: p.get("source", DEFAULT_SOURCE) for p in parts}
+    except (OSError, ValueError, TypeError, KeyError):
+        listed = {}
+    return {p.name: listed.get(p.name, DEFAULT_SOURCE) for p in corpus_parts(corpus_dir)}
 
 
 def corpus_parts(corpus_dir: Path) -> list[Path]:

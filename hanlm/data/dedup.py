@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from hanlm.data import minhash
 
 EXACT, NEAR = "exact", "near"
 REASON_EXACT, REASON_NEAR = 1, 2
+KEPT_BY_FILE = "kept_by.json"  # [task of removed documents, task that kept their cluster, count]
 REMOVE_DTYPE = np.dtype([("index", "<u4"), ("reason", "u1")])
 CONTENT_HASH_WORDS = 4  # 128 bits as four uint32
 
@@ -323,15 +326,25 @@ class ClusterDuplicates(PipelineStep):
         exact_later = set(exact_b.tolist())
         removed = sorted(node for node in parent if find(node) != node)
         by_task: dict[int, list[tuple[int, int]]] = {}
+        kept_by: Counter = Counter()  # (task of a removed document, task of its cluster's kept one)
         for node in removed:
             reason = REASON_EXACT if node in exact_later else REASON_NEAR
             by_task.setdefault(node >> 32, []).append((node & 0xFFFFFFFF, reason))
+            kept_by[node >> 32, find(node) >> 32] += 1
         out = Path(self.removals)
         out.mkdir(parents=True, exist_ok=True)
         for task, rows in by_task.items():
             np.array(rows, dtype=REMOVE_DTYPE).tofile(out / f"{task:05d}.remove")
+        rows = [[removed_in, kept_in, n] for (removed_in, kept_in), n in sorted(kept_by.items())]
+        (out / KEPT_BY_FILE).write_text(json.dumps(rows))
         self.stat_update("pairs", value=len(exact_a) + len(near_a))
         self.stat_update("removed", value=len(removed))
+
+
+def read_kept_by(removals: Path) -> list[tuple[int, int, int]]:
+    """(task of removed documents, task of the documents that kept their clusters, how many)."""
+    path = Path(removals) / KEPT_BY_FILE
+    return [tuple(row) for row in json.loads(path.read_text())] if path.is_file() else []
 
 
 def read_removals(removals: Path, rank: int) -> dict[int, int]:

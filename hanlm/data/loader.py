@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hanlm.data import packing
+from hanlm.data.mixture import Mixture
 from hanlm.errors import UserError
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ Batch = tuple["torch.Tensor", ...]
 
 SUPPORTED_DTYPES = ("uint16", "uint32")
 MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2  # 2: each token file names its corpus source
 STATE_VERSION = 1
 STATE_KEYS = ("version", "fingerprint", "seed", "epoch", "consumed")
 
@@ -91,6 +92,8 @@ class TokenLoader:
         shuffle: bool = True,
         pin_memory: bool = False,
         end_of_document: int | None = None,
+        file_sources: Sequence[str] | None = None,
+        mixture: Mixture | None = None,
     ):
         _check_at_least("seq_len", seq_len, 1)
         _check_at_least("micro_batch", micro_batch, 1)
@@ -122,9 +125,21 @@ class TokenLoader:
         self._file_starts = self._file_ends - samples
         self._window_offsets = np.arange(seq_len + 1, dtype=np.int64)
         self.total_tokens = int(token_counts.sum())
-        self.fingerprint = _fingerprint(
-            self._paths, token_counts, self.dtype, seq_len, self.shuffle
+        self.mixture = mixture
+        self.file_sources = list(file_sources) if file_sources is not None else None
+        self.source_names = list(dict.fromkeys(self.file_sources or []))
+        self._file_source_index = np.array(
+            [self.source_names.index(n) for n in self.file_sources or []], dtype=np.int64
         )
+        self._source_ids: list[np.ndarray] = []
+        self._epoch_samples = int(self._file_ends[-1])
+        if mixture is not None:
+            self._source_ids = self._windows_by_source(mixture, file_sources)
+            self._epoch_samples = mixture.total
+        self.fingerprint = _fingerprint(
+            self._paths, token_counts, self.dtype, seq_len, self.shuffle,
+            [[s.name, s.drawn] for s in mixture.sources] if mixture is not None else None,
+        )  # fmt: skip
         self._check_enough_samples()
 
         self._epoch = 0
@@ -146,18 +161,21 @@ class TokenLoader:
         expected_tokenizer_sha256: str | None = None,
         pin_memory: bool = False,
         document_masking: bool = False,
+        mixture: Mixture | None = None,
     ) -> TokenLoader:
         """A loader over one split of a shards folder, after checking it against its manifest.
 
         shuffle defaults to True for "train" and False for every other split. With
         document_masking, the manifest's end-of-document id splits windows into documents.
+        With a mixture (hanlm.data.mixture.plan over `source_windows`), an epoch is its budget
+        of windows drawn from each source.
         """
         shards_dir = Path(shards_dir)
         manifest = _read_manifest(shards_dir)
         if expected_tokenizer_sha256 is not None:
             _check_tokenizer(manifest, expected_tokenizer_sha256, shards_dir)
         dtype = _parse_dtype(manifest.get("dtype"), where=str(shards_dir / MANIFEST_NAME))
-        files = _split_files(manifest, split, shards_dir, dtype)
+        files, sources = _split_files(manifest, split, shards_dir, dtype)
         return cls(
             files,
             dtype=dtype,
@@ -169,14 +187,36 @@ class TokenLoader:
             shuffle=(split == "train") if shuffle is None else shuffle,
             pin_memory=pin_memory,
             end_of_document=_end_of_document(manifest, shards_dir) if document_masking else None,
+            file_sources=sources,
+            mixture=mixture,
         )
 
     # ---- sizes -------------------------------------------------------------------------------
 
+    def _windows_by_source(
+        self, mixture: Mixture, file_sources: Sequence[str] | None
+    ) -> list[np.ndarray]:
+        """Each mixed source's sample ids, in file order; they must be the windows the mixture
+        was planned with."""
+        if file_sources is None or len(file_sources) != len(self._paths):
+            raise ValueError("a mixture needs the corpus source of every token file")
+        ids = []
+        for share in mixture.sources:
+            files = [i for i, name in enumerate(file_sources) if name == share.name]
+            ranges = [np.arange(self._file_starts[i], self._file_ends[i]) for i in files]
+            ids.append(np.concatenate(ranges) if ranges else np.zeros(0, np.int64))
+            if len(ids[-1]) != share.windows:
+                raise ValueError(
+                    f"source {share.name!r} has {len(ids[-1])} windows, the mixture was planned "
+                    f"with {share.windows}"
+                )
+        return ids
+
     @property
     def samples_per_epoch(self) -> int:
-        """Samples in the whole data, before the end-of-epoch remainder is dropped."""
-        return int(self._file_ends[-1])
+        """Samples in one pass (the whole data, or a mixture's budget), before the end-of-epoch
+        remainder is dropped."""
+        return self._epoch_samples
 
     @property
     def samples_per_step(self) -> int:
@@ -220,16 +260,26 @@ class TokenLoader:
         return ids
 
     def _order_slice(self, epoch: int, start: int, stop: int) -> np.ndarray:
-        if not self.shuffle:
+        if not self.shuffle and self.mixture is None:
             return np.arange(start, stop, dtype=np.int64)
         return self._epoch_order(epoch)[start:stop]
 
     def _epoch_order(self, epoch: int) -> np.ndarray:
         # Drawing a permutation costs O(samples), so it is done once per epoch, not per step.
         if self._cached_order is None or self._cached_order[0] != epoch:
-            rng = np.random.default_rng([self.seed, epoch])
-            self._cached_order = (epoch, rng.permutation(self.samples_per_epoch))
+            if self.mixture is not None:
+                order = self.mixture.order(self._source_ids, self.seed, epoch, self.shuffle)
+            else:
+                order = np.random.default_rng([self.seed, epoch]).permutation(self._epoch_samples)
+            self._cached_order = (epoch, order)
         return self._cached_order[1]
+
+    def sample_sources(self, sample_ids: np.ndarray) -> np.ndarray:
+        """The index (into source_names) of each sample's source; 0 without sources."""
+        if not len(self._file_source_index):
+            return np.zeros(len(sample_ids), dtype=np.int64)
+        file_ids = np.searchsorted(self._file_ends, sample_ids, side="right")
+        return self._file_source_index[file_ids]
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -270,14 +320,35 @@ class TokenLoader:
         Every rank yields the same number of batches (the remainder that does not fill a whole
         step is left out), so collectives per batch cannot hang.
         """
-        steps = self.steps_per_epoch
+        for _, batch in self.eval_batches_with_sources(max_batches):
+            yield batch
+
+    def eval_batches_with_sources(
+        self, max_batches: int | None = None
+    ) -> Iterator[tuple[np.ndarray, Batch]]:
+        """eval_batches, each with the source index (into source_names) of each of its rows.
+        The sources' windows are spread evenly through the pass (the order of a mixture of
+        equal windows), so the first batches already hold every source."""
+        steps = int(self._file_ends[-1]) // self.samples_per_step
         if max_batches is not None:
             _check_at_least("max_batches", max_batches, 0)
             steps = min(steps, max_batches)
+        order = self._spread_order()
         for step in range(steps):
             start = step * self.samples_per_step + self.rank * self.micro_batch
-            ids = np.arange(start, start + self.micro_batch, dtype=np.int64)
-            yield self._to_batch(self._read_windows(ids))
+            ids = order[start : start + self.micro_batch]
+            yield self.sample_sources(ids), self._to_batch(self._read_windows(ids))
+
+    def _spread_order(self) -> np.ndarray:
+        samples = int(self._file_ends[-1])
+        if len(self.source_names) < 2:
+            return np.arange(samples, dtype=np.int64)
+        source = self.sample_sources(np.arange(samples))
+        times = np.empty(samples)
+        for index in range(len(self.source_names)):
+            rows = np.flatnonzero(source == index)
+            times[rows] = (np.arange(len(rows)) + 0.5) / len(rows)
+        return np.argsort(times, kind="stable")
 
     # ---- checkpointing -----------------------------------------------------------------------
 
@@ -374,8 +445,9 @@ def _open_tokens(path: Path, dtype: np.dtype) -> np.ndarray:
 
 
 def _fingerprint(
-    paths: Sequence[Path], token_counts: np.ndarray, dtype: np.dtype, seq_len: int, shuffle: bool
-) -> str:
+    paths: Sequence[Path], token_counts: np.ndarray, dtype: np.dtype, seq_len: int,
+    shuffle: bool, mixture: list | None,
+) -> str:  # fmt: skip
     # File names, not full paths: moving the shards folder must not break a resume.
     described = {
         "files": [[p.name, int(n)] for p, n in zip(paths, token_counts, strict=True)],
@@ -383,6 +455,8 @@ def _fingerprint(
         "seq_len": seq_len,
         "shuffle": shuffle,
     }
+    if mixture is not None:  # windows drawn per source: another mix is another order
+        described["mixture"] = mixture
     text = json.dumps(described, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
@@ -452,10 +526,25 @@ def _check_tokenizer(manifest: dict[str, Any], expected_sha256: str, shards_dir:
         )
 
 
+def source_windows(shards_dir: Path, seq_len: int, split: str = "train") -> dict[str, int]:
+    """Windows of `seq_len + 1` tokens (the loader's samples) per corpus source in a split, in
+    the manifest's order: what a mixture is planned with."""
+    shards_dir = Path(shards_dir)
+    manifest = _read_manifest(shards_dir)
+    dtype = _parse_dtype(manifest.get("dtype"), where=str(shards_dir / MANIFEST_NAME))
+    files, sources = _split_files(manifest, split, shards_dir, dtype)
+    windows: dict[str, int] = {}
+    for path, source in zip(files, sources, strict=True):
+        tokens = path.stat().st_size // dtype.itemsize
+        windows[source] = windows.get(source, 0) + max(tokens - 1, 0) // seq_len
+    return windows
+
+
 def _split_files(
     manifest: dict[str, Any], split: str, shards_dir: Path, dtype: np.dtype
-) -> list[Path]:
-    """The split's files, each checked to exist with exactly the size the manifest records."""
+) -> tuple[list[Path], list[str]]:
+    """The split's files, each checked to exist with exactly the size the manifest records, and
+    the corpus source of each."""
     manifest_path = str(shards_dir / MANIFEST_NAME)
     splits = manifest.get("splits")
     if not isinstance(splits, dict) or split not in splits:
@@ -469,11 +558,12 @@ def _split_files(
     if not isinstance(entries, list):
         raise UserError(f"split {split!r} lists no files", where=manifest_path, fix=_REBUILD_SHARDS)
 
-    files = []
+    files, sources = [], []
     total_tokens = 0
     for entry in entries:
         try:
             path, tokens = shards_dir / entry["path"], int(entry["tokens"])
+            sources.append(str(entry["source"]))
         except (TypeError, KeyError, ValueError) as err:
             raise UserError(
                 f"a file entry of split {split!r} is malformed: {entry!r}",
@@ -489,7 +579,7 @@ def _split_files(
             where=manifest_path,
             fix="give that split some data and re-run `hanlm shards --force`",
         )
-    return files
+    return files, sources
 
 
 def _check_shard_file(path: Path, tokens: int, dtype: np.dtype) -> None:

@@ -4,6 +4,7 @@ ids and the built-in demo world, read as documents; bad records are skipped and 
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import io
 import itertools
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hanlm.config import CorpusSection
+from hanlm.config import DEFAULT_SOURCE, CorpusSection, CorpusSourceSection
 from hanlm.errors import UserError
 from hanlm.files import (
     DamagedCompressedFile,
@@ -383,6 +384,7 @@ class Unit:
     source: str  # a file path, `demo` or an hf: id
     span: tuple[int, int] | None = None  # bytes (start, end) of a file; (share, shares) of hf:
     nbytes: int = 0  # input bytes it covers (on disk; compressed files count compressed)
+    corpus_source: str = DEFAULT_SOURCE  # the [[corpus.sources]] entry it belongs to
 
     def documents(
         self, corpus: CorpusSection, skips: Skips, demo_file: Path | None = None
@@ -423,6 +425,34 @@ def split_into_units(
         pieces = -(-size // task_bytes)
         bounds = [size * i // pieces for i in range(pieces + 1)]
         units.extend(Unit(name, (a, b), b - a) for a, b in itertools.pairwise(bounds))
+    return units
+
+
+def source_units(
+    sources: list[CorpusSourceSection],
+    corpus: CorpusSection,
+    task_bytes: int,
+    *,
+    demo_file: Path | None = None,
+) -> list[Unit]:
+    """The units of every source, source after source in the recipe's order (deduplication
+    keeps each cluster's earliest document: a document in two sources stays in the first)."""
+    units: list[Unit] = []
+    owner: dict[str, str] = {}
+    for spec in sources:
+        inputs = expand_inputs(spec.inputs)
+        for item in inputs:
+            key = str(item.resolve()) if isinstance(item, Path) else item
+            if owner.setdefault(key, spec.name) != spec.name:
+                raise UserError(
+                    f"input {item} is in two corpus sources, {owner[key]!r} and {spec.name!r}: "
+                    f"deduplication would leave all of it to {owner[key]!r}",
+                    fix="list each input file in one source only",
+                )
+        units.extend(
+            dataclasses.replace(unit, corpus_source=spec.name)
+            for unit in split_into_units(inputs, corpus, task_bytes, demo_file=demo_file)
+        )
     return units
 
 

@@ -29,8 +29,8 @@ from hanlm.chat_template import SPECIAL_TOKENS_FILE
 from hanlm.config import DataEngineSection, ShardsSection
 from hanlm.console import info, warn
 from hanlm.data import engine
-from hanlm.data.corpus import STATS_FILE, corpus_parts, iter_part
-from hanlm.data.loader import MANIFEST_NAME
+from hanlm.data.corpus import STATS_FILE, corpus_parts, iter_part, part_sources
+from hanlm.data.loader import MANIFEST_FORMAT, MANIFEST_NAME
 from hanlm.data.tokenizer import END_OF_DOCUMENT, text_pieces
 from hanlm.errors import UserError
 from hanlm.files import (
@@ -43,7 +43,7 @@ from hanlm.files import (
 from hanlm.results import Part, Result
 
 STAGE = "shards"
-FORMAT_VERSION = 1
+FORMAT_VERSION = MANIFEST_FORMAT  # the loader reads what this stage writes
 SPLITS = ("train", "val")
 ENCODE = "encode"  # the engine job, and its folder of task outputs in the work folder
 MANIFEST_FILE = MANIFEST_NAME  # the loader reads what this stage writes
@@ -208,7 +208,7 @@ def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = 
     files: dict[str, _TokenFile] = {}
     end = np.array([eod], dtype=dtype)
     counts = {s: {"tokens": 0, "documents": 0, "bytes": 0} for s in SPLITS}
-    first = job["index"] == 0
+    first = job["first_of_source"]
     try:
         for split in SPLITS:
             files[split] = _TokenFile(out_dir / f"{split}-{job['index']:05d}.bin", special_ids)
@@ -216,7 +216,7 @@ def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = 
             val = job["val_fraction"] > 0 and (
                 first or is_val(doc["id"], job["seed"], job["val_fraction"])
             )
-            first = False  # the first document of part 0 always goes to val: val is never empty
+            first = False  # a source's first document goes to val: each source has val loss
             split = "val" if val else "train"
             files[split].write([*arrays, end])
             split_counts = counts[split]
@@ -233,7 +233,10 @@ def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = 
         raise
     sidecar: dict = {"part": Path(job["part"]).name, "tokenizer_sha256": job["tokenizer_sha256"]}
     for split in SPLITS:
-        sidecar[split] = {"path": files[split].path.name, **counts[split], **records[split]}
+        sidecar[split] = {
+            "path": files[split].path.name, "source": job["source"], **counts[split],
+            **records[split],
+        }  # fmt: skip
         if split == "train":
             sidecar["special_token_counts"] = files["train"].special_counts.tolist()
     atomic_write_json(out_dir / sidecar_name(job["index"]), sidecar)
@@ -317,9 +320,11 @@ def _recheck_finished(work: Path, job: engine.Job, encoded: Path, sha: str) -> i
 
 
 class ShardFile(Part):
-    """One token file: its tokens, documents and text bytes, and what a reuse checks."""
+    """One token file: its corpus source, tokens, documents and text bytes, and what a reuse
+    checks."""
 
     path: str
+    source: str
     tokens: int
     documents: int
     bytes: int
@@ -332,6 +337,15 @@ class SplitShards(Part):
     tokens: int
     documents: int
     bytes: int
+
+
+class SourceShards(Part):
+    """One corpus source's tokens and documents in each split."""
+
+    train_tokens: int
+    train_documents: int
+    val_tokens: int
+    val_documents: int
 
 
 class ShardsManifest(Result):
@@ -347,6 +361,7 @@ class ShardsManifest(Result):
     tokenizer_sha256: str
     eod_id: int
     splits: dict[str, SplitShards]
+    sources: dict[str, SourceShards]  # in the corpus's order of sources
     special_token_counts: dict[str, int]
     seconds: float
     workers: int
@@ -365,6 +380,9 @@ def damaged_outputs(out: Path) -> list[str]:
     return damaged_files(out, records)
 
 
+SOURCE_KEYS = tuple(f"{split}_{what}" for split in SPLITS for what in ("tokens", "documents"))
+
+
 def _manifest(
     sidecars: list[dict], vocab_size: int, dtype: np.dtype, sha: str, special: dict
 ) -> dict:
@@ -375,6 +393,12 @@ def _manifest(
             "files": files,
             **{k: sum(f[k] for f in files) for k in ("tokens", "documents", "bytes")},
         }
+    sources: dict[str, dict] = {}
+    for sidecar in sidecars:
+        source = sources.setdefault(sidecar["train"]["source"], dict.fromkeys(SOURCE_KEYS, 0))
+        for split in SPLITS:
+            source[f"{split}_tokens"] += sidecar[split]["tokens"]
+            source[f"{split}_documents"] += sidecar[split]["documents"]
     totals = np.sum([s["special_token_counts"] for s in sidecars], axis=0)
     return {
         "format": FORMAT_VERSION,
@@ -383,6 +407,7 @@ def _manifest(
         "tokenizer_sha256": sha,
         "eod_id": special[END_OF_DOCUMENT],
         "splits": splits,
+        "sources": sources,
         "special_token_counts": {t: int(n) for t, n in zip(special, totals, strict=True)},
     }
 
@@ -419,10 +444,14 @@ def encode_corpus(
     vocab_size = read_json(tokenizer_dir / SPECIAL_TOKENS_FILE)["vocab_size"]
     dtype = token_dtype(vocab_size)
     encoded = Path(work) / ENCODE
+    source_of = part_sources(corpus_dir)
+    firsts = {source_of[p.name]: i for i, p in reversed(list(enumerate(parts)))}
     jobs = [
         {
             "part": str(p),
             "index": i,
+            "source": source_of[p.name],
+            "first_of_source": firsts[source_of[p.name]] == i,
             "out_dir": str(encoded),
             "eod_id": special[END_OF_DOCUMENT],
             "dtype": dtype.name,

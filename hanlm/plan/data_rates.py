@@ -240,7 +240,7 @@ def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
     """The data stages' work in the recipe `cfg`, or None when its size cannot be told."""
     corpus_cfg, plan_cfg = cfg.corpus, plan_section or cfg.plan
     sized = corpus_size(
-        corpus_cfg.inputs,
+        corpus_cfg.all_inputs(),
         corpus_cfg.text_field,
         tokens=tokens,
         corpus_gb=plan_cfg.corpus_gb,
@@ -259,3 +259,27 @@ def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
         decontam=cfg.decontam.enabled,
         quality=corpus_cfg.quality.enabled,
     )
+
+
+def mixture_preview(cfg) -> list[dict] | None:
+    """The mix of a recipe with weighted sources, on the sources' sizes as far as they can be
+    told now (local files: their text bytes, raw; the demo world: demo.size_mb; hf: unsized)."""
+    if not cfg.corpus.is_mixture:
+        return None
+    available: dict[str, float | None] = {}
+    for source in cfg.corpus.sources:
+        local = local_inputs_bytes(source.inputs, cfg.corpus.text_field)
+        size: float | None = local["bytes"]
+        if "demo" in local["remote"]:
+            size += cfg.demo.size_mb * MB
+        if [r for r in local["remote"] if r != "demo"] or not size:
+            size = None  # a stream's size is not known before it is read
+        available[source.name] = (
+            size / (BYTES_PER_CHAR * CHARS_PER_TOKEN) if size is not None else None
+        )
+    steps = cfg.pretrain.steps()
+    if steps is None:
+        return None  # no budget to split yet
+    from hanlm.data.mixture import preview  # deferred: the plan imports no data module
+
+    return preview(cfg.corpus.sources, available, steps * cfg.pretrain.global_batch_tokens)

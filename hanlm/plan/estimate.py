@@ -561,6 +561,7 @@ class Plan(Result):
     setup: Setup
     model: ModelSize
     data: dict[str, Any] | None = None  # hanlm.plan.data_rates.data_time
+    mixture: list[dict[str, Any]] | None = None  # hanlm.data.mixture.preview, for sources mixed
     options: list[dict[str, Any]] | None = None  # catalogue_overview, without a GPU
     memory: MemoryPlan | None = None
     time: TimePlan | None = None

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
+from hanlm.config import EPOCHS_WARNING
 from hanlm.console import console
 from hanlm.plan.estimate import Plan
 
@@ -45,6 +46,41 @@ def print_plan(typed: Plan) -> None:
         _print_time(plan)
         _print_recommendation(plan.get("recommendation"))
     _print_data(plan.get("data"))
+    _print_mixture(plan.get("mixture"))
+
+
+def _tokens(n: float) -> str:
+    if n >= 1e9:
+        return f"{n / 1e9:,.2f}B"
+    return f"{n / 1e6:,.2f}M" if n >= 1e6 else f"{n / 1e3:,.1f}K"
+
+
+def _print_mixture(rows: list[dict[str, Any]] | None) -> None:
+    """Each source's tokens in the budget, the tokens it is estimated to hold, and the epochs."""
+    if not rows:
+        return
+    table = Table(title="training mix (sizes estimated from the raw inputs)")
+    for column in ("source", "share asked", "tokens", "holds (est.)", "epochs", ""):
+        table.add_column(column, justify="left" if column in ("source", "") else "right")
+    for row in rows:
+        asked = f"{row['weight']:.1%}" if row["weight"] is not None else "tokens"
+        held = _tokens(row["available"]) if row["available"] is not None else "not sized"
+        epochs = f"{row['epochs']:,.2f}" if row["epochs"] is not None else "-"
+        note = ""
+        if row["short_of_budget"] > 0:
+            note = (
+                f"[red]capped at max_epochs {row['max_epochs']:g}: the mix falls short by "
+                f"{row['short_of_budget']:.1%} of the budget[/red]"
+            )
+        elif row["epochs"] is not None and row["epochs"] > EPOCHS_WARNING:
+            note = f"[yellow]past ~{EPOCHS_WARNING:g} epochs repeats are worth less[/yellow]"
+        table.add_row(row["source"], asked, _tokens(row["tokens"]), held, epochs, note)
+    console.print(table)
+    console.print(
+        "The shards give each source's exact tokens; pretraining plans the mix on them and "
+        "stops before its first step when a share cannot be met within max_epochs.",
+        soft_wrap=True,
+    )
 
 
 def _print_memory(mem: dict[str, Any]) -> None:

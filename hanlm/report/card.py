@@ -203,6 +203,11 @@ def _data_section(files: RunFiles) -> str:
         + (f"{near:,} near duplicates, " if near is not None else "no near-duplicate pass, ")
         + f"{stats.too_short:,} too short), {stats.characters_out:,} characters.\n\n"
     )
+    if len(stats.sources) > 1:
+        out.append(_sources_table(stats))
+    summary = PretrainSummary.read_if_present(files.pretrain_summary)
+    if summary is not None and summary.mixture:
+        out.append(_mixture_table(summary.mixture))
     report = DecontamReport.read_if_present(files.decontam_report)
     if report is None:
         return "".join(out) + _missing("decontam")
@@ -217,13 +222,16 @@ def _data_section(files: RunFiles) -> str:
         for name, benchmark in report.benchmarks.items()
     ]
     out.append(_table(["benchmark", "items", "dirty", "partial", "clean"], rows))
+    on = f" on {', '.join(report.action_sources)} only" if report.action_sources else ""
     out.append(
         f"\nMatching: NFC, no spaces or punctuation, {report.ngram}-character n-grams; dirty at "
         f"coverage ≥ {report.dirty_threshold}, clean below {report.clean_threshold}. "
-        f"Action on the corpus: **{report.action}** "
+        f"Action on the corpus: **{report.action}**{on} "
         f"({report.documents_dropped or 0:,} documents dropped, "
         f"{report.documents_cut or 0:,} cut).\n"
     )
+    if len(stats.sources) > 1:
+        out.append(_contamination_by_source(report, list(stats.sources)))
     planted = _read(files.planted)
     if planted is not None:
         found = {
@@ -242,6 +250,59 @@ def _data_section(files: RunFiles) -> str:
     return "".join(out)
 
 
+def _sources_table(stats: CorpusStats) -> str:
+    rows = []
+    for name, source in stats.sources.items():
+        kept = ", ".join(f"{n:,} by {other}" for other, n in source.duplicates_kept_by.items())
+        rows.append(
+            [
+                name,
+                f"{source.documents_in:,}",
+                f"{source.documents_out:,}",
+                f"{source.characters_out:,}",
+                f"{source.exact_duplicates + source.near_duplicates:,}"
+                + (f" (kept {kept})" if kept else ""),
+                f"{source.too_short + source.quality_filtered:,}",
+            ]
+        )
+    header = ["source", "documents in", "out", "characters out", "duplicates removed", "filtered"]
+    return (
+        "Corpus sources (deduplication runs across them; a cluster keeps its earliest "
+        "document, sources in the recipe's order):\n\n" + _table(header, rows) + "\n"
+    )
+
+
+def _mixture_table(rows: list[dict]) -> str:
+    table = [
+        [
+            row["source"],
+            f"{row['weight']:.1%}"
+            if row["weight"] is not None
+            else f"{row['tokens_asked']:,} tokens",
+            f"{row['share']:.2%}",
+            f"{row['tokens']:,}",
+            f"{row['epochs']:.2f}",
+        ]
+        for row in rows
+    ]
+    return (
+        "The training mix, as pretraining drew it (hanlm/data/mixture.py):\n\n"
+        + _table(["source", "asked", "drawn", "tokens", "epochs"], table)
+        + "\n"
+    )
+
+
+def _contamination_by_source(report: DecontamReport, sources: list[str]) -> str:
+    rows = [
+        [bench, *(f"{counts.get(source, 0):,}" for source in sources)]
+        for bench, counts in report.by_source.items()
+    ]
+    return (
+        "\nDirty and partial items by the source whose documents held them (an item in two "
+        "sources counts in both):\n\n" + _table(["benchmark", *sources], rows) + "\n"
+    )
+
+
 def _training_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
@@ -254,6 +315,12 @@ def _training_section(files: RunFiles) -> str:
     curves = {"train": tuple(zip(*train, strict=True))}
     if val:
         curves["validation"] = tuple(zip(*val, strict=True))
+    by_source: dict[str, list[tuple[int, float]]] = {}
+    for record in records:  # OLMo-style: each corpus source's validation loss apart
+        for source, loss in record.get("val_loss_by_source", {}).items():
+            by_source.setdefault(source, []).append((record["step"], loss))
+    for source, points in by_source.items():
+        curves[f"validation: {source}"] = tuple(zip(*points, strict=True))
     sft_records = _jsonl(files.sft_metrics)
     path = report_plots.loss_curves(curves, files.plots / "loss.png")
     out.append(f"![pretraining loss]({path.relative_to(files.root)})\n\n")

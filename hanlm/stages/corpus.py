@@ -24,20 +24,23 @@ ENGINE_PLACEMENT = tuple(f"data_engine.{k}" for k in ("executor", "workers", "sl
 
 STAGE = Stage(
     name="corpus",
-    version=1,
+    version=2,
     output=lambda run: run.corpus,
     result=CorpusStats,
     reads=("corpus", "data_engine", "run.seed"),
     unfingerprinted=ENGINE_PLACEMENT,
     work=lambda run: run.corpus_work,
-    uses_demo=lambda cfg, options: "demo" in cfg.corpus.inputs,
+    uses_demo=lambda cfg, options: "demo" in cfg.corpus.all_inputs(),
 )
 
 
 def inputs(cfg: Config, run: RunDir, options: dict) -> list:
     """The input files by path, size and time (too large to read just to see they are the same;
     the demo world is the demo stage's, by its fingerprint)."""
-    return readers.input_fingerprint(readers.expand_inputs(cfg.corpus.inputs))
+    return [
+        [spec.name, readers.input_fingerprint(readers.expand_inputs(spec.inputs))]
+        for spec in cfg.corpus.source_list()
+    ]
 
 
 def damage(run: RunDir) -> str | None:
@@ -48,12 +51,11 @@ def damage(run: RunDir) -> str | None:
 def build(ctx: StageContext) -> CorpusStats | None:
     """The corpus's stats; None when its jobs were submitted to a cluster and still run."""
     cfg, run = ctx.cfg, ctx.run
-    sources = readers.expand_inputs(cfg.corpus.inputs)
-    demo_file = run.demo_file("pretrain") if "demo" in sources else None
+    demo_file = run.demo_file("pretrain") if "demo" in cfg.corpus.all_inputs() else None
     work = engine_output.work_folder(run.corpus_work, ctx.fingerprint, force=ctx.force)
     stats = engine_output.run_jobs(
         "corpus", work, lambda: cleaning.build(
-            sources, cfg.corpus, cfg.run.seed, cfg.data_engine, work, ctx.out, demo_file=demo_file
+            cfg.corpus, cfg.run.seed, cfg.data_engine, work, ctx.out, demo_file=demo_file
         ), what="corpus",
     )  # fmt: skip
     if stats is None:

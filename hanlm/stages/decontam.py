@@ -24,7 +24,7 @@ from hanlm.console import info
 from hanlm.data import engine
 from hanlm.data.corpus import corpus_parts, damaged_parts
 from hanlm.data.decontam import outputs
-from hanlm.data.decontam.index import FORMAT_VERSION, BenchmarkIndex
+from hanlm.data.decontam.index import BenchmarkIndex
 from hanlm.data.decontam.scan import expand_corpus
 from hanlm.errors import UserError
 from hanlm.evals.tasks import with_prompt_form
@@ -43,7 +43,7 @@ def _uses_demo(cfg: Config, options: dict) -> bool:
 
 STAGE = Stage(
     name="decontam",
-    version=FORMAT_VERSION,
+    version=3,  # 3: contamination by corpus source (2: index format 2)
     output=lambda run: run.decontam,
     result=outputs.DecontamReport,
     reads=("decontam", "corpus.min_chars", "data_engine"),

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 
+from hanlm.config import Config
+from hanlm.data import mixture
 from hanlm.data.tokenizer import token_byte_lengths
 from hanlm.files import stage_fingerprint
 from hanlm.stages import shards as shards_stage
 from hanlm.stages import tokenizer as tokenizer_stage
+from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext, Unfinished
 from hanlm.train import pretrain as pretrain_lib
 from hanlm.train import trackers
@@ -41,6 +44,7 @@ STAGE = Stage(
         "checkpoint",
         "logging",
         "distill",
+        "corpus.sources",  # the shares of the mix the training draws (hanlm.data.mixture)
         "run.seed",
     ),
     unfingerprinted=NOT_COMPUTED,
@@ -48,6 +52,13 @@ STAGE = Stage(
     writes="in_place",
     all_ranks=True,
 )
+
+
+def validate(cfg: Config, run: RunDir, options: dict) -> None:
+    """A mix of corpus sources that the shards cannot give within their max_epochs stops the
+    stage before its folder is touched (the build checks the shards themselves)."""
+    if stage_fingerprint(run.shards) is not None:
+        mixture.for_training(cfg, run.shards)
 
 
 def build(ctx: StageContext) -> PretrainSummary | Unfinished:

@@ -21,7 +21,7 @@ from hanlm.stages.stage import Stage, StageContext
 
 STAGE = Stage(
     name="shards",
-    version=1,
+    version=2,
     output=lambda run: run.shards,
     result=shards.ShardsManifest,
     reads=("shards", "data_engine", "run.seed"),

@@ -7,7 +7,6 @@ decides whether to train and where; this module takes its inputs and outputs as 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +16,11 @@ import torch
 
 from hanlm import model as model_lib
 from hanlm import model_init
-from hanlm.config import Config, PretrainSection
+from hanlm.config import EPOCHS_WARNING, Config, PretrainSection
 from hanlm.console import info, warn
+from hanlm.data import mixture as mixture_lib
 from hanlm.data.loader import TokenLoader
+from hanlm.data.mixture import Mixture
 from hanlm.errors import UserError
 from hanlm.files import fingerprint
 from hanlm.plan.catalogue import device_peak_flops
@@ -48,10 +49,9 @@ def accumulation_steps(pretrain_cfg: PretrainSection, world_size: int) -> int:
 
 
 def total_steps(pretrain_cfg: PretrainSection) -> int:
-    if pretrain_cfg.max_steps is not None:
-        return pretrain_cfg.max_steps
-    if pretrain_cfg.max_tokens is not None:
-        return max(1, math.ceil(pretrain_cfg.max_tokens / pretrain_cfg.global_batch_tokens))
+    steps = pretrain_cfg.steps()
+    if steps is not None:
+        return steps
     raise UserError(
         "pretraining needs a length",
         fix="give --max-steps N or --max-tokens N (or set them in the recipe)",
@@ -83,8 +83,16 @@ class PretrainOutputs(Protocol):
     metrics: Path
 
 
+def describe_mixture(mix: Mixture) -> str:
+    return "; ".join(
+        f"{s.name} {s.drawn / mix.total:.1%} ({s.drawn * mix.seq_len:,} tokens, "
+        f"{s.epochs:.2f} epochs)"
+        for s in mix.sources
+    )
+
+
 def _loaders(
-    cfg: Config, data: PretrainData, dist: parallel.Dist
+    cfg: Config, data: PretrainData, dist: parallel.Dist, mixture: Mixture | None
 ) -> tuple[TokenLoader, TokenLoader | None]:
     pretrain_cfg = cfg.pretrain
     common = {
@@ -95,7 +103,9 @@ def _loaders(
         "expected_tokenizer_sha256": data.tokenizer_sha256,
         "document_masking": pretrain_cfg.document_masking,
     }
-    train_loader = TokenLoader.from_shards(data.shards_dir, "train", seed=cfg.run.seed, **common)
+    train_loader = TokenLoader.from_shards(
+        data.shards_dir, "train", seed=cfg.run.seed, mixture=mixture, **common
+    )
     try:
         val_loader = TokenLoader.from_shards(data.shards_dir, "val", **common)
     except UserError as e:  # too little validation text is no reason to stop training
@@ -177,6 +187,7 @@ def pretrain(
     checkpoint.resume never) deletes the checkpoints."""
     pretrain_cfg, par = cfg.pretrain, cfg.parallel
     steps = total_steps(pretrain_cfg)
+    mixture = mixture_lib.for_training(cfg, data.shards_dir)  # an unmet share: before any work
     with processes(par.device, par.timeout_s) as dist:
         numerics = precision.resolve(
             cfg.precision.mode, dist.device, recipe=cfg.precision.fp8_recipe
@@ -189,7 +200,7 @@ def pretrain(
         mconfig, model, converted = _built_model(
             cfg, data.vocab_size, Placement(dist, mode, numerics)
         )
-        train_loader, val_loader = _loaders(cfg, data, dist)
+        train_loader, val_loader = _loaders(cfg, data, dist, mixture)
         peak, peak_source = device_peak_flops(dist.device, cfg.precision.mode)
 
         def after_step() -> None:
@@ -227,8 +238,19 @@ def pretrain(
                     else ""
                 )
             )
+            if mixture is not None:
+                info(f"pretrain: the mix per pass of {mixture.total:,} windows: "
+                     + describe_mixture(mixture))  # fmt: skip
+                for s in mixture.over_warning():
+                    warn(
+                        f"pretrain: source {s.name!r} is read {s.epochs:.1f} times; past "
+                        f"~{EPOCHS_WARNING:g} epochs repeated tokens are worth much less than "
+                        "new ones (Muennighoff et al. 2023)"
+                    )
         result = trainer.fit(stop_after_steps=stop_after_steps)
         summary = {**result, "total_steps": steps, "world_size": dist.world_size, "mode": mode}
+        if mixture is not None:
+            summary["mixture"] = mixture.rows()
         if dist.device.type == "cpu":  # the weights' last bits depend on it (train/threads.py)
             summary["cpu_threads"] = torch.get_num_threads()
         summary = PretrainSummary.model_validate(summary)

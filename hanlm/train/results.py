@@ -21,6 +21,8 @@ class PretrainSummary(Result):
     completed: bool
     val_loss: float | None = None  # the last validation, when one ran
     val_bpb: float | None = None
+    val_loss_by_source: dict[str, float] | None = None  # corpus sources' validation, when 2+
+    mixture: list[dict[str, Any]] | None = None  # the mix trained on (hanlm.data.mixture rows)
     total_steps: int
     world_size: int
     mode: str  # single, ddp, fsdp

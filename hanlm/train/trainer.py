@@ -412,7 +412,13 @@ class Trainer:
         totals = torch.zeros(
             4, device=device, dtype=torch.float64
         )  # loss, tokens, byte-loss, bytes
-        for batch in self.val_loader.eval_batches(self.settings.eval_batches):
+        sources = getattr(self.val_loader, "source_names", [])
+        by_source = torch.zeros(len(sources), 2, device=device, dtype=torch.float64)
+        if len(sources) > 1:  # each row's source: a loss per source from the same batches
+            batches = self.val_loader.eval_batches_with_sources(self.settings.eval_batches)
+        else:
+            batches = ((None, b) for b in self.val_loader.eval_batches(self.settings.eval_batches))
+        for row_sources, batch in batches:
             inputs, labels, extra = _on_device(batch, device)
             with self.numerics.autocast_context(device):
                 per_token = self.model(
@@ -423,6 +429,11 @@ class Trainer:
             valid = labels.view(-1) != IGNORE
             totals[0] += per_token[valid].sum().double()
             totals[1] += valid.sum()
+            if row_sources is not None:
+                rows = torch.as_tensor(row_sources, device=device)
+                kept = torch.where(valid, per_token.double(), 0.0).view(labels.shape)
+                by_source[:, 0].index_add_(0, rows, kept.sum(1))
+                by_source[:, 1].index_add_(0, rows, valid.view(labels.shape).sum(1).double())
             if self.token_bytes is not None:
                 nbytes = self.token_bytes[labels.view(-1).clamp(min=0)] * valid
                 totals[2] += (per_token * (nbytes > 0)).sum().double()
@@ -431,7 +442,14 @@ class Trainer:
         parallel.all_reduce_sum(totals, self.dist)
         if totals[1] == 0:
             return {}
-        out = {"val_loss": float(totals[0] / totals[1])}
+        out: dict = {"val_loss": float(totals[0] / totals[1])}
+        if len(sources) > 1:
+            parallel.all_reduce_sum(by_source, self.dist)
+            out["val_loss_by_source"] = {
+                name: float(loss / n)
+                for name, (loss, n) in zip(sources, by_source.tolist(), strict=True)
+                if n > 0
+            }
         if totals[3] > 0:
             out["val_bpb"] = float(totals[2] / (math.log(2) * totals[3]))
         return out

@@ -812,3 +812,51 @@ def test_run_mode_on_a_text_corpus_writes_the_demo_benchmark_it_needs(tmp_path):
     report = run_stage("decontam", cfg, tmp_path / "run")  # the demo recipe's demo_qa=demo
     assert report.benchmarks["demo_qa"].dirty == 1
     assert report.documents_dropped == 1
+
+
+def test_planted_leaks_are_traced_to_the_source_that_carried_them(demo_world, tmp_path):
+    """Two sources, leaks planted in each and one in both: every item names exactly the sources
+    that held it; the action drops the wiki source's leaks only and keeps the web's."""
+    world, paths = demo_world
+    texts = [demo.item_text(item) for item in world.benchmark]
+    planted = {"wiki": [*range(0, 8), 20], "web": [*range(8, 12), 20]}
+    for name, items in planted.items():
+        docs = [{"id": f"{name}-filler-{i}", "text": f"{name} 평범한 글 {i}번입니다. " * 4}
+                for i in range(30)]  # fmt: skip
+        docs += [{"id": f"{name}-leak-{i}", "text": f"{name}에 실린 글. {texts[i]}"} for i in items]
+        write_jsonl(tmp_path / f"{name}.jsonl", docs)
+    recipe = tmp_path / "mix.toml"
+    recipe.write_text(
+        "[corpus]\nmin_chars = 5\n"
+        + "".join(
+            f'[[corpus.sources]]\nname = "{name}"\ninputs = ["{tmp_path / name}.jsonl"]\n'
+            for name in planted
+        )
+        + f'[decontam]\nbenchmarks = ["demo_qa={paths["benchmark"]}"]\naction = "drop"\n'
+        + 'action_sources = ["wiki"]\n'
+    )
+    cfg = load_config(recipe)
+    run = tmp_path / "run"
+    run_stage("corpus", cfg, run)
+    report = run_stage("decontam", cfg, run)
+    rows = status_of(run / "decontam" / "items.jsonl")
+    ids = [item["item_id"] for item in world.benchmark]
+    for i, item_id in enumerate(ids):
+        expected = sorted(name for name, items in planted.items() if i in items)
+        assert rows[item_id]["sources"] == expected, (i, rows[item_id])
+    assert report.by_source == {"demo_qa": {"web": 5, "wiki": 9}}
+    assert report.action_sources == ["wiki"] and report.documents_dropped == 9
+    kept = [d["id"] for d in corpus_lib.iter_corpus(run / "decontam" / "corpus")]
+    assert not [k for k in kept if k.startswith("wiki-leak")]
+    assert sorted(k for k in kept if k.startswith("web-leak")) == sorted(
+        f"web-leak-{i}" for i in planted["web"]
+    )
+    md = (run / "decontam" / "report.md").read_text()
+    assert "| benchmark | web | wiki |" in md and "| demo_qa | 5 | 9 |" in md
+    flagged = [json.loads(line) for line in (run / "decontam" / "flagged.jsonl").open()]
+    assert {f["corpus_source"] for f in flagged if f["document"].startswith("web")} == {"web"}
+
+
+def test_an_action_on_a_source_the_corpus_does_not_have_is_refused():
+    with pytest.raises(UserError, match=r"decontam\.action_sources names wikki, not a corpus"):
+        load_config(values={"decontam.action_sources": ["wikki"]})

@@ -54,10 +54,10 @@ def write_shards(folder: Path) -> Path:
         for i in range(files):
             name = f"{split}-{i:05d}.bin"
             rng.integers(0, VOCAB, 2_000, dtype=np.uint16).tofile(folder / name)
-            entries.append({"path": name, "tokens": 2_000, "documents": 1})
+            entries.append({"path": name, "source": "corpus", "tokens": 2_000, "documents": 1})
         splits[split] = {"files": entries, "tokens": 2_000 * files, "documents": files}
     manifest = {
-        "format": 1,
+        "format": 2,
         "dtype": "uint16",
         "vocab_size": VOCAB,
         "tokenizer_sha256": "0" * 64,

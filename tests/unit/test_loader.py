@@ -34,14 +34,14 @@ def write_split(shards_dir: Path, split: str, lengths: tuple[int, ...], dtype: s
     for i, length in enumerate(lengths):
         name = f"{split}-{i:05d}.bin"
         token_values(i, length, dtype).tofile(shards_dir / name)
-        entries.append({"path": name, "tokens": length, "documents": 1})
+        entries.append({"path": name, "source": "corpus", "tokens": length, "documents": 1})
     return {"files": entries, "tokens": sum(lengths), "documents": len(lengths)}
 
 
 def write_shards(shards_dir: Path, dtype: str = "uint16") -> Path:
     shards_dir.mkdir(parents=True, exist_ok=True)
     manifest = {
-        "format": 1,
+        "format": 2,
         "dtype": dtype,
         "vocab_size": 4096,
         "tokenizer_sha256": TOKENIZER_SHA,

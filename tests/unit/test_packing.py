@@ -200,9 +200,14 @@ def write_documents(shards_dir: Path, lengths: list[int], seed: int = 0) -> Path
     pieces = [np.append(rng.integers(3, VOCAB, size=n - 1), EOD) for n in lengths]
     tokens = np.concatenate(pieces).astype(np.uint16)
     tokens.tofile(shards_dir / "train-00000.bin")
-    entry = {"path": "train-00000.bin", "tokens": len(tokens), "documents": len(lengths)}
+    entry = {
+        "path": "train-00000.bin",
+        "source": "corpus",
+        "tokens": len(tokens),
+        "documents": len(lengths),
+    }
     manifest = {
-        "format": 1,
+        "format": 2,
         "dtype": "uint16",
         "vocab_size": VOCAB,
         "tokenizer_sha256": "sha",

@@ -22,10 +22,10 @@ import numpy as np
 import zstandard
 from datatrove.pipeline.base import PipelineStep
 
-from hanlm.config import Config
+from hanlm.config import DEFAULT_SOURCE, Config
 from hanlm.console import info
 from hanlm.data import engine
-from hanlm.data.corpus import STATS_FILE, corpus_parts
+from hanlm.data.corpus import STATS_FILE, corpus_parts, part_sources
 from hanlm.data.decontam.index import BenchmarkIndex
 from hanlm.data.decontam.scan import ScanResult, scan, share_index, task_index
 from hanlm.errors import UserError
@@ -63,6 +63,9 @@ class DecontamReport(Result):
     MADE_BY = "decontam"
 
     benchmarks: dict[str, BenchmarkContamination]
+    # benchmark -> corpus source -> its dirty and partial items held by that source's documents
+    by_source: dict[str, dict[str, int]]
+    action_sources: list[str]  # where the action applied; empty: every source
     ngram: int
     dirty_threshold: float
     clean_threshold: float
@@ -97,6 +100,13 @@ class Outcome:
     found_by: list[str | None]  # per item: "whole", "parts" or None (clean)
     item_docs: list[list[int]]  # per item: documents (indices into the scan) holding it, best first
     flagged: dict[int, set[int]]  # document -> non-clean items it holds part of
+    doc_sources: list[str]  # per scanned document: the corpus source of its part
+
+    def item_sources(self, item: int) -> list[str]:
+        """The corpus sources whose documents hold part of a dirty or partial item."""
+        if self.status[item] == "clean":
+            return []
+        return sorted({self.doc_sources[doc] for doc in self.item_docs[item]})
 
 
 def decide(index: BenchmarkIndex, result: ScanResult, dirty: float, clean: float) -> Outcome:
@@ -116,7 +126,22 @@ def decide(index: BenchmarkIndex, result: ScanResult, dirty: float, clean: float
         item_docs[item].append(doc)
         if status[item] != "clean":
             flagged.setdefault(doc, set()).add(item)
-    return Outcome(coverage, status, found_by, item_docs, flagged)
+    of_file = _file_sources(result.sources)
+    doc_sources = [of_file[f] for f in arrays["doc_source"].tolist()]
+    return Outcome(coverage, status, found_by, item_docs, flagged, doc_sources)
+
+
+def _file_sources(files: list[str]) -> list[str]:
+    """The corpus source of each scanned file: a corpus part's, as its folder's stats.json
+    names it; any other file (decontam --corpus) is one source, as a flat corpus is."""
+    by_folder: dict[Path, dict[str, str]] = {}
+    out = []
+    for name in files:
+        path = Path(name)
+        if path.parent not in by_folder:
+            by_folder[path.parent] = part_sources(path.parent) if path.parent.is_dir() else {}
+        out.append(by_folder[path.parent].get(path.name, DEFAULT_SOURCE))
+    return out
 
 
 def _items_jsonl(index, result, outcome: Outcome, max_documents: int) -> str:
@@ -129,6 +154,7 @@ def _items_jsonl(index, result, outcome: Outcome, max_documents: int) -> str:
             "coverage": round(float(outcome.coverage[i]), 4),
             "status": outcome.status[i],
             "found_by": outcome.found_by[i],
+            "sources": outcome.item_sources(i),
             "documents": [names[doc] for doc in outcome.item_docs[i][:max_documents]],
         }
         lines.append(json.dumps(row, ensure_ascii=False))
@@ -151,6 +177,30 @@ def _per_benchmark(index, outcome: Outcome) -> dict[str, dict]:
         }
         for bench, counts in per_benchmark.items()
     }
+
+
+def _by_source(index, outcome: Outcome) -> dict[str, dict[str, int]]:
+    counts: dict[str, Counter] = {bench: Counter() for bench in dict.fromkeys(index.benchmarks)}
+    for item, bench in enumerate(index.benchmarks):
+        counts[bench].update(outcome.item_sources(item))
+    return {bench: dict(sorted(c.items())) for bench, c in counts.items()}
+
+
+def _source_table(by_source: dict[str, dict[str, int]]) -> list[str]:
+    sources = sorted({s for counts in by_source.values() for s in counts})
+    if not sources:
+        return []
+    md = [
+        "",
+        "Dirty and partial items by the corpus source whose documents held them (an item "
+        "found in two sources counts in both):",
+        "",
+        "| benchmark | " + " | ".join(sources) + " |",
+        "|---|" + "---|" * len(sources),
+    ]
+    for bench, counts in by_source.items():
+        md.append(f"| {bench} | " + " | ".join(f"{counts.get(s, 0):,}" for s in sources) + " |")
+    return md
 
 
 def _report_markdown(report: dict, outcome: Outcome, extra: dict) -> str:
@@ -176,8 +226,11 @@ def _report_markdown(report: dict, outcome: Outcome, extra: dict) -> str:
         "items the whole-text match alone would have left at a lower status.",
         f"Scanned {stats_docs:,} documents ({stats_bytes / 1e6:,.1f} MB); "
         f"{len(outcome.flagged):,} hold part of a dirty or partial item "
-        f"(action: {report['action']}).",
+        f"(action: {report['action']}"
+        + (f" on {', '.join(report['action_sources'])} only" if report["action_sources"] else "")
+        + ").",
     ]
+    md += _source_table(report["by_source"])
     if extra.get("documents_dropped") is not None:
         md.append(
             f"Decontaminated corpus: {extra['documents_dropped']:,} documents dropped, "
@@ -204,6 +257,7 @@ def _flagged_jsonl(index, result, outcome: Outcome, actions: dict[int, str], run
         record = {
             "document": names[doc],
             "source": _shown_source(result.sources[int(arrays["doc_source"][doc])], run_root),
+            "corpus_source": outcome.doc_sources[doc],
             "record": int(arrays["doc_record"][doc]),
             "items": [[index.benchmarks[i], index.item_ids[i]] for i in held],
             "action": actions.get(doc, "flagged"),
@@ -222,6 +276,8 @@ def write_reports(out: Path, index, result, outcome, cfg: Config, extra: dict) -
     stats = result.stats
     report = {
         "benchmarks": _per_benchmark(index, outcome),
+        "by_source": _by_source(index, outcome),
+        "action_sources": list(decontam.action_sources),
         "ngram": index.ngram,
         "dirty_threshold": decontam.dirty_threshold,
         "clean_threshold": decontam.clean_threshold,
@@ -361,8 +417,11 @@ def write_corpus(
     metas = _part_metas(corpus_dir, parts)
     edits: dict[int, int] = {}  # part -> task
     plan: list[PartEdit] = []
+    acted_on = set(decontam.action_sources)
     for part_index, part in enumerate(parts):
         flagged = by_part.get(part_index, {}) if decontam.action != "keep" else {}
+        if acted_on and metas[part.name].get("source", DEFAULT_SOURCE) not in acted_on:
+            flagged = {}  # another source's leaks: reported, left in
         if flagged:
             held = tuple(
                 (record, doc, tuple(sorted(outcome.flagged[doc])))
@@ -393,7 +452,7 @@ def write_corpus(
             stats = read_json(_part_stats_path(work, rank))
             # linked, not moved: the task stays complete, should this run stop before the end
             _link(work / WRITE / f"{rank:05d}" / part.name, target)
-            meta = stats["part"]
+            meta = {**stats["part"], "source": metas[part.name].get("source", DEFAULT_SOURCE)}
             for key in ("documents_dropped", "documents_cut", "characters_removed"):
                 counts[key] += stats.get(key, 0)
             actions.update((doc, action) for doc, action in stats["actions"])
