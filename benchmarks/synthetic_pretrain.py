@@ -31,7 +31,10 @@ def write_random_shards(folder: Path, *, vocab_size: int, tokens: int, seed: int
     folder.mkdir(parents=True, exist_ok=True)
     ids = np.random.default_rng(seed).integers(0, vocab_size, size=tokens, dtype=np.int64)
     ids.astype(dtype).tofile(folder / TRAIN_FILE)
-    train = {"files": [{"path": TRAIN_FILE, "tokens": tokens}], "tokens": tokens}
+    train = {
+        "files": [{"path": TRAIN_FILE, "source": "corpus", "tokens": tokens}],
+        "tokens": tokens,
+    }
     manifest = {
         "format": MANIFEST_FORMAT,
         "dtype": dtype.name,

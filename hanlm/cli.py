@@ -705,7 +705,6 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from hanlm.plan import estimate as plan
-    from hanlm.plan.data_rates import mixture_preview
     from hanlm.plan.table import print_plan
     from hanlm.stages.rundir import load_run_config
 
@@ -715,10 +714,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         claim_output_file(
             args.out, is_earlier_output=_is_plan_output, replace_earlier=args.force, name="--out"
         )
-    result = plan.make_plan(plan.setup_from_config(cfg))
-    mixture = mixture_preview(cfg)
-    if mixture is not None:
-        result = result.model_copy(update={"mixture": mixture})
+    result = plan.plan_recipe(cfg)
     if args.out is not None:
         result.write(args.out)
     if args.json:

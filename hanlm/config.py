@@ -853,7 +853,9 @@ class DecontamSection(Section):
     action_sources: list[str] = Field(
         default_factory=list,
         description="the corpus sources the action applies to (e.g. drop leaks from wiki, "
-        "leave web untouched); empty: every source. The report counts every source either way",
+        "leave web untouched), and with action keep the sources whose leaks compare_drop's run "
+        "drops (what that source's leaks add to each score); empty: every source. The report "
+        "counts every source either way",
         json_schema_extra={"cli": {"flag": "action-source", "metavar": "SOURCE"}},
     )
     compare_drop: bool = Field(
@@ -1260,6 +1262,9 @@ def load_config(
         set_by.update({key: f"the override {key}={value!r}" for key, value in overrides.items()})
     else:
         set_by.update({key: f"--set {text}" for key, _, text in _parse_overrides(overrides or [])})
+    if "corpus.inputs" in set_by and "corpus.sources" not in set_by:
+        # inputs given on the command line replace the file's sources, as any flag its key
+        data.get("corpus", {}).pop("sources", None)
     apply_overrides(data, values or {})
     apply_overrides(data, overrides or [])
     try:

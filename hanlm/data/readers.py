@@ -24,7 +24,30 @@ from hanlm.files import (
     strip_compression_suffix,
 )
 
-SUPPORTED = ".txt, .jsonl, .parquet (each optionally .gz or .zst), hf:NAME[:CONFIG]:SPLIT, demo"
+SUPPORTED = (
+    ".txt, .jsonl, .parquet (each optionally .gz or .zst), hf:NAME[:CONFIG]:SPLIT, demo, "
+    "demo:wiki, demo:web"
+)
+
+
+def is_demo(spec) -> bool:
+    """`demo` (the demo world's documents) or `demo:NAME` (those of one of its sources)."""
+    return isinstance(spec, str) and (spec == "demo" or spec.startswith("demo:"))
+
+
+def demo_kinds(spec: str) -> tuple[str, ...] | None:
+    """The document kinds a demo input reads; None: all of them."""
+    if spec == "demo":
+        return None
+    from hanlm.demo.world import DEMO_SOURCES  # deferred: the generators are not needed here
+
+    name = spec.removeprefix("demo:")
+    if name not in DEMO_SOURCES:
+        raise UserError(
+            f"corpus input {spec!r} names no source of the demo world",
+            fix=f"use demo (all of it) or one of: {', '.join('demo:' + n for n in DEMO_SOURCES)}",
+        )
+    return DEMO_SOURCES[name]
 
 
 @dataclass
@@ -87,8 +110,10 @@ def _lines(path: Path, span: tuple[int, int] | None) -> Iterator[tuple[str, byte
 
 
 def _read_jsonl(
-    path: Path, text_field: str, skips: Skips, span: tuple[int, int] | None = None
-) -> Iterator[Document]:
+    path: Path, text_field: str, skips: Skips, span: tuple[int, int] | None = None,
+    kinds: tuple[str, ...] | None = None,
+) -> Iterator[Document]:  # fmt: skip
+    """kinds: only the records whose "kind" is one of them (the demo world's sources)."""
     for name, raw in _lines(path, span):
         where = f"{path.parent / name}"
         line = _decode(raw, skips, where)
@@ -102,6 +127,8 @@ def _read_jsonl(
         text = record.get(text_field) if isinstance(record, dict) else None
         if not isinstance(text, str):
             skips.skip("missing_field", where, f"no string field {text_field!r}")
+            continue
+        if kinds is not None and record.get("kind") not in kinds:
             continue
         doc_id = record.get("id")
         yield Document(str(doc_id) if doc_id is not None else name, text, len(raw))
@@ -318,7 +345,8 @@ def expand_inputs(inputs: list[str]) -> list[str | Path]:
         raise UserError("no corpus inputs given", fix=f"pass --input with one of: {SUPPORTED}")
     expanded: list[str | Path] = []
     for spec in inputs:
-        if spec == "demo" or spec.startswith("hf:"):
+        if is_demo(spec) or spec.startswith("hf:"):
+            demo_kinds(spec) if is_demo(spec) else None  # a demo source that does not exist
             expanded.append(spec)
             continue
         matches = sorted(glob.glob(os.path.expanduser(spec), recursive=True))
@@ -351,8 +379,8 @@ def read_source(
     """The documents of one input (or of the byte range `span` of an uncompressed .jsonl or
     one-document-per-line .txt file); `demo` is read from `demo_file` (the demo world's
     pretraining text, which the caller has written)."""
-    if source == "demo":
-        yield from _read_jsonl(demo_file, "text", skips, span)
+    if is_demo(source):
+        yield from _read_jsonl(demo_file, "text", skips, span, demo_kinds(source))
         return
     if isinstance(source, str):  # span: (share, shares) of the stream's files
         yield from _read_hf(source, corpus.text_field, skips, shard=span)
@@ -390,7 +418,7 @@ class Unit:
         self, corpus: CorpusSection, skips: Skips, demo_file: Path | None = None
     ) -> Iterator[Document]:
         source: str | Path = self.source
-        if source != "demo" and not source.startswith("hf:"):
+        if not is_demo(source) and not source.startswith("hf:"):
             source = Path(source)
         return read_source(source, corpus, skips, demo_file=demo_file, span=self.span)
 
@@ -412,14 +440,14 @@ def split_into_units(
     """The inputs in order, big uncompressed line files cut into byte ranges of `task_bytes`."""
     units: list[Unit] = []
     for source in sources:
-        if isinstance(source, str) and source != "demo":  # one task per data file of the stream
+        if isinstance(source, str) and not is_demo(source):  # a task per data file of the stream
             shares = hf_num_shards(source)
             units.extend(Unit(source, (i, shares) if shares > 1 else None) for i in range(shares))
             continue
-        path = demo_file if source == "demo" else source
+        path = demo_file if is_demo(source) else source
         size = path.stat().st_size
-        name = "demo" if source == "demo" else str(path)
-        if size <= task_bytes or not (source == "demo" or _splittable(path, corpus)):
+        name = source if is_demo(source) else str(path)
+        if size <= task_bytes or not (is_demo(source) or _splittable(path, corpus)):
             units.append(Unit(name, None, size))
             continue
         pieces = -(-size // task_bytes)

@@ -54,6 +54,18 @@ _CORPUS_MIX: tuple[tuple[str, Callable[[random.Random, Atlas], str], float], ...
 )
 
 
+# The demo world's documents as corpus sources (`demo:NAME` inputs): encyclopedia pages, and the
+# web: everyday writing, word problems, workbook pages and the pages that mirror benchmark
+# passages (hanlm/demo/planting.py), as web copies carried a math benchmark in the field report.
+DEMO_SOURCES = {
+    "wiki": ("encyclopedia",),
+    "web": ("planted", "exercise", "math", "reading"),
+}
+assert sorted(k for kinds in DEMO_SOURCES.values() for k in kinds) == sorted(
+    {kind for kind, *_ in _CORPUS_MIX} | {"planted"}
+)  # every document in exactly one source
+
+
 @dataclass
 class DemoWorld:
     """Everything `build` makes; `write` puts it on disk."""

@@ -168,7 +168,7 @@ def local_inputs_bytes(inputs: list[str], text_field: str) -> dict[str, Any]:
         "remote": [],
     }
     for spec in inputs:
-        if spec == "demo" or spec.startswith("hf:"):
+        if spec == "demo" or spec.startswith(("demo:", "hf:")):
             out["remote"].append(spec)
             continue
         files = [Path(m) for m in glob.glob(os.path.expanduser(spec), recursive=True)]
@@ -213,7 +213,7 @@ def corpus_size(
             )
             if derived > size:
                 size, estimated = derived, True
-        elif local["remote"] == ["demo"] and demo_mb:
+        elif demo_mb and all(r == "demo" or r.startswith("demo:") for r in local["remote"]):
             size += demo_mb * MB
             parts.append(f"demo world, {demo_mb:g} MB (demo.size_mb)")
         else:
@@ -273,7 +273,7 @@ def mixture_preview(cfg) -> list[dict] | None:
         if "demo" in local["remote"]:
             size += cfg.demo.size_mb * MB
         if [r for r in local["remote"] if r != "demo"] or not size:
-            size = None  # a stream's size is not known before it is read
+            size = None  # a stream's size (or a demo source's share) is not known before it is read
         available[source.name] = (
             size / (BYTES_PER_CHAR * CHARS_PER_TOKEN) if size is not None else None
         )

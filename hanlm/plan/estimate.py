@@ -45,7 +45,7 @@ from typing import Any
 
 from hanlm.errors import UserError
 from hanlm.plan.catalogue import CATALOGUE, find, measured_cpu_peak_flops
-from hanlm.plan.data_rates import DataWork, data_time, data_work
+from hanlm.plan.data_rates import DataWork, data_time, data_work, mixture_preview
 from hanlm.results import Part, Result
 
 GIB = 1 << 30
@@ -566,6 +566,14 @@ class Plan(Result):
     memory: MemoryPlan | None = None
     time: TimePlan | None = None
     recommendation: Recommendation | None = None
+
+
+def plan_recipe(cfg, *, plan_section=None) -> Plan:
+    """The plan of a recipe: its setup's (make_plan), and its training mix's preview when its
+    corpus sources have weights."""
+    plan = make_plan(setup_from_config(cfg, plan_section=plan_section))
+    mixture = mixture_preview(cfg)
+    return plan if mixture is None else plan.model_copy(update={"mixture": mixture})
 
 
 def make_plan(setup: Setup) -> Plan:

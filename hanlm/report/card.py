@@ -437,10 +437,12 @@ def _gap_verdict(label: str, task: str, gaps: dict[str, dict], chance: float) ->
     )
 
 
-def _comparison_rows(kept: list[dict], dropped: list[dict], task: str) -> list[list[str]]:
+def _comparison_rows(
+    kept: list[dict], dropped: list[dict], task: str, dropped_label: str
+) -> list[list[str]]:
     """Before and after decontamination: one row per corpus, clean and dirty side by side."""
     rows = []
-    for corpus, samples in (("kept (this run)", kept), ("dropped (compare/drop)", dropped)):
+    for corpus, samples in (("kept (this run)", kept), (dropped_label, dropped)):
         gaps = _gaps(samples)
         for metric, gap in gaps.items():
             rows.append([corpus, task, GAP_METRICS[metric], *_cells(metric, gap)])
@@ -457,13 +459,18 @@ def _comparison(files: RunFiles, kept_by_task: dict[str, list[dict]]) -> str:
             "(`decontam.compare_drop = true` trains one).\n"
         )
     dropped = _split_scores(_jsonl(files.compare_eval_samples))
+    report = DecontamReport.read_if_present(files.decontam_report)
+    only = report.action_sources if report is not None else []
+    label = (
+        f"{', '.join(only)}'s leaks dropped (compare/drop)" if only else "dropped (compare/drop)"
+    )
     out: list[str] = []
     rows, verdicts = [], []
     for (_, task), samples in dropped.items():
         kept = kept_by_task.get(task)
         if not kept:
             continue
-        rows += _comparison_rows(kept, samples, task)
+        rows += _comparison_rows(kept, samples, task, label)
         before, after = _gaps(kept).get("acc"), _gaps(samples).get("acc")
         if before and after:
             gap = after["gap"]

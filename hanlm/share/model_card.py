@@ -343,7 +343,7 @@ def _dataset_line(source: str) -> str:
     if found is None:
         return (
             "the built-in synthetic Korean demo world"
-            if source == "demo"
+            if source == "demo" or source.startswith("demo:")
             else f"a local file (`{source.rsplit('/', 1)[-1]}`)"
         )
     name, config, split = found

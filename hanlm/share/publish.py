@@ -187,7 +187,9 @@ def read_facts(
         )
     results = EvalResults.read(files.eval_results, fix=files.fixes["eval"])
     scores = _model_scores(results, folder, files.eval_results, files.fixes["eval"])
-    corpus_inputs = list(((recipe or {}).get("corpus") or {}).get("inputs") or [])
+    corpus = (recipe or {}).get("corpus") or {}
+    sources = corpus.get("sources") or [{"inputs": corpus.get("inputs") or []}]
+    corpus_inputs = list(dict.fromkeys(i for s in sources for i in s.get("inputs") or []))
     sft_data = ((recipe or {}).get("sft") or {}).get("data")
     trained_on = corpus_inputs + ([sft_data] if kind == "chat" and sft_data else [])
     plots = sorted(p.name for p in files.plots.glob("*.png")) if files.plots.is_dir() else []

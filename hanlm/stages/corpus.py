@@ -30,7 +30,7 @@ STAGE = Stage(
     reads=("corpus", "data_engine", "run.seed"),
     unfingerprinted=ENGINE_PLACEMENT,
     work=lambda run: run.corpus_work,
-    uses_demo=lambda cfg, options: "demo" in cfg.corpus.all_inputs(),
+    uses_demo=lambda cfg, options: any(map(readers.is_demo, cfg.corpus.all_inputs())),
 )
 
 
@@ -51,7 +51,8 @@ def damage(run: RunDir) -> str | None:
 def build(ctx: StageContext) -> CorpusStats | None:
     """The corpus's stats; None when its jobs were submitted to a cluster and still run."""
     cfg, run = ctx.cfg, ctx.run
-    demo_file = run.demo_file("pretrain") if "demo" in cfg.corpus.all_inputs() else None
+    demo = any(map(readers.is_demo, cfg.corpus.all_inputs()))
+    demo_file = run.demo_file("pretrain") if demo else None
     work = engine_output.work_folder(run.corpus_work, ctx.fingerprint, force=ctx.force)
     stats = engine_output.run_jobs(
         "corpus", work, lambda: cleaning.build(

@@ -8,8 +8,7 @@ from typing import Any
 
 from hanlm.config import Config
 from hanlm.console import info
-from hanlm.plan.data_rates import mixture_preview
-from hanlm.plan.estimate import Plan, make_plan, setup_from_config
+from hanlm.plan.estimate import Plan, plan_recipe, setup_from_config
 from hanlm.plan.table import print_plan
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
@@ -42,10 +41,7 @@ def inputs(cfg: Config, run: RunDir, options: dict) -> dict[str, Any]:
 
 
 def build(ctx: StageContext) -> Plan:
-    plan = make_plan(setup_from_config(ctx.cfg))
-    mixture = mixture_preview(ctx.cfg)  # (the stage reads corpus, demo.size_mb and pretrain)
-    if mixture is not None:
-        plan = plan.model_copy(update={"mixture": mixture})
+    plan = plan_recipe(ctx.cfg)
     print_plan(plan)
     info(f"plan: written to {ctx.run.plan}")
     return plan

@@ -852,7 +852,7 @@ def test_planted_leaks_are_traced_to_the_source_that_carried_them(demo_world, tm
         f"web-leak-{i}" for i in planted["web"]
     )
     md = (run / "decontam" / "report.md").read_text()
-    assert "| benchmark | web | wiki |" in md and "| demo_qa | 5 | 9 |" in md
+    assert "| benchmark | wiki | web |" in md and "| demo_qa | 9 | 5 |" in md
     flagged = [json.loads(line) for line in (run / "decontam" / "flagged.jsonl").open()]
     assert {f["corpus_source"] for f in flagged if f["document"].startswith("web")} == {"web"}
 

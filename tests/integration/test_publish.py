@@ -158,13 +158,16 @@ def test_card_metadata_round_trips_through_the_hub_parser(run_dir, cli):
 
 def test_the_recipes_hub_inputs_are_the_cards_datasets(run_dir, cli):
     config = run_dir / "config.toml"
+    inputs = iter(
+        [
+            'inputs = ["hf:HuggingFaceFW/fineweb-2:kor_Hang:train", "/data/extra.jsonl"]',
+            'inputs = ["hf:wikimedia/wikipedia:20231101.ko:train", "/data/extra.jsonl"]',
+        ]
+    )  # the recipe's two corpus sources
     text, count = re.subn(
-        r"(?m)^inputs = \[[^\]]*\]",
-        'inputs = ["hf:HuggingFaceFW/fineweb-2:kor_Hang:train", "/data/extra.jsonl", '
-        '"hf:wikimedia/wikipedia:20231101.ko:train"]',
-        config.read_text(encoding="utf-8"),
+        r"(?m)^inputs = \[[^\]]*\]", lambda _: next(inputs), config.read_text(encoding="utf-8")
     )
-    assert count == 1
+    assert count == 2
     config.write_text(text, encoding="utf-8")
     assert cli("publish", run_dir, "--repo", REPO, "--dry-run").code == 0
     card = _card(run_dir / "publish")

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import assert_user_error
 from hanlm.data import shards
-from hanlm.data.corpus import corpus_parts, iter_corpus, iter_part
+from hanlm.data.corpus import corpus_parts, iter_corpus, iter_part, part_sources
 from hanlm.data.shards import ShardsManifest
 from hanlm.data.tokenizer import TokenizerStats
 from hanlm.errors import UserError
@@ -27,13 +27,24 @@ def read_split(run_dir, split):
     return [np.fromfile(run_dir / "shards" / f.path, dtype=m.dtype) for f in files]
 
 
+def first_documents(corpus_dir) -> set[str]:
+    """The first document of each corpus source: it goes to val, so each source has some."""
+    firsts = {}
+    for part, source in part_sources(corpus_dir).items():
+        if source not in firsts:
+            firsts[source] = next(iter_part(corpus_dir / part))["id"]
+    return set(firsts.values())
+
+
 def test_totals_equal_direct_encoding(demo_run):
     tok = tokenizer_stage.load(demo_run)
     m = manifest(demo_run)
     eod = m.eod_id
     expected = {"train": [], "val": []}
-    for i, doc in enumerate(iter_corpus(training_corpus_dir(demo_run))):
-        split = "val" if i == 0 or shards.is_val(doc["id"], 0, 0.02) else "train"
+    corpus_dir = training_corpus_dir(demo_run)
+    firsts = first_documents(corpus_dir)
+    for doc in iter_corpus(corpus_dir):
+        split = "val" if doc["id"] in firsts or shards.is_val(doc["id"], 0, 0.02) else "train"
         expected[split].extend([*tok.encode(doc["text"]).ids, eod])
     for split in ("train", "val"):
         tokens = np.concatenate(read_split(demo_run, split))
@@ -60,14 +71,15 @@ def test_manifest_fields(demo_run):
 
 def reference_files(run_dir) -> dict[str, bytes]:
     """Every token file as the encoder before the data engine wrote it: part by part, the first
-    document of part 0 and the seeded coin's picks to val, each document ending in EOD."""
+    document of each source and the seeded coin's picks to val, each document ending in EOD."""
     tok = tokenizer_stage.load(run_dir)
     m = manifest(run_dir)
     files = {}
+    firsts = first_documents(training_corpus_dir(run_dir))
     for i, part in enumerate(corpus_parts(training_corpus_dir(run_dir))):
         tokens = {"train": [], "val": []}
-        for j, doc in enumerate(iter_part(part)):
-            val = (i == 0 and j == 0) or shards.is_val(doc["id"], 0, 0.02)
+        for doc in iter_part(part):
+            val = doc["id"] in firsts or shards.is_val(doc["id"], 0, 0.02)
             tokens["val" if val else "train"].extend([*tok.encode(doc["text"]).ids, m.eod_id])
         for split, ids in tokens.items():
             files[f"{split}-{i:05d}.bin"] = np.array(ids, dtype=m.dtype).tobytes()

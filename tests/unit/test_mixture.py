@@ -162,3 +162,29 @@ def test_a_flat_inputs_list_is_one_unmixed_source_and_sources_survive_the_saved_
     saved = tmp_path / "saved.toml"
     saved.write_text(config_to_toml(cfg))
     assert load_config(saved).corpus == cfg.corpus
+
+
+def test_the_plan_previews_the_mix_and_says_how_far_a_capped_source_falls_short():
+    rows = mixture.preview(THREE, {"big": 1e9, "mid": 1e6, "small": None}, 10_000_000)
+    by = {r["source"]: r for r in rows}
+    assert by["big"]["tokens"] == 6_000_000 and by["big"]["epochs"] == 0.006
+    assert by["mid"]["epochs"] == 3.0 and by["mid"]["short_of_budget"] == 0  # 4 allowed
+    assert by["small"]["available"] is None and by["small"]["epochs"] is None
+    capped = mixture.preview(THREE, {"big": 1e9, "mid": 5e5, "small": 1e6}, 10_000_000)
+    assert {r["source"]: r["short_of_budget"] for r in capped}["mid"] == 0.1  # 3M asked, 2M can
+
+
+def test_hanlm_plan_prints_the_mix_of_a_recipe_with_sources(tmp_path, cli):
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text('{"text": "가나다라마바사"}\n' * 2000)
+    recipe = tmp_path / "mix.toml"
+    recipe.write_text(
+        "[pretrain]\nmax_tokens = 4_000_000\n"
+        + MIX.replace("a/*.jsonl", str(tmp_path / "a.jsonl"))
+        .replace("b/*.jsonl", str(tmp_path / "b.jsonl"))
+        .format(web="weight = 0.9", wiki="weight = 0.1", second="wiki")
+    )
+    result = cli("plan", "--config", recipe)
+    assert result.code == 0, result.err
+    err = " ".join(result.err.split())
+    assert "training mix" in err and "90.0%" in err and "capped at max_epochs" in err

@@ -110,7 +110,7 @@ def test_cores_from_plan_engine_or_machine(monkeypatch):
 
 def test_field_recipe_hours_on_a_hundred_gigabyte_corpus():
     cfg = load_config("ko-1.3b-8x5090")
-    assert cfg.corpus.near_dedup and all(s.startswith("hf:") for s in cfg.corpus.inputs)
+    assert cfg.corpus.near_dedup and all(s.startswith("hf:") for s in cfg.corpus.all_inputs())
     setup = plan.setup_from_config(cfg)
     assert setup.data is not None and setup.data.cores == 32
     t = dr.data_time(setup.data)

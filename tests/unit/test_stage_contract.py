@@ -61,7 +61,9 @@ def with_new_field(cfg: Config, section: str) -> Config:
     """`cfg` whose `section` has one more field, as a newcomer would add one."""
     model = type(getattr(cfg, section))
     grown = create_model(f"{model.__name__}Grown", __base__=model, added_field=(int, 7))
-    return cfg.model_copy(update={section: grown(**getattr(cfg, section).model_dump())})
+    return cfg.model_copy(
+        update={section: grown(**getattr(cfg, section).model_dump(exclude_unset=True))}
+    )
 
 
 def sections_read() -> set[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import zstandard
 from datatrove.pipeline.base import PipelineStep
+from pydantic import Field
 
 from hanlm.config import DEFAULT_SOURCE, Config
 from hanlm.console import info
@@ -64,8 +65,8 @@ class DecontamReport(Result):
 
     benchmarks: dict[str, BenchmarkContamination]
     # benchmark -> corpus source -> its dirty and partial items held by that source's documents
-    by_source: dict[str, dict[str, int]]
-    action_sources: list[str]  # where the action applied; empty: every source
+    by_source: dict[str, dict[str, int]] = Field(default_factory=dict)
+    action_sources: list[str] = Field(default_factory=list)  # where it acted; empty: every source
     ngram: int
     dirty_threshold: float
     clean_threshold: float
@@ -180,14 +181,17 @@ def _per_benchmark(index, outcome: Outcome) -> dict[str, dict]:
 
 
 def _by_source(index, outcome: Outcome) -> dict[str, dict[str, int]]:
-    counts: dict[str, Counter] = {bench: Counter() for bench in dict.fromkeys(index.benchmarks)}
+    """Every benchmark's dirty and partial items per corpus source scanned (0s included)."""
+    sources = list(dict.fromkeys(outcome.doc_sources))
+    counts = {bench: dict.fromkeys(sources, 0) for bench in dict.fromkeys(index.benchmarks)}
     for item, bench in enumerate(index.benchmarks):
-        counts[bench].update(outcome.item_sources(item))
-    return {bench: dict(sorted(c.items())) for bench, c in counts.items()}
+        for source in outcome.item_sources(item):
+            counts[bench][source] += 1
+    return counts
 
 
 def _source_table(by_source: dict[str, dict[str, int]]) -> list[str]:
-    sources = sorted({s for counts in by_source.values() for s in counts})
+    sources = list(dict.fromkeys(s for counts in by_source.values() for s in counts))
     if not sources:
         return []
     md = [
@@ -230,12 +234,12 @@ def _report_markdown(report: dict, outcome: Outcome, extra: dict) -> str:
         + (f" on {', '.join(report['action_sources'])} only" if report["action_sources"] else "")
         + ").",
     ]
-    md += _source_table(report["by_source"])
     if extra.get("documents_dropped") is not None:
         md.append(
             f"Decontaminated corpus: {extra['documents_dropped']:,} documents dropped, "
             f"{extra['documents_cut']:,} cut ({extra['characters_removed']:,} characters removed)."
         )
+    md += _source_table(report["by_source"])
     return "\n".join(md) + "\n"
 
 
