@@ -14,11 +14,16 @@ over the tokens. Target: B's shards plus its mix within 5% of A's shards.
 
 from __future__ import annotations
 
+import sys
+
+# benchmarks/tokenize.py would shadow the standard library's `tokenize`: keep this folder off
+# the import path.
+sys.path[:] = [p for p in sys.path if p not in ("", __file__.rsplit("/", 1)[0])]
+
 import argparse
 import importlib.util
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -139,11 +144,8 @@ def main() -> None:
         f"ratio (shards + order), sources / one pile = "
         f"{(b_shards + b_order) / (a_shards + a_order):.3f}  (target <= 1.05)"
     )
-    print(
-        "load average (1/5/15 min) before: "
-        f"{' '.join(f'{x:.2f}' for x in load_before)}, after: "
-        f"{' '.join(f'{x:.2f}' for x in load_after)}"
-    )
+    loads = [" ".join(f"{x:.2f}" for x in load) for load in (load_before, load_after)]
+    print(f"load average (1/5/15 min): {loads[0]} before, {loads[1]} after")
 
 
 if __name__ == "__main__":
