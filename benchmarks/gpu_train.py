@@ -411,8 +411,12 @@ def _print_table(rows: list[dict], ratios: dict[str, float], header: str) -> Non
 def _configs(args) -> list[tuple[str, str]]:
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-    from hanlm.model import preset_names
-    from hanlm.train.precision import PRECISIONS as KNOWN
+    from typing import get_args
+
+    from hanlm.config import PrecisionSection
+    from hanlm.model_presets import preset_names  # light: a bad flag is refused at once
+
+    KNOWN = get_args(PrecisionSection.model_fields["mode"].annotation)
 
     for preset in presets:
         if preset not in preset_names():

@@ -57,9 +57,6 @@ class Mixture:
     def total(self) -> int:
         return sum(s.drawn for s in self.sources)
 
-    def share(self, name: str) -> float:
-        return next(s.drawn for s in self.sources if s.name == name) / max(self.total, 1)
-
     def rows(self) -> list[dict]:
         """The table every report shows: per source, its asked and realised share, tokens and
         epochs."""

@@ -28,6 +28,7 @@ ORDER: tuple[str, ...] = (
     "config",
     "model_folder",
     "testsets",
+    "model_presets",
     "model",
     "model_init",
     "demo",
