@@ -90,7 +90,9 @@ def _samples(model: str, seed: int, clean_acc: float, dirty_acc: float) -> list[
     return rows
 
 
-def _files(tmp_path: Path, samples: list[dict], compared: list[dict] | None) -> card.RunFiles:
+def _files(
+    tmp_path: Path, samples: list[dict], compared: list[dict] | None, action_sources=()
+) -> card.RunFiles:
     run = tmp_path / "run"
     (run / "eval").mkdir(parents=True)
     (run / "decontam").mkdir()
@@ -104,6 +106,7 @@ def _files(tmp_path: Path, samples: list[dict], compared: list[dict] | None) -> 
         benchmarks={}, ngram=13, dirty_threshold=0.5, clean_threshold=0.1, action="keep",
         documents_scanned=0, characters_scanned=0, bytes_scanned=0, records_skipped=0,
         documents_flagged=0, scan_seconds=0.0, inputs=[], mode="run",
+        action_sources=list(action_sources),
     ).write(run / "decontam" / DecontamReport.FILE)  # fmt: skip
     compare = run / "compare" / "drop" / "eval" / "samples.jsonl"
     if compared is not None:
@@ -181,3 +184,16 @@ def test_the_paired_gap_is_what_the_leaks_add_to_the_same_items():
     assert gap["gap"].value == pytest.approx(0.2) and gap["gap"].excludes(0)
     # items the other model did not score are left out; one split empty: nothing to say
     assert contamination.paired_dirty_clean_gap(with_leaks[:10], without, "acc") is None
+
+
+def test_a_comparison_that_drops_one_sources_leaks_says_which(tmp_path):
+    from hanlm.config import load_config
+    from hanlm.stages.compare import comparison_config
+
+    values = {"decontam.compare_drop": True, "decontam.action_sources": ["web"]}
+    sub = comparison_config(load_config(values=values)).decontam  # the demo recipe: keep
+    assert sub.action == "drop" and sub.action_sources == ["web"]
+    kept = _samples("run/pretrain", 0, clean_acc=0.65, dirty_acc=0.95)
+    dropped = _samples("drop/pretrain", 1, clean_acc=0.65, dirty_acc=0.65)
+    text = card._contamination_section(_files(tmp_path, kept, dropped, ["web"]))
+    assert "| web's leaks dropped (compare/drop) | demo_qa | accuracy |" in text

@@ -188,3 +188,12 @@ def test_hanlm_plan_prints_the_mix_of_a_recipe_with_sources(tmp_path, cli):
     assert result.code == 0, result.err
     err = " ".join(result.err.split())
     assert "training mix" in err and "90.0%" in err and "capped at max_epochs" in err
+
+
+def test_inputs_on_the_command_line_replace_the_recipes_sources(tmp_path):
+    recipe = tmp_path / "mix.toml"
+    recipe.write_text(MIX.format(web="weight = 0.5", wiki="weight = 0.5", second="wiki"))
+    cfg = load_config(recipe, values={"corpus.inputs": ["mine/*.jsonl"]})
+    assert cfg.corpus.sources == [] and cfg.corpus.all_inputs() == ["mine/*.jsonl"]
+    assert load_config("demo").corpus.is_mixture  # the demo recipe's wiki and web
+    assert not load_config("demo", values={"corpus.inputs": ["x.txt"]}).corpus.is_mixture
