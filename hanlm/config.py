@@ -238,7 +238,14 @@ class CorpusSection(Section):
         "stats.json; with --strict, an error naming it)",
     )
     near_dedup: bool = Field(False, description="also remove near-duplicates (MinHash LSH)")
-    near_dedup_threshold: float = Field(0.85, gt=0, le=1, description="estimated Jaccard")
+    near_dedup_threshold: float = Field(
+        0.6,
+        gt=0,
+        le=1,
+        description="estimated Jaccard of the folded character shingles above which two "
+        "documents are one: 0.6 keeps 95% of copies with one sentence in 8-16 changed "
+        "(benchmarks/corpus.py); punctuation, spacing and case are folded before",
+    )
     near_dedup_num_perm: int = Field(128, ge=16, le=1024)
     near_dedup_ngram: int = Field(5, ge=1, le=32, description="character shingle length")
     strict: bool = Field(False, description="fail on the first corrupt line instead of skipping")

@@ -42,6 +42,7 @@ DAMAGED = "damaged"  # per clean task: the input files it could not read to the 
 QUALITY_PREFIX, SKIPPED_PREFIX = "quality:", "skipped:"  # count labels: removed, skipped records
 LONG_DOCUMENTS, LONG_PIECES = "long_documents", "long_pieces"  # counts of the clean tasks
 PAIRS_TASK_BYTES = 8 << 30  # input whose band records one pairs task reads (~100 MB of them)
+PAIRS_GROUP_BYTES = 1 << 30  # a small corpus's bands go several to a task, up to this much input
 SIGNATURE_BATCH_CHARS = 1 << 21  # documents hashed together (vectorised): ~2M characters
 
 
@@ -294,10 +295,11 @@ def jobs(
         seed=seed, threshold=corpus.near_dedup_threshold,
     )  # fmt: skip
     # each pairs task reads the band records of about PAIRS_TASK_BYTES of input: a big corpus's
-    # bands in pieces, a small corpus's bands several to a task (a task costs ~30 ms of setup)
+    # bands in pieces; a small corpus's bands several to a task (a task costs ~30 ms of setup),
+    # up to PAIRS_GROUP_BYTES of input in all, so that a few hundred MB still spread over workers
     input_bytes = sum(u.nbytes for u in units)
     ranges = max(1, math.ceil(input_bytes / PAIRS_TASK_BYTES))
-    kinds_per_task = max(1, min(settings.kinds, PAIRS_TASK_BYTES // max(input_bytes, 1)))
+    kinds_per_task = max(1, min(settings.kinds, PAIRS_GROUP_BYTES // max(input_bytes, 1)))
     pairs = dedup.FindDuplicatePairs(
         work / "signatures", work / PAIRS, settings, ranges, kinds_per_task
     )

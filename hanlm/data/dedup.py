@@ -15,7 +15,8 @@
    removed, as exact duplicates when they have an identical earlier twin, else as near ones;
 4. filter (in each corpus task): the task's removal list applied as its documents are written.
 
-Shingles are characters of the whitespace-free text (Korean spacing varies), see minhash.py.
+Shingles are characters of the folded text (no whitespace or punctuation, lower case), see
+minhash.FOLDED.
 """
 
 from __future__ import annotations

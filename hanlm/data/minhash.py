@@ -1,17 +1,17 @@
 """Vectorised MinHash signatures for near-duplicate detection of Korean documents, and exact hashes.
 
-`signatures` hashes the character n-grams ("shingles") of each text with its whitespace removed
-(Korean spacing varies: '나는 학교에' and '나는학교에' are the same document) and returns one
-`num_perm`-column uint32 signature per text; the fraction of equal columns of two signatures
-estimates the Jaccard similarity of their shingle sets. `content_hashes` gives a 128-bit hash of
-each text's exact UTF-8 bytes for exact deduplication.
+`signatures` hashes the character n-grams ("shingles") of each text folded as FOLDED says and
+returns one `num_perm`-column uint32 signature per text; the fraction of equal columns of two
+signatures estimates the Jaccard similarity of their shingle sets. `content_hashes` gives a
+128-bit hash of each text's exact UTF-8 bytes for exact deduplication.
 
 Design (measured in benchmarks/minhash_speed.py): one-permutation hashing (OPH) with optimal
 densification (Li, Owen & Zhang 2012; Shrivastava 2017) instead of `num_perm` independent hash
 functions. The whole batch is handled at once in numpy:
 
-1. all texts are joined and encoded to one UTF-32 code-point array; whitespace code points
-   (exactly the set `str.split()` splits on) are dropped with a lookup table;
+1. all texts are joined and encoded to one UTF-32 code-point array, folded with one lookup
+   table over the Basic Multilingual Plane: whitespace (exactly what `str.split()` splits on)
+   and punctuation dropped, letters lower-cased;
 2. every position gets the hash of the n-gram starting there: a seeded linear combination of the
    n code points mod 2^32 (an almost-universal hash of the n-gram), then murmur3's fmix32;
 3. each hash picks one of `num_perm` bins from its high bits, and `np.minimum.at` keeps the
@@ -40,11 +40,21 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import string
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["content_hashes", "signatures"]
+__all__ = ["FOLDED", "content_hashes", "signatures"]
+
+FOLDED = (
+    "whitespace, punctuation and case (as datatrove's MinHash normalises, with digits kept: "
+    "Korean word problems and numeric facts that differ only in their numbers are different "
+    "text; syllables stay whole, NFC, not decomposed into jamo)"
+)
+# Why each: Korean spacing varies ('나는 학교에', '나는학교에'); a copy re-punctuated throughout is
+# the same text; Latin terms in Korean text change case. A shingle of 5 syllables spans ~2 words.
 
 _EMPTY = np.uint32(0xFFFFFFFF)  # an empty bin before densification
 _PAD = 0x110000  # not a code point: fills the one shingle of a text shorter than `ngram`
@@ -52,10 +62,25 @@ _MAX_PERM = 1 << 16  # bins come from the hash's top 16 bits
 _ROUNDS = 16  # hashing rounds for documents with empty bins before borrowing from other bins
 _CHUNK_CHARS = 1 << 20  # texts are processed in groups of about this many code points (cache)
 
-# Whitespace: exactly the code points `str.split()` splits on (all below U+3001).
-_WS_LIMIT = 0x3001
-_WS_TABLE = np.zeros(_WS_LIMIT + 1, dtype=bool)
-_WS_TABLE[[c for c in range(_WS_LIMIT) if chr(c).isspace()]] = True
+# What shingling reads of a text (see FOLDED): each code point of the Basic Multilingual Plane
+# mapped to its lower case, or to _DROP for whitespace and punctuation; others kept as they are.
+_DROP = np.uint32(0xFFFFFFFF)
+_BMP = 0x10000
+
+
+def _fold_table() -> np.ndarray:
+    table = np.arange(_BMP, dtype=np.uint32)
+    ascii_punctuation = set(string.punctuation)  # datatrove's too: $ + < = > ^ ` | ~ with P*
+    for code in range(_BMP):
+        char = chr(code)
+        if char.isspace() or char in ascii_punctuation or unicodedata.category(char)[0] == "P":
+            table[code] = _DROP
+        elif len(lower := char.lower()) == 1:
+            table[code] = ord(lower)
+    return table
+
+
+_FOLD = _fold_table()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,17 +144,21 @@ def _bins(h: np.ndarray, num_perm: int, out: np.ndarray | None = None) -> np.nda
 
 
 def _compact(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The whitespace-free code points of all texts, joined, and each text's end in them."""
+    """The folded code points of all texts (FOLDED: no whitespace or punctuation, lower case),
+    joined, and each text's end in them."""
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     ends = np.cumsum(lengths)
     data = "".join(texts).encode("utf-32-le", "surrogatepass")
-    points = np.frombuffer(data, dtype="<u4").astype(np.uint32, copy=False)
-    space = _WS_TABLE[np.minimum(points, np.uint32(_WS_LIMIT))]
-    space_at = np.flatnonzero(space)
-    if space_at.size == 0:
-        return points, ends
-    ends -= np.searchsorted(space_at, ends)  # whitespace before each end
-    return points[~space], ends
+    points = np.frombuffer(data, dtype="<u4")
+    folded = _FOLD[np.minimum(points, np.uint32(_BMP - 1))]
+    beyond = np.flatnonzero(points >= _BMP)  # emoji, rare CJK: as they are
+    folded[beyond] = points[beyond]
+    drop = folded == _DROP
+    drop_at = np.flatnonzero(drop)
+    if drop_at.size == 0:
+        return folded, ends
+    ends -= np.searchsorted(drop_at, ends)  # dropped code points before each end
+    return folded[~drop], ends
 
 
 def _signatures_chunk(texts: Sequence[str], num_perm: int, ngram: int, seed: int) -> np.ndarray:

@@ -24,7 +24,7 @@ ENGINE_PLACEMENT = tuple(f"data_engine.{k}" for k in ("executor", "workers", "sl
 
 STAGE = Stage(
     name="corpus",
-    version=2,
+    version=3,  # 3: near-duplicates on folded text (punctuation, case)
     output=lambda run: run.corpus,
     result=CorpusStats,
     reads=("corpus", "data_engine", "run.seed"),

@@ -17,6 +17,7 @@ from conftest import assert_user_error, korquad_contexts, run_subprocess, write_
 from hanlm.config import load_config
 from hanlm.data import cleaning, engine, readers
 from hanlm.data.corpus import CorpusStats, iter_corpus
+from hanlm.data.dedup import lsh_bands
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 
@@ -324,18 +325,20 @@ def test_ray_executor(tmp_path, inputs):
 
 
 @pytest.mark.parametrize(
-    "task_share, pairs_tasks",
+    "task_share, group_share, pairs_tasks",
     [
-        (0.1, 15 * 10),  # each of the 15 kinds (content hashes, 14 bands) in 10 hash ranges
-        (4.0, 4),  # 4 kinds to a task
+        (0.5, 0.5, lambda kinds: kinds * 2),  # each kind (content hashes, bands) in 2 ranges
+        (4.0, 4.0, lambda kinds: -(-kinds // 4)),  # 4 kinds to a task
+        (4.0, 16.0, lambda kinds: -(-kinds // 16)),  # grouped by PAIRS_GROUP_BYTES
     ],
 )
 def test_pairs_tasks_cut_or_grouped_find_the_same_duplicates(
-    tmp_path, inputs, monkeypatch, task_share, pairs_tasks
+    tmp_path, inputs, monkeypatch, task_share, group_share, pairs_tasks
 ):
     cfg = config(tmp_path)
     units = readers.split_into_units(list(inputs), cfg.corpus, cfg.data_engine.task_mb << 20)
     input_bytes = sum(u.nbytes for u in units)
+    kinds = 1 + lsh_bands(cfg.corpus.near_dedup_threshold, cfg.corpus.near_dedup_num_perm)[0]
 
     def pairs_job():
         jobs = cleaning.jobs(units, cfg.corpus, cfg.run.seed, tmp_path / "w", None)
@@ -344,7 +347,8 @@ def test_pairs_tasks_cut_or_grouped_find_the_same_duplicates(
     assert pairs_job().tasks == 1  # a small input: every kind in one task
     whole = run_stage("corpus", cfg, tmp_path / "whole")
     monkeypatch.setattr(cleaning, "PAIRS_TASK_BYTES", math.ceil(input_bytes * task_share))
-    assert pairs_job().tasks == pairs_tasks
+    monkeypatch.setattr(cleaning, "PAIRS_GROUP_BYTES", math.ceil(input_bytes * group_share))
+    assert pairs_job().tasks == pairs_tasks(kinds)
     cut = run_stage("corpus", cfg, tmp_path / "cut")
     assert cut.job_seconds.keys() == whole.job_seconds.keys()
     assert output(tmp_path / "whole") == output(tmp_path / "cut")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from hanlm.data.minhash import content_hashes, signatures
+from hanlm.data.minhash import FOLDED, content_hashes, signatures
 
 HANGUL = [chr(c) for c in range(0xAC00, 0xD7A4)]  # precomposed (NFC) syllables
 PARAMS = {"num_perm": 128, "ngram": 5, "seed": 0}
@@ -36,7 +36,7 @@ def spaced(rng: random.Random, text: str) -> str:
 
 
 def shingle_set(text: str, n: int) -> set[str]:
-    compact = "".join(text.split())
+    compact = "".join(text.split())  # (the texts of these tests hold no punctuation)
     return {compact[i : i + n] for i in range(max(1, len(compact) - n + 1))}
 
 
@@ -69,6 +69,22 @@ def test_whitespace_is_what_str_split_splits_on():
     assert not np.array_equal(
         signatures(["가나다\u200b라마바"], **PARAMS), signatures(["가나다라마바"], **PARAMS)
     )
+
+
+def test_punctuation_and_case_are_folded_and_digits_are_not():
+    text = "대한민국의 수도는 서울이다. 인구는 약 940만 명이고, Seoul이라고도 부른다!"
+    punctuated = "대한민국의 수도는 서울이다… 인구는 약 940만 명이고 SEOUL이라고도 부른다?!"
+    assert np.array_equal(signatures([text], **PARAMS), signatures([punctuated], **PARAMS))
+    no_marks = "".join(c for c in text if c not in ".,!…?")
+    assert np.array_equal(signatures([text], **PARAMS), signatures([no_marks], **PARAMS))
+    # a number is part of the text: a word problem with other numbers is another problem
+    other_number = text.replace("940", "510")
+    assert not np.array_equal(signatures([text], **PARAMS), signatures([other_number], **PARAMS))
+    # letters are not dropped, however rare: beyond the BMP too
+    assert not np.array_equal(
+        signatures(["가나다😀라마바"], **PARAMS), signatures(["가나다라마바"], **PARAMS)
+    )
+    assert "digits kept" in FOLDED
 
 
 def test_batching_does_not_matter():
