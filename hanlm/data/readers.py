@@ -346,7 +346,8 @@ def expand_inputs(inputs: list[str]) -> list[str | Path]:
     expanded: list[str | Path] = []
     for spec in inputs:
         if is_demo(spec) or spec.startswith("hf:"):
-            demo_kinds(spec) if is_demo(spec) else None  # a demo source that does not exist
+            if is_demo(spec):
+                demo_kinds(spec)  # refuses a demo source that does not exist
             expanded.append(spec)
             continue
         matches = sorted(glob.glob(os.path.expanduser(spec), recursive=True))

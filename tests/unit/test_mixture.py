@@ -197,3 +197,12 @@ def test_inputs_on_the_command_line_replace_the_recipes_sources(tmp_path):
     assert cfg.corpus.sources == [] and cfg.corpus.all_inputs() == ["mine/*.jsonl"]
     assert load_config("demo").corpus.is_mixture  # the demo recipe's wiki and web
     assert not load_config("demo", values={"corpus.inputs": ["x.txt"]}).corpus.is_mixture
+
+
+def test_a_demo_source_that_does_not_exist_is_refused():
+    from hanlm.data import readers
+
+    assert readers.expand_inputs(["demo:wiki", "demo"]) == ["demo:wiki", "demo"]
+    with pytest.raises(UserError, match="names no source of the demo world") as caught:
+        readers.expand_inputs(["demo:books"])
+    assert "demo:wiki" in caught.value.fix and "demo:web" in caught.value.fix
