@@ -7,8 +7,10 @@ boundary: a file of `T` tokens holds `(T - 1) // seq_len` samples, sample `k` st
 never read. Samples are numbered globally, file after file, in the order the files are given.
 
 Global order. For epoch `e` the samples are visited in one permutation drawn from
-`np.random.default_rng([seed, epoch])` (or in file order when `shuffle` is off). Every rank
-computes the same permutation, so no communication is needed.
+`np.random.default_rng([seed, epoch])` (or in file order when `shuffle` is off). With a mixture
+of corpus sources (hanlm.data.mixture), an epoch is instead the training budget's windows drawn
+from each source, in the mixture's interleaved, seeded order. Every rank computes the same
+order, so no communication is needed.
 
 Steps. Each call to `next_batch()` on every rank consumes one *global step* of
 `micro_batch * world_size` positions of that order; rank `r` takes positions
