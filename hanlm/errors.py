@@ -1,4 +1,5 @@
-"""The one exception type for a user's mistake, and the stop a SIGTERM asks for."""
+"""The one exception type for a user's mistake (and its kind for a host preflight rejects), and
+the stop a SIGTERM asks for."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,18 @@ class UserError(Exception):
         if self.fix:
             parts.append(f"Fix: {self.fix.rstrip('.')}.")
         return " ".join(parts)
+
+
+class PreflightNoGo(UserError):
+    """The measured hosts cannot run the planned training (hanlm.preflight): the CLI exits with
+    hanlm.exit_status.HOST_REJECTED, which launchers take as "try another host"."""
+
+    def __reduce__(self):
+        return _rebuild_no_go, (self.what, self.where, self.fix)
+
+
+def _rebuild_no_go(what: str, where: str | None, fix: str | None) -> PreflightNoGo:
+    return PreflightNoGo(what, where=where, fix=fix)
 
 
 def _rebuild_user_error(what: str, where: str | None, fix: str | None) -> UserError:

@@ -21,9 +21,10 @@ or alone (one process: every visible GPU is tested, collectives are not). It che
 
 verdict.py turns the measurements into findings, each with a reason and a fix; rank 0 writes
 the report (the path it is given: a run's preflight/preflight.json) atomically and prints the table (table.py); `hanlm preflight`
-exits 0 for GO, 1 for NO-GO.
+exits 0 for GO, 69 for NO-GO (hanlm.exit_status.HOST_REJECTED: launchers give the host back
+and try another).
 The checks run from `run.check` (run.py); report.py declares the report's shape, importable
-without torch. As a pipeline stage (hanlm.stages.preflight), a NO-GO stops with `PreflightNoGo` (a UserError)
+without torch. As a pipeline stage (hanlm.stages.preflight), a NO-GO stops with `PreflightNoGo` (a UserError; exit status 69)
 unless preflight.fail_on_no_go is false.
 
 Fault injection for tests (environment variables, read by every rank):

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch.distributed as torch_dist
 
 from hanlm.config import Config
-from hanlm.errors import UserError
+from hanlm.errors import PreflightNoGo, UserError
 from hanlm.inference import resolve_device
 from hanlm.preflight import collectives, data, devices, shared, storage, table, verdict
 from hanlm.preflight.report import PreflightReport
@@ -19,10 +19,6 @@ from hanlm.train import parallel, trackers
 from hanlm.train.parallel import Dist
 
 STAGE = "preflight"
-
-
-class PreflightNoGo(UserError):
-    """The measured hosts cannot run the planned training; the reasons and fixes are attached."""
 
 
 def rendezvous_address() -> str | None:
@@ -51,6 +47,17 @@ def _join(cfg: Config) -> tuple[Dist, dict | None]:
     device = resolve_device(cfg.parallel.device, setting="parallel.device", local_rank=local_rank)
     alone = Dist(int(os.environ.get("RANK", "0")), 1, local_rank, device)
     return alone, failure
+
+
+def host_started_at() -> str | None:
+    """HANLM_HOST_STARTED_AT (seconds since the epoch, as `date +%s` writes it, set by the
+    scripts of `hanlm launch` when the host starts) as an ISO time, or None."""
+    value = os.environ.get("HANLM_HOST_STARTED_AT", "").strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat()
 
 
 def _guarded(measure, *args, **kwargs) -> dict:
@@ -133,12 +140,14 @@ def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> 
             "checkpoint_dir": str(folder),
             "findings": [rendezvous_failure] if rendezvous_failure else [],
             "ranks": ranks,
+            "host_started_at": host_started_at(),
         }
         verdict.judge(cfg, report)
         typed = PreflightReport.model_validate(report)
         try:
             if dist.rank == 0:
                 typed.write(report_path)
+                typed.keep_as_tried(report_path)
             if dist.rank == 0 or rendezvous_failure:  # alone, every rank tells its own story
                 table.print_report(report)
         finally:  # no rank exits (and makes torchrun stop the others) before rank 0 is done

@@ -30,6 +30,7 @@ from hanlm.train import checkpoint, distill, parallel, trackers
 from hanlm.train.loss import TokenLoss
 from hanlm.train.optim import adamw
 from hanlm.train.precision import Numerics
+from hanlm.train.preemption import Preempted
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
 
 
@@ -107,7 +108,10 @@ def processes(device: str, timeout_s: float = 600.0) -> Iterator[parallel.Dist]:
     try:
         yield dist
     except BaseException as e:
-        lost = parallel.lost_peers(dist, e) if isinstance(e, Exception) else None
+        # a preemption stops every rank on its own (they agreed, then saved): peers that are
+        # already gone left for the same reason
+        failed = isinstance(e, Exception) and not isinstance(e, Preempted)
+        lost = parallel.lost_peers(dist, e) if failed else None
         # leaving a group whose peers (or whose store's host) are gone can fail too; that
         # second failure would hide the first behind a traceback
         with contextlib.suppress(Exception):

@@ -53,6 +53,27 @@ def _pick_device(preference: str, local_rank: int) -> torch.device:
     return device
 
 
+_groups_joined = 0  # process groups this process has joined (a pipeline joins one per stage)
+
+
+def _own_store(timeout: datetime.timedelta):
+    """Under torchrun, the agent's store with keys of this process group's own, or None.
+
+    A process that joins again after leaving (preflight, then pretraining, then SFT in one
+    `hanlm run`) would otherwise meet the first group's keys in torchrun's store (torch numbers
+    the default group from 0 again after destroy_process_group) and connect to addresses
+    nobody listens at any more. Every rank joins the same groups in the same order, so a count
+    names them alike on all ranks."""
+    global _groups_joined
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    _groups_joined += 1
+    store = torch_dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout
+    )
+    return torch_dist.PrefixStore(f"hanlm/group-{_groups_joined}", store)
+
+
 def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
     """Join the process group when launched by torchrun (WORLD_SIZE > 1), else run alone.
     A collective that waits longer than `timeout_s` for a peer fails."""
@@ -62,11 +83,16 @@ def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
     dev = _pick_device(device, local_rank)
     if world_size > 1 and not torch_dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
+        timeout = datetime.timedelta(seconds=timeout_s)
         try:
+            store = _own_store(timeout)
+            joined = {} if store is None else {"store": store, "rank": rank}
             torch_dist.init_process_group(
                 backend,
-                timeout=datetime.timedelta(seconds=timeout_s),
+                timeout=timeout,
                 device_id=dev if dev.type == "cuda" else None,
+                world_size=world_size,
+                **joined,
             )
         except Exception as e:  # the rendezvous failed: a peer or the address is wrong
             address = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"

@@ -1,4 +1,4 @@
-"""SIGTERM / SIGUSR1: finish the step, save synchronously, exit 0.
+"""SIGTERM / SIGUSR1: finish the step, save synchronously, exit 75 (hanlm.exit_status.STOPPED).
 
 Rented and cluster machines send SIGTERM (or a configured SIGUSR1) shortly before they take a
 machine back. The handler only raises a flag; the training loop checks it after each step, agrees
@@ -14,7 +14,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 class Preempted(Exception):
-    """Raised after the preemption checkpoint is committed; the CLI exits 0 with its message."""
+    """Raised after the preemption checkpoint is committed; the CLI exits 75 (not 0: a launcher
+    or `hanlm run && hanlm publish` must not take a stopped run as finished)."""
 
 
 class PreemptionWatch:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses
+from hanlm import exit_status
 from hanlm.config import load_config
 from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
@@ -168,12 +169,12 @@ def _wait_for_step(run_dir, step, proc, timeout=120):
         time.sleep(0.05)
 
 
-def test_sigterm_saves_and_exits_0(run_dir):
+def test_sigterm_saves_and_exits_75(run_dir):
     proc = _spawn(run_dir, **{"pretrain.max_steps": 400, "checkpoint.every": 1000})
     _wait_for_step(run_dir, 3, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-2000:]
+    assert proc.returncode == exit_status.STOPPED, err[-2000:]
     assert "preempted" in err
     stopped = latest(ckpt_root(run_dir))
     step = int(stopped.name.split("-")[1])

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run
+from hanlm import exit_status
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 from hanlm.preflight import collectives, verdict
@@ -144,7 +145,7 @@ def test_unwritable_checkpoint_folder_is_no_go(run_dir, tmp_path, cli):
     blocker.write_text("not a folder")
     args = ["preflight", "--run", run_dir, "--checkpoint-dir", blocker / "ckpt"]
     result = cli(*args, *settings_args(SETTINGS))
-    assert result.code == 1
+    assert result.code == exit_status.HOST_REJECTED
     [failure] = failures(saved(run_dir), "storage")
     assert "not writable" in failure.reason and "--checkpoint-dir" in failure.fix
     assert "NO-GO" in result.err
@@ -161,7 +162,7 @@ def test_missing_peer_fails_within_the_timeout_naming_the_address(run_dir, monke
     without_timeout = {k: v for k, v in SETTINGS.items() if k != "preflight.timeout_s"}
     result = cli("preflight", "--run", run_dir, "--timeout", "2", *settings_args(without_timeout))
     assert time.perf_counter() - start < 60
-    assert result.code == 1
+    assert result.code == exit_status.HOST_REJECTED
     assert f"127.0.0.1:{port}" in result.err
     [failure] = failures(saved(run_dir), "rendezvous")
     assert f"127.0.0.1:{port}" in failure.reason and "--rdzv-endpoint" in failure.fix
