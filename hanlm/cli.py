@@ -18,15 +18,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from hanlm import __version__, config_flags
+from hanlm import __version__, config_flags, exit_status
 from hanlm.data import fact_statements
-from hanlm.errors import Terminated, UserError, stop_on_sigterm
+from hanlm.errors import PreflightNoGo, Terminated, UserError, stop_on_sigterm
 from hanlm.files import (
     check_folder_path,
     claim_output_dir,
     claim_output_file,
     storage_error,
 )
+from hanlm.launch import torchrun
 from hanlm.prompts import read_prompts, write_results
 from hanlm.train.preemption import Preempted
 
@@ -66,6 +67,7 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
     "sft": ("sft", "logging.trackers", "logging.name", "logging.wandb", "logging.trackio"),
     "eval": ("eval",),
     "preflight": ("preflight",),
+    "launch": ("launch", "plan.gpu", "plan.gpus", "plan.hosts", "plan.price_per_gpu_hour"),
     "generate": ("generate",),
     "publish": ("publish",),
     "chat": ("generate", "-generate.batch_size"),  # one conversation: nothing to batch
@@ -164,9 +166,56 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     for add in (_add_eval, _add_decontam, _add_generate, _add_chat, _add_sft):
         add(sub)
-    for add in (_add_doctor, _add_plan, _add_demo, _add_publish, _add_facts):
+    for add in (_add_doctor, _add_plan, _add_launch, _add_demo, _add_publish, _add_facts):
+        add(sub)
+    for add in (_add_torchrun,):
         add(sub)
     return parser
+
+
+def _add_launch(sub) -> None:
+    parser = _command(
+        sub,
+        "launch",
+        "run the recipe on rented GPUs (SkyPilot) or a cluster (Slurm), priced first",
+        "Price the recipe's plan on the hosts it names (plan.gpu, plan.gpus per host, "
+        "plan.hosts), write the engine's job into DIR/launch/ (a SkyPilot task or an sbatch "
+        "script), check it with the engine's own parser and submit it. On every host the job "
+        "runs preflight first (a NO-GO host exits 69 and another is tried), then `hanlm run` "
+        "under torchrun; a preempted run exits 75 and is resumed from its checkpoint.\n\n"
+        "  hanlm launch --config ko-1.3b-8x5090 --run-dir runs/ko13b --spot \\\n"
+        "      --bucket s3://my-runs --dry-run\n"
+        "  hanlm launch --engine slurm --partition gpu --run-dir /shared/runs/ko13b\n"
+        "  hanlm launch --status --run-dir runs/ko13b",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="write and check everything, submit nothing (no network)",
+    )
+    parser.add_argument(
+        "--status",
+        action="store_true",
+        help="list the hosts tried (verdicts, GPU-hours, cost) against the launch's plan",
+    )
+    parser.add_argument("--json", action="store_true", help="also print the record as JSON")
+    parser.set_defaults(func=_cmd_launch)
+
+
+def _add_torchrun(sub) -> None:
+    parser = _command(
+        sub,
+        "torchrun",
+        "torchrun, exiting with the ranks' status (75 stopped, 69 NO-GO, 2 your input)",
+        "torchrun with its own options (torch.distributed.run), for launchers that act on the "
+        "exit status: torchrun exits 1 whenever a rank fails, this exits 75 when the ranks "
+        "stopped for a signal after their checkpoint (run again to continue), 69 when "
+        "preflight rejected the hosts (try others), 2 for a user error, else 1.\n\n"
+        "  hanlm torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\\n"
+        "      --rdzv-endpoint HOST0:29500 --rdzv-id RUN -m hanlm run --run-dir DIR",
+        run=False,
+    )
+    parser.add_argument("torchrun_args", nargs=argparse.REMAINDER, metavar="TORCHRUN-ARGS")
 
 
 def _add_run(sub) -> None:
@@ -285,7 +334,7 @@ def _add_preflight(sub) -> None:
         "communication per step of the planned model against compute), the checkpoint disk "
         "(fsync throughput and latency, read-back, free space, save time against the interval) "
         "and data loading from the shards. Writes DIR/preflight/preflight.json; exit status 0 for GO, "
-        "1 for NO-GO.",
+        "69 for NO-GO (launchers take it as: give this host back, try another).",
     )
     parser.add_argument(
         "--json", action="store_true", help="also print the report as JSON on stdout"
@@ -569,13 +618,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_launch(args: argparse.Namespace) -> int:
+    from hanlm.launch import command
+    from hanlm.pipeline import STAGES
+
+    cfg = _load(args)
+    if args.status:
+        result = command.status(cfg, args.run)
+    else:
+        record = command.launch(cfg, args.run, stages=list(STAGES), dry_run=args.dry_run)
+        result = record.to_json()
+        _save(cfg, args.run)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    return 0
+
+
 def _cmd_preflight(args: argparse.Namespace) -> int:
     from hanlm.stages import preflight
 
     report = preflight.check(_load(args), args.run)
     if args.json and os.environ.get("RANK", "0") == "0":
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
-    return 0 if report.go else 1
+    return exit_status.SUCCESS if report.go else exit_status.HOST_REJECTED
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -805,13 +870,14 @@ def _cmd_facts(args: argparse.Namespace) -> int:
 # Commands that write into their run folder hold its lock (hanlm.run_lock) while they run.
 WRITES_RUN = frozenset(
     {"run", "corpus", "decontam", "tokenizer", "shards", "pretrain", "export", "preflight"}
+    | {"launch"}
     | {"sft", "eval", "publish"}
 )
 
 
 # ... and of those, the ones that may start a run folder; the others need one to exist (and
 # say so themselves when it does not).
-STARTS_RUN = frozenset({"run", "corpus", "decontam", "preflight"})
+STARTS_RUN = frozenset({"run", "corpus", "decontam", "preflight", "launch"})
 
 
 def _folder_to_lock(args: argparse.Namespace) -> Path | None:
@@ -828,7 +894,11 @@ def _folder_to_lock(args: argparse.Namespace) -> Path | None:
 
 
 STOP_GRACE_S = 20.0  # after SIGTERM, the longest the unwinding may take before a hard exit
-_STOPPED = "stopped by SIGTERM: what was finished is kept; run the same command to continue"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # what a host or scheduler sends before it stops us
+_STOPPED = (
+    "stopped by a signal: what was finished is kept; run the same command to continue "
+    f"(exit status {exit_status.STOPPED})"
+)
 
 
 def _exit_after_grace() -> None:
@@ -836,14 +906,14 @@ def _exit_after_grace() -> None:
     it cannot leave. Every output is committed atomically and the data workers die with this
     process (PR_SET_PDEATHSIG), so ending here loses nothing a rerun needs."""
     print(f"{_STOPPED} (forced after {STOP_GRACE_S:.0f} s)", file=sys.stderr, flush=True)
-    os._exit(128 + signal.SIGTERM)
+    os._exit(exit_status.STOPPED)
 
 
 def _terminated_handler(main_pid: int):
     def handle(signum, frame) -> None:
         if os.getpid() != main_pid:  # a forked worker that inherited it: end as by default
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
             return
         watchdog = threading.Timer(STOP_GRACE_S, _exit_after_grace)
         watchdog.daemon = True
@@ -863,39 +933,51 @@ def _print_error(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status is one of hanlm.exit_status's."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["torchrun"] and not {"-h", "--help"} & set(argv[1:2]):
+        # torchrun's own parser reads its options; its agent handles signals itself
+        return torchrun.main(argv[1:])
     args = build_parser().parse_args(argv)
     from hanlm import run_lock
 
-    previous_handler = None
+    previous_handlers = {}
     if threading.current_thread() is threading.main_thread():
-        previous_handler = signal.signal(signal.SIGTERM, _terminated_handler(os.getpid()))
+        handler = _terminated_handler(os.getpid())
+        previous_handlers = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     folder = _folder_to_lock(args)
     try:
         with run_lock.hold(folder) if folder is not None else contextlib.nullcontext():
             return args.func(args)
+    except PreflightNoGo as e:
+        _print_error(e.message)
+        return exit_status.HOST_REJECTED
     except UserError as e:
         _print_error(e.message)
-        return 2
+        return exit_status.USER_ERROR
     except Preempted as e:
         from hanlm.console import console
 
-        console.print(f"[bold yellow]preempted:[/bold yellow] {e}", soft_wrap=True)
-        return 0
+        console.print(
+            f"[bold yellow]preempted:[/bold yellow] {e} (exit status {exit_status.STOPPED})",
+            soft_wrap=True,
+        )
+        return exit_status.STOPPED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return exit_status.INTERRUPTED
     except Terminated:
         print(_STOPPED, file=sys.stderr)
-        return 128 + signal.SIGTERM
+        return exit_status.STOPPED
     except Exception as e:
         error = storage_error(e, folder)
         if error is None:
             raise  # a bug: keep its traceback
         _print_error(error.message)
-        return 2
+        return exit_status.USER_ERROR
     finally:
-        if previous_handler is not None:  # main() called from Python leaves it as it was
-            signal.signal(signal.SIGTERM, previous_handler)
+        for sig, previous in previous_handlers.items():  # main() called from Python
+            signal.signal(sig, previous)
 
 
 if __name__ == "__main__":

@@ -934,6 +934,99 @@ class SftSection(Section):
         return self
 
 
+class LaunchSection(Section):
+    """`hanlm launch`: the recipe onto rented GPUs (SkyPilot) or a cluster (Slurm). The hardware
+    is the plan's (plan.gpu, plan.gpus per host, plan.hosts); the cost assumptions are stated
+    here so that the launch prints and keeps them."""
+
+    engine: Literal["skypilot", "slurm"] = Field(
+        "skypilot",
+        description="what starts the hosts: SkyPilot (clouds, RunPod, Vast.ai, "
+        "Lambda, Kubernetes) or Slurm (sbatch + srun)",
+    )
+    spot: bool = Field(
+        False, description="spot (preemptible) hosts: cheaper, and a preempted run is resumed"
+    )
+    accelerator: str | None = Field(
+        None,
+        description="SkyPilot's accelerator name (default: plan.gpu's, e.g. RTX5090, H100)",
+        json_schema_extra={"cli": {"metavar": "NAME"}},
+    )
+    infra: str | None = Field(
+        None,
+        description="SkyPilot infra to run on, e.g. runpod, vast, lambda, aws/us-east-1, k8s "
+        "(default: the cheapest SkyPilot finds)",
+        json_schema_extra={"cli": {"metavar": "INFRA"}},
+    )
+    bucket: str | None = Field(
+        None,
+        description="bucket that holds the run folder on the hosts and outlives them "
+        "(s3://NAME, gs://NAME, r2://NAME or a name); needed for several hosts, for spot "
+        "hosts advised",
+        json_schema_extra={"cli": {"metavar": "URL"}},
+    )
+    disk_gb: int | None = Field(
+        None,
+        ge=10,
+        description="each host's disk, GB (default: the corpus, shards and "
+        "checkpoints the plan expects, doubled, at least 100)",
+    )
+    install: str | None = Field(
+        None,
+        description="pip requirement that installs hanlm on the hosts (default: "
+        "hanlm[EXTRAS]==this version, the extras the recipe needs)",
+        json_schema_extra={"cli": {"metavar": "REQUIREMENT"}},
+    )
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="hosts tried again after a NO-GO preflight or a crash (a preempted run is "
+        "always resumed)",
+    )
+    until: str = Field(
+        "report",
+        description="the last stage the hosts run, e.g. pretrain to train there and evaluate "
+        "elsewhere",
+        json_schema_extra={"cli": {"flag": "launch-until", "metavar": "STAGE"}},
+    )
+    master_port: int = Field(29500, ge=1024, le=65535, description="torchrun's port on host 0")
+    rejected_host_share: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="assumed share of rented hosts preflight rejects (the field report: 3 of 4)",
+    )
+    minutes_per_rejected_host: float = Field(
+        15,
+        ge=0,
+        description="assumed minutes a rejected host is paid for: start, install, preflight",
+    )
+    preemptions_per_day: float = Field(
+        2.0, ge=0, description="assumed preemptions per day of a spot run (on-demand: none)"
+    )
+    minutes_per_restart: float = Field(
+        15,
+        ge=0,
+        description="assumed minutes a preemption costs besides the lost steps: a "
+        "new host, install, resume",
+    )
+    partition: str | None = Field(
+        None, description="Slurm partition", json_schema_extra={"cli": {"metavar": "NAME"}}
+    )
+    time_limit_hours: float | None = Field(
+        None,
+        gt=0,
+        description="Slurm time limit of one allocation (default: the plan's wall time and a "
+        "quarter, at least 1 h); the job requeues itself when it is reached",
+    )
+    signal_seconds: int = Field(
+        300,
+        ge=30,
+        description="Slurm: seconds before the time limit that the job is told to save and stop",
+    )
+
+
 class PlanSection(Section):
     """`hanlm plan`: the hardware and budget to plan the recipe's pretraining for."""
 
@@ -1003,6 +1096,7 @@ class PublishSection(Section):
 class Config(Section):
     run: RunSection = Field(default_factory=RunSection)
     plan: PlanSection = Field(default_factory=PlanSection)
+    launch: LaunchSection = Field(default_factory=LaunchSection)
     demo: DemoSection = Field(default_factory=DemoSection)
     corpus: CorpusSection = Field(default_factory=CorpusSection)
     decontam: DecontamSection = Field(default_factory=DecontamSection)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up hanlm in ./.venv: torch (a CPU build where there is no NVIDIA GPU), then hanlm itself.
 #   bash scripts/setup.sh          # for running hanlm
-#   bash scripts/setup.sh --dev    # also the test and lint tools
+#   bash scripts/setup.sh --dev    # also the test and lint tools, and SkyPilot in .venv-sky
 # HANLM_TORCH overrides the torch requirement (default: torch==2.13.0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,4 +33,11 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   fi
 fi
 "${pip[@]}" install -e ".[$extras]"
+if [ "${1:-}" = "--dev" ] && [ ! -x .venv-sky/bin/sky ]; then
+  # SkyPilot in an environment of its own, as its docs advise (it pins click below what
+  # huggingface_hub and wandb need): the launch tests validate tasks with its parser
+  echo "setup: SkyPilot for the launch tests in .venv-sky"
+  "$python" -m venv .venv-sky
+  .venv-sky/bin/python -m pip --disable-pip-version-check -q install "skypilot>=0.10,<0.15"
+fi
 echo "setup: done; run .venv/bin/hanlm --help"

@@ -32,6 +32,10 @@ sys.path.insert(0, str(SUPPORT))
 # Tests never reach the network: a `hf:` input must fail fast with its offline message.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# SkyPilot lives in an environment of its own (scripts/setup.sh --dev makes .venv-sky): the
+# launch tests check their tasks with its parser
+if (ROOT / ".venv-sky" / "bin" / "python").is_file():
+    os.environ.setdefault("HANLM_SKYPILOT_PYTHON", str(ROOT / ".venv-sky" / "bin" / "python"))
 
 
 @pytest.fixture

@@ -97,6 +97,28 @@ CATALOGUE: dict[str, GPU] = {
 }
 
 
+# Rental prices, USD per GPU-hour (spot, on-demand): RunPod's typical rates as listed by
+# deploybase.ai, "RunPod GPU Pricing: 2026 Comprehensive Pricing Guide" (March 2026); A100 40GB
+# is no longer listed there. Prices move by the week and differ by provider: the plan shows
+# which one it used, and plan.price_per_gpu_hour (or launch.spot_price_per_gpu_hour) overrides.
+PRICES_SOURCE = "RunPod's typical rates, March 2026 (deploybase.ai)"
+PRICES: dict[str, tuple[float, float]] = {
+    "rtx4090": (0.34, 0.60),
+    "rtx5090": (0.69, 1.22),
+    "l40s": (0.79, 1.40),
+    "a100-80gb": (1.39, 2.45),
+    "h100": (2.69, 4.76),
+    "h200": (3.59, 6.35),
+    "b200": (5.98, 10.57),
+}
+
+
+def price_per_gpu_hour(key: str, *, spot: bool) -> float | None:
+    """The catalogue's rental price of one `key` GPU for an hour, or None when it has none."""
+    prices = PRICES.get(key)
+    return None if prices is None else prices[0 if spot else 1]
+
+
 def find(key_or_name: str) -> GPU:
     """A catalogue entry by key ("rtx5090") or by a device name ("NVIDIA GeForce RTX 5090")."""
     key = key_or_name.strip().lower().replace(" ", "").replace("_", "-")

@@ -4,7 +4,8 @@ so that what reads it (the report card, the model card, publishing) does not imp
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 from hanlm.results import Part, Result
 
@@ -53,7 +54,21 @@ class PreflightReport(Result):
     ranks: list[RankReport]
     projection: dict[str, Any] | None = None
     verdict: str  # GO, NO-GO
+    # when the host was started, from HANLM_HOST_STARTED_AT (set by `hanlm launch`'s scripts):
+    # what a rejected host cost is the time from then to this verdict
+    host_started_at: str | None = None
+
+    TRIED: ClassVar[str] = (
+        "hosts"  # beside the report: a copy of every verdict, one per host (set) tried
+    )
 
     @property
     def go(self) -> bool:
         return self.verdict == "GO"
+
+    def keep_as_tried(self, report_path: Path) -> Path:
+        """A copy of this verdict in `hosts/` beside `report_path`, named by time and host, so
+        that every host a launch tried keeps its verdict after the next one is measured."""
+        stamp = self.created_at.replace(":", "").replace("-", "")[:15]
+        host = "+".join(self.hosts)[:80] or "unknown"
+        return self.write(Path(report_path).parent / self.TRIED / f"{stamp}Z-{host}.json")

@@ -21,6 +21,7 @@ from hanlm.data.corpus import CorpusStats
 from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.evals.results import EvalResults
 from hanlm.files import read_json, read_jsonl
+from hanlm.launch.cost import LaunchRecord, spent
 from hanlm.plan import estimate as plan_lib
 from hanlm.preflight.report import PreflightReport
 from hanlm.train.results import PretrainSummary
@@ -94,6 +95,7 @@ class RunFiles:
     export_folder: str  # what a training stage names its Hugging Face export (".../pretrain/hf")
     # the samples.jsonl of the same recipe trained without the flagged documents (compare stage)
     compare_eval_samples: Path | None = None
+    launch: Path | None = None  # `hanlm launch`'s launch.json, when the run was launched
 
 
 def _heading(title: str, field_report: str) -> str:
@@ -188,6 +190,77 @@ def _preflight_section(files: RunFiles) -> str:
     for finding in report.findings:
         rows.append([finding.check, f"{finding.severity}: {finding.reason}"])
     out.append(_table(["check", "measured"], rows))
+    out.append(_launch_part(files))
+    return "".join(out)
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f} USD"
+
+
+def _launch_part(files: RunFiles) -> str:
+    """A launched run: every host set tried with its verdict and hours, and the cost planned
+    before the launch against what the hosts cost."""
+    record = LaunchRecord.read_if_present(files.launch) if files.launch else None
+    if record is None:
+        return ""
+    c = record.cost
+    paid = spent(
+        files.preflight.parent,
+        price_per_gpu_hour=c.price_per_gpu_hour,
+        minutes_per_rejected_host=15,
+    )
+    out = [
+        f"\n**Launched** with {record.engine} on {record.nodes} x {record.gpus_per_node} x "
+        f"{record.accelerator or 'GPU'} ({c.market}, "
+        f"{_usd(c.price_per_gpu_hour)} per GPU-hour: {c.price_source}).\n\n"
+    ]
+    rows = [
+        [
+            r["verdict"],
+            ", ".join(r["hosts"]),
+            r["gpus"],
+            f"{r['gpu_hours']:,.2f}",
+            "; ".join(r["reasons"]) or "-",
+        ]
+        for r in paid["host_sets"]
+    ]
+    if rows:
+        out.append(_table(["verdict", "hosts", "GPUs", "GPU-hours paid", "why rejected"], rows))
+    out.append(
+        "\n"
+        + _table(
+            ["", "GPU-hours", "cost"],
+            [
+                [
+                    "planned (training and data stages)",
+                    f"{c.planned_gpu_hours:,.1f}",
+                    _usd(c.planned_cost),
+                ],
+                [
+                    "expected, with the allowances for rejected hosts and preemptions",
+                    f"{c.expected_gpu_hours:,.1f}",
+                    _usd(c.expected_cost),
+                ],
+                [
+                    "spent so far (all host sets)",
+                    f"{paid['gpu_hours']:,.2f}",
+                    _usd(paid.get("cost")),
+                ],
+                [
+                    "of which on rejected hosts",
+                    f"{paid['rejected_gpu_hours']:,.2f}",
+                    _usd(paid.get("rejected_cost")),
+                ],
+            ],
+        )
+    )
+    out.append(
+        "\nSpent: each host set from its start (its setup) to its verdict when rejected, or "
+        "to the next set or now when accepted. Assumed for the plan: "
+        + "; ".join(c.assumptions)
+        + ".\n"
+    )
     return "".join(out)
 
 

@@ -43,6 +43,7 @@ def run_files(run: RunDir) -> card.RunFiles:
         eval_samples=run.eval_samples,
         export_folder=run.pretrain.export.name,
         compare_eval_samples=run.comparison("drop").eval_samples,
+        launch=run.launch / "launch.json",
     )
 
 

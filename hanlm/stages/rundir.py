@@ -122,6 +122,11 @@ class RunDir:
         return self.stage("preflight") / "preflight.json"
 
     @property
+    def launch(self) -> Path:
+        """`hanlm launch`'s folder: the engine's task or script, the recipe, launch.json."""
+        return self.root / "launch"
+
+    @property
     def report(self) -> Path:
         return self.root / "report.md"
 

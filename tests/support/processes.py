@@ -1,0 +1,44 @@
+"""The processes below a launcher (torchrun agents and their workers) and the rank of each,
+read from /proc: what the multi-host tests signal or kill."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, nearest first."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop(0)  # breadth first: a worker before its own children
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def rank_of(pid: int) -> int | None:
+    """The global rank torchrun gave process `pid` (RANK in its environment), or None."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for entry in env:
+        if entry.startswith(b"RANK="):
+            return int(entry[5:])
+    return None
+
+
+def ranks_below(pid: int) -> dict[int, int]:
+    """rank -> PID of the training processes below `pid` (a worker's own children excluded:
+    they inherit its RANK)."""
+    found: dict[int, int] = {}
+    for child in descendants(pid):
+        rank = rank_of(child)
+        if rank is not None and rank not in found:
+            found[rank] = child
+    return found
