@@ -612,10 +612,20 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from hanlm.console import warn
     from hanlm.pipeline import run_pipeline
+    from hanlm.stages.stage import Unfinished
 
-    run_pipeline(_load(args), args.run, from_stage=args.from_stage, until=args.until)
-    return 0
+    results = run_pipeline(_load(args), args.run, from_stage=args.from_stage, until=args.until)
+    # 0 only when every stage finished: a launcher or `hanlm run && hanlm publish` goes on from
+    # it (a NO-GO preflight that preflight.fail_on_no_go = false lets through is not a stop)
+    unfinished = [
+        name for name, r in results.items() if isinstance(r, Unfinished) and name != "preflight"
+    ]
+    if unfinished:
+        warn(f"run: {', '.join(unfinished)} stopped before the end; run the same command again")
+        return exit_status.STOPPED
+    return exit_status.SUCCESS
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
@@ -923,6 +933,14 @@ def _terminated_handler(main_pid: int):
     return handle
 
 
+def _ignore_stop_signals(installed: dict) -> bool:
+    """Stopping already: a second stop signal (torchrun sends one to the other ranks once one
+    has exited) must not interrupt the way out and turn its 75 into a traceback."""
+    for sig in installed:
+        signal.signal(sig, signal.SIG_IGN)
+    return True
+
+
 def _print_error(message: str) -> None:
     from rich.markup import escape
 
@@ -934,6 +952,7 @@ def _print_error(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status is one of hanlm.exit_status's."""
+    as_program = argv is None  # not called from Python: the process ends with this command
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["torchrun"] and not {"-h", "--help"} & set(argv[1:2]):
         # torchrun's own parser reads its options; its agent handles signals itself
@@ -946,6 +965,7 @@ def main(argv: list[str] | None = None) -> int:
         handler = _terminated_handler(os.getpid())
         previous_handlers = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     folder = _folder_to_lock(args)
+    stopped = False
     try:
         with run_lock.hold(folder) if folder is not None else contextlib.nullcontext():
             return args.func(args)
@@ -958,6 +978,7 @@ def main(argv: list[str] | None = None) -> int:
     except Preempted as e:
         from hanlm.console import console
 
+        stopped = _ignore_stop_signals(previous_handlers)
         console.print(
             f"[bold yellow]preempted:[/bold yellow] {e} (exit status {exit_status.STOPPED})",
             soft_wrap=True,
@@ -967,6 +988,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return exit_status.INTERRUPTED
     except Terminated:
+        stopped = _ignore_stop_signals(previous_handlers)
         print(_STOPPED, file=sys.stderr)
         return exit_status.STOPPED
     except Exception as e:
@@ -976,8 +998,10 @@ def main(argv: list[str] | None = None) -> int:
         _print_error(error.message)
         return exit_status.USER_ERROR
     finally:
-        for sig, previous in previous_handlers.items():  # main() called from Python
-            signal.signal(sig, previous)
+        for sig, previous in previous_handlers.items():
+            # a stopped program keeps ignoring them until it has exited, which would otherwise
+            # turn its 75 into a death by signal; called from Python, the handlers are put back
+            signal.signal(sig, signal.SIG_IGN if stopped and as_program else previous)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import pytest
 
 from conftest import TINY_PRETRAIN, copy_data_run, losses
 from hanlm.errors import UserError
-from hanlm.preflight import collectives
 from hanlm.preflight.report import PreflightReport
 from hanlm.train import peers
 from hanlm.train.checkpoint import latest
@@ -255,40 +254,20 @@ def preflight_args(run_dir: Path, checkpoint_dir: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_preflight_sees_whether_the_checkpoint_folder_is_shared(run_dir, tmp_path):
-    shared = tmp_path / "shared" / "checkpoints"
+def test_preflight_sees_a_checkpoint_folder_per_host(run_dir, tmp_path):
+    """A folder each host has to itself cannot hold one checkpoint: NO-GO, each host named. (A
+    shared one is GO: tests/integration/test_launch.py's rehearsal measures it between hosts.)"""
     per_host = [tmp_path / f"host{i}" / "checkpoints" for i in range(2)]
-    for folder in (shared.parent, *(f.parent for f in per_host)):
-        folder.mkdir()
-    hosts = start_hosts([preflight_args(run_dir, shared)] * 2, tmp_path)
+    for folder in per_host:
+        folder.parent.mkdir()
+    hosts = start_hosts([preflight_args(run_dir, folder) for folder in per_host], tmp_path)
     try:
-        codes = wait_all(hosts, timeout=180)
-        report = PreflightReport.read(run_dir / "preflight" / PreflightReport.FILE)
-        said = "".join(h.output() for h in hosts)
-        assert codes == [0, 0] and report.verdict == "GO", said[-3000:]
-        probes = [r.shared for r in report.ranks]
-        assert sorted(p["node"] for p in probes) == [0, 1]
-        assert all(p["seen"] == [0, 1] for p in probes)
-        assert "2 of 2 hosts see every host's files" in said
-        assert report.world_size == 2
-        for rank in report.ranks:
-            for op in collectives.OPERATIONS:  # measured between the hosts, and right
-                measured = rank.collectives[op]
-                assert measured["correct"] and measured["busbw_gbs"] > 0
-                factor = collectives.bus_factor(op, 2)
-                assert measured["busbw_gbs"] == pytest.approx(measured["algbw_gbs"] * factor)
-            assert rank.storage is not None  # each host tests its own disk
-            assert "tokens_per_s" in rank.data
-        projection = report.projection
-        assert projection["mode"] == "fsdp" and 0 < projection["comm_s"] < projection["compute_s"]
-        assert not list(shared.parent.glob(".hanlm-preflight-*"))  # the tokens are gone
-
-        hosts = start_hosts([preflight_args(run_dir, folder) for folder in per_host], tmp_path)
         codes = wait_all(hosts, timeout=180)
         report = PreflightReport.read(run_dir / "preflight" / PreflightReport.FILE)
         said = "".join(h.output() for h in hosts)
     finally:
         stop_all(hosts)
+    # torchrun's own status: 1 whatever its ranks did (`hanlm torchrun` would say 69)
     assert codes == [1, 1] and report.verdict == "NO-GO", said[-3000:]
     [failure] = [f for f in report.findings if f.severity == "fail"]
     assert failure.check == "shared"

@@ -26,8 +26,14 @@ import yaml
 
 from conftest import TINY_PRETRAIN, copy_data_run, losses
 from hanlm import exit_status
+from hanlm.cli import main
 from hanlm.errors import UserError
 from hanlm.launch import skypilot
+from hanlm.launch.cost import LaunchRecord
+from hanlm.pipeline import run_stage
+from hanlm.preflight import collectives
+from hanlm.preflight.report import PreflightReport
+from hanlm.stages.rundir import load_run_config
 from hanlm.train.checkpoint import latest
 from processes import descendants, ranks_below
 
@@ -85,14 +91,10 @@ def launch_args(run_dir: Path, *extra: str) -> list[str]:
     return args + [a for k, v in settings.items() for a in ("--set", f"{k}={json.dumps(v)}")]
 
 
-def hanlm(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "hanlm", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
-    )
+def write_launch(run_dir: Path, *extra: str) -> LaunchRecord:
+    """`hanlm launch --dry-run` for the rehearsal, in this process."""
+    assert main(launch_args(run_dir, *extra)) == 0
+    return LaunchRecord.read(run_dir / "launch" / LaunchRecord.FILE)
 
 
 def base_env(**extra: str) -> dict[str, str]:
@@ -213,8 +215,7 @@ def stopped_early(data_run, tmp_path_factory) -> dict:
     just past the first checkpoint, then started again as SkyPilot's recovery does: the step
     it stopped at and every loss logged."""
     run_dir = copy_data_run(data_run, tmp_path_factory.mktemp("skypilot") / "run")
-    made = hanlm(*launch_args(run_dir))
-    assert made.returncode == 0, made.stderr
+    write_launch(run_dir)
     nodes = skypilot_nodes(run_dir, run_dir.parent, "first")
 
     def sigterm_one_rank() -> None:
@@ -231,21 +232,35 @@ def stopped_early(data_run, tmp_path_factory) -> dict:
 def test_skypilot_run_section_stops_with_75_and_resumes(stopped_early):
     run_dir = stopped_early["run_dir"]
     assert sorted(stopped_early["losses"]) == list(range(1, TRAIN["pretrain.max_steps"] + 1))
-    tried = sorted((run_dir / "preflight" / "hosts").glob("*.json"))
-    assert len(tried) == 1  # the GO was measured once: the same hosts reuse it
-    report = hanlm("run", "--run-dir", str(run_dir), "--from", "report")
-    assert report.returncode == 0, report.stderr
+    [tried] = sorted((run_dir / "preflight" / "hosts").glob("*.json"))  # the same hosts reuse it
+    go = PreflightReport.read(tried)
+    assert go.verdict == "GO" and go.world_size == NODES * RANKS_PER_NODE
+    assert go.host_started_at is not None
+    probes = [r.shared for r in go.ranks if r.shared and r.local_rank == 0]
+    assert sorted(p["node"] for p in probes) == [0, 1]  # the bucket (here: one folder) is shared
+    assert all(p["seen"] == [0, 1] for p in probes)
+    for rank in go.ranks:
+        for op in collectives.OPERATIONS:  # measured between the hosts, and right
+            measured = rank.collectives[op]
+            assert measured["correct"] and measured["busbw_gbs"] > 0
+            factor = collectives.bus_factor(op, NODES * RANKS_PER_NODE)
+            assert measured["busbw_gbs"] == pytest.approx(measured["algbw_gbs"] * factor)
+        assert (rank.storage is not None) == (rank.local_rank == 0)  # one disk test a host
+        assert "tokens_per_s" in rank.data
+    assert go.projection["mode"] == "fsdp" and go.projection["comm_s"] > 0
+    assert not list((run_dir / "pretrain" / "checkpoints").glob(".hanlm-preflight-*"))
+    run_stage("report", load_run_config(run_dir), run_dir)
     card = (run_dir / "report.md").read_text()
     assert "**Launched** with skypilot on 2 x 2 x RTX5090" in card
     assert "spent so far (all host sets)" in card
 
 
-def test_skypilot_no_go_exits_69_before_training(data_run, tmp_path):
+def test_skypilot_no_go_exits_69_before_training(data_run, tmp_path, cli):
     """A failing collective between the hosts (the consumer-GPU peer-to-peer bug, injected), on
     one rank per node to spare the cores: NO-GO on every node, 69, nothing trained, and the
     verdict kept among the hosts tried, with what they cost."""
     run_dir = copy_data_run(data_run, tmp_path / "run")
-    assert hanlm(*launch_args(run_dir)).returncode == 0
+    write_launch(run_dir)
     nodes = skypilot_nodes(
         run_dir, tmp_path, "nogo", ranks_per_node=1, HANLM_FAULT_COLLECTIVE_ZEROS="1"
     )
@@ -259,9 +274,9 @@ def test_skypilot_no_go_exits_69_before_training(data_run, tmp_path):
     [tried] = (run_dir / "preflight" / "hosts").glob("*.json")
     verdict = json.loads(tried.read_text())
     assert verdict["verdict"] == "NO-GO" and verdict["host_started_at"] is not None
-    status = hanlm("launch", "--status", "--run-dir", str(run_dir), "--json")
-    assert status.returncode == 0, status.stderr
-    spent = json.loads(status.stdout[status.stdout.index("{") :])["spent"]
+    status = cli("launch", "--status", "--run-dir", str(run_dir), "--json")
+    assert status.code == 0, status.err
+    spent = json.loads(status.out[status.out.index("{") :])["spent"]
     assert [s["verdict"] for s in spent["host_sets"]] == ["NO-GO"]
     assert spent["rejected_gpu_hours"] == spent["gpu_hours"] > 0
 
@@ -292,9 +307,7 @@ def test_slurm_script_rejects_nodes_requeues_at_the_time_limit_and_resumes_bit_e
     a run never stopped and, there, a resumed one, and both resumed runs then go on. The same
     losses bit for bit at every step show both resumes exact."""
     run_dir = copy_data_run(data_run, tmp_path / "run")
-    made = hanlm(*launch_args(run_dir, "--engine", "slurm"))
-    assert made.returncode == 0, made.stderr
-    assert "bash -n: ok" in made.stdout + made.stderr
+    assert write_launch(run_dir, "--engine", "slurm").validated["bash -n"] == "ok"
     calls = tmp_path / "scontrol.calls"
     # an allocation preflight rejects (its ranks exit 69, as the SkyPilot rehearsal shows): the
     # job requeues itself without those nodes, until launch.max_restarts is spent
