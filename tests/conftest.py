@@ -38,19 +38,6 @@ if (ROOT / ".venv-sky" / "bin" / "python").is_file():
     os.environ.setdefault("HANLM_SKYPILOT_PYTHON", str(ROOT / ".venv-sky" / "bin" / "python"))
 
 
-# The files that take longest (minutes of torchrun launches) start first: with a file per
-# worker (--dist loadfile), one that starts last keeps its worker busy while the other idles.
-SLOWEST_FILES = ("test_launch.py", "test_hosts.py", "test_run.py", "test_checkpoint.py")
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    def slowest_first(item) -> int:
-        name = item.path.name
-        return SLOWEST_FILES.index(name) if name in SLOWEST_FILES else len(SLOWEST_FILES)
-
-    items.sort(key=slowest_first)  # stable: the order within each file stays
-
-
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
