@@ -24,6 +24,7 @@ from hanlm.errors import UserError
 from hanlm.preflight.report import PreflightReport
 from hanlm.train import peers
 from hanlm.train.checkpoint import latest
+from processes import descendants, free_port, ranks_below
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 
@@ -34,12 +35,6 @@ TRAIN = {
     "logging.eval_every": 0,
     "checkpoint.backoff_s": 0.0,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def settings_args(values: dict) -> list[str]:
@@ -67,29 +62,11 @@ class Host:
 
     def workers(self) -> list[int]:
         """Every process below the agent (its workers and theirs)."""
-        found, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            for task in Path(f"/proc/{pid}/task").glob("*"):
-                try:
-                    children = [int(c) for c in (task / "children").read_text().split()]
-                except OSError:
-                    continue
-                found += children
-                todo += children
-        return found
+        return descendants(self.proc.pid)
 
     def rank(self) -> int | None:
         """The global rank of this host's worker, from its environment."""
-        for pid in self.workers():
-            try:
-                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            for entry in env:
-                if entry.startswith(b"RANK="):
-                    return int(entry[5:])
-        return None
+        return next(iter(ranks_below(self.proc.pid)), None)
 
     def kill(self) -> None:
         """The host is gone: SIGKILL its agent's process group and every worker."""

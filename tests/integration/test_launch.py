@@ -35,7 +35,7 @@ from hanlm.preflight import collectives
 from hanlm.preflight.report import PreflightReport
 from hanlm.stages.rundir import load_run_config
 from hanlm.train.checkpoint import latest
-from processes import descendants, ranks_below
+from processes import descendants, free_port, ranks_below
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 
@@ -63,14 +63,6 @@ TRAIN = {
     "preflight.max_save_fraction": 1000,
     "preflight.max_comm_ratio": 1000,
 }
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def needs_skypilot() -> None:

@@ -1,9 +1,18 @@
 """The processes below a launcher (torchrun agents and their workers) and the rank of each,
-read from /proc: what the multi-host tests signal or kill."""
+read from /proc: what the multi-host tests signal or kill; and a free port for their
+rendezvous."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens at now (a rendezvous for the test)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def descendants(pid: int) -> list[int]:
