@@ -168,6 +168,7 @@ def launch(cfg: Config, run: Path, *, stages: Collection[str], dry_run: bool) ->
     folder = run / LAUNCH_DIR
     name = job_name(run)
     launch_cfg = cfg.launch
+    disk, install = disk_gb(cfg, plan), install_requirement(cfg)
     files, accelerator = [], None
     if launch_cfg.engine == "skypilot":
         accelerator = skypilot.accelerator(cfg)
@@ -182,8 +183,8 @@ def launch(cfg: Config, run: Path, *, stages: Collection[str], dry_run: bool) ->
             name=name,
             remote_run=remote_run,
             launch_dir=folder,
-            disk_gb=disk_gb(cfg, plan),
-            install=install_requirement(cfg),
+            disk_gb=disk,
+            install=install,
             inputs=mounts,
         )
         folder.mkdir(parents=True, exist_ok=True)
@@ -220,9 +221,9 @@ def launch(cfg: Config, run: Path, *, stages: Collection[str], dry_run: bool) ->
         spot=launch_cfg.spot,
         infra=launch_cfg.infra,
         bucket=launch_cfg.bucket,
-        disk_gb=disk_gb(cfg, plan) if launch_cfg.engine == "skypilot" else None,
+        disk_gb=disk if launch_cfg.engine == "skypilot" else None,
         remote_run=remote_run,
-        install=install_requirement(cfg) if launch_cfg.engine == "skypilot" else None,
+        install=install if launch_cfg.engine == "skypilot" else None,
         files=files,
         validated=validated,
         dry_run=dry_run,
@@ -287,11 +288,12 @@ def status(cfg: Config, run: Path) -> dict:
     """The hosts tried for `run` (their verdicts and hours), against launch.json's plan."""
     run = Path(run)
     record = LaunchRecord.read_if_present(run / LAUNCH_DIR / LaunchRecord.FILE)
-    gpu_price = record.cost.price_per_gpu_hour if record else cfg.plan.price_per_gpu_hour
+    if record is not None:
+        gpu_price, minutes = record.cost.price_per_gpu_hour, record.cost.minutes_per_rejected_host
+    else:
+        gpu_price, minutes = cfg.plan.price_per_gpu_hour, cfg.launch.minutes_per_rejected_host
     spent = cost.spent(
-        run / PREFLIGHT_DIR,
-        price_per_gpu_hour=gpu_price,
-        minutes_per_rejected_host=cfg.launch.minutes_per_rejected_host,
+        run / PREFLIGHT_DIR, price_per_gpu_hour=gpu_price, minutes_per_rejected_host=minutes
     )
     table = Table("verdict", "hosts", "GPUs", "GPU-hours", "why", title="hosts tried")
     for row in spent["host_sets"]:

@@ -30,6 +30,7 @@ class ExpectedCost(Part):
     training_hours: float  # wall-clock
     data_hours: float  # the data stages, on the first host while the others wait
     checkpoint_interval_hours: float
+    minutes_per_rejected_host: float  # also what a host set without a recorded start is paid
     expected_rejected_host_sets: float
     rejected_gpu_hours: float
     expected_preemptions: float
@@ -92,6 +93,7 @@ def expected(cfg, plan) -> ExpectedCost:
         training_hours=training,
         data_hours=data,
         checkpoint_interval_hours=interval_h,
+        minutes_per_rejected_host=launch.minutes_per_rejected_host,
         expected_rejected_host_sets=rejected_sets,
         rejected_gpu_hours=rejected_h,
         expected_preemptions=preemptions,

@@ -208,7 +208,7 @@ def _launch_part(files: RunFiles) -> str:
     paid = spent(
         files.preflight.parent,
         price_per_gpu_hour=c.price_per_gpu_hour,
-        minutes_per_rejected_host=15,
+        minutes_per_rejected_host=c.minutes_per_rejected_host,
     )
     out = [
         f"\n**Launched** with {record.engine} on {record.nodes} x {record.gpus_per_node} x "
