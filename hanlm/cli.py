@@ -935,7 +935,7 @@ def _terminated_handler(main_pid: int):
 
 def _ignore_stop_signals(installed: dict) -> bool:
     """Stopping already: a second stop signal (torchrun sends one to the other ranks once one
-    has exited) must not interrupt the way out and turn its 75 into a traceback."""
+    has exited) must not interrupt the way out and turn its 75 or 69 into a traceback."""
     for sig in installed:
         signal.signal(sig, signal.SIG_IGN)
     return True
@@ -970,6 +970,7 @@ def main(argv: list[str] | None = None) -> int:
         with run_lock.hold(folder) if folder is not None else contextlib.nullcontext():
             return args.func(args)
     except PreflightNoGo as e:
+        stopped = _ignore_stop_signals(previous_handlers)  # every rank leaves with 69
         _print_error(e.message)
         return exit_status.HOST_REJECTED
     except UserError as e:

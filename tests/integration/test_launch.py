@@ -59,9 +59,13 @@ TRAIN = {
     "preflight.collective_mb": 1,
     "preflight.matmul_seconds": 0.05,
     "preflight.data_seconds": 0.1,
-    # tiny steps projected at an RTX 5090's speed: only the rehearsal's faults may say NO-GO
+    # tiny steps projected at an RTX 5090's speed, and a disk shared with the other tests: only
+    # the rehearsal's own faults may say NO-GO
     "preflight.max_save_fraction": 1000,
     "preflight.max_comm_ratio": 1000,
+    "preflight.min_write_mb_s": 1,
+    "preflight.max_fsync_ms": 60_000,
+    "preflight.min_data_headroom": 0.1,
 }
 
 
