@@ -20,7 +20,7 @@ from typing import Any
 
 from hanlm import __version__, config_flags, exit_status
 from hanlm.data import fact_statements
-from hanlm.errors import PreflightNoGo, Terminated, UserError, stop_on_sigterm
+from hanlm.errors import PeerLost, PreflightNoGo, Terminated, UserError, stop_on_sigterm
 from hanlm.files import (
     check_folder_path,
     claim_output_dir,
@@ -957,6 +957,19 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["torchrun"] and not {"-h", "--help"} & set(argv[1:2]):
         # torchrun's own parser reads its options; its agent handles signals itself
         return torchrun.main(argv[1:])
+    status = exit_status.FAILED  # unless the command returns: a bug's traceback
+    try:
+        status = _run_command(argv, as_program)
+        return status
+    except SystemExit as e:  # argparse: --help, or bad arguments
+        status = e.code if isinstance(e.code, int) else exit_status.USER_ERROR
+        raise
+    finally:
+        if as_program:
+            torchrun.report_rank_status(status)
+
+
+def _run_command(argv: list[str], as_program: bool) -> int:
     args = build_parser().parse_args(argv)
     from hanlm import run_lock
 
@@ -973,6 +986,10 @@ def main(argv: list[str] | None = None) -> int:
         stopped = _ignore_stop_signals(previous_handlers)  # every rank leaves with 69
         _print_error(e.message)
         return exit_status.HOST_REJECTED
+    except PeerLost as e:
+        stopped = _ignore_stop_signals(previous_handlers)  # torchrun stops the other ranks
+        _print_error(e.message)
+        return exit_status.STOPPED  # the last checkpoint is committed: run again on new hosts
     except UserError as e:
         _print_error(e.message)
         return exit_status.USER_ERROR

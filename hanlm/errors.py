@@ -38,6 +38,11 @@ class PreflightNoGo(UserError):
         return _rebuild_no_go, (self.what, self.where, self.fix)
 
 
+class PeerLost(UserError):
+    """A peer process or host stopped during training (hanlm.train.peers names it): the CLI
+    exits with hanlm.exit_status.STOPPED, since the last committed checkpoint resumes the run."""
+
+
 def _rebuild_no_go(what: str, where: str | None, fix: str | None) -> PreflightNoGo:
     return PreflightNoGo(what, where=where, fix=fix)
 

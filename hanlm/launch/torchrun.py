@@ -6,13 +6,25 @@ that stopped for preemption (75) or a host that preflight rejected (69) from a c
 torchrun's public entry points in this process and maps its `ChildFailedError` (each failed
 rank's exit code) with exit_status.of_ranks. A signal to the agent itself (a scheduler stopping
 the job) is forwarded to the workers by torchrun, which then stop after their checkpoint: 75.
+
+The agent itself can fail while its workers run: the host whose agent started first holds the
+c10d rendezvous store, and when that host is lost every other agent's next poll of the store
+raises. The agent then stops its workers (SIGTERM: they still name the lost peer and exit 75)
+and their exit codes go with it; so each hanlm worker also writes its status into a folder this
+command names in their environment (STATUS_DIR), and that is what it exits with.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 from hanlm import exit_status
+
+STATUS_DIR = "HANLM_TORCHRUN_STATUS_DIR"  # where each worker writes its exit status, by rank
 
 
 def main(argv: list[str]) -> int:
@@ -21,6 +33,8 @@ def main(argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run  # deferred: as above
 
+    status_dir = tempfile.TemporaryDirectory(prefix="hanlm-torchrun-")
+    os.environ[STATUS_DIR] = status_dir.name  # the workers inherit this environment
     try:
         run(parse_args(argv))
     except ChildFailedError as failed:
@@ -41,8 +55,35 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
         return exit_status.STOPPED
+    except Exception as agent_failed:
+        codes = _reported(status_dir)
+        if not codes:
+            raise  # before any hanlm worker ended: torchrun's own error, as it is
+        failed = [code for code in codes if code != exit_status.SUCCESS]
+        status = exit_status.of_ranks(failed, failed[0]) if failed else exit_status.SUCCESS
+        print(
+            f"hanlm torchrun: torchrun's agent failed ({type(agent_failed).__name__}: "
+            f"{agent_failed}); its ranks exited with {sorted(set(codes))}: exit status {status}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return status
+    finally:
+        status_dir.cleanup()
     return exit_status.SUCCESS
 
 
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+def report_rank_status(status: int) -> None:
+    """Called by a hanlm command as it ends: under `hanlm torchrun`, tell it this rank's status."""
+    folder, rank = os.environ.get(STATUS_DIR), os.environ.get("RANK")
+    if folder and rank is not None:
+        with contextlib.suppress(OSError):  # its agent, and the folder, may be gone already
+            (Path(folder) / f"rank-{rank}").write_text(str(status))
+
+
+def _reported(status_dir: tempfile.TemporaryDirectory) -> list[int]:
+    codes = []
+    for path in sorted(Path(status_dir.name).glob("rank-*")):
+        with contextlib.suppress(OSError, ValueError):
+            codes.append(int(path.read_text()))
+    return codes

@@ -30,7 +30,7 @@ from hanlm.train import checkpoint, distill, parallel, trackers
 from hanlm.train.loss import TokenLoss
 from hanlm.train.optim import adamw
 from hanlm.train.precision import Numerics
-from hanlm.train.preemption import Preempted
+from hanlm.train.preemption import Preempted, PreemptionWatch
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
 
 
@@ -111,13 +111,18 @@ def processes(device: str, timeout_s: float = 600.0) -> Iterator[parallel.Dist]:
         # a preemption stops every rank on its own (they agreed, then saved): peers that are
         # already gone left for the same reason
         failed = isinstance(e, Exception) and not isinstance(e, Preempted)
+        # torchrun's agent stops its workers with SIGTERM when it loses its rendezvous store
+        # (the lost host held it): that must not cut short naming the lost peer
+        deferred = PreemptionWatch().install() if failed else None
         lost = parallel.lost_peers(dist, e) if failed else None
         # leaving a group whose peers (or whose store's host) are gone can fail too; that
         # second failure would hide the first behind a traceback
         with contextlib.suppress(Exception):
             parallel.shutdown(dist)
         if lost is not None:
-            raise lost from e
+            raise lost from e  # still deferred: the CLI ignores stop signals once it reports it
+        if deferred is not None:
+            deferred.uninstall()
         raise
     parallel.shutdown(dist)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from hanlm.errors import UserError
+from hanlm.errors import PeerLost, UserError
 
 KNOCK_TIMEOUT_S = 3.0
 RETRY_AFTER_S = 2.0
@@ -38,10 +38,6 @@ class Peer:
 
     def describe(self) -> str:
         return f"rank {self.rank} on host {self.host} (node {self.node})"
-
-
-class PeerLost(UserError):
-    """A peer process or host stopped during training; the run can resume from a checkpoint."""
 
 
 def node_rank(rank: int) -> int:

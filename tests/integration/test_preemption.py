@@ -18,7 +18,7 @@ from conftest import TINY_PRETRAIN, copy_data_run
 from hanlm import exit_status
 from hanlm.config import load_config
 from hanlm.pipeline import run_stage
-from processes import ranks_below
+from processes import free_port, ranks_below
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 
@@ -75,3 +75,51 @@ def test_sft_under_torchrun_exits_75(data_run, tmp_path):
     code, said = stop_one_rank(args, data_run / "sft" / "metrics.jsonl", tmp_path / "log")
     assert code == exit_status.STOPPED, said[-3000:]
     assert said.count("preempted:") == 2
+
+
+STORE = """
+import sys, time
+import torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=True, wait_for_workers=False)
+print("listening", flush=True)
+time.sleep(600)
+"""
+
+
+def test_an_agent_that_loses_its_rendezvous_store_exits_with_its_ranks_status(data_run, tmp_path):
+    """The c10d store lives with the host whose agent started first; losing that host makes every
+    other agent fail and stop its workers, their exit codes lost with it. `hanlm torchrun` still
+    exits with its ranks' status (75: saved and stopped), which each reported to it."""
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    store = subprocess.Popen(  # stands in for the first host's agent
+        [sys.executable, "-c", STORE, str(port)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    settings = {**SETTINGS, "pretrain.max_steps": 400, "checkpoint.every": 1000}
+    cmd = [sys.executable, "-m", "hanlm", "torchrun", "--nnodes", "1", "--nproc-per-node", "1"]
+    cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"]
+    cmd += ["--rdzv-conf", "is_host=false", "--monitor-interval", "0.2", "-m", "hanlm"]
+    cmd += ["pretrain", "--run-dir", str(data_run), *settings_args(settings)]
+    metrics, log = data_run / "pretrain" / "metrics.jsonl", tmp_path / "log"
+    try:
+        assert store.stdout.readline().strip() == "listening"
+        with open(log, "w") as out:
+            agent = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and agent.poll() is None:
+                if metrics.is_file() and metrics.read_text().strip():
+                    break
+                time.sleep(0.05)
+            assert agent.poll() is None, log.read_text()[-3000:]
+            store.kill()  # the first host is gone
+            code = agent.wait(timeout=120)
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+    finally:
+        store.kill()
+    said = log.read_text()
+    assert code == exit_status.STOPPED, said[-3000:]
+    assert "RendezvousConnectionError" in said and "preempted:" in said
+    assert "ranks exited with [75]: exit status 75" in said
