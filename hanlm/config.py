@@ -803,10 +803,12 @@ class EvalSection(Section):
 
     tasks: list[str] = Field(
         default_factory=lambda: ["demo_qa", "direction"],
-        description="NAME or NAME=PATH (PATH may be hf:DATASET[:CONFIG][:SPLIT]); names: "
+        description="NAME or NAME=PATH, repeated or comma-separated (a,b); hanlm's own: "
         "kobest_boolq, kobest_copa, kobest_hellaswag, kobest_sentineg, kobest_wic, gsm8k_ko, "
-        "ifeval_ko, direction, demo_qa",
-        json_schema_extra={"cli": {"flag": "task", "metavar": "NAME[=PATH]"}},
+        "ifeval_ko, direction, demo_qa (PATH: a file, or hf:DATASET[:CONFIG][:SPLIT]); any task "
+        "or group of lm-evaluation-harness (kmmlu, haerae, click, kobest, ...; PATH: a folder "
+        "holding local copies of their data sets, DIR/REPO as `hf download` writes them)",
+        json_schema_extra={"cli": {"flag": "task", "aliases": ["tasks"], "metavar": "NAME[=PATH]"}},
     )
     models: list[str] = Field(
         default_factory=list,
@@ -820,16 +822,30 @@ class EvalSection(Section):
         json_schema_extra={"cli": {"metavar": "PATH"}},
     )
     limit: int | None = Field(None, ge=1, description="first N items of each task")
-    batch_size: int = Field(32, ge=1, description="sequences per forward pass")
+    batch_size: int = Field(
+        32,
+        ge=1,
+        description="sequences per forward pass",
+        json_schema_extra={"cli": {"aliases": ["batch_size"]}},
+    )
     dtype: Literal["fp32", "bf16"] = "fp32"
     device: Device = Field("auto", description=DEVICE_CHOICES)
-    num_fewshot: int = Field(0, ge=0, le=32, description="gsm8k_ko: worked examples in the prompt")
+    num_fewshot: int = Field(
+        0,
+        ge=0,
+        le=32,
+        description="worked examples in the prompt (gsm8k_ko, lm-eval's tasks; 0: the task's own)",
+        json_schema_extra={"cli": {"aliases": ["num_fewshot"]}},
+    )
     max_new_tokens: int = Field(256, ge=1, description="generation tasks: token limit")
     distractors: int = Field(
         4, ge=1, description="direction: wrong answers ranked with the right one"
     )
     chat_template: bool = Field(
-        False, description="generation tasks: wrap the prompt in the tokenizer's chat template"
+        False,
+        description="wrap the prompt in the tokenizer's chat template (generation tasks, "
+        "lm-eval's tasks)",
+        json_schema_extra={"cli": {"aliases": ["apply-chat-template", "apply_chat_template"]}},
     )
 
 

@@ -197,21 +197,21 @@ class Model:
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         for batch in self._batches(order, [len(u) for u in unique]):
             rows = [unique[c] for c in batch]
+            members = [(j, i) for j, c in enumerate(batch) for i in by_context[c]]
+            longer = [(j, i) for j, i in members if len(requests[i].continuation) > 1]
             ids, mask, positions = _left_padded(rows)
             out = self.model(
                 input_ids=ids.to(self.device),
                 attention_mask=mask.to(self.device),
                 position_ids=positions.to(self.device),
-                use_cache=True,
+                use_cache=bool(longer),  # one-token answers (A-D letters) need no cache
                 logits_to_keep=1,
             )
             first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
             first_best = first.argmax(-1).cpu()
-            members = [(j, i) for j, c in enumerate(batch) for i in by_context[c]]
             heads = torch.tensor([requests[i].continuation[0] for _, i in members])
             rows_of = torch.tensor([j for j, _ in members])
             first_picked = first[rows_of.to(self.device), heads.to(self.device)].cpu()
-            longer = [(j, i) for j, i in members if len(requests[i].continuation) > 1]
             tails = {}
             if longer:
                 tails = self._continue(

@@ -4,6 +4,8 @@ does not import torch."""
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from hanlm.results import Part, Result
 
 
@@ -36,9 +38,11 @@ class EvalResults(Result):
     models: list[str]
     model_dirs: dict[str, str]
     tasks: dict[str, TaskRecord]
+    # a group (lm-eval's kmmlu, ...) -> its members, tasks or groups
+    groups: dict[str, list[str]] = Field(default_factory=dict)
     contamination: str | None  # the decontamination items.jsonl the splits come from
     contamination_splits: str | None  # how the splits are made, in words
-    results: dict[str, dict[str, TaskScores]]  # model -> task -> split -> metric -> score
+    results: dict[str, dict[str, TaskScores]]  # model -> task or group -> split -> metric -> score
     counts: dict[str, dict[str, dict[str, int]]]  # model -> task -> split -> items
     seconds: float
     fingerprint: str

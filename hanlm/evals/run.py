@@ -50,24 +50,26 @@ def options_from(cfg: Config) -> tasks_lib.Options:
 
 def load_tasks(
     specs: Sequence[str], demo_files: Mapping[str, Path] | None, options: tasks_lib.Options
-) -> list[tuple[tasks_lib.Task, str | None, list]]:
-    """Every task with its items (limited), read before any model loads so bad data fails fast.
+) -> tuple[list[tuple[tasks_lib.Task, str | None, list]], list]:
+    """Every task with its items (limited), read before any model loads so bad data fails fast,
+    and the groups they were named by (lm-eval's `kmmlu`, `haerae`, ...).
 
     `demo_files` (the demo world's files by kind, in a run) give tasks named without a path
     their default data."""
-    if not specs:
+    if not tasks_lib.split_specs(specs):
         raise UserError(
-            "no eval task given", fix=f"add --task NAME, one of {', '.join(tasks_lib.names())}"
+            "no eval task given", fix=f"add --tasks NAME, one of {', '.join(tasks_lib.names())}"
         )
+    leaves, groups = tasks_lib.expand_specs(specs)
     loaded = []
-    for spec in specs:
+    for spec in leaves:
         name, source = tasks_lib.parse_task_spec(spec)
         task = tasks_lib.get(name)
         items = task.load(source, demo_files=demo_files, options=options)
         if options.limit is not None:
             items = items[: options.limit]
         loaded.append((task, source or task.default_source(demo_files), items))
-    return loaded
+    return loaded, groups
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def run_evaluation(
     if not models:
         raise UserError("no model to evaluate", fix="give --model DIR (repeatable) or --run DIR")
     model_dirs = [require_model_folder(m) for m in models]
-    loaded = load_tasks(task_specs, demo_files, options)
+    loaded, groups = load_tasks(task_specs, demo_files, options)
     report = Path(contamination) if contamination else None
     statuses = contamination_lib.load_statuses(report) if report else None
     names = _model_names(model_dirs)
@@ -121,6 +123,9 @@ def run_evaluation(
                 f"eval: {name} {task.name}: {_headline(results[name][task.name])} "
                 f"({len(items)} items, {time.perf_counter() - t0:.1f}s)"
             )
+        for group in groups:  # innermost first: a group's member groups are done before it
+            results[name][group.name] = _group_scores(group, results[name])
+            info(f"eval: {name} {group.name}: {_headline(results[name][group.name])}")
         del model
     record = {
         "models": names,
@@ -129,6 +134,7 @@ def run_evaluation(
             task.name: {"benchmark": task.benchmark, "source": source, "items": len(items)}
             for task, source, items in loaded
         },
+        "groups": {group.name: list(group.members) for group in groups},
         "contamination": str(report) if report else None,
         "contamination_splits": contamination_lib.__doc__.split("\n\n")[1].replace("\n", " ")
         if statuses
@@ -140,6 +146,16 @@ def run_evaluation(
     # what the results are of: also what marks a folder of results as hanlm's (--out --force)
     record["fingerprint"] = fingerprint({k: v for k, v in record.items() if k != "seconds"})
     return Evaluation(EvalResults.model_validate(record), all_samples)
+
+
+def _group_scores(group, results: Mapping[str, dict]) -> dict:
+    """A group's scores on each split, from its members' (lm-eval's aggregate_metric_list)."""
+    # deferred: lm-eval is optional (groups exist only where it is installed)
+    from hanlm.evals.tasks.lm_eval_registry import aggregate_group
+
+    members = [results[m] for m in group.members]
+    splits = [s for s in members[0] if all(s in m for m in members)] if members else []
+    return {split: aggregate_group(group, [m[split] for m in members]) for split in splits}
 
 
 def write_results(folder: Path, evaluation: Evaluation) -> None:
@@ -193,6 +209,48 @@ def _write_outputs(out: Path, record: EvalResults, samples: list[dict]) -> None:
     lines = "".join(json.dumps(s, ensure_ascii=False, default=str) + "\n" for s in samples)
     atomic_write_text(out / "samples.jsonl", lines)
     atomic_write_text(out / "results.md", results_markdown(record.to_json()))
+    for model in record.models:
+        folder = out / LM_EVAL_FOLDER / _sanitized(model)
+        folder.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(lm_eval_shape(record, model), ensure_ascii=False, indent=2)
+        atomic_write_text(folder / "results.json", text + "\n")
+
+
+LM_EVAL_FOLDER = "lm-eval"  # OUT/lm-eval/<model>/results.json: what tools reading lm-eval read
+
+
+def _sanitized(model: str) -> str:
+    # lm-eval's own folder naming: a Hub id's "/" becomes "__"
+    return model.replace("/", "__").replace("#", "_")
+
+
+def lm_eval_shape(record: EvalResults, model: str) -> dict:
+    """One model's scores in lm-evaluation-harness's results-file shape (the `full` split:
+    lm-eval has no clean / dirty ones; those are in results.json)."""
+
+    def entries(name: str) -> dict:
+        row: dict = {"alias": name}
+        for metric, score in record.results[model][name].get("full", {}).items():
+            row[f"{metric},none"] = score.value
+            row[f"{metric}_stderr,none"] = "N/A" if score.stderr is None else score.stderr
+        return row
+
+    counts = record.counts[model]
+    return {
+        "results": {task: entries(task) for task in record.tasks},
+        "groups": {group: entries(group) for group in record.groups},
+        "group_subtasks": {group: list(members) for group, members in record.groups.items()},
+        "n-samples": {
+            task: {"original": record.tasks[task].items, "effective": counts[task]["full"]}
+            for task in record.tasks
+        },
+        "config": {
+            "model": "hanlm",
+            "model_args": f"pretrained={record.model_dirs[model]}",
+            "contamination": record.contamination,
+        },
+        "model_name": model,
+    }
 
 
 def _cell(metric: dict | None) -> str:
@@ -215,7 +273,7 @@ def results_markdown(record: dict) -> str:
         ]
     lines += ["| task | split | metric | " + " | ".join(models) + " |"]
     lines += ["|---|---|---|" + "---|" * len(models)]
-    for task in record["tasks"]:
+    for task in [*record["tasks"], *record.get("groups", {})]:
         first = record["results"][models[0]][task]
         for split in first:
             for metric in first[split]:

@@ -46,8 +46,11 @@ def comparison_config(cfg: Config) -> Config:
     (the tasks whose scores decontamination splits) of its own model."""
     scored = [
         spec
-        for spec in cfg.eval.tasks
-        if tasks_lib.get(tasks_lib.parse_task_spec(spec)[0]).benchmark is not None
+        for spec in tasks_lib.split_specs(cfg.eval.tasks)
+        if any(
+            tasks_lib.get(tasks_lib.parse_task_spec(leaf)[0]).benchmark is not None
+            for leaf in tasks_lib.expand_specs([spec])[0]
+        )
     ]
     if not scored:
         raise UserError(

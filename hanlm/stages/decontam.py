@@ -27,7 +27,8 @@ from hanlm.data.decontam import outputs
 from hanlm.data.decontam.index import BenchmarkIndex
 from hanlm.data.decontam.scan import expand_corpus
 from hanlm.errors import UserError
-from hanlm.evals.tasks import with_prompt_form
+from hanlm.evals import tasks as tasks_lib
+from hanlm.evals.tasks import lm_eval_registry, with_prompt_form
 from hanlm.files import file_sha256, fingerprint, stage_fingerprint
 from hanlm.stages.corpus import ENGINE_PLACEMENT, checked_corpus
 from hanlm.stages.rundir import RunDir
@@ -38,7 +39,7 @@ from hanlm.testsets import readers
 def _uses_demo(cfg: Config, options: dict) -> bool:
     if options.get("standalone"):  # a benchmark of the demo world is refused there
         return False
-    return any(readers.parse_spec(spec)[1] == "demo" for spec in cfg.decontam.benchmarks)
+    return any(spec.partition("=")[2].strip() == "demo" for spec in cfg.decontam.benchmarks)
 
 
 STAGE = Stage(
@@ -63,11 +64,18 @@ STAGE = Stage(
 # Benchmarks
 
 
-def benchmark_specs(specs: list[str], demo_benchmark: Path | None) -> list[tuple[str, Path]]:
+def benchmark_specs(specs: list[str], demo_benchmark: Path | None) -> list[tuple[str, Path | None]]:
     """TASK=PATH specs -> (task, file); PATH `demo` is the run's demo world benchmark
-    (`demo_benchmark`, None outside a run)."""
-    out = []
+    (`demo_benchmark`, None outside a run). A task or group of lm-evaluation-harness's registry
+    (`kmmlu`, `haerae=DIR`) gives its tasks, each with its local copy's folder (None: the Hub)."""
+    out: list[tuple[str, Path | None]] = []
     for spec in specs:
+        name = spec.partition("=")[0].strip()
+        if name not in readers.BENCHMARKS and lm_eval_registry.is_lm_eval_name(name):
+            for leaf in tasks_lib.expand_specs([spec])[0]:
+                task, source = tasks_lib.parse_task_spec(leaf)
+                out.append((task, Path(source).expanduser() if source else None))
+            continue
         task, path = readers.parse_spec(spec)
         if path == "demo":
             if demo_benchmark is None:
@@ -93,14 +101,27 @@ def benchmark_specs(specs: list[str], demo_benchmark: Path | None) -> list[tuple
     return out
 
 
-def load_items(benchmarks: list[tuple[str, Path]], text_field: str) -> list[readers.Item]:
+def load_items(benchmarks: list[tuple[str, Path | None]], text_field: str) -> list[readers.Item]:
     """Every benchmark item, with the prompt lm-eval scores as a form to look for too."""
     items: list[readers.Item] = []
     for task, path in benchmarks:
+        if task not in readers.BENCHMARKS:  # lm-eval's: its test documents, read by lm-eval
+            source = str(path) if path is not None else None
+            items += tasks_lib.get(task).load(source, demo_files=None, options=tasks_lib.Options())
+            continue
         items.extend(
             with_prompt_form(item) for item in readers.read(task, path, text_field=text_field)
         )
     return items
+
+
+def _benchmark_identity(task: str, path: Path | None) -> list:
+    """A benchmark file by content; an lm-eval task's documents by their text (read from its
+    local copy, or the Hub)."""
+    if task in readers.BENCHMARKS:
+        return [task, file_sha256(path)]
+    items = load_items([(task, path)], "text")
+    return [task, fingerprint([[i.item_id, i.overlap_text, i.forms] for i in items])]
 
 
 def _file_key(path: Path) -> list:
@@ -138,7 +159,7 @@ def validate(cfg: Config, run: RunDir, options: dict) -> None:
         )
 
 
-def _benchmarks(cfg: Config, run: RunDir, options: dict) -> list[tuple[str, Path]]:
+def _benchmarks(cfg: Config, run: RunDir, options: dict) -> list[tuple[str, Path | None]]:
     return benchmark_specs(
         cfg.decontam.benchmarks, None if options.get("standalone") else run.demo_file("benchmark")
     )
@@ -150,7 +171,7 @@ def inputs(cfg: Config, run: RunDir, options: dict) -> list | None:
     A merge takes what its partial results were scanned from (they were checked alike)."""
     if options.get("merge"):
         return None
-    benchmarks = [[task, file_sha256(path)] for task, path in _benchmarks(cfg, run, options)]
+    benchmarks = [_benchmark_identity(task, path) for task, path in _benchmarks(cfg, run, options)]
     scanned = (
         [_file_key(path) for path in expand_corpus(options["corpus"])]
         if options.get("corpus")

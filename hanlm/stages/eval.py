@@ -85,7 +85,7 @@ def _data_identity(path: str | None) -> list | str | None:
 def _uses_demo(cfg: Config, options: dict) -> bool:
     """Whether a task named without data reads the demo world (its default in a run)."""
     stand_ins = {kind: Path(name) for kind, name in DEMO_FILE_NAMES.items()}
-    for spec in cfg.eval.tasks:
+    for spec in tasks_lib.expand_specs(cfg.eval.tasks)[0]:
         name, source = tasks_lib.parse_task_spec(spec)
         default = None if source else tasks_lib.get(name).default_source(stand_ins)
         if default is not None and not str(default).startswith("hf:"):
@@ -112,7 +112,7 @@ def _models(cfg: Config, run: RunDir) -> list[Path]:
 def _sources(cfg: Config, run: RunDir) -> list[str | None]:
     files = demo_files(run)
     sources = []
-    for spec in cfg.eval.tasks:
+    for spec in tasks_lib.expand_specs(cfg.eval.tasks)[0]:
         name, source = tasks_lib.parse_task_spec(spec)
         sources.append(source or tasks_lib.get(name).default_source(files))
     return sources

@@ -699,7 +699,7 @@ def test_bad_inputs_are_user_errors(tmp_path, cli, demo_world):
 
     out = ["--out", tmp_path / "o"]
     fails("--corpus", data, *out, "--benchmark", "kobest_boolq", needle="TASK=PATH")
-    fails("--corpus", data, *out, "--benchmark", "boolq=x.tsv", needle="unknown benchmark")
+    fails("--corpus", data, *out, "--benchmark", "boolqq=x.tsv", needle="unknown benchmark")
     fails("--corpus", data, *out, "--benchmark", f"kobest_copa={tmp_path / 'no.tsv'}",
           needle="not found")  # fmt: skip
     fails("--corpus", tmp_path / "none*.jsonl", *out, "--benchmark", good, needle="matches no file")

@@ -1,6 +1,7 @@
 """The harness scores like lm-evaluation-harness's HF backend: same per-item log-likelihoods (to
 1e-4) and the same accuracies on KoBEST items, for a tiny hanlm model exported to a folder."""
 
+import json
 import logging
 import shutil
 
@@ -104,6 +105,132 @@ def test_kobest_matches_lm_evaluation_harness(model, model_dir, shared_data, tmp
         ours_f1 = task.aggregate(ours[name])["macro_f1"]["value"]
         assert ours_f1 == pytest.approx(out["results"][name]["f1,none"])
     del lm_eval
+
+
+# lm-eval's own task definitions on look-alike local copies (tests/support/published_layouts.py): two
+# KMMLU subjects, the HAE-RAE group (its five tasks and its size-weighted mean), two CLIcK tasks
+LM_EVAL_SPECS = ["kmmlu_accounting", "kmmlu_korean_history", "haerae", "click_cul_economy"]
+
+
+def test_lm_eval_registry_tasks_match_lm_evaluation_harness(model_dir, tmp_path):
+    """KMMLU, HAE-RAE and CLIcK as lm-eval defines them: hanlm's harness and lm-eval's HF
+    backend get the same prompts, log-likelihoods (1e-4), predictions, and group scores."""
+    pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed")
+    pytest.importorskip("accelerate", reason="lm-evaluation-harness's HF backend needs accelerate")
+    from lm_eval.evaluator import evaluate as lm_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    import published_layouts
+    from hanlm.evals.run import run_evaluation
+
+    data = published_layouts.write_all(tmp_path / "data")
+    ours = run_evaluation(
+        [model_dir], [f"{spec}={data}" for spec in LM_EVAL_SPECS], device="cpu", batch_size=8
+    )
+    # the reference: lm-eval's own loading of a task file of the user's (as `lm_eval
+    # --include_path`), its tasks' dataset_path pointed at the same local copies
+    local = {
+        "kmmlu": data / "HAERAE-HUB/KMMLU",
+        "haerae": data / "HAERAE-HUB/HAE_RAE_BENCH",
+        "click": data / "EunsuKim/CLIcK",
+    }
+
+    def member(task: str) -> dict:
+        # a datasets cache of its own: a local copy is otherwise cached by its README's file
+        # list, so that an earlier test's copy could be read instead
+        path, cache = str(local[task.split("_")[0]]), {"cache_dir": str(tmp_path / "cache")}
+        return {"task": task, "dataset_path": path, "dataset_kwargs": cache}
+
+    haerae_folder = published_layouts.REGISTRY_FOLDERS["haerae"]
+    index = TaskManager(include_path=haerae_folder, include_defaults=False).task_index
+    haerae = index["haerae"].cfg  # the group as lm-eval defines it
+    groups = [
+        {"group": "reference", "task": [member(t) for t in LM_EVAL_SPECS if t != "haerae"]},
+        {**haerae, "group": "haerae_local", "task": [member(t) for t in haerae["task"]]},
+    ]
+    (tmp_path / "tasks").mkdir()
+    for group in groups:  # JSON is YAML
+        (tmp_path / "tasks" / f"{group['group']}.yaml").write_text(json.dumps(group))
+    folders = [published_layouts.REGISTRY_FOLDERS[f] for f in ("kmmlu", "haerae", "click")]
+    manager = TaskManager(include_path=[*folders, tmp_path / "tasks"], include_defaults=False)
+    tasks = manager.load(["reference", "haerae_local"])
+    baseline = HFLM(pretrained=str(model_dir), device="cpu", batch_size=8, dtype="float32")
+    out = lm_evaluate(lm=baseline, task_dict=tasks, log_samples=True, bootstrap_iters=0)
+
+    record = ours.record
+    [model_name] = record.models
+    assert set(record.tasks) == set(out["samples"])  # haerae: its five tasks
+    assert len(record.tasks) == 8 and record.groups["haerae"] == sorted(record.groups["haerae"])
+    for task, reference in out["samples"].items():
+        mine = sorted(
+            (s for s in ours.samples if s["task"] == task), key=lambda s: int(s["item_id"])
+        )
+        theirs = sorted(reference, key=lambda s: s["doc_id"])
+        assert len(mine) == len(theirs) == record.tasks[task].items > 10
+        for a, b in zip(mine, theirs, strict=True):
+            where = (task, b["doc_id"])
+            assert a["prompt"] == b["arguments"][0][0], where
+            lls = [float(r[0][0]) for r in b["resps"]]
+            assert a["loglikelihoods"] == pytest.approx(lls, abs=1e-4), where
+            assert set(a["scores"]) == {m for m in ("acc", "acc_norm") if m in b}, where
+            for metric in a["scores"]:
+                assert a["scores"][metric] == b[metric], where
+        for metric in mine[0]["scores"]:
+            full = record.results[model_name][task]["full"][metric].value
+            assert full == pytest.approx(out["results"][task][f"{metric},none"])
+    group = record.results[model_name]["haerae"]["full"]
+    assert group["acc"].n == sum(record.tasks[t].items for t in record.groups["haerae"])
+    for metric in ("acc", "acc_norm"):
+        reference = out["results"]["haerae_local"][f"{metric},none"]
+        assert group[metric].value == pytest.approx(reference)
+
+
+def test_eval_cli_takes_lm_eval_spellings_and_writes_lm_eval_results(model_dir, tmp_path, cli):
+    import published_layouts
+
+    data = published_layouts.write_all(tmp_path / "data")
+    out = tmp_path / "out"
+    tasks = f"kmmlu_accounting={data},haerae={data}"
+    result = cli("eval", "--model", model_dir, "--tasks", tasks, "--out", out, "--limit", "3",
+                 "--num_fewshot", "1", "--batch_size", "4")  # fmt: skip
+    assert result.code == 0, result.err
+    record = json.loads((out / "results.json").read_text())
+    assert len(record["tasks"]) == 6 and record["groups"]["haerae"][0] == "haerae_general_knowledge"
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    kmmlu = [s for s in samples if s["task"] == "kmmlu_accounting"]
+    assert len(kmmlu) == 3 and all(s["prompt"].count("정답：") == 2 for s in kmmlu)  # 1 shot
+    [model] = record["models"]
+    shaped = json.loads((out / "lm-eval" / model.replace("/", "__") / "results.json").read_text())
+    assert shaped["group_subtasks"]["haerae"] == record["groups"]["haerae"]
+    group = record["results"][model]["haerae"]["full"]["acc"]
+    assert shaped["groups"]["haerae"]["acc,none"] == group["value"]
+    assert isinstance(shaped["results"]["kmmlu_accounting"]["acc_stderr,none"], float)
+    assert shaped["n-samples"]["kmmlu_accounting"] == {"original": 3, "effective": 3}
+
+
+def test_eval_flags_keep_their_old_spellings():
+    from hanlm.cli import build_parser
+
+    for spelling in (
+        [
+            "--task",
+            "a",
+            "--task",
+            "b",
+            "--num-fewshot",
+            "2",
+            "--batch-size",
+            "3",
+            "--chat-template",
+        ],
+        ["--tasks", "a,b", "--num_fewshot", "2", "--batch_size", "3", "--apply_chat_template"],
+        ["--tasks", "a,b", "--num-fewshot", "2", "--batch-size", "3", "--apply-chat-template"],
+    ):
+        given = vars(build_parser().parse_args(["eval", *spelling]))
+        assert tasks_lib.split_specs(given["eval.tasks"]) == ["a", "b"], spelling
+        keys = ("eval.num_fewshot", "eval.batch_size", "eval.chat_template")
+        assert [given[k] for k in keys] == [2, 3, True], spelling
 
 
 def test_encode_pair_moves_context_spaces(model):

@@ -178,10 +178,51 @@ def _task_for_benchmark(benchmark: str) -> Task | None:
 
 
 def get(name: str) -> Task:
+    """A task by name: hanlm's own, else one of lm-evaluation-harness's registry."""
     _load_builtins()
-    if name not in TASKS:
-        raise UserError(f"unknown eval task {name!r}", fix=f"choose one of {', '.join(names())}")
-    return TASKS[name]()
+    if name in TASKS:
+        return TASKS[name]()
+    from hanlm.evals.tasks import lm_eval_registry  # deferred: it imports this module
+
+    if lm_eval_registry.is_task(name):
+        return lm_eval_registry.LmEvalTask(name)
+    raise UserError(f"unknown eval task {name!r}", fix=_unknown_fix())
+
+
+def _unknown_fix() -> str:
+    from hanlm.evals.tasks import lm_eval_registry  # deferred: it imports this module
+
+    own = f"choose one of {', '.join(names())}"
+    if not lm_eval_registry.available():
+        return f"{own}, or install lm-evaluation-harness ({lm_eval_registry.INSTALL}) for its tasks"
+    return f"{own}, or a task or group of lm-evaluation-harness (`lm-eval ls tasks` lists them)"
+
+
+def split_specs(specs: Sequence[str]) -> list[str]:
+    """Task specs as given (repeated, or comma-separated as lm-eval's --tasks a,b), one each."""
+    return [part.strip() for spec in specs for part in spec.split(",") if part.strip()]
+
+
+def expand_specs(specs: Sequence[str]) -> tuple[list[str], list]:
+    """Every spec's tasks, one spec each (`kmmlu=DIR` -> `kmmlu_accounting=DIR`, ...), and the
+    groups they came from (lm_eval_registry.GroupSpec, innermost first). A group's task that
+    hanlm has itself (KoBEST's) is hanlm's."""
+    leaves: list[str] = []
+    groups: list = []
+    for spec in split_specs(specs):
+        name, source = parse_task_spec(spec)
+        if name in TASKS:
+            found = [name]
+        else:
+            from hanlm.evals.tasks import lm_eval_registry  # deferred: it imports this module
+
+            found, inner = lm_eval_registry.expand(name)
+            groups += [g for g in inner if g.name not in {h.name for h in groups}]
+        for leaf in found:
+            leaf_spec = f"{leaf}={source}" if source else leaf
+            if leaf_spec not in leaves:
+                leaves.append(leaf_spec)
+    return leaves, groups
 
 
 def parse_task_spec(spec: str) -> tuple[str, str | None]:
@@ -190,5 +231,10 @@ def parse_task_spec(spec: str) -> tuple[str, str | None]:
     name, source = name.strip(), source.strip()
     if not name or (sep and not source):
         raise UserError(f"bad task {spec!r}", fix="write --task NAME or --task NAME=PATH")
-    get(name)
+    _load_builtins()
+    if name not in TASKS:
+        from hanlm.evals.tasks import lm_eval_registry  # deferred: it imports this module
+
+        if not lm_eval_registry.is_lm_eval_name(name):
+            raise UserError(f"unknown eval task {name!r}", fix=_unknown_fix())
     return name, source or None
