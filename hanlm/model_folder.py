@@ -14,11 +14,17 @@ folder is one clear UserError rather than a traceback from deep inside transform
 * the folder has tokenizer files (when the caller needs a tokenizer).
 
 Only headers are read: checking a folder costs milliseconds, whatever the model's size.
+
+A model may also be named by its Hugging Face Hub id (`org/name`, where no such local folder
+exists): its config, safetensors weights and tokenizer files are fetched into the Hub cache
+(huggingface_hub's `snapshot_download`, which honours HF_HUB_OFFLINE and reuses the cache) and
+that snapshot is checked like any folder.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
@@ -84,9 +90,47 @@ def check_tokenizer_folder(path: str | Path) -> Path:
     return path
 
 
+# what a model needs, never pickle weights (the check refuses those anyway)
+HUB_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt", "*.jinja"]
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def is_hub_id(name: str | Path) -> bool:
+    """Whether `name` reads as a Hub model id (org/name) rather than a local path."""
+    text = str(name)
+    return bool(_HUB_ID.match(text)) and not Path(text).exists() and ".." not in text
+
+
+def from_hub(repo: str) -> Path:
+    """The cached snapshot of Hub model `repo` (fetched when online); a UserError saying how to
+    get it when offline and not cached, or when the Hub has no such model."""
+    from huggingface_hub import snapshot_download  # deferred: only for Hub ids
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo, allow_patterns=HUB_FILES))
+    except LocalEntryNotFoundError:
+        raise UserError(
+            f"no folder {repo} here, and the Hugging Face model {repo} is not in the Hub cache "
+            "(offline: HF_HUB_OFFLINE is set, or the Hub cannot be reached)",
+            fix=f"where you are online, `hf download {repo}` (the same HF_HOME), or "
+            f"`hf download {repo} --local-dir DIR` and give DIR",
+        ) from None
+    except (HfHubHTTPError, ValueError) as e:
+        raise UserError(
+            f"no folder {repo} here, and the Hugging Face Hub has no model {repo} that can be "
+            f"read: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            fix="check the name (and `hf auth login` for a gated or private model), or give a "
+            "local model folder",
+        ) from None
+
+
 def check_model_folder(path: str | Path, *, tokenizer: bool = True) -> Path:
     """The folder, once it is known to hold a loadable config, safetensors weights and (with
-    `tokenizer`) tokenizer files; a UserError saying what is wrong and how to fix it otherwise."""
+    `tokenizer`) tokenizer files; a UserError saying what is wrong and how to fix it otherwise.
+    A Hub id (org/name) names the Hub cache's snapshot of that model (`from_hub`)."""
+    if is_hub_id(path):
+        path = from_hub(str(path))
     path = Path(path)
     if not path.is_dir():
         state = "it is a file, not a folder" if path.exists() else "it does not exist"

@@ -93,7 +93,7 @@ def diagnose(model_dir: Path) -> dict:
         model_dir, quiet=True, failure="cannot load {path}", fix="check the folder's files"
     )
     model, tokenizer = loaded.model, loaded.tokenizer
-    generation_path = model_dir / "generation_config.json"
+    generation_path = loaded.path / "generation_config.json"
     generation = json.loads(generation_path.read_text()) if generation_path.is_file() else {}
     eos_ids = _ids(generation.get("eos_token_id", model.config.eos_token_id))
     pad_ids = set(

@@ -29,14 +29,17 @@ from transformers import GenerationConfig
 from hanlm.console import warn
 from hanlm.errors import UserError
 from hanlm.inference import generate_ids, left_padded, load_folder, resolve_dtype
-from hanlm.model_folder import is_model_folder
+from hanlm.model_folder import from_hub, is_hub_id, is_model_folder
 
 DEFAULT_MAX_LENGTH = 2048  # lm-evaluation-harness's fallback when the config names none
 _LENGTH_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
 
 
 def require_model_folder(path: str | Path) -> Path:
-    """`path` if it holds a model (config.json); else a UserError saying what it is instead."""
+    """`path` if it holds a model (config.json), or a Hub id's cached snapshot; else a
+    UserError saying what it is instead."""
+    if is_hub_id(path):
+        return from_hub(str(path))
     path = Path(path)
     if is_model_folder(path):
         return path

@@ -1,7 +1,10 @@
 """The model-folder check every loader runs first: healthy folders (one file or sharded) pass and
 load; each kind of damage is one UserError naming it, before transformers reads anything."""
 
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -97,3 +100,45 @@ def test_tokenizer_and_config_loaders_check_the_folder_first(healthy, demo_run, 
         load_tokenizer(tmp_path / "empty")
     with pytest.raises(UserError, match=r"not a Hugging Face model folder \(no config.json\)"):
         read_config(demo_run / "tokenizer")
+
+
+HUB_CHECK = """
+import sys
+from hanlm.errors import UserError
+from hanlm.model_folder import check_model_folder
+try:
+    print(check_model_folder(sys.argv[1]))
+except UserError as e:
+    print("UserError:", e.message)
+"""
+
+
+def _hub_check(name: str, hf_home, cwd) -> str:
+    """check_model_folder(name) in a fresh process (huggingface_hub reads HF_HOME and
+    HF_HUB_OFFLINE when imported), offline."""
+    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
+    env.pop("HF_HUB_CACHE", None)
+    done = subprocess.run([sys.executable, "-c", HUB_CHECK, name], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_hub_id_names_its_cached_snapshot_and_offline_says_how_to_get_it(healthy, tmp_path):
+    """`org/name` where no such folder is: the Hub cache's snapshot (here, put there as `hf
+    download` would), checked like a folder; offline and not cached, how to download it."""
+    said = _hub_check("hanlm-test/tiny-ko", tmp_path / "hf", tmp_path)
+    assert said.startswith("UserError: no folder hanlm-test/tiny-ko here") and "offline" in said
+    assert "`hf download hanlm-test/tiny-ko`" in said
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hf" / "hub" / "models--hanlm-test--tiny-ko"
+    shutil.copytree(healthy, repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    assert _hub_check("hanlm-test/tiny-ko", tmp_path / "hf", tmp_path) == str(
+        repo / "snapshots" / revision
+    )
+    # a local folder of that name wins over the Hub
+    local = tmp_path / "hanlm-test" / "tiny-ko"
+    shutil.copytree(healthy, local)
+    assert _hub_check("hanlm-test/tiny-ko", tmp_path / "hf", tmp_path) == "hanlm-test/tiny-ko"
