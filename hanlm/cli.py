@@ -346,14 +346,20 @@ def _add_eval(sub) -> None:
     parser = _command(
         sub,
         "eval",
-        "evaluate models on KoBEST, GSM8K-ko, IFEval-ko, the direction probe and demo_qa",
+        "evaluate models on hanlm's tasks, lm-eval's (KMMLU, HAE-RAE, CLIcK, ...) or your own",
         "Evaluate the run's model (DIR/sft/hf, else DIR/pretrain/hf) into DIR/eval/, or any "
         "Hugging Face model folders (--model, repeatable: side by side) into --out. Every score "
         "comes as full / clean / dirty when a decontamination report exists (--contamination, "
         "default DIR/decontam/items.jsonl). Writes results.json, samples.jsonl, results.md.\n\n"
-        "Tasks: --task NAME or NAME=PATH (a local file) or NAME=hf:DATASET[:CONFIG][:SPLIT]; "
-        "NAME one of kobest_boolq, kobest_copa, kobest_hellaswag, kobest_sentineg, kobest_wic, "
-        "gsm8k_ko, ifeval_ko, direction, demo_qa.",
+        "Tasks: --tasks a,b or --task NAME (repeatable). hanlm's own: kobest_boolq, "
+        "kobest_copa, kobest_hellaswag, kobest_sentineg, kobest_wic, gsm8k_ko, ifeval_ko, "
+        "direction, demo_qa, as NAME, NAME=FILE or NAME=hf:DATASET[:CONFIG][:SPLIT]. Any task or "
+        "group of lm-evaluation-harness's registry (kmmlu, haerae, click, kobest, ...; pip install "
+        "'hanlm[lm-eval]'): NAME (from the Hub) or NAME=DIR (local copies, DIR/REPO as `hf "
+        "download REPO --repo-type dataset --local-dir DIR/REPO` writes them). Your own: a task "
+        "file, exam.toml or exam.yaml (kind = multiple_choice | generation, items = FILE.jsonl, "
+        "fewshot_items, num_fewshot, fewshot_seed; generation: normalise, answer_regex, until, "
+        "max_new_tokens).",
         force=REDO,
     )
     parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: DIR/eval)")

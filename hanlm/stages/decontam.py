@@ -67,11 +67,14 @@ STAGE = Stage(
 def benchmark_specs(specs: list[str], demo_benchmark: Path | None) -> list[tuple[str, Path | None]]:
     """TASK=PATH specs -> (task, file); PATH `demo` is the run's demo world benchmark
     (`demo_benchmark`, None outside a run). A task or group of lm-evaluation-harness's registry
-    (`kmmlu`, `haerae=DIR`) gives its tasks, each with its local copy's folder (None: the Hub)."""
+    (`kmmlu`, `haerae=DIR`) gives its tasks, each with its local copy's folder (None: the Hub);
+    a task file (`exam.toml`) its items."""
     out: list[tuple[str, Path | None]] = []
     for spec in specs:
         name = spec.partition("=")[0].strip()
-        if name not in readers.BENCHMARKS and lm_eval_registry.is_lm_eval_name(name):
+        if name.lower().endswith(tasks_lib.TASK_FILE_SUFFIXES) or (
+            name not in readers.BENCHMARKS and lm_eval_registry.is_lm_eval_name(name)
+        ):
             for leaf in tasks_lib.expand_specs([spec])[0]:
                 task, source = tasks_lib.parse_task_spec(leaf)
                 out.append((task, Path(source).expanduser() if source else None))

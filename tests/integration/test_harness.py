@@ -186,6 +186,97 @@ def test_lm_eval_registry_tasks_match_lm_evaluation_harness(model_dir, tmp_path)
         assert group[metric].value == pytest.approx(reference)
 
 
+TASK_FILES = {
+    "exam.toml": 'name = "my_exam"\nkind = "multiple_choice"\nitems = "exam.jsonl"\n'
+    'fewshot_items = "exam-dev.jsonl"\nnum_fewshot = 2\nfewshot_seed = 7\n',
+    "arith.yaml": "kind: generation\nitems: arith.jsonl\nnormalise: [strip, lowercase]\n"
+    'answer_regex: "(-?[0-9]+)"\nuntil: ["\\n"]\nmax_new_tokens: 6\n',
+}
+
+
+def write_task_files(folder):
+    """A multiple-choice exam (gold as an index or as the text, two shots from a dev file) and a
+    generation task (answer by regex, stripped and lower-cased), with their items."""
+    folder.mkdir()
+    exam = []
+    for i in range(12):
+        choices = [f"{i}번 문항의 {k}번 보기: 규정 {k * 7 + i}조를 따른다" for k in range(4)]
+        gold = (i * 3) % 4 if i % 2 else choices[(i * 3) % 4]
+        exam.append({"context": f"사내 규정 시험 {i}번: 다음 중 옳은 것은?", "choices": choices,
+                     "gold": gold})  # fmt: skip
+    arith = [
+        {"prompt": f"문제 {i}: {i} 더하기 {i}는?\n답:", "answer": str(2 * i)} for i in range(8)
+    ]
+    for name, rows in (("exam.jsonl", exam), ("exam-dev.jsonl", exam[:5]), ("arith.jsonl", arith)):
+        (folder / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    for name, text in TASK_FILES.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_task_files_score_as_their_lm_eval_yaml_does(model_dir, tmp_path):
+    """A task file scores as the lm-eval YAML a user would write for it (written out here by
+    hand): the same prompts with the same shots, log-likelihoods, generations and metrics."""
+    pytest.importorskip("accelerate", reason="lm-evaluation-harness's HF backend needs accelerate")
+    from lm_eval.evaluator import evaluate as lm_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from hanlm.evals.run import run_evaluation
+
+    folder = write_task_files(tmp_path / "mine")
+    ours = run_evaluation(
+        [model_dir], [str(folder / "exam.toml"), str(folder / "arith.yaml")], device="cpu"
+    )
+    cache = {"cache_dir": str(tmp_path / "cache")}
+    reference = {
+        "my_exam": {
+            "task": "my_exam", "dataset_path": "json", "output_type": "multiple_choice",
+            "dataset_kwargs": {"data_files": {"test": str(folder / "exam.jsonl"),
+                                              "train": str(folder / "exam-dev.jsonl")}, **cache},
+            "test_split": "test", "fewshot_split": "train", "num_fewshot": 2,
+            "doc_to_text": "{{context}}", "doc_to_choice": "{{choices}}", "doc_to_target": "gold",
+            "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}],
+        },
+        "arith": {
+            "task": "arith", "dataset_path": "json", "output_type": "generate_until",
+            "dataset_kwargs": {"data_files": {"test": str(folder / "arith.jsonl")}, **cache},
+            "test_split": "test", "doc_to_text": "{{prompt}}", "doc_to_target": "{{answer}}",
+            "generation_kwargs": {"until": ["\n"], "max_gen_toks": 6, "do_sample": False},
+            "filter_list": [{"name": "answer", "filter": [
+                {"function": "regex", "regex_pattern": "(-?[0-9]+)"}, {"function": "take_first"}]}],
+            "metric_list": [{"metric": "exact_match", "aggregation": "mean",
+                             "higher_is_better": True, "ignore_case": True,
+                             "regexes_to_ignore": ["^\\s+|\\s+$"]}],
+        },
+    }  # fmt: skip
+    (tmp_path / "ref").mkdir()
+    for name, config in reference.items():  # JSON is YAML
+        (tmp_path / "ref" / f"{name}.yaml").write_text(json.dumps(config))
+    tasks = TaskManager(include_path=str(tmp_path / "ref"), include_defaults=False).load(
+        ["my_exam", "arith"]
+    )
+    tasks["tasks"]["my_exam"].set_fewshot_seed(7)  # lm_eval --seed's fewshot seed
+    baseline = HFLM(pretrained=str(model_dir), device="cpu", batch_size=8, dtype="float32")
+    out = lm_evaluate(lm=baseline, task_dict=tasks, log_samples=True, bootstrap_iters=0)
+    for task in ("my_exam", "arith"):
+        mine = [s for s in ours.samples if s["task"] == task]
+        theirs = sorted(out["samples"][task], key=lambda s: s["doc_id"])
+        assert len(mine) == len(theirs) == ours.record.tasks[task].items
+        for a, b in zip(mine, theirs, strict=True):
+            assert a["prompt"] == b["arguments"][0][0], (task, b["doc_id"])
+            if task == "my_exam":
+                lls = [float(r[0][0]) for r in b["resps"]]
+                assert a["loglikelihoods"] == pytest.approx(lls, abs=1e-4)
+            else:  # the greedy text itself, then the answer the regex takes from it
+                assert a["generations"] == b["resps"] and a["generations"][0][0], b["doc_id"]
+                assert a["responses"] == b["filtered_resps"], b["doc_id"]
+            assert a["scores"] == {m: b[m] for m in a["scores"]}
+        for metric, score in ours.record.results[ours.record.models[0]][task]["full"].items():
+            filtered = "answer" if task == "arith" else "none"
+            assert score.value == pytest.approx(out["results"][task][f"{metric},{filtered}"])
+
+
 def test_eval_cli_takes_lm_eval_spellings_and_writes_lm_eval_results(model_dir, tmp_path, cli):
     import published_layouts
 

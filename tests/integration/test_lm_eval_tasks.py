@@ -123,3 +123,85 @@ def test_planted_kmmlu_items_are_dirty_and_the_others_clean(data, tmp_path, cli)
     for item_id, row in rows.items():
         assert row["status"] == planted.get(item_id, "clean"), row
         assert row["benchmark"] == "kmmlu_accounting"
+
+
+# -- task files: your own task without code -------------------------------------------------------
+
+EXAM = 'kind = "multiple_choice"\nitems = "exam.jsonl"\n'
+ITEM = {
+    "context": "사내 규정 시험: 다음 중 옳은 것은?",
+    "choices": ["가 보기", "나 보기"],
+    "gold": 1,
+}
+
+
+def write(folder, name: str, text: str, items: list | None = None):
+    path = folder / name
+    path.write_text(text)
+    if items is not None:
+        lines = [i if isinstance(i, str) else json.dumps(i, ensure_ascii=False) for i in items]
+        (folder / "exam.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "items", "needle"),
+    [
+        (EXAM + "itmes = 'x'\n", [ITEM], "setting itmes: Extra inputs"),
+        ('items = "exam.jsonl"\n', [ITEM], "setting kind: Field required"),
+        (EXAM.replace("multiple_choice", "choice"), [ITEM], "setting kind"),
+        (EXAM + "num_fewshot = [\n", [ITEM], "not valid TOML"),
+        (EXAM + "num_fewshot = 2\n", [ITEM], "no fewshot_items"),
+        (EXAM + "answer_regex = '(a'\n", [ITEM], "answer_regex is for generation"),
+        ('kind = "generation"\nitems = "exam.jsonl"\nanswer_regex = "(a"\n',
+         [{"prompt": "p", "answer": "a"}], "not a regular expression"),
+        (EXAM.replace("exam.jsonl", "missing.jsonl"), [ITEM], "missing.jsonl does not exist"),
+        (EXAM, [ITEM, "{not json"], "exam.jsonl:2"),
+        (EXAM, [ITEM, {**ITEM, "gold": 2}], "gold must be the right choice's index (0 to 1)"),
+        (EXAM, [ITEM, {**ITEM, "gold": "다 보기"}], "exam.jsonl:2: gold"),
+        (EXAM, [{**ITEM, "choices": "가"}], "choices must be a list"),
+        (EXAM, [{"choices": ["a", "b"], "gold": 0}], "exam.jsonl:1: context"),
+        ('kind = "generation"\nitems = "exam.jsonl"\n', [{"prompt": "p"}], "answer must be"),
+    ],
+)  # fmt: skip
+def test_bad_task_files_and_items_name_file_line_and_field(tmp_path, text, items, needle):
+    path = write(tmp_path, "exam.toml", text, items)
+    with pytest.raises(UserError) as e:
+        tasks_lib.get(str(path))
+    assert needle in e.value.message, e.value.message
+
+
+def test_bad_yaml_task_files_and_task_file_specs(tmp_path):
+    path = write(tmp_path, "exam.yaml", "kind: multiple_choice\nitems: [unclosed\n", [ITEM])
+    with pytest.raises(UserError, match="not valid YAML") as e:
+        tasks_lib.get(str(path))
+    assert f"{path}:" in e.value.message
+    with pytest.raises(UserError, match="does not exist"):
+        tasks_lib.get(str(tmp_path / "none.toml"))
+    with pytest.raises(UserError, match="takes no =PATH"):
+        tasks_lib.parse_task_spec(f"{path}=x.jsonl")
+
+
+def test_a_task_files_items_are_decontaminated_by_their_natural_parts(tmp_path, cli):
+    """A custom exam's item leaked as its question and right answer is dirty; the others clean."""
+    exam = [
+        {"context": f"사내 규정 {i}조에 따라 출장비를 정산하는 올바른 절차는 무엇인가?",
+         "choices": [f"{i}일 안에 영수증을 첨부하여 부서장 승인을 받는다", f"{i}개월 뒤 구두로 보고한다"],
+         "gold": i % 2}
+        for i in range(10)
+    ]  # fmt: skip
+    path = write(tmp_path, "exam.toml", EXAM, exam)
+    [item] = [i for i in tasks_lib.get(str(path)).load(None, demo_files=None, options=Options())][
+        3:4
+    ]
+    assert item.benchmark == "exam" and item.parts == (exam[3]["context"], exam[3]["choices"][1])
+    text = f"회의록입니다. {item.parts[0]} 답은 이렇다: {item.parts[1]}. 이상입니다."
+    corpus = tmp_path / "train.jsonl"
+    corpus.write_text(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+    out = tmp_path / "out"
+    result = cli("decontam", "--corpus", corpus, "--out", out, "--benchmark", path)
+    assert result.code == 0, result.err
+    from test_decontam import status_of
+
+    rows = status_of(out / "decontam" / "items.jsonl")
+    assert {k: r["status"] for k, r in rows.items() if r["status"] != "clean"} == {"3": "dirty"}

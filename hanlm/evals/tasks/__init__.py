@@ -22,6 +22,7 @@ from hanlm.errors import UserError
 from hanlm.testsets import readers
 
 TASKS: dict[str, type[Task]] = {}
+TASK_FILE_SUFFIXES = (".toml", ".yaml", ".yml")  # a task of the user's: evals.tasks.task_file
 # Built-in task modules, imported on first lookup; one that is not there (yet) is skipped.
 BUILTIN_MODULES = ("kobest", "gsm8k_ko", "ifeval_ko", "direction", "demo_qa", "repetition")
 
@@ -182,7 +183,10 @@ def get(name: str) -> Task:
     _load_builtins()
     if name in TASKS:
         return TASKS[name]()
-    from hanlm.evals.tasks import lm_eval_registry  # deferred: it imports this module
+    from hanlm.evals.tasks import lm_eval_registry, task_file  # deferred: they import this module
+
+    if task_file.is_task_file(name):
+        return task_file.FileTask(name)
 
     if lm_eval_registry.is_task(name):
         return lm_eval_registry.LmEvalTask(name)
@@ -211,7 +215,7 @@ def expand_specs(specs: Sequence[str]) -> tuple[list[str], list]:
     groups: list = []
     for spec in split_specs(specs):
         name, source = parse_task_spec(spec)
-        if name in TASKS:
+        if name in TASKS or name.lower().endswith(TASK_FILE_SUFFIXES):
             found = [name]
         else:
             from hanlm.evals.tasks import lm_eval_registry  # deferred: it imports this module
@@ -232,6 +236,12 @@ def parse_task_spec(spec: str) -> tuple[str, str | None]:
     if not name or (sep and not source):
         raise UserError(f"bad task {spec!r}", fix="write --task NAME or --task NAME=PATH")
     _load_builtins()
+    if name.lower().endswith(TASK_FILE_SUFFIXES):
+        if sep:
+            raise UserError(
+                f"bad task {spec!r}", fix="a task file takes no =PATH: it names its items itself"
+            )
+        return name, None
     if name not in TASKS:
         from hanlm.evals.tasks import lm_eval_registry  # deferred: it imports this module
 

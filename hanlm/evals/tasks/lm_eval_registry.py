@@ -55,8 +55,14 @@ def _manager(folders: tuple[str, ...] | None):
 
     logging.getLogger("lm-eval").setLevel(logging.ERROR)  # its index logs every skipped file
     if folders is None:
-        return TaskManager()
-    return TaskManager(include_path=list(folders), include_defaults=False)
+        manager = TaskManager()
+    else:
+        manager = TaskManager(include_path=list(folders), include_defaults=False)
+    _built.append(manager)
+    return manager
+
+
+_built: list = []  # every task manager made so far, by _manager
 
 
 @functools.cache
@@ -75,6 +81,9 @@ def _registry(name: str):
     """The task manager whose index has `name`, or None. Indexing all of lm-eval's tasks takes
     tens of seconds, so only the family folders whose files mention the name are indexed (all
     of them only when that is not enough)."""
+    for built in _built:  # a group's tasks are in the index that found the group
+        if name in built.task_index:
+            return built
     mention = re.compile(rf"(?<![\w-]){re.escape(name)}(?![\w-])")
     folders = tuple(sorted({folder for folder, text in _task_files() if mention.search(text)}))
     if not folders:
@@ -174,11 +183,15 @@ class LmEvalTask(Task):
         return f"hf:{repo}:{subset}" if repo and subset else (f"hf:{repo}" if repo else None)
 
     def load(self, source, *, demo_files, options: Options) -> list[Item]:
-        local = None if source is None or str(source).startswith("hf:") else source
-        self._task = build(self.name, local, options)
+        self._task = self._build(source, options)
         docs = list(self._task.eval_docs)
         template = _template_lines(self._task, docs)
         return [self._item(str(i), doc, template) for i, doc in enumerate(docs)]
+
+    def _build(self, source, options: Options):
+        """lm-eval's task object, its data loaded."""
+        local = None if source is None or str(source).startswith("hf:") else source
+        return build(self.name, local, options)
 
     def _item(self, item_id: str, doc: Mapping, template: frozenset[str]) -> Item:
         task = self._task
@@ -223,7 +236,8 @@ class LmEvalTask(Task):
                 lls = [float(r[0]) for r in logged["filtered_resps"]]
                 sample["loglikelihoods"] = lls
                 sample["prediction"] = max(range(len(lls)), key=lls.__getitem__) if lls else None
-            else:
+            else:  # what the model wrote, and what the task's filters made of it
+                sample["generations"] = _plain(logged["resps"])
                 sample["responses"] = _plain(logged["filtered_resps"])
             sample["scores"] = {m: _plain(logged[m]) for m in self._metrics}
             samples.append(sample)
@@ -326,6 +340,27 @@ def build(name: str, data_dir: str | Path | None, options: Options):
             )
         raise UserError(
             f"{name}: cannot load its data from {where}: {type(e).__name__}: {e}", fix=fix
+        ) from None
+
+
+def build_from_config(config: dict, *, where: str):
+    """lm-eval's task from a task config of its own (a task file's), data loaded (a cache of
+    its own, as for local copies: datasets' cache of local files can be stale)."""
+    import datasets  # deferred: as lm-eval
+    from lm_eval.api.task import ConfigurableTask  # deferred: lm-eval is optional
+
+    datasets.disable_progress_bars()
+    cache = tempfile.mkdtemp(prefix="hanlm-datasets-")
+    atexit.register(shutil.rmtree, cache, ignore_errors=True)
+    config = {**config, "dataset_kwargs": {**config.get("dataset_kwargs", {}), "cache_dir": cache}}
+    try:
+        with _offline_when(True):
+            return ConfigurableTask(config=config)
+    except UserError:
+        raise
+    except Exception as e:  # the files were checked; what is left is lm-eval's to say
+        raise UserError(
+            f"lm-evaluation-harness cannot build the task: {type(e).__name__}: {e}", where=where
         ) from None
 
 
