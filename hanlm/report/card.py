@@ -456,6 +456,26 @@ def _split_scores(samples: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return groups
 
 
+def _pooled_by_group(
+    by_task: dict[tuple[str, str], list[dict]], groups: dict[str, list[str]]
+) -> dict[tuple[str, str], list[dict]]:
+    """The tasks of an lm-eval group (KMMLU's 45 subjects) pooled under the outermost group's
+    name, so the section shows one row per benchmark; other tasks as they are."""
+
+    def leaves(name: str) -> list[str]:
+        return [t for m in groups[name] for t in (leaves(m) if m in groups else [m])]
+
+    inner = {m for members in groups.values() for m in members}
+    outermost = [g for g in groups if g not in inner]
+    owner = {task: group for group in outermost for task in leaves(group)}
+    pooled: dict[tuple[str, str], list[dict]] = {}
+    for (model, task), samples in by_task.items():
+        if task in owner:  # ids are per task: made distinct within the group
+            samples = [{**s, "item_id": f"{task}/{s['item_id']}"} for s in samples]
+        pooled.setdefault((model, owner.get(task, task)), []).extend(samples)
+    return pooled
+
+
 def _gaps(samples: list[dict]) -> dict[str, dict]:
     """metric -> clean, dirty and dirty - clean, each with its bootstrap interval."""
     from hanlm.evals import contamination  # deferred: numpy
@@ -473,8 +493,11 @@ def _ci(interval, signed: bool = True) -> str:
     return f"{pattern.format(interval.value)} [{pattern.format(interval.low)}, {pattern.format(interval.high)}]"
 
 
-def _chance(samples: list[dict]) -> float:
-    """The accuracy of guessing: the mean of 1 / choices over the items."""
+def _chance(samples: list[dict]) -> float | None:
+    """The accuracy of guessing: the mean of 1 / choices over the items; None for a task whose
+    answers are generated (no choices to guess among)."""
+    if not all(sample.get("loglikelihoods") for sample in samples):
+        return None
     return sum(1 / len(sample["loglikelihoods"]) for sample in samples) / len(samples)
 
 
@@ -490,13 +513,17 @@ def _cells(metric: str, gaps: dict) -> list[str]:
     return [_ci(gaps["clean"], signed), _ci(gaps["dirty"], signed), _ci(gaps["gap"])]
 
 
-def _gap_verdict(label: str, task: str, gaps: dict[str, dict], chance: float) -> str:
+def _gap_verdict(label: str, task: str, gaps: dict[str, dict], chance: float | None) -> str:
     """What the intervals say, in words: clean accuracy against chance, dirty against clean."""
     acc = gaps.get("acc")
     if acc is None:
         return ""
     clean, gap = acc["clean"], acc["gap"]
-    above = "above" if clean.low > chance else "below" if clean.high < chance else "not above"
+    if chance is None:
+        against = ""
+    else:
+        above = "above" if clean.low > chance else "below" if clean.high < chance else "not above"
+        against = f" is {above} chance ({chance:.2f})"
     inflated = (
         "dirty items score higher: contamination inflates accuracy"
         if gap.low > 0
@@ -505,7 +532,7 @@ def _gap_verdict(label: str, task: str, gaps: dict[str, dict], chance: float) ->
         else "no difference between dirty and clean items beyond the noise"
     )
     return (
-        f"\n{label} on {task}: clean accuracy {clean.value:.3f} is {above} chance ({chance:.2f}); "
+        f"\n{label} on {task}: clean accuracy {clean.value:.3f}{against}; "
         f"dirty minus clean {gap.value:+.3f} [{gap.low:+.3f}, {gap.high:+.3f}]: {inflated}.\n"
     )
 
@@ -531,7 +558,9 @@ def _comparison(files: RunFiles, kept_by_task: dict[str, list[dict]]) -> str:
             "\nNo comparison without the contaminated documents in this run "
             "(`decontam.compare_drop = true` trains one).\n"
         )
-    dropped = _split_scores(_jsonl(files.compare_eval_samples))
+    results = _eval_results(files)
+    groups = results.groups if results is not None else {}
+    dropped = _pooled_by_group(_split_scores(_jsonl(files.compare_eval_samples)), groups)
     report = DecontamReport.read_if_present(files.decontam_report)
     only = report.action_sources if report is not None else []
     label = (
@@ -600,7 +629,7 @@ def _contamination_section(files: RunFiles) -> str:
     results = _eval_results(files)
     if results is None:
         return _missing("eval")
-    groups = _split_scores(_jsonl(files.eval_samples))
+    groups = _pooled_by_group(_split_scores(_jsonl(files.eval_samples)), results.groups)
     if not groups:
         return "_No benchmark task of this run's eval was split by a decontamination report._\n"
     out: list[str] = [

@@ -133,6 +133,38 @@ def test_dry_run_card_holds_every_score_full_clean_dirty(run_dir, cli):
     assert f"| demo_qa | {summary.items} |" in card.text  # and in the body's table
 
 
+def test_lm_eval_tasks_and_groups_go_into_the_card_with_their_splits(run_dir, cli):
+    """A KMMLU subject and its group (lm-eval's registry) in the run's results: the card lists
+    both, every split, and cites the subject's Hub data set (its task definition's)."""
+    pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed")
+    results = _results(run_dir)
+    (model,) = [m for m in results.models if m.endswith("/sft")]
+    splits = {
+        split: {"acc": Score(value=value, stderr=0.1, n=n)}
+        for split, value, n in (("full", 0.4, 20), ("clean", 0.3, 15), ("dirty", 0.7, 5))
+    }
+    results.tasks["kmmlu_accounting"] = _task("kmmlu_accounting", None, items=20)
+    results.groups["kmmlu"] = ["kmmlu_accounting"]
+    for name in results.models:
+        results.results[name]["kmmlu_accounting"] = splits
+        results.results[name]["kmmlu"] = splits
+        results.counts[name]["kmmlu_accounting"] = {"full": 20, "clean": 15, "dirty": 5}
+    results.write(run_dir / "eval" / EvalResults.FILE)
+    result = cli("publish", run_dir, "--repo", REPO, "--dry-run")
+    assert result.code == 0, result.err
+    card = _card(run_dir / "publish")
+    found = _card_scores(card)
+    for task in ("kmmlu_accounting", "kmmlu"):
+        for split, metrics in splits.items():
+            assert found[(task, split, "acc")] == metrics["acc"].value
+    kmmlu = [r for r in card.data.eval_results if r.dataset_name == "kmmlu_accounting"]
+    assert {(r.dataset_type, r.dataset_config) for r in kmmlu} == {
+        ("HAERAE-HUB/KMMLU", "Accounting")
+    }
+    row = "| kmmlu | acc | 0.400 ± 0.100 (n=20) | 0.300 ± 0.100 (n=15) | 0.700 ± 0.100 (n=5) |"
+    assert row in card.text, model
+
+
 def test_card_metadata_round_trips_through_the_hub_parser(run_dir, cli):
     from huggingface_hub import ModelCard
     from huggingface_hub.repocard import metadata_load

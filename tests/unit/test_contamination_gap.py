@@ -197,3 +197,21 @@ def test_a_comparison_that_drops_one_sources_leaks_says_which(tmp_path):
     dropped = _samples("drop/pretrain", 1, clean_acc=0.65, dirty_acc=0.65)
     text = card._contamination_section(_files(tmp_path, kept, dropped, ["web"]))
     assert "| web's leaks dropped (compare/drop) | demo_qa | accuracy |" in text
+
+
+def test_the_report_pools_a_groups_tasks_under_its_outermost_name():
+    """KMMLU's 45 subjects are one row of the report card's contamination table (their pooled
+    items), not 45; item ids stay distinct; a task outside any group stays as it is."""
+    from hanlm.report.card import _pooled_by_group
+
+    def samples(task: str, n: int) -> list[dict]:
+        return [{"task": task, "item_id": str(i), "scores": {"acc": 1.0}} for i in range(n)]
+
+    by_task = {("m", "kmmlu_a"): samples("kmmlu_a", 2), ("m", "kmmlu_b"): samples("kmmlu_b", 3)}
+    by_task[("m", "demo_qa")] = samples("demo_qa", 4)
+    groups = {"kmmlu_stem": ["kmmlu_a", "kmmlu_b"], "kmmlu": ["kmmlu_stem"]}
+    pooled = _pooled_by_group(by_task, groups)
+    assert sorted(pooled) == [("m", "demo_qa"), ("m", "kmmlu")]
+    ids = [s["item_id"] for s in pooled[("m", "kmmlu")]]
+    assert ids == ["kmmlu_a/0", "kmmlu_a/1", "kmmlu_b/0", "kmmlu_b/1", "kmmlu_b/2"]
+    assert [s["item_id"] for s in pooled[("m", "demo_qa")]] == ["0", "1", "2", "3"]
