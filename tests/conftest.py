@@ -198,3 +198,63 @@ def kobest_as_published(tsv: Path, task: str):
     from kobest_reference import publish
 
     return publish(tsv, task)
+
+
+# -- scheduling: the slowest files first -----------------------------------------------------------
+#
+# Under `--dist loadfile` a file runs on one worker; left in pytest-xdist's order (most tests
+# first) the few-test files that start several processes ran last, one worker idle while the
+# other finished them. scripts/test.sh keeps the collection order (--no-loadscope-reorder) and
+# this puts the files that took longest in the last full run first (pytest's cache, written
+# below), else these, measured 2026-12-02, else those with a test marked slow.
+SLOW_FILES = (
+    "tests/integration/test_launch.py",
+    "tests/integration/test_hosts.py",
+    "tests/integration/test_preemption.py",
+    "tests/integration/test_harness.py",
+    "tests/integration/test_checkpoint.py",
+    "tests/integration/test_two_ranks.py",
+    "tests/integration/test_run.py",
+    "tests/integration/test_sft.py",
+    "tests/integration/test_export.py",
+    "tests/integration/test_pretrain.py",
+)
+FILE_SECONDS = "hanlm/file-seconds"
+
+
+def pytest_collection_modifyitems(config, items):
+    measured = config.cache.get(FILE_SECONDS, {}) if config.cache is not None else {}
+
+    def rank(path: str) -> tuple:
+        if path in measured:
+            return (0, -measured[path])
+        if path in SLOW_FILES:
+            return (1, SLOW_FILES.index(path))
+        return (2, 0)
+
+    files = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        slow = item.get_closest_marker("slow") is not None
+        files[path] = files.get(path, False) or slow
+    order = sorted(files, key=lambda p: (*rank(p), not files[p]))
+    position = {path: i for i, path in enumerate(order)}
+    items.sort(key=lambda item: position[item.nodeid.split("::", 1)[0]])
+
+
+_file_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::", 1)[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The files' times, for the next run's order: from a whole run only (not a -k or a file)."""
+    config = session.config
+    whole = not config.option.keyword and not config.option.markexpr and not config.args[1:]
+    if hasattr(config, "workerinput") or config.cache is None or not whole:
+        return
+    if len(_file_seconds) > 50:
+        config.cache.set(FILE_SECONDS, {p: round(s, 1) for p, s in _file_seconds.items()})

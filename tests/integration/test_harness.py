@@ -277,6 +277,45 @@ def test_task_files_score_as_their_lm_eval_yaml_does(model_dir, tmp_path):
             assert score.value == pytest.approx(out["results"][task][f"{metric},{filtered}"])
 
 
+def test_rolling_loglikelihood_matches_lm_evaluation_harness(model_dir, tmp_path):
+    """Perplexity tasks (loglikelihood_rolling): texts longer than the model's 512 positions are
+    cut into lm-eval's windows and score as under its HF backend."""
+    pytest.importorskip("accelerate", reason="lm-evaluation-harness's HF backend needs accelerate")
+    from lm_eval.evaluator import evaluate as lm_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from hanlm.evals.lm_eval_model import HarnessLM
+
+    sentence = "서울의 오래된 시장에서는 아침마다 상인들이 물건을 정리하며 하루를 시작한다. "
+    texts = [sentence * k for k in (1, 7, 40)]  # the last: several windows of 512 tokens
+    data = tmp_path / "texts.jsonl"
+    data.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts))
+    config = {
+        "task": "rolling", "dataset_path": "json", "output_type": "loglikelihood_rolling",
+        "dataset_kwargs": {"data_files": {"test": str(data)}, "cache_dir": str(tmp_path / "c")},
+        "test_split": "test", "doc_to_text": "", "doc_to_target": "{{text}}",
+        "metric_list": [{"metric": m} for m in ("word_perplexity", "bits_per_byte")],
+    }  # fmt: skip
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "rolling.yaml").write_text(json.dumps(config))
+    manager = TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False)
+    ours_lm = HarnessLM(Model(model_dir, device="cpu", batch_size=4))
+    assert len(ours_lm.harness.encode(texts[-1])) > 2 * ours_lm.harness.max_length
+    baseline = HFLM(pretrained=str(model_dir), device="cpu", batch_size=4, dtype="float32")
+    outs = []
+    for lm in (ours_lm, baseline):
+        tasks = manager.load(["rolling"])
+        outs.append(lm_evaluate(lm=lm, task_dict=tasks, log_samples=True, bootstrap_iters=0))
+    ours, theirs = (sorted(o["samples"]["rolling"], key=lambda s: s["doc_id"]) for o in outs)
+    for a, b in zip(ours, theirs, strict=True):
+        assert float(a["resps"][0][0]) == pytest.approx(float(b["resps"][0][0]), abs=1e-3)
+    for metric in ("word_perplexity,none", "bits_per_byte,none"):
+        assert outs[0]["results"]["rolling"][metric] == pytest.approx(
+            outs[1]["results"]["rolling"][metric], rel=1e-5
+        )
+
+
 def test_eval_cli_takes_lm_eval_spellings_and_writes_lm_eval_results(model_dir, tmp_path, cli):
     import published_layouts
 
