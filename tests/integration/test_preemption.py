@@ -31,15 +31,12 @@ def settings_args(values: dict) -> list[str]:
     return [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
 
 
-def stop_one_rank(command: list[str], metrics: Path, log: Path) -> tuple[int, str]:
-    """`hanlm torchrun` on 2 ranks running `command`; SIGTERM to rank 1 once a step is
-    logged. Its exit status and what it said."""
-    cmd = [sys.executable, "-m", "hanlm", "torchrun", "--standalone", "--nproc-per-node", "2"]
+def run_until_a_step(cmd: list[str], metrics: Path, log: Path, stop) -> tuple[int, str]:
+    """`cmd` (a `hanlm torchrun` agent); once a step is logged, `stop(agent)`. Its exit status
+    and what it said."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     with open(log, "w") as out:
-        agent = subprocess.Popen(
-            [*cmd, "-m", "hanlm", *command], stdout=out, stderr=subprocess.STDOUT, env=env
-        )
+        agent = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and agent.poll() is None:
@@ -47,11 +44,21 @@ def stop_one_rank(command: list[str], metrics: Path, log: Path) -> tuple[int, st
                 break
             time.sleep(0.05)
         assert agent.poll() is None, log.read_text()[-3000:]
-        os.kill(ranks_below(agent.pid)[1], signal.SIGTERM)
+        stop(agent)
         return agent.wait(timeout=120), log.read_text()
     finally:
         if agent.poll() is None:
             agent.kill()
+
+
+def stop_one_rank(command: list[str], metrics: Path, log: Path) -> tuple[int, str]:
+    """`hanlm torchrun` on 2 ranks running `command`; SIGTERM to rank 1 once a step is
+    logged."""
+    cmd = [sys.executable, "-m", "hanlm", "torchrun", "--standalone", "--nproc-per-node", "2"]
+    cmd += ["-m", "hanlm", *command]
+    return run_until_a_step(
+        cmd, metrics, log, lambda agent: os.kill(ranks_below(agent.pid)[1], signal.SIGTERM)
+    )
 
 
 @pytest.fixture
@@ -84,35 +91,21 @@ def test_an_agent_that_loses_its_rendezvous_store_exits_with_its_ranks_status(da
     other agent fail and stop its workers, their exit codes lost with it. `hanlm torchrun` still
     exits with its ranks' status (75: saved and stopped), which each reported to it."""
     port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     store = subprocess.Popen(  # stands in for the first host's agent
-        [sys.executable, "-c", STORE, str(port)], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", STORE, str(port)], stdout=subprocess.PIPE, text=True
     )
     settings = {**SETTINGS, "pretrain.max_steps": 400, "checkpoint.every": 1000}
     cmd = [sys.executable, "-m", "hanlm", "torchrun", "--nnodes", "1", "--nproc-per-node", "1"]
     cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"]
     cmd += ["--rdzv-conf", "is_host=false", "--monitor-interval", "0.2", "-m", "hanlm"]
     cmd += ["pretrain", "--run-dir", str(data_run), *settings_args(settings)]
-    metrics, log = data_run / "pretrain" / "metrics.jsonl", tmp_path / "log"
     try:
         assert store.stdout.readline().strip() == "listening"
-        with open(log, "w") as out:
-            agent = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            deadline = time.monotonic() + 240
-            while time.monotonic() < deadline and agent.poll() is None:
-                if metrics.is_file() and metrics.read_text().strip():
-                    break
-                time.sleep(0.05)
-            assert agent.poll() is None, log.read_text()[-3000:]
-            store.kill()  # the first host is gone
-            code = agent.wait(timeout=120)
-        finally:
-            if agent.poll() is None:
-                agent.kill()
+        metrics = data_run / "pretrain" / "metrics.jsonl"
+        # the first host is gone
+        code, said = run_until_a_step(cmd, metrics, tmp_path / "log", lambda _: store.kill())
     finally:
         store.kill()
-    said = log.read_text()
     assert code == exit_status.STOPPED, said[-3000:]
     assert "RendezvousConnectionError" in said and "preempted:" in said
     assert "ranks exited with [75]: exit status 75" in said
