@@ -16,6 +16,7 @@ Options (`pipeline.run_stage("decontam", ..., **options)`, from `hanlm decontam`
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -109,13 +110,19 @@ def load_items(benchmarks: list[tuple[str, Path | None]], text_field: str) -> li
     items: list[readers.Item] = []
     for task, path in benchmarks:
         if task not in readers.BENCHMARKS:  # lm-eval's: its test documents, read by lm-eval
-            source = str(path) if path is not None else None
-            items += tasks_lib.get(task).load(source, demo_files=None, options=tasks_lib.Options())
+            items += _task_items(task, str(path) if path is not None else None)
             continue
         items.extend(
             with_prompt_form(item) for item in readers.read(task, path, text_field=text_field)
         )
     return items
+
+
+@functools.cache
+def _task_items(task: str, source: str | None) -> tuple[readers.Item, ...]:
+    """An lm-eval task's (or task file's) items, read once a process: the stage's inputs
+    (its fingerprint) and its scan both need them, and a Hub data set is not read twice."""
+    return tuple(tasks_lib.get(task).load(source, demo_files=None, options=tasks_lib.Options()))
 
 
 def _benchmark_identity(task: str, path: Path | None) -> list:
