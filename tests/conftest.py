@@ -146,6 +146,24 @@ def losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in metrics(run_dir) if "loss" in r}
 
 
+def checkpoint_weights(folder: Path) -> dict:
+    """The model tensors a DCP checkpoint folder holds, read in this one process (however many
+    ranks wrote it)."""
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict = {}
+    _load_state_dict(
+        state,
+        storage_reader=FileSystemReader(str(folder)),
+        planner=_EmptyStateDictLoadPlanner(),
+        no_dist=True,
+    )
+    return {k: v for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
+
+
 def copy_data_run(source: Path, target: Path) -> Path:
     """A copy of a finished data run (corpus, tokenizer, shards) without any training."""
     import shutil

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses
+from conftest import (
+    TINY_PRETRAIN,
+    assert_user_error,
+    checkpoint_weights,
+    copy_data_run,
+    losses,
+)
 from hanlm import exit_status
 from hanlm.config import load_config
 from hanlm.pipeline import run_stage
@@ -41,18 +47,7 @@ def ckpt_root(run_dir):
 
 def final_weights(run_dir) -> dict[str, torch.Tensor]:
     """The model tensors of the newest checkpoint, read back through DCP."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
-
-    state: dict = {}
-    _load_state_dict(
-        state,
-        storage_reader=FileSystemReader(str(latest(ckpt_root(run_dir)))),
-        planner=_EmptyStateDictLoadPlanner(),
-        no_dist=True,
-    )
-    return {k: v for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
+    return checkpoint_weights(latest(ckpt_root(run_dir)))
 
 
 def test_commit_writes_a_verified_manifest_and_moves_latest(run_dir):
@@ -184,16 +179,16 @@ def test_sigterm_saves_and_exits_75(run_dir):
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_never_loses_a_committed_checkpoint(run_dir, tmp_path):
-    """Killed 4 times (also while saving), resumed each time: the final weights are the same."""
+    """Killed 3 times (also while saving), resumed each time: the final weights are those of a
+    run never killed (trained in this process: a process start costs seconds of imports)."""
     settings = {"pretrain.max_steps": 40, "checkpoint.every": 2, "checkpoint.keep_last": 2}
     whole = tmp_path / "whole"
     shutil.copytree(run_dir, whole)
-    proc = _spawn(whole, **settings)
-    assert proc.wait(timeout=300) == 0
+    train(whole, **settings)
     slow_disk = {"HANLM_FAULT_WRITE_DELAY_S": "0.15"}  # saves take long enough to be hit
     rng = random.Random(0)
     kills = 0
-    while kills < 4:
+    while kills < 3:
         before = latest(ckpt_root(run_dir))
         proc = _spawn(run_dir, slow_disk, **settings)
         _wait_for_step(run_dir, 1, proc)
@@ -207,7 +202,7 @@ def test_sigkill_at_random_moments_never_loses_a_committed_checkpoint(run_dir, t
         if now is not None:
             assert verify(now) is None, f"kill {kills}: {now} is not a committed checkpoint"
             assert before is None or int(now.name[5:]) >= int(before.name[5:])
-    assert kills == 4
+    assert kills == 3
     proc = _spawn(run_dir, slow_disk, **settings)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]

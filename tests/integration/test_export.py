@@ -1,10 +1,7 @@
 """Export: a checkpoint becomes a plain Hugging Face folder that transformers loads as it is."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -278,28 +275,8 @@ def test_a_step_named_explicitly_is_checked_like_the_latest(run_dir, cli):
         export.load_checkpoint_model(step4, tiny_config(run_dir))
 
 
-@pytest.mark.slow
-def test_export_of_a_two_rank_fsdp_checkpoint(demo_run, tmp_path):
-    run_dir = tmp_path / "run"
-    shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
-    values = {**TINY, "pretrain.max_steps": 4}
-    settings = [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    command = [
-        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"),
-        *("-m", "hanlm", "pretrain", "--run-dir", str(run_dir), "--parallel", "fsdp", *settings),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-
-    record = run_stage("export", load_run_config(run_dir, values=values), run_dir)
-    assert record.step == 4
-    ids = batch(run_dir)
-    expected = logits(trained_model(run_dir, 4), ids)
-    torch.testing.assert_close(
-        logits(export.load_exported(run_dir / "pretrain" / "hf"), ids), expected, atol=1e-5, rtol=0
-    )
-    assert (logits(build_model(tiny_config(run_dir)), ids) - expected).abs().max() > 1e-2
+# (A checkpoint written by 2 FSDP2 ranks, each its shards, is exported in
+# tests/integration/test_pretrain.py, where they train it.)
 
 
 # --- the output folder: nothing a user has is lost ------------------------------------------

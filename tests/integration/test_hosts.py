@@ -4,7 +4,8 @@ a c10d rendezvous on 127.0.0.1) stand in for two hosts, each with one gloo rank.
 Pretraining saves and resumes across them; one "host" killed mid-run (its agent and its worker:
 torchrun starts workers in their own session) makes the other fail within seconds with a message
 that names the lost rank and host, and both restarted resume from the last committed checkpoint
-and compute the same losses, bit for bit. Preflight checks that the checkpoint folder is shared.
+and compute the same losses, bit for bit. (Preflight's check that the checkpoint folder is shared
+by the hosts is rehearsed in tests/integration/test_launch.py, with a launch's NO-GO.)
 """
 
 import contextlib
@@ -22,7 +23,6 @@ import pytest
 from conftest import TINY_PRETRAIN, copy_data_run, losses
 from hanlm import exit_status
 from hanlm.errors import UserError
-from hanlm.preflight.report import PreflightReport
 from hanlm.train import peers
 from hanlm.train.checkpoint import latest
 from processes import descendants, free_port, ranks_below
@@ -209,53 +209,3 @@ def test_a_peer_whose_process_is_gone_is_named_and_a_live_one_is_not():
         assert all(peers.knock(roster[1]) is None for _ in range(300))  # more than the backlog
     finally:
         alive.close()
-
-
-# -- preflight: is the checkpoint folder shared by the hosts? ------------------------------------
-
-PREFLIGHT = {
-    **TINY_PRETRAIN,
-    "checkpoint.every": 1000,
-    "plan.mfu": 0.05,
-    "preflight.min_write_mb_s": 1,
-    "preflight.storage_mb": 4,
-    "preflight.fsync_probes": 2,
-    "preflight.collective_mb": 0.5,
-    "preflight.collective_iters": 2,
-    "preflight.matmul_seconds": 0.05,
-    "preflight.data_seconds": 0.05,
-    "preflight.timeout_s": 60,
-}
-
-
-def preflight_args(run_dir: Path, checkpoint_dir: Path) -> list[str]:
-    args = ["preflight", "--run-dir", str(run_dir), "--checkpoint-dir", str(checkpoint_dir)]
-    return args + settings_args(PREFLIGHT)
-
-
-@pytest.mark.slow
-def test_preflight_sees_a_checkpoint_folder_per_host(run_dir, tmp_path):
-    """A folder each host has to itself cannot hold one checkpoint: NO-GO, each host named. (A
-    shared one is GO: tests/integration/test_launch.py's rehearsal measures it between hosts.)"""
-    per_host = [tmp_path / f"host{i}" / "checkpoints" for i in range(2)]
-    for folder in per_host:
-        folder.parent.mkdir()
-    hosts = start_hosts([preflight_args(run_dir, folder) for folder in per_host], tmp_path)
-    try:
-        codes = wait_all(hosts, timeout=180)
-        report = PreflightReport.read(run_dir / "preflight" / PreflightReport.FILE)
-        said = "".join(h.output() for h in hosts)
-    finally:
-        stop_all(hosts)
-    assert codes == [exit_status.HOST_REJECTED] * 2 and report.verdict == "NO-GO", said[-3000:]
-    [failure] = [f for f in report.findings if f.severity == "fail"]
-    assert failure.check == "shared"
-    assert failure.reason.startswith("the checkpoint folder is not shared by all hosts")
-    for node in (0, 1):
-        assert f"(node {node}) does not see what {socket.gethostname()} (node {1 - node})" in (
-            failure.reason
-        )
-    assert "mounts at the same path" in failure.fix and "checkpoint.mirror" in failure.fix
-    assert "not shared by all hosts" in said and "NO-GO" in said
-    for folder in per_host:
-        assert not list(folder.parent.glob(".hanlm-preflight-*"))

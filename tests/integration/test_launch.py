@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -173,11 +174,12 @@ def finish(nodes: Nodes) -> None:
 
 
 def skypilot_nodes(
-    run_dir: Path, log_dir: Path, tag: str, ranks_per_node: int = RANKS_PER_NODE, **fault_env: str
-) -> Nodes:
+    run_dir: Path, log_dir: Path, tag: str, ranks_per_node: int = RANKS_PER_NODE,
+    recipes: list[Path] | None = None, **fault_env: str,
+) -> Nodes:  # fmt: skip
     """The task's run section on each node, with the variables SkyPilot sets there; the run
     folder, recipe and launch record are the local ones (on the hosts: the bucket and the
-    copied RUN/launch)."""
+    copied RUN/launch), or `recipes`, one a node."""
     task = yaml.safe_load((run_dir / "launch" / "task.yaml").read_text())
     commands = []
     for rank in range(NODES):
@@ -186,7 +188,9 @@ def skypilot_nodes(
                 **task["envs"],
                 "HANLM_RUN": str(run_dir),
                 "HANLM_LAUNCH": str(run_dir / "launch"),
-                "HANLM_RECIPE": str(run_dir / "launch" / "recipe.toml"),
+                "HANLM_RECIPE": str(
+                    recipes[rank] if recipes else run_dir / "launch" / "recipe.toml"
+                ),
             },
             SKYPILOT_NODE_RANK=str(rank),
             SKYPILOT_NODE_IPS="\n".join(["127.0.0.1"] * NODES),
@@ -252,24 +256,49 @@ def test_skypilot_run_section_stops_with_75_and_resumes(stopped_early):
 
 
 def test_skypilot_no_go_exits_69_before_training(data_run, tmp_path, cli):
-    """A failing collective between the hosts (the consumer-GPU peer-to-peer bug, injected), on
-    one rank per node to spare the cores: NO-GO on every node, 69, nothing trained, and the
-    verdict kept among the hosts tried, with what they cost."""
+    """Hosts with two of the faults the field report met, on one rank per node to spare the
+    cores: a failing collective between them (the consumer-GPU peer-to-peer bug, injected) and a
+    checkpoint folder each host has to itself (a bucket that did not mount: here each node's
+    recipe names a folder of its own). NO-GO on every node naming both, 69, nothing trained, and
+    the verdict kept among the hosts tried, with what they cost."""
     run_dir = copy_data_run(data_run, tmp_path / "run")
     write_launch(run_dir)
+    per_host = [tmp_path / f"host{i}" / "checkpoints" for i in range(NODES)]
+    recipes = []
+    for node, folder in enumerate(per_host):
+        folder.parent.mkdir()
+        recipe = tmp_path / f"recipe-node{node}.toml"
+        text = (run_dir / "launch" / "recipe.toml").read_text()
+        assert "\n[preflight]\n" in text and "checkpoint_dir" not in text
+        own = f"\n[preflight]\ncheckpoint_dir = {json.dumps(str(folder))}\n"
+        recipe.write_text(text.replace("\n[preflight]\n", own))
+        recipes.append(recipe)
     nodes = skypilot_nodes(
-        run_dir, tmp_path, "nogo", ranks_per_node=1, HANLM_FAULT_COLLECTIVE_ZEROS="1"
-    )
+        run_dir, tmp_path, "nogo", ranks_per_node=1, HANLM_FAULT_COLLECTIVE_ZEROS="1",
+        recipes=recipes,
+    )  # fmt: skip
     try:
         codes = nodes.wait()
     finally:
         nodes.stop()
-    assert codes == [exit_status.HOST_REJECTED] * NODES, nodes.output()
-    assert "NO-GO" in nodes.output()
+    said = nodes.output()
+    assert codes == [exit_status.HOST_REJECTED] * NODES, said
+    assert "NO-GO" in said and "not shared by all hosts" in said
     assert not (run_dir / "pretrain").exists()
     [tried] = (run_dir / "preflight" / "hosts").glob("*.json")
-    verdict = json.loads(tried.read_text())
-    assert verdict["verdict"] == "NO-GO" and verdict["host_started_at"] is not None
+    report = PreflightReport.read(tried)
+    assert report.verdict == "NO-GO" and report.host_started_at is not None
+    failures = {f.check: f for f in report.findings if f.severity == "fail"}
+    assert "shared" in failures and failures.keys() - {"shared"}, failures  # and the collectives
+    shared = failures["shared"]
+    assert shared.reason.startswith("the checkpoint folder is not shared by all hosts")
+    for node in (0, 1):
+        assert f"(node {node}) does not see what {socket.gethostname()} (node {1 - node})" in (
+            shared.reason
+        )
+    assert "mounts at the same path" in shared.fix and "checkpoint.mirror" in shared.fix
+    for folder in per_host:
+        assert not list(folder.parent.glob(".hanlm-preflight-*"))
     status = cli("launch", "--status", "--run-dir", str(run_dir), "--json")
     assert status.code == 0, status.err
     spent = json.loads(status.out[status.out.index("{") :])["spent"]

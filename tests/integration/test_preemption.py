@@ -1,14 +1,13 @@
-"""A preempted `hanlm sft` under torchrun (2 CPU ranks): a SIGTERM to one rank makes every rank
-save, say so and exit 75, and `hanlm torchrun` exits 75 too (torchrun itself would exit 1).
-Pretraining is rehearsed the same way, through `hanlm run` on two nodes, in
-tests/integration/test_launch.py. And an agent that loses its rendezvous store still exits with
-its ranks' status."""
+"""A preempted `hanlm sft` under torchrun (2 CPU ranks), stopped the hardest way: its agent loses
+the rendezvous store and SIGTERMs both ranks, which save, say so and exit 75, and `hanlm
+torchrun` exits 75 too (torchrun itself would raise, or exit 1). Pretraining is rehearsed through
+`hanlm run` on two nodes, a SIGTERM to one rank making every rank stop, in
+tests/integration/test_launch.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from conftest import TINY_PRETRAIN, copy_data_run
 from hanlm import exit_status
 from hanlm.config import load_config
 from hanlm.pipeline import run_stage
-from processes import free_port, ranks_below
+from processes import free_port
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 
@@ -51,30 +50,9 @@ def run_until_a_step(cmd: list[str], metrics: Path, log: Path, stop) -> tuple[in
             agent.kill()
 
 
-def stop_one_rank(command: list[str], metrics: Path, log: Path) -> tuple[int, str]:
-    """`hanlm torchrun` on 2 ranks running `command`; SIGTERM to rank 1 once a step is
-    logged."""
-    cmd = [sys.executable, "-m", "hanlm", "torchrun", "--standalone", "--nproc-per-node", "2"]
-    cmd += ["-m", "hanlm", *command]
-    return run_until_a_step(
-        cmd, metrics, log, lambda agent: os.kill(ranks_below(agent.pid)[1], signal.SIGTERM)
-    )
-
-
 @pytest.fixture
 def data_run(demo_run, tmp_path) -> Path:
     return copy_data_run(demo_run, tmp_path / "run")
-
-
-def test_sft_under_torchrun_exits_75(data_run, tmp_path):
-    cfg = load_config(None, {**SETTINGS, "pretrain.max_steps": 4})
-    run_stage("pretrain", cfg, data_run)  # the model SFT starts from, in this process
-    settings = {**SETTINGS, "sft.max_steps": 400, "sft.micro_batch": 2, "sft.batch_rows": 4}
-    settings["sft.logging.log_every"] = 1
-    args = ["sft", "--run-dir", str(data_run), *settings_args(settings)]
-    code, said = stop_one_rank(args, data_run / "sft" / "metrics.jsonl", tmp_path / "log")
-    assert code == exit_status.STOPPED, said[-3000:]
-    assert said.count("preempted:") == 2
 
 
 STORE = """
@@ -86,26 +64,31 @@ time.sleep(600)
 """
 
 
-def test_an_agent_that_loses_its_rendezvous_store_exits_with_its_ranks_status(data_run, tmp_path):
-    """The c10d store lives with the host whose agent started first; losing that host makes every
-    other agent fail and stop its workers, their exit codes lost with it. `hanlm torchrun` still
-    exits with its ranks' status (75: saved and stopped), which each reported to it."""
+def test_sft_under_torchrun_whose_agent_loses_its_rendezvous_store_exits_75(data_run, tmp_path):
+    """`hanlm sft` on 2 ranks under an agent whose rendezvous store is lost: the store lives with
+    the host whose agent started first, and losing that host makes every other agent fail and
+    stop its workers with SIGTERM, their exit codes lost with it. Both ranks save and say so, and
+    `hanlm torchrun` still exits with their status (75: saved and stopped), which each reported
+    to it."""
+    cfg = load_config(None, {**SETTINGS, "pretrain.max_steps": 4})
+    run_stage("pretrain", cfg, data_run)  # the model SFT starts from, in this process
+    settings = {**SETTINGS, "sft.max_steps": 400, "sft.micro_batch": 2, "sft.batch_rows": 4}
+    settings["sft.logging.log_every"] = 1
     port = free_port()
     store = subprocess.Popen(  # stands in for the first host's agent
         [sys.executable, "-c", STORE, str(port)], stdout=subprocess.PIPE, text=True
     )
-    settings = {**SETTINGS, "pretrain.max_steps": 400, "checkpoint.every": 1000}
-    cmd = [sys.executable, "-m", "hanlm", "torchrun", "--nnodes", "1", "--nproc-per-node", "1"]
+    cmd = [sys.executable, "-m", "hanlm", "torchrun", "--nnodes", "1", "--nproc-per-node", "2"]
     cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"]
     cmd += ["--rdzv-conf", "is_host=false", "--monitor-interval", "0.2", "-m", "hanlm"]
-    cmd += ["pretrain", "--run-dir", str(data_run), *settings_args(settings)]
+    cmd += ["sft", "--run-dir", str(data_run), *settings_args(settings)]
     try:
         assert store.stdout.readline().strip() == "listening"
-        metrics = data_run / "pretrain" / "metrics.jsonl"
+        metrics = data_run / "sft" / "metrics.jsonl"
         # the first host is gone
         code, said = run_until_a_step(cmd, metrics, tmp_path / "log", lambda _: store.kill())
     finally:
         store.kill()
     assert code == exit_status.STOPPED, said[-3000:]
-    assert "RendezvousConnectionError" in said and "preempted:" in said
+    assert "RendezvousConnectionError" in said and said.count("preempted:") == 2, said[-3000:]
     assert "ranks exited with [75]: exit status 75" in said

@@ -8,11 +8,21 @@ import subprocess
 import sys
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
-from conftest import TINY_PRETRAIN, assert_user_error, copy_data_run, losses, metrics
+from conftest import (
+    TINY_PRETRAIN,
+    assert_user_error,
+    checkpoint_weights,
+    copy_data_run,
+    losses,
+    metrics,
+)
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
+from hanlm.train.checkpoint import latest
 from hanlm.train.results import PretrainSummary
 
 TINY = TINY_PRETRAIN
@@ -192,7 +202,7 @@ def test_ddp_matches_one_process(run_dir, tmp_path):
 def test_fsdp_resumes_a_one_process_run_and_matches_it(run_dir, tmp_path):
     """Stopped in one process, resumed under torchrun with 2 FSDP2 ranks (document masking on):
     DCP reshards, the data order continues where it stopped, and every step's loss is the one
-    process's. (FSDP2 from step 0: test_model_init builds the same weights under FSDP2, and
+    process's, and its export holds the weights the ranks' shards held. (FSDP2 from step 0: test_model_init builds the same weights under FSDP2, and
     test_loss takes the same loss and gradients.)"""
     masking = {"pretrain.document_masking": True}
     whole = tmp_path / "whole"
@@ -206,6 +216,14 @@ def test_fsdp_resumes_a_one_process_run_and_matches_it(run_dir, tmp_path):
         assert abs(got[step] - loss) / loss < 1e-4, (step, got[step], loss)
     summary = PretrainSummary.read(run_dir / "pretrain" / PretrainSummary.FILE)
     assert summary.world_size == 2 and summary.mode == "fsdp" and summary.completed
+    # the checkpoint the 2 ranks wrote (each its shards) exports to the weights it holds
+    record = run_stage("export", load_run_config(run_dir, values={**TINY, **masking}), run_dir)
+    assert record.step == max(expected)
+    held = checkpoint_weights(latest(run_dir / "pretrain" / "checkpoints"))
+    exported = load_file(run_dir / "pretrain" / "hf" / "model.safetensors")
+    assert "model.embed_tokens.weight" in exported and exported.keys() <= held.keys()
+    for name, tensor in exported.items():
+        assert torch.equal(tensor, held[name]), name
 
 
 def test_activation_checkpointing_gives_the_same_losses(run_dir, tmp_path):
