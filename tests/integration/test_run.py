@@ -4,6 +4,7 @@ sections all carry measured numbers and whose plots are images."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from hanlm.data.shards import ShardsManifest
 from hanlm.evals.results import EvalResults
 from hanlm.train import checkpoint
 from hanlm.train.results import PretrainSummary
+from processes import descendants
 
 # The whole pipeline in about a minute: the demo world at 0.6 MB, the tiny model, short SFT
 # and eval, and the comparison without the leaks (the demo recipe's decontam.compare_drop).
@@ -38,7 +40,7 @@ TINY_RUN = {
     "preflight.data_seconds": 0.2,
     "model.preset": "tiny",
     "pretrain.seq_len": 64,
-    "pretrain.micro_batch": 8,
+    "pretrain.micro_batch": 4,  # one micro-batch a rank on 2 ranks, two on one
     "pretrain.global_batch_tokens": 512,
     "pretrain.max_steps": 120,
     "optimizer.warmup_steps": 5,
@@ -61,43 +63,55 @@ STAGE_FOLDERS = ("corpus", "decontam", "tokenizer", "shards")
 
 
 def _args(run_dir: Path) -> list[str]:
-    args = ["run", "--run", str(run_dir)]
+    args = ["run", "--run-dir", str(run_dir)]  # torchrun takes a bare --run as its own
     for key, value in TINY_RUN.items():
         args += ["--set", f"{key}={value}"]
     return args
 
 
-def _start(run_dir: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "hanlm", *_args(run_dir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: the kill takes its workers too
-        env={**os.environ, "COLUMNS": "200"},
-    )
+def _start_on_two_ranks(run_dir: Path, log: Path) -> subprocess.Popen:
+    """`hanlm run` under `hanlm torchrun` with 2 CPU ranks, its output in `log`."""
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "hanlm", "torchrun", "--standalone", "--nproc-per-node", "2",
+             "-m", "hanlm", *_args(run_dir)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"},
+        )  # fmt: skip
 
 
-def _wait_for_checkpoint(process: subprocess.Popen, root: Path, timeout: float = 240) -> Path:
+def _wait_for_checkpoint(process: subprocess.Popen, root: Path, log: Path, timeout=240) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = checkpoint.latest(root) if root.is_dir() else None
         if found is not None:
             return found
         if process.poll() is not None:
-            pytest.fail(f"hanlm run ended early ({process.returncode}): {process.stderr.read()}")
+            pytest.fail(f"hanlm run ended early ({process.returncode}): {log.read_text()}")
         time.sleep(0.05)
-    process.kill()
+    _kill(process)
     pytest.fail("no pretraining checkpoint appeared")
+
+
+def _kill(process: subprocess.Popen) -> None:
+    """SIGKILL the agent and every rank (torchrun starts them in sessions of their own)."""
+    for pid in [process.pid, *descendants(process.pid)]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
 
 
 @pytest.fixture(scope="module")
 def interrupted_then_finished(tmp_path_factory):
+    """Started on 2 ranks (the data stages run on rank 0 alone while rank 1 waits), killed once
+    pretraining has a checkpoint, then run again in one process to the end."""
     run_dir = tmp_path_factory.mktemp("full_run")
-    process = _start(run_dir)
-    first = _wait_for_checkpoint(process, run_dir / "pretrain" / "checkpoints")
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    first_log = run_dir.parent / "first.log"
+    process = _start_on_two_ranks(run_dir, first_log)
+    first = _wait_for_checkpoint(process, run_dir / "pretrain" / "checkpoints", first_log)
+    _kill(process)
     markers = {name: (run_dir / name / "stage.json").stat().st_mtime_ns for name in STAGE_FOLDERS}
     plan_written = (run_dir / "plan" / "plan.json").stat().st_mtime_ns
     killed_at = int(first.name.split("-")[1])
@@ -110,11 +124,11 @@ def interrupted_then_finished(tmp_path_factory):
         env={**os.environ, "COLUMNS": "200"},
     )
     assert second.returncode == 0, second.stderr[-3000:]
-    return run_dir, markers, plan_written, killed_at, second.stderr
+    return run_dir, markers, plan_written, killed_at, first_log.read_text(), second.stderr
 
 
 def test_killed_run_finishes_without_redoing_complete_stages(interrupted_then_finished):
-    run_dir, markers, plan_written, killed_at, log = interrupted_then_finished
+    run_dir, markers, plan_written, killed_at, _, log = interrupted_then_finished
     assert 0 < killed_at < TINY_RUN["pretrain.max_steps"]
     for name, mtime in markers.items():
         assert (run_dir / name / "stage.json").stat().st_mtime_ns == mtime, name
@@ -192,26 +206,13 @@ def test_the_comparison_without_the_leaks_runs_beside_and_is_skipped_when_finish
     assert {p: p.stat().st_mtime_ns for p in sub.glob("*/stage.json")} == markers
 
 
-def test_under_torchrun_data_stages_run_once_on_rank_0(tmp_path):
-    """Two ranks: the data stages run on rank 0 alone while rank 1 waits for them."""
-    run_dir = tmp_path / "run"
-    overrides = []
-    for key, value in TINY_RUN.items():
-        overrides += ["--set", f"{key}={value}"]
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "hanlm", "run", "--run-dir", str(run_dir), "--until", "shards", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    log = result.stdout + result.stderr
-    assert len(re.findall(r"^corpus: .* documents", log, flags=re.M)) == 1
+def test_under_torchrun_data_stages_run_once_on_rank_0(interrupted_then_finished):
+    """The first, killed, run had two ranks: the data stages ran on rank 0 alone while rank 1
+    waited for them, and preflight used both."""
+    log = interrupted_then_finished[4]
+    assert len(re.findall(r"^corpus: .* documents", log, flags=re.M)) == 1, log[-3000:]
     assert len(re.findall(r"^shards: .* train tokens", log, flags=re.M)) == 1
     assert "preflight: 2 rank(s)" in log  # preflight itself uses both ranks
-    assert (run_dir / "shards" / "manifest.json").is_file()
 
 
 def _section(report: str, title: str) -> str:
