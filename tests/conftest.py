@@ -241,7 +241,8 @@ FILE_SECONDS = "hanlm/file-seconds"
 
 
 def pytest_collection_modifyitems(config, items):
-    measured = config.cache.get(FILE_SECONDS, {}) if config.cache is not None else {}
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    measured = cache.get(FILE_SECONDS, {}) if cache is not None else {}
 
     def rank(path: str) -> tuple:
         if path in measured:
@@ -272,7 +273,7 @@ def pytest_sessionfinish(session, exitstatus):
     """The files' times, for the next run's order: from a whole run only (not a -k or a file)."""
     config = session.config
     whole = not config.option.keyword and not config.option.markexpr and not config.args[1:]
-    if hasattr(config, "workerinput") or config.cache is None or not whole:
+    if hasattr(config, "workerinput") or getattr(config, "cache", None) is None or not whole:
         return
     if len(_file_seconds) > 50:
         config.cache.set(FILE_SECONDS, {p: round(s, 1) for p, s in _file_seconds.items()})

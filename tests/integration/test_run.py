@@ -38,6 +38,11 @@ TINY_RUN = {
     "preflight.storage_mb": 8,
     "preflight.matmul_seconds": 0.1,
     "preflight.data_seconds": 0.2,
+    # a tiny model's steps on a loaded, shared machine: only a real fault may say NO-GO
+    "preflight.max_comm_ratio": 1000,
+    "preflight.max_save_fraction": 1000,
+    "preflight.min_write_mb_s": 1,
+    "preflight.max_fsync_ms": 60_000,
     "model.preset": "tiny",
     "pretrain.seq_len": 64,
     "pretrain.micro_batch": 4,  # one micro-batch a rank on 2 ranks, two on one
