@@ -71,6 +71,8 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
     "generate": ("generate",),
     "publish": ("publish",),
     "chat": ("generate", "-generate.batch_size"),  # one conversation: nothing to batch
+    # the server's defaults; the engine batches and places the model itself
+    "serve": ("generate", "-generate.batch_size", "-generate.device"),
     "plan": (
         "plan",
         "model.preset",
@@ -164,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in (_add_run, _add_data_stages, _add_pretrain, _add_export, _add_preflight):
         add(sub)
-    for add in (_add_eval, _add_decontam, _add_generate, _add_chat, _add_sft):
+    for add in (_add_eval, _add_decontam, _add_generate, _add_chat, _add_serve, _add_sft):
         add(sub)
     for add in (_add_doctor, _add_plan, _add_launch, _add_demo, _add_publish, _add_facts):
         add(sub)
@@ -314,7 +316,7 @@ def _add_export(sub) -> None:
         "--gguf-type",
         default="f16",
         metavar="TYPE",
-        help="GGUF weights: f16 (default), bf16 or q8_0",
+        help="GGUF weights: f16 (default), bf16, q8_0 or f32",
     )
     parser.add_argument(
         "--source", type=Path, metavar="DIR", help="gguf: the exported folder to convert"
@@ -438,6 +440,42 @@ def _add_chat(sub) -> None:
         "--system", metavar="TEXT", help="system message that opens the conversation"
     )
     parser.set_defaults(func=_cmd_chat)
+
+
+def _add_serve(sub) -> None:
+    parser = _command(
+        sub,
+        "serve",
+        "serve a model behind an OpenAI-compatible API, with a chat page",
+        "Serve a run's model (its chat model, else its base model), an exported model folder, "
+        "a Hub id or a GGUF file: /v1/models, /v1/completions and /v1/chat/completions "
+        "(streamed or not) for OpenAI clients, and a chat page at /. The engine is llama.cpp "
+        "(llama-cpp-python, CPU or GPU: the run's GGUF, written when missing) or, with "
+        "--engine vllm, vLLM on a CUDA host. Requests that leave out a sampling setting get the "
+        "config's [generate] value (a run's own when serving a run). It listens on 127.0.0.1; "
+        "another address needs an API key. Ctrl-C or SIGTERM stops it.",
+    )
+    parser.add_argument(
+        "target", metavar="RUN|MODEL_DIR|FILE.gguf", help="what to serve (or a Hub id org/name)"
+    )
+    parser.add_argument(
+        "--engine", default="llama.cpp", metavar="NAME", help="llama.cpp (default) or vllm"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)"
+    )
+    parser.add_argument(
+        "--api-key", metavar="KEY", help="clients must send it (default: $HANLM_API_KEY)"
+    )
+    parser.add_argument(
+        "--gguf-type",
+        default="f16",
+        metavar="TYPE",
+        help="GGUF written for llama.cpp when a folder is served: f32, f16 (default), bf16, q8_0",
+    )
+    parser.add_argument("--threads", type=int, metavar="N", help="llama.cpp's CPU threads")
+    parser.set_defaults(func=_cmd_serve)
 
 
 def _add_sft(sub) -> None:
@@ -782,6 +820,26 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
     settings = _decoding_settings(args)
     return run_repl(load(args.model_dir, settings.device), settings, system=args.system)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from hanlm.serve import serve
+    from hanlm.serve.target import run_of
+
+    served_run = run_of(args.target)
+    if served_run is not None and args.run == Path(DEFAULT_RUN) and args.config is None:
+        args.run = served_run  # a run's model answers with the run's own [generate] settings
+    _decoding_settings(args)  # --greedy with sampling flags is refused here as everywhere
+    return serve(
+        args.target,
+        _load(args),
+        engine=args.engine,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        gguf_type=args.gguf_type,
+        threads=args.threads,
+    )
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

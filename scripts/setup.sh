@@ -32,6 +32,12 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     fi
   fi
 fi
+if [ "${1:-}" = "--dev" ] && ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+  # llama-cpp-python (hanlm serve's engine; its tests) builds llama.cpp from source: PyPI has no
+  # wheels. Without its multimodal library (mtmd), which hanlm does not use, it builds faster.
+  echo "setup: building llama.cpp for llama-cpp-python (hanlm serve): many minutes on 2 cores"
+  export CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}"
+fi
 "${pip[@]}" install -e ".[$extras]"
 if [ "${1:-}" = "--dev" ] && [ ! -x .venv-sky/bin/sky ]; then
   # SkyPilot in an environment of its own, as its docs advise (it pins click below what

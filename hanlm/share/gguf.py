@@ -6,7 +6,7 @@ What llama.cpp's own `convert_hf_to_gguf.py` would write for a Llama, without it
 * tensors under llama.cpp's names, the Q and K projections permuted from Hugging Face's RoPE
   layout (two halves) to llama.cpp's (interleaved pairs), as the converter's `LlamaModel.permute`
   does; tied embeddings write no `output.weight` (llama.cpp reuses `token_embd`); norms stay F32,
-  matrices become f16, bf16 or q8_0 (a q8_0 row must hold whole blocks of 32, else it stays f16);
+  matrices become f16, bf16, q8_0 or f32 (a q8_0 row must hold whole blocks of 32, else it stays f16);
 * the tokenizer: byte-level BPE (`gpt2`) with the pre-tokenizer type that splits text exactly as
   hanlm's (`qwen2`; `smollm` for tokenizers trained before issue 19), every token with its type
   (special tokens are control tokens), the merges, bos/eos/eot/pad ids, no BOS added (hanlm adds
@@ -46,7 +46,7 @@ from hanlm.model_folder import CONFIG, WEIGHTS, check_model_folder
 if TYPE_CHECKING:
     from hanlm.config import GenerateSection
 
-GGUF_TYPES = ("f16", "bf16", "q8_0")
+GGUF_TYPES = ("f16", "bf16", "q8_0", "f32")  # f32: exact, for tests and tiny models
 ARCHITECTURE = "llama"
 GGUF_MAGIC = b"GGUF"
 # transformers' marker of the assistant's tokens for SFT masks: no other Jinja engine knows it
@@ -324,12 +324,18 @@ def _qtype(gguf, gguf_type: str, tensor_name: str, row: int):
     if gguf_type == "q8_0":
         block = gguf.GGML_QUANT_SIZES[quant.Q8_0][0]
         return quant.Q8_0 if row % block == 0 else quant.F16  # as the converter falls back
-    return {"f16": quant.F16, "bf16": quant.BF16}[gguf_type]
+    return {"f16": quant.F16, "bf16": quant.BF16, "f32": quant.F32}[gguf_type]
 
 
 def _file_type(gguf, gguf_type: str) -> int:
     ft = gguf.LlamaFileType
-    return int({"f16": ft.MOSTLY_F16, "bf16": ft.MOSTLY_BF16, "q8_0": ft.MOSTLY_Q8_0}[gguf_type])
+    types = {
+        "f16": ft.MOSTLY_F16,
+        "bf16": ft.MOSTLY_BF16,
+        "q8_0": ft.MOSTLY_Q8_0,
+        "f32": ft.ALL_F32,
+    }
+    return int(types[gguf_type])
 
 
 def is_gguf_file(path: Path) -> bool:

@@ -133,7 +133,7 @@ def test_non_config_arguments_keep_their_names():
 
 def test_a_flag_not_given_leaves_the_key_to_the_configuration():
     for command in CONFIG_FLAGS:
-        argv = [command, "m"] if command in ("generate", "chat", "publish") else [command]
+        argv = [command, "m"] if command in ("generate", "chat", "serve", "publish") else [command]
         assert _flag_values(build_parser().parse_args(argv)) == {}
 
 

@@ -103,7 +103,7 @@ def test_every_tensor_equals_the_hf_weight(written, hf_weights, gguf_type):
     reader = gguf.GGUFReader(written[gguf_type])
     assert {t.name for t in reader.tensors} == set(names_of(hf_weights).values())
     q = gguf.GGMLQuantizationType
-    expected_type = {"f16": q.F16, "bf16": q.BF16, "q8_0": q.Q8_0}[gguf_type]
+    expected_type = {"f16": q.F16, "bf16": q.BF16, "q8_0": q.Q8_0, "f32": q.F32}[gguf_type]
     for tensor in reader.tensors:
         values, weight = hf_weight_of(tensor, hf_weights, heads=4, kv_heads=2)
         assert values.shape == weight.shape, tensor.name
@@ -112,7 +112,9 @@ def test_every_tensor_equals_the_hf_weight(written, hf_weights, gguf_type):
             np.testing.assert_array_equal(values, weight)
             continue
         assert tensor.tensor_type == expected_type, tensor.name
-        if gguf_type == "f16":
+        if gguf_type == "f32":
+            np.testing.assert_array_equal(values, weight)  # exact: what llama.cpp computes on
+        elif gguf_type == "f16":
             np.testing.assert_array_equal(values, weight.astype(np.float16).astype(np.float32))
         elif gguf_type == "bf16":
             expected = torch.from_numpy(weight).to(torch.bfloat16).float().numpy()

@@ -44,6 +44,7 @@ ORDER: tuple[str, ...] = (
     "report",
     "share",
     "stages",
+    "serve",
     "pipeline",
     "cli",
     "__main__",
@@ -83,6 +84,8 @@ HEAVY = frozenset(
         "trackio",  # optional trackers
         "wandb",
         "yaml",  # PyYAML: the SkyPilot task, written only by `hanlm launch`
+        "llama_cpp",  # optional (hanlm[serve]): llama.cpp, for `hanlm serve` alone
+        "uvicorn",  # its server, with FastAPI
     }
 )
 

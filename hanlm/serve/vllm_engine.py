@@ -1,0 +1,67 @@
+"""`hanlm serve --engine vllm`: vLLM's OpenAI-compatible server on the Hugging Face folder, on a
+CUDA host. vLLM runs as its own command (`python -m vllm.entrypoints.openai.api_server`), with
+hanlm's chat page and defaults given through its `--middleware` option and the settings in the
+environment (hanlm.serve.page)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from hanlm.errors import UserError
+from hanlm.serve.page import SETTINGS_ENV
+
+EXTRA = "hanlm[vllm]"
+
+
+def require() -> None:
+    """vLLM and a CUDA device, or a UserError saying which is missing."""
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError(
+            "--engine vllm needs vLLM, which is not installed",
+            fix=f"pip install '{EXTRA}' on a CUDA host, or serve on llama.cpp (the default)",
+        )
+    import torch  # deferred: seconds to import
+
+    if not torch.cuda.is_available():
+        raise UserError(
+            "--engine vllm needs a CUDA GPU, and this machine has none that torch can use",
+            fix="serve on llama.cpp (the default engine runs on CPU), or run this on a CUDA host",
+        )
+
+
+def command(folder: Path, name: str, host: str, port: int, api_key: str | None) -> list[str]:
+    """vLLM's server for the exported folder (its chat template is the tokenizer's)."""
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder)]
+    cmd += ["--served-model-name", name, "--host", host, "--port", str(port)]
+    cmd += ["--middleware", "hanlm.serve.page.ChatPage", "--generation-config", "vllm"]
+    if api_key:
+        cmd += ["--api-key", api_key]
+    return cmd
+
+
+def run(cmd: list[str], page: dict[str, Any]) -> int:
+    """Run vLLM's server until it ends or this command is stopped (SIGINT and SIGTERM are passed
+    on, and it stops as vLLM does); 0 when stopped by a signal."""
+    server = subprocess.Popen(cmd, env={**os.environ, SETTINGS_ENV: json.dumps(page)})
+    stopped = []
+
+    def forward(signum, frame):
+        stopped.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            server.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = server.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0 if stopped else code

@@ -1,0 +1,348 @@
+"""`hanlm serve` on llama.cpp (llama-cpp-python's server), called with the official `openai`
+client: the model is listed; a chat completion is `hanlm generate --chat --greedy`'s answer on
+the same prompt, streamed or not, and ends at the end-of-turn token; requests sent together are
+all answered; the defaults are the [generate] settings; an address open to other machines needs
+an API key; SIGTERM and SIGINT stop it with status 0. Bad inputs are refused before anything
+starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_PRETRAIN
+from hanlm.config import GenerateSection
+from hanlm.pipeline import run_stage
+from hanlm.stages import export
+from hanlm.stages.rundir import load_run_config
+
+pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server: hanlm[serve]")
+openai = pytest.importorskip("openai", reason="the openai client: scripts/setup.sh --dev")
+
+PROMPT = "서울은 어디에 있나요?"
+MAX_TOKENS = 24
+# greedy, and no repetition penalty: llama.cpp's also lowers special tokens (said at start)
+SETTINGS = {"generate.greedy": True, "generate.repetition_penalty": 1.0,
+            "generate.max_new_tokens": MAX_TOKENS}  # fmt: skip
+STARTED = re.compile(r"at (http://[^ ]+)/v1 ")
+
+
+def settings_args(values: dict) -> list[str]:
+    return [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+
+
+@pytest.fixture(scope="module")
+def model_dir(demo_run, tmp_path_factory) -> Path:
+    """A tiny model trained a few steps on the demo world and exported (its tokenizer carries
+    the chat template); what it says does not matter, only that both engines say the same."""
+    run_dir = tmp_path_factory.mktemp("serve") / "run"
+    shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
+    values = {**TINY_PRETRAIN, "pretrain.max_steps": 40, "logging.eval_every": 0}
+    cfg = load_run_config(run_dir, values=values)
+    run_stage("pretrain", cfg, run_dir)
+    out = run_dir / "pretrain" / "hf"
+    export.export_chosen(cfg, run_dir, checkpoint=None, out=out, force=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def gguf(model_dir, tmp_path_factory) -> Path:
+    """The model as f32 GGUF: llama.cpp then computes what torch does, to the last digits."""
+    from hanlm.share.gguf import write_gguf
+
+    out = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_gguf(model_dir, out, gguf_type="f32", name="tiny")
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir) -> dict:
+    """`hanlm generate --chat --greedy` (and without --chat) on the prompt, in this process."""
+    from hanlm.inference import generate, load
+
+    loaded = load(model_dir, device="cpu")
+    settings = GenerateSection(greedy=True, repetition_penalty=1.0, max_new_tokens=MAX_TOKENS)
+    [chat] = generate(loaded, [PROMPT], settings, chat=True)
+    [plain] = generate(loaded, [PROMPT], settings, chat=False)
+    eot = loaded.tokenizer.convert_tokens_to_ids("<|eot|>")
+    return {"chat": chat, "plain": plain, "eot": eot, "tokenizer": loaded.tokenizer}
+
+
+class Server:
+    """`hanlm serve ARGS` as a user starts it, on a free port; its output in a file."""
+
+    def __init__(self, args: list[str], log: Path, env: dict | None = None):
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hanlm", "serve", "--port", "0", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "COLUMNS": "300", **(env or {})},
+            )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = STARTED.search(self.output())
+            if found:
+                self.url = found.group(1)
+                break
+            assert self.proc.poll() is None, self.output()
+            time.sleep(0.05)
+        else:
+            self.proc.kill()
+            pytest.fail(f"hanlm serve did not start:\n{self.output()}")
+        self.port = int(self.url.rsplit(":", 1)[1])
+        self._wait_until_answering()
+
+    def _wait_until_answering(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/hanlm/settings", timeout=5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        pytest.fail(f"hanlm serve does not answer:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def client(self, api_key: str = "none") -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0)
+
+    def stop(self, signum: int) -> int:
+        self.proc.send_signal(signum)
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # closed connections linger
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def server(gguf, tmp_path_factory):
+    """The GGUF served with greedy defaults; stopped at the end with SIGTERM, which must end it
+    cleanly: status 0, the port given back."""
+    log = tmp_path_factory.mktemp("serve-log") / "server.log"
+    running = Server([str(gguf), *settings_args(SETTINGS)], log)
+    yield running
+    assert running.stop(signal.SIGTERM) == 0, running.output()[-3000:]
+    assert "Traceback" not in running.output()
+    assert port_is_free(running.port)
+
+
+def chat(client, **extra):
+    return client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": PROMPT}], **extra
+    )
+
+
+def test_the_model_is_listed(server):
+    assert [m.id for m in server.client().models.list()] == ["tiny"]
+
+
+def test_a_chat_completion_is_hanlm_generates_greedy_answer(server, reference):
+    """The same text from the same tokens (llama-cpp-python's API gives no ids: the count and the
+    text together pin them), ending where hanlm's does and why."""
+    answer = chat(server.client())
+    want = reference["chat"]
+    assert want["text"].strip(), "the tiny model should say something"
+    assert answer.choices[0].message.content == want["text"]
+    assert answer.usage.completion_tokens == len(want["token_ids"])
+    assert answer.choices[0].finish_reason == want["finish_reason"]
+    tokenizer = reference["tokenizer"]
+    assert tokenizer.decode(want["token_ids"], skip_special_tokens=True) == want["text"]
+
+
+def test_streaming_yields_the_same_text(server, reference):
+    pieces = [
+        chunk.choices[0].delta.content or ""
+        for chunk in chat(server.client(), stream=True)
+        if chunk.choices
+    ]
+    assert len([p for p in pieces if p]) > 1, "the answer should arrive piece by piece"
+    assert "".join(pieces) == reference["chat"]["text"]
+
+
+def test_an_answer_ends_at_the_end_of_turn_token(server, reference):
+    """The end-of-turn token made the likeliest: the answer ends there, empty, as a stop."""
+    answer = chat(server.client(), logit_bias={str(reference["eot"]): 100})
+    assert answer.choices[0].message.content == ""
+    assert answer.choices[0].finish_reason == "stop"
+    assert "<|eot|>" not in (answer.choices[0].message.content or "")
+
+
+def test_completions_continue_text_as_hanlm_generate_does(server, reference):
+    answer = server.client().completions.create(model="tiny", prompt=PROMPT)
+    assert answer.choices[0].text == reference["plain"]["text"]
+
+
+def test_requests_sent_together_are_all_answered(server, reference):
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: chat(server.client()), range(4)))
+    assert [a.choices[0].message.content for a in answers] == [reference["chat"]["text"]] * 4
+
+
+def test_the_defaults_are_the_generate_settings_and_the_page_is_served(server):
+    with urllib.request.urlopen(f"{server.url}/hanlm/settings") as response:
+        about = json.load(response)
+    assert about["model"] == "tiny" and about["engine"] == "llama.cpp"
+    assert about["defaults"]["temperature"] == 0.0
+    assert about["defaults"]["repeat_penalty"] == 1.0
+    assert about["defaults"]["max_tokens"] == MAX_TOKENS
+    with urllib.request.urlopen(f"{server.url}/") as response:
+        page = response.read().decode()
+    assert "<title>hanlm chat</title>" in page
+    assert not re.search(r"(src|href)=\"https?:", page), "no external assets: works offline"
+
+
+def test_an_open_address_needs_the_api_key_and_sigint_stops_it(model_dir, tmp_path):
+    """On 0.0.0.0 with a key (from the environment). The folder is a run's model: its GGUF is
+    written into the run, where `hanlm export --format gguf` puts it, since it was missing."""
+    key = "sk-test-hanlm"
+    run_dir = model_dir.parent.parent
+    running = Server(
+        [str(model_dir), "--host", "0.0.0.0", "--gguf-type", "f32"],
+        tmp_path / "server.log",
+        env={"HANLM_API_KEY": key},
+    )
+    try:
+        assert "requests need the API key" in running.output()
+        assert (run_dir / "gguf" / "base-f32.gguf").is_file(), running.output()
+        with pytest.raises(openai.AuthenticationError):
+            running.client("wrong").models.list()
+        assert [m.id for m in running.client(key).models.list()] == [f"{run_dir.name}-base"]
+    finally:
+        code = running.stop(signal.SIGINT)
+    assert code == 0, running.output()[-3000:]
+    assert "serve: stopped" in running.output() and "Traceback" not in running.output()
+
+
+# --- the chat page, in a browser --------------------------------------------------------------
+
+ARTIFACTS = Path(
+    os.environ.get("HANLM_TEST_ARTIFACTS", Path(__file__).parents[2] / "test-artifacts")
+)
+
+
+def test_the_chat_page_streams_a_korean_answer_in_a_browser(server, reference):
+    """Headless Chromium (Debian's chromium and chromium-driver) on the page: a Korean message
+    typed and sent, the answer arrives in pieces and is the API's; a new conversation clears it.
+    The screenshot is kept in test-artifacts/."""
+    pytest.importorskip("selenium", reason="selenium: scripts/setup.sh --dev")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.skip("headless Chromium: apt-get install chromium chromium-driver")
+    options = Options()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=900,700"):  # fmt: skip
+        options.add_argument(flag)
+    browser = webdriver.Chrome(service=Service(driver), options=options)
+    try:
+        browser.get(f"{server.url}/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: "tiny on llama.cpp" in b.find_element(By.ID, "about").text)
+        browser.find_element(By.ID, "message").send_keys(PROMPT)
+        browser.find_element(By.ID, "send").click()
+        turn = wait.until(
+            lambda b: next(
+                (t for t in b.find_elements(By.CSS_SELECTOR, ".turn.assistant")
+                 if t.get_attribute("data-state") == "done"), None,
+            )
+        )  # fmt: skip
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "serve-chat-page.png"))
+        assert browser.find_element(By.CSS_SELECTOR, ".turn.user").text == PROMPT
+        assert turn.text == reference["chat"]["text"].strip()
+        assert int(turn.get_attribute("data-pieces")) > 1  # it arrived piece by piece
+        browser.find_element(By.ID, "new").click()
+        assert browser.find_elements(By.CSS_SELECTOR, ".turn") == []
+    finally:
+        browser.quit()
+    assert (ARTIFACTS / "serve-chat-page.png").stat().st_size > 1000
+
+
+# --- refused before anything starts ------------------------------------------------------------
+
+
+def test_bad_inputs_are_refused_and_nothing_starts(gguf, model_dir, tmp_path, cli, monkeypatch):
+    monkeypatch.delenv("HANLM_API_KEY", raising=False)
+    cases = []
+    missing = cli("serve", tmp_path / "nope", "--port", "0")
+    cases.append((missing, "no model at"))
+    damaged = tmp_path / "damaged"
+    shutil.copytree(model_dir, damaged)
+    (damaged / "model.safetensors").write_bytes(b"\0" * 64)
+    cases.append((cli("serve", damaged, "--port", "0"), "model.safetensors"))
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("hello")
+    cases.append((cli("serve", not_gguf, "--port", "0"), "is not a GGUF file"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        cases.append((cli("serve", gguf, "--port", port), f"port {port} on 127.0.0.1 is taken"))
+    exposed = cli("serve", gguf, "--host", "0.0.0.0", "--port", "0")
+    cases.append((exposed, "--api-key"))
+    cases.append((cli("serve", gguf, "--engine", "tgi"), "unknown engine 'tgi'"))
+    for result, needle in cases:
+        assert result.code == 2, (needle, result.out, result.err)
+        assert needle in result.err, (needle, result.err)
+    assert port_is_free(port)  # given back, and nothing else took it
+
+
+def test_a_missing_engine_names_its_extra(gguf, cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp.server.app", None)  # as if not installed
+    result = cli("serve", gguf, "--port", "0")
+    assert result.code == 2 and "hanlm[serve]" in result.err, result.err
+
+
+def test_vllm_needs_its_extra_and_cuda(model_dir, cli, monkeypatch):
+    import importlib.util
+
+    import torch
+
+    real_find_spec = importlib.util.find_spec
+    installed = {"vllm": False}
+
+    def find_spec(name, *args):
+        if name == "vllm":
+            return real_find_spec("json") if installed["vllm"] else None
+        return real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    result = cli("serve", model_dir, "--engine", "vllm", "--port", "0")
+    assert result.code == 2 and "hanlm[vllm]" in result.err, result.err
+    installed["vllm"] = True
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = cli("serve", model_dir, "--engine", "vllm", "--port", "0")
+    assert result.code == 2 and "needs a CUDA GPU" in result.err, result.err
