@@ -164,6 +164,21 @@ def checkpoint_weights(folder: Path) -> dict:
     return {k: v for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
 
 
+def trained_and_exported(demo_run: Path, run_dir: Path, values: dict) -> Path:
+    """A tiny model pretrained (in this process) on a copy of the demo data run with `values`,
+    exported to RUN/pretrain/hf; that folder."""
+    from hanlm.pipeline import run_stage
+    from hanlm.stages import export
+    from hanlm.stages.rundir import load_run_config
+
+    copy_data_run(demo_run, run_dir)
+    cfg = load_run_config(run_dir, values=values)
+    run_stage("pretrain", cfg, run_dir)
+    out = run_dir / "pretrain" / "hf"
+    export.export_chosen(cfg, run_dir, checkpoint=None, out=out, force=False)
+    return out
+
+
 def copy_data_run(source: Path, target: Path) -> Path:
     """A copy of a finished data run (corpus, tokenizer, shards) without any training."""
     import shutil

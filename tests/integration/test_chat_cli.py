@@ -5,20 +5,16 @@ import io
 import os
 import pty
 import select
-import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import TINY_PRETRAIN
+from conftest import TINY_PRETRAIN, trained_and_exported
 from hanlm.chat.session import PROMPT, ChatSession, run_repl
 from hanlm.config import GenerateSection
 from hanlm.inference import chat_prompt, generate, load
-from hanlm.pipeline import run_stage
-from hanlm.stages import export
-from hanlm.stages.rundir import load_run_config
 
 GREEDY = GenerateSection(greedy=True, repetition_penalty=1.3, max_new_tokens=12)
 
@@ -27,19 +23,13 @@ GREEDY = GenerateSection(greedy=True, repetition_penalty=1.3, max_new_tokens=12)
 def model_dir(demo_run, tmp_path_factory):
     """A tiny model trained 4 steps on the demo world and exported (its tokenizer carries the
     chat template); what it says does not matter here, only how it is said."""
-    run_dir = tmp_path_factory.mktemp("chat") / "run"
-    shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     values = {
         **TINY_PRETRAIN,
         "pretrain.max_steps": 4,
         "logging.eval_every": 4,
         "logging.eval_batches": 1,
     }
-    cfg = load_run_config(run_dir, values=values)
-    run_stage("pretrain", cfg, run_dir)
-    out = run_dir / "pretrain" / "hf"
-    export.export_chosen(cfg, run_dir, checkpoint=None, out=out, force=False)
-    return out
+    return trained_and_exported(demo_run, tmp_path_factory.mktemp("chat") / "run", values)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,13 @@ import pytest
 import torch
 from transformers import RepetitionPenaltyLogitsProcessor
 
-from conftest import TINY_PRETRAIN, assert_user_error, run_subprocess, write_jsonl
+from conftest import (
+    TINY_PRETRAIN,
+    assert_user_error,
+    run_subprocess,
+    trained_and_exported,
+    write_jsonl,
+)
 from damaged_models import DAMAGES, damaged_copy
 from hanlm.config import GenerateSection
 from hanlm.evals.tasks import repetition
@@ -22,9 +28,6 @@ from hanlm.inference import (
     logits_processors,
     prompt_budget,
 )
-from hanlm.pipeline import run_stage
-from hanlm.stages import export
-from hanlm.stages.rundir import load_run_config
 
 GREEDY = GenerateSection(greedy=True, repetition_penalty=1.0, max_new_tokens=16)
 
@@ -33,14 +36,8 @@ GREEDY = GenerateSection(greedy=True, repetition_penalty=1.0, max_new_tokens=16)
 def model_dir(demo_run, tmp_path_factory):
     """A tiny model trained 8 steps on the demo world and exported. So little training leaves a
     model that falls into loops: greedy decoding repeats a few frequent tokens."""
-    run_dir = tmp_path_factory.mktemp("generate") / "run"
-    shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     values = {**TINY_PRETRAIN, "logging.eval_every": 8, "checkpoint.every": 8}
-    cfg = load_run_config(run_dir, values=values)
-    run_stage("pretrain", cfg, run_dir)
-    out = run_dir / "pretrain" / "hf"
-    export.export_chosen(cfg, run_dir, checkpoint=None, out=out, force=False)
-    return out
+    return trained_and_exported(demo_run, tmp_path_factory.mktemp("generate") / "run", values)
 
 
 @pytest.fixture(scope="module")

@@ -22,11 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_PRETRAIN
+from conftest import TINY_PRETRAIN, trained_and_exported
 from hanlm.config import GenerateSection
-from hanlm.pipeline import run_stage
-from hanlm.stages import export
-from hanlm.stages.rundir import load_run_config
 
 pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server: hanlm[serve]")
 openai = pytest.importorskip("openai", reason="the openai client: scripts/setup.sh --dev")
@@ -47,14 +44,8 @@ def settings_args(values: dict) -> list[str]:
 def model_dir(demo_run, tmp_path_factory) -> Path:
     """A tiny model trained a few steps on the demo world and exported (its tokenizer carries
     the chat template); what it says does not matter, only that both engines say the same."""
-    run_dir = tmp_path_factory.mktemp("serve") / "run"
-    shutil.copytree(demo_run, run_dir, ignore=shutil.ignore_patterns("pretrain"))
     values = {**TINY_PRETRAIN, "pretrain.max_steps": 40, "logging.eval_every": 0}
-    cfg = load_run_config(run_dir, values=values)
-    run_stage("pretrain", cfg, run_dir)
-    out = run_dir / "pretrain" / "hf"
-    export.export_chosen(cfg, run_dir, checkpoint=None, out=out, force=False)
-    return out
+    return trained_and_exported(demo_run, tmp_path_factory.mktemp("serve") / "run", values)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +116,7 @@ class Server:
     def stop(self, signum: int) -> int:
         self.proc.send_signal(signum)
         try:
-            return self.proc.wait(timeout=30)
+            return self.proc.wait(timeout=90)  # a loaded machine: uvicorn drains connections first
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
