@@ -486,8 +486,10 @@ def _add_sft(sub) -> None:
         "Fine-tune the run's pretrained model (or --model HF_DIR) on chat conversations "
         "(--data messages JSONL; default DIR/demo/chat.jsonl), loss on assistant tokens and "
         "each turn's <|eot|>. Before training: the benchmark check and the special-token audit "
-        "(DIR/sft/audit.json), untrained template tokens initialised (--init). After: export to "
-        "DIR/sft/hf and the closure check on held-out prompts (DIR/sft/closure.json).",
+        "(DIR/sft/audit.json), untrained template tokens initialised (--init). Every weight "
+        "trains, or with --method lora PEFT's LoRA adapters and the chat tokens' rows alone. "
+        "After: export to DIR/sft/hf (LoRA merged, its adapter in hf/adapter/) and the closure "
+        "check on held-out prompts (DIR/sft/closure.json).",
         force=REDO,
     )
     parser.set_defaults(func=_cmd_sft)

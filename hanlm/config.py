@@ -896,6 +896,76 @@ class DecontamSection(Section):
     )
 
 
+LORA_TARGETS_DEFAULT = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class SftLoraSection(Section):
+    """LoRA's settings (sft.method = "lora"), PEFT's LoraConfig by other names: adapters of
+    rank `rank` scaled by alpha / rank on the named linear layers of every block."""
+
+    rank: int = Field(
+        16,
+        ge=1,
+        description="the adapters' rank r",
+        json_schema_extra={"cli": {"flag": "lora-rank"}},
+    )
+    alpha: float = Field(
+        32.0,
+        gt=0,
+        description="scale alpha: updates are scaled by alpha / rank",
+        json_schema_extra={"cli": {"flag": "lora-alpha"}},
+    )
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="dropout on the adapters' input",
+        json_schema_extra={"cli": {"flag": "lora-dropout"}},
+    )
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(LORA_TARGETS_DEFAULT),
+        min_length=1,
+        description="the linear layers that get adapters, by name (Llama's attention and MLP)",
+        json_schema_extra={"cli": {"flag": "lora-target-modules", "metavar": "NAME,..."}},
+    )
+
+
+Init = Literal["mean", "mean-cov", "text", "none"]
+
+
+class SftVariant(Section):
+    """One variant of an SFT in sft.compare: the settings it changes (unset: the SFT's own)."""
+
+    init: Init | None = None
+    method: Literal["full", "lora"] | None = None
+    train_new_token_rows: bool | None = None
+
+    def resolved(self, sft: SftSection) -> SftVariant:
+        return SftVariant(
+            init=self.init or sft.init,
+            method=self.method or sft.method,
+            train_new_token_rows=(
+                sft.train_new_token_rows
+                if self.train_new_token_rows is None
+                else self.train_new_token_rows
+            ),
+        )
+
+    @property
+    def name(self) -> str:
+        """full-mean, lora-none-frozen, lora-mean-rows: the folder and the key of its closure
+        (full fine-tuning trains every row: its name says nothing about them)."""
+        if self.method == "full":
+            return f"full-{self.init}"
+        return f"lora-{self.init}-{'rows' if self.train_new_token_rows else 'frozen'}"
+
+    @property
+    def rows_stay_untrained(self) -> bool:
+        """LoRA with the template rows frozen and not initialised: the field's setup, whose
+        answers never end."""
+        return self.method == "lora" and not self.train_new_token_rows and self.init == "none"
+
+
 class SftSection(Section):
     """`hanlm sft`: chat fine-tuning with the special-token audit, initialisation and closure check.
 
@@ -918,17 +988,34 @@ class SftSection(Section):
     packing: bool = Field(True, description="pack whole conversations into rows (else pad)")
     max_steps: int = Field(200, ge=1, description="optimizer steps")
     heldout: int = Field(50, ge=1, description="conversations held out for the closure check")
-    init: Literal["mean", "mean-cov", "text", "none"] = Field(
+    init: Init = Field(
         "mean", description="initialisation of the template tokens the audit finds untrained"
     )
     init_text: str = Field(".", min_length=1, description="init = text: mean of its tokens' rows")
     new_token_lr_scale: float = Field(
-        1.0, gt=0, description="the initialised rows' update size relative to the schedule"
+        1.0,
+        gt=0,
+        description="full fine-tuning: the initialised rows' update size relative to the "
+        "schedule (LoRA's trained rows follow the schedule)",
     )
     closure_max_tokens: int = Field(64, ge=1, description="greedy tokens per closure prompt")
     min_closure: float = Field(0.0, ge=0, le=1, description="fail below this rate; 0 = off")
-    compare_inits: list[Literal["mean", "mean-cov", "text", "none"]] = Field(
-        default_factory=list, description="also train with these inits (ablation/<init>/)"
+    method: Literal["full", "lora"] = Field(
+        "full",
+        description="full: every weight trains; lora: PEFT's LoRA adapters on sft.lora."
+        "target_modules, the rest frozen, merged into the export",
+    )
+    lora: SftLoraSection = Field(default_factory=SftLoraSection)
+    train_new_token_rows: bool = Field(
+        True,
+        description="lora: also train the chat template tokens' embedding rows (only those "
+        "rows: PEFT's trainable_token_indices); false freezes them, the field's failing setup",
+    )
+    compare: list[SftVariant] = Field(
+        default_factory=list,
+        description="also train these variants of this SFT (ablation/<name>/), e.g. "
+        '[{init = "none", method = "lora", train_new_token_rows = false}]',
+        json_schema_extra={"cli": {"flag": False}},  # --set sft.compare=[{...}, ...]
     )
     contaminated: Literal["drop", "fail"] = Field(
         "drop", description="conversations holding benchmark items: drop them or fail"
@@ -948,6 +1035,19 @@ class SftSection(Section):
                 f"{self.micro_batch}"
             )
         return self
+
+    def variant(self) -> SftVariant:
+        """This SFT's own variant (its name keys its closure beside the compared ones)."""
+        return SftVariant(
+            init=self.init, method=self.method, train_new_token_rows=self.train_new_token_rows
+        ).resolved(self)
+
+    def variants(self) -> list[SftVariant]:
+        """This SFT's variant, then each compared one not equal to an earlier one."""
+        seen: dict[str, SftVariant] = {}
+        for variant in [self.variant(), *(v.resolved(self) for v in self.compare)]:
+            seen.setdefault(variant.name, variant)
+        return list(seen.values())
 
 
 class LaunchSection(Section):

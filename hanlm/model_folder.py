@@ -35,6 +35,8 @@ from hanlm.files import file_mismatch
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
+# a LoRA fine-tune's export keeps the adapter alone here, as PEFT saves it (hanlm.train.lora)
+ADAPTER_FOLDER = "adapter"
 # Weights hanlm never loads: pickles, and formats transformers only reads through another framework.
 UNSAFE_WEIGHTS = (
     "pytorch_model.bin",

@@ -21,6 +21,28 @@ from hanlm.errors import UserError
 from hanlm.inference import generate_ids
 
 
+def rate_interval(successes: int, total: int, z: float = 1.959964) -> tuple[float, float]:
+    """The 95% Wilson score interval of a rate: unlike the normal approximation it stays inside
+    [0, 1] and is not empty at 0 of 50 or 50 of 50, where closure rates live."""
+    if total <= 0:
+        raise ValueError("a rate of nothing has no interval")
+    p = successes / total
+    denominator = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denominator
+    half = z * ((p * (1 - p) / total + z * z / (4 * total * total)) ** 0.5) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# An unclosed answer at least this share of whose 4-grams repeat an earlier one loops (a small
+# model's digits or words over and over: the eval's seq-rep-4, hanlm.evals.tasks.repetition)
+LOOP_SHARE = 0.5
+
+
+def loops(ids: Sequence[int], n: int = 4) -> bool:
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return bool(grams) and 1 - len(set(grams)) / len(grams) >= LOOP_SHARE
+
+
 def prompt_of(messages: Sequence[dict]) -> tuple[list[dict], str]:
     """(messages before the last assistant turn, that turn's reference answer)."""
     last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
@@ -74,6 +96,7 @@ def check(
                     "answer": tokenizer.decode(answer, skip_special_tokens=False),
                     "reference": reference,
                     "closed": closed,
+                    "loops": not closed and loops(answer),
                     "new_tokens": len(answer) + int(closed),
                 }
             )
@@ -84,9 +107,12 @@ def check(
         "closed": closed,
         "total": len(results),
         "rate": closed / len(results),
+        "interval": list(rate_interval(closed, len(results))),
+        "unclosed_looping": sum(r["loops"] for r in results),
         "init": init,
         "max_new_tokens": max_new_tokens,
         "examples": results[:examples],
+        "unclosed_examples": [r for r in results if not r["closed"]][:examples],
     }
 
 

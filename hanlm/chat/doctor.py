@@ -11,7 +11,10 @@ Works on any Hugging Face causal LM folder (safetensors weights, no custom code)
 * under-trained end tokens (Land & Bartolo 2024, "Fishing for Magikarp"; hanlm.chat.tokens):
   the unembedding row's cosine to unused reference rows (tied and untied), and for untied
   models the input embedding's norm. Role tokens are only inputs, so their rows are noted,
-  not judged.
+  not judged;
+* a LoRA fine-tune (hanlm's export keeps the adapter in adapter/, PEFT's adapter_config.json):
+  which embedding rows it trained (trainable_token_indices); an end token it froze and that
+  looks untrained is the field's failure, named with its fix.
 
 `diagnose` returns the findings; `problems` among them make the CLI exit 1.
 """
@@ -27,6 +30,7 @@ from rich.table import Table
 from hanlm.chat import tokens
 from hanlm.console import console
 from hanlm.inference import load_folder
+from hanlm.model_folder import ADAPTER_FOLDER
 
 MARK = "HANLM_DOCTOR_ANSWER"
 # special-looking pieces of rendered template text: <|eot|>, <|im_end|>, <s>, [INST]
@@ -105,7 +109,9 @@ def diagnose(model_dir: Path) -> dict:
     ends = set(eos_ids) | ({eot_id} if eot_id is not None else set())
     findings += _check_padding(tokenizer, pad_ids, ends)
     findings += _check_generation_eos(eos_ids, eot_id, eot_token)
-    findings += _check_under_trained(model, tokenizer, template_tokens, sorted(ends))
+    lora_rows = _lora_trained_rows(loaded.path)
+    findings += _check_lora(lora_rows, tokenizer, sorted(ends))
+    findings += _check_under_trained(model, tokenizer, template_tokens, sorted(ends), lora_rows)
     problems = sum(f["level"] == "problem" for f in findings)
     return {
         "model": str(model_dir),
@@ -205,7 +211,42 @@ def _check_generation_eos(eos_ids: list[int], eot_id: int | None, eot_token) -> 
     ]
 
 
-def _check_under_trained(model, tokenizer, template_tokens: list[str], end_ids: list[int]):
+def _lora_trained_rows(model_dir: Path) -> set[int] | None:
+    """The embedding rows a LoRA fine-tune trained (its adapter's trainable_token_indices), or
+    None when the folder is not a LoRA export."""
+    path = model_dir / ADAPTER_FOLDER / "adapter_config.json"
+    if not path.is_file():
+        return None
+    indices = json.loads(path.read_text()).get("trainable_token_indices") or []
+    if isinstance(indices, dict):  # {module name: rows}
+        indices = [i for rows in indices.values() for i in rows]
+    return {int(i) for i in indices}
+
+
+def _check_lora(lora_rows: set[int] | None, tokenizer, end_ids: list[int]) -> list[dict]:
+    if lora_rows is None:
+        return []
+    frozen = [tokenizer.convert_ids_to_tokens(i) for i in end_ids if i not in lora_rows]
+    if not frozen:
+        return [
+            _finding("ok", "lora", f"a LoRA fine-tune that trained the rows of {len(lora_rows)} "
+                     "tokens, the end tokens among them")
+        ]  # fmt: skip
+    return [
+        _finding(
+            "note",
+            "lora",
+            f"a LoRA fine-tune that froze the embedding rows of {', '.join(frozen)}: they are "
+            "as pretraining (and any initialisation) left them",
+            "if they never appeared in pretraining, train them (hanlm: sft.train_new_token_rows "
+            "= true; PEFT: trainable_token_indices)",
+        )
+    ]
+
+
+def _check_under_trained(
+    model, tokenizer, template_tokens: list[str], end_ids: list[int], lora_rows: set[int] | None
+):
     """End tokens judged, role tokens noted, by their rows against the unused tokens'."""
     special = _special_dict(tokenizer, template_tokens, end_ids)
     judged = {v["id"]: v["token"] for k, v in special.items() if k.startswith("end_")}
@@ -224,14 +265,23 @@ def _check_under_trained(model, tokenizer, template_tokens: list[str], end_ids: 
         if flag is None:
             continue
         if flag and token_id in judged:
+            fix = (
+                "initialise it before SFT (hanlm sft --init mean) and train it on every "
+                "assistant turn's end"
+            )
+            if lora_rows is not None and token_id not in lora_rows:
+                fix = (
+                    "this LoRA fine-tune froze its rows: fine-tune again with them trained "
+                    "(sft.train_new_token_rows = true, PEFT's trainable_token_indices) and "
+                    "initialised (sft.init = mean)"
+                )
             findings.append(
                 _finding(
                     "problem",
                     "under-trained",
                     f"the end token {name} looks untrained (its rows sit with the unused "
                     "tokens'): the model will not emit it",
-                    "initialise it before SFT (hanlm sft --init mean) and train it on "
-                    "every assistant turn's end",
+                    fix,
                 )
             )
         elif flag:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hanlm.errors import UserError
@@ -80,6 +80,16 @@ CPU_MFU = 0.5  # against the measured matmul peak of this CPU
 
 
 @dataclass(frozen=True)
+class LoraPlan:
+    """LoRA's trained parameters (hanlm.train.lora): rank-r adapters on the named linear layers
+    of every block, and `token_rows` embedding rows (PEFT's trainable_token_indices)."""
+
+    rank: int
+    targets: tuple[str, ...]
+    token_rows: int = 0
+
+
+@dataclass(frozen=True)
 class Setup:
     """One training configuration to plan: model, batch, hardware, precision and parallelism."""
 
@@ -101,6 +111,7 @@ class Setup:
     data: DataWork | None = None  # the data stages' work (hanlm.plan.data_rates)
     loss_chunk_tokens: int = DEFAULT_LOSS_CHUNK_TOKENS
     async_checkpoint: bool = True  # [checkpoint] async_save: a host copy staged per save
+    lora: LoraPlan | None = None  # SFT with LoRA: only the adapters (and chosen rows) train
 
     @property
     def world(self) -> int:
@@ -150,6 +161,8 @@ class Shapes:
     vocab: int
     n_params: int
     flops: dict[str, int]
+    # a block's linear layer name -> (in, out) of each of them (LoRA's adapters)
+    linears: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 def model_shapes(model: str, *, vocab_size: int, seq_len: int) -> Shapes:
@@ -164,6 +177,14 @@ def model_shapes(model: str, *, vocab_size: int, seq_len: int) -> Shapes:
     head_dim = getattr(text, "head_dim", None) or (text.hidden_size // heads if heads else 0)
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     flops = model_lib.flops_per_token(config, seq_len)
+    import torch  # deferred as hanlm.model above
+
+    linears: dict[str, list[tuple[int, int]]] = {}
+    for path, module in meta.named_modules():
+        if isinstance(module, torch.nn.Linear) and path != "lm_head":
+            linears.setdefault(path.rsplit(".", 1)[-1], []).append(
+                (module.in_features, module.out_features)
+            )
     return Shapes(
         params=params,
         layer_params=counts["per_layer"],
@@ -180,23 +201,45 @@ def model_shapes(model: str, *, vocab_size: int, seq_len: int) -> Shapes:
         vocab=text.vocab_size,
         n_params=counts["total"],
         flops=flops,
+        linears=linears,
     )
 
 
 # --- memory -------------------------------------------------------------------------------------
 
 
-def model_state_bytes(shapes: Shapes, world: int, parallel: str) -> dict[str, int]:
+def lora_trained(shapes: Shapes, lora: LoraPlan) -> tuple[int, int]:
+    """(LoRA's trained elements, their tensors): A (r x in) and B (out x r) per adapted layer,
+    and the trained embedding rows."""
+    pairs = [pair for target in lora.targets for pair in shapes.linears.get(target, [])]
+    elements = sum(lora.rank * (fan_in + fan_out) for fan_in, fan_out in pairs)
+    elements += lora.token_rows * shapes.hidden
+    return elements, 2 * len(pairs) + (1 if lora.token_rows else 0)
+
+
+def model_state_bytes(
+    shapes: Shapes, world: int, parallel: str, lora: LoraPlan | None = None
+) -> dict[str, int]:
     """Bytes of the float32 weights, gradients and AdamW states one rank holds after a step.
 
     AdamW (fused or not) keeps exp_avg and exp_avg_sq like the parameter and a float32 `step`
     scalar per tensor. FSDP2 shards every tensor's first dimension, padded to equal shards.
+    With LoRA the model's weights stay (frozen: no gradient, no AdamW state) and only the
+    adapters and the trained rows have both.
     """
     sharded = parallel == "fsdp" and world > 1
     elements = 0
     for shape in shapes.params:
         rows = math.ceil(shape[0] / world) if sharded and shape else (shape[0] if shape else 1)
         elements += rows * math.prod(shape[1:])
+    if lora is not None:
+        trained, tensors = lora_trained(shapes, lora)
+        trained = math.ceil(trained / world) if sharded else trained
+        return {
+            "weights": 4 * (elements + trained),
+            "gradients": 4 * trained,
+            "optimizer": 8 * trained + 4 * tensors,
+        }
     return {
         "weights": 4 * elements,
         "gradients": 4 * elements,
@@ -225,7 +268,7 @@ def fsdp_gradient_bytes(shapes: Shapes, setup: Setup) -> int:
     """FSDP2's full-size gradients of a layer before its reduce-scatter: autograd's, in the
     compute dtype, and the float32 reduce-scatter input they are copied into (the previous
     layer's input is released first, with the default of one kept)."""
-    if not setup.sharded:
+    if not setup.sharded or setup.lora is not None:  # LoRA: the frozen weights have none
         return 0
     return (PARAM_BYTES[setup.precision] + 4) * shapes.layer_params
 
@@ -320,7 +363,7 @@ def full_logits_bytes(shapes: Shapes, setup: Setup) -> int:
 def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
     """Itemised bytes per GPU, their total with the framework allowance, and the verdict."""
     shapes = shapes or model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
-    state = model_state_bytes(shapes, setup.world, setup.parallel)
+    state = model_state_bytes(shapes, setup.world, setup.parallel, setup.lora)
     acts = activation_bytes(shapes, setup)
     logits = logits_bytes(shapes, setup)
     items = {
@@ -566,14 +609,43 @@ class Plan(Result):
     memory: MemoryPlan | None = None
     time: TimePlan | None = None
     recommendation: Recommendation | None = None
+    sft: dict[str, Any] | None = None  # sft_memory: SFT's memory per GPU, full and LoRA
 
 
 def plan_recipe(cfg, *, plan_section=None) -> Plan:
     """The plan of a recipe: its setup's (make_plan), and its training mix's preview when its
     corpus sources have weights."""
-    plan = make_plan(setup_from_config(cfg, plan_section=plan_section))
-    mixture = mixture_preview(cfg)
-    return plan if mixture is None else plan.model_copy(update={"mixture": mixture})
+    setup = setup_from_config(cfg, plan_section=plan_section)
+    plan = make_plan(setup)
+    update: dict[str, Any] = {"mixture": mixture_preview(cfg)}
+    if setup.gpu is not None:
+        update["sft"] = sft_memory(cfg, setup)
+    return plan.model_copy(update=update)
+
+
+# the chat template's tokens whose rows LoRA trains by default (hanlm.chat.tokens.TEMPLATE_TOKENS)
+CHAT_TOKEN_ROWS = 4
+
+
+def sft_memory(cfg, setup: Setup) -> dict[str, Any]:
+    """SFT's memory per GPU on the plan's hardware, at sft.seq_len and sft.micro_batch: full
+    fine-tuning (every weight with its gradient and AdamW state) beside LoRA (sft.lora: the
+    weights frozen, the adapters and the chat tokens' rows trained)."""
+    lora = cfg.sft.lora
+    base = replace(setup, seq_len=cfg.sft.seq_len, micro_batch=cfg.sft.micro_batch)
+    shapes = model_shapes(base.model, vocab_size=base.vocab_size, seq_len=base.seq_len)
+    plan = LoraPlan(lora.rank, tuple(lora.target_modules), CHAT_TOKEN_ROWS)
+    trained, _ = lora_trained(shapes, plan)
+    return {
+        "seq_len": base.seq_len,
+        "micro_batch": base.micro_batch,
+        "method": cfg.sft.method,
+        "lora_rank": lora.rank,
+        "lora_targets": list(lora.target_modules),
+        "lora_trained_parameters": trained,
+        "full": memory(base, shapes),
+        "lora": memory(replace(base, lora=plan), shapes),
+    }
 
 
 def make_plan(setup: Setup) -> Plan:

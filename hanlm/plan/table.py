@@ -45,8 +45,36 @@ def print_plan(typed: Plan) -> None:
         _print_memory(plan["memory"])
         _print_time(plan)
         _print_recommendation(plan.get("recommendation"))
+    _print_sft(plan.get("sft"))
     _print_data(plan.get("data"))
     _print_mixture(plan.get("mixture"))
+
+
+def _fit_cell(mem: dict[str, Any]) -> str:
+    if "fits" not in mem:
+        return ""
+    if mem["fits"]:
+        return f"[green]fits[/green], {_gib(mem['margin'])} to spare"
+    return f"[red]does not fit[/red]: {_gib(-mem['margin'])} over"
+
+
+def _print_sft(sft: dict[str, Any] | None) -> None:
+    if not sft:
+        return
+    table = Table(
+        title=f"SFT memory per GPU (seq {sft['seq_len']}, micro-batch {sft['micro_batch']})"
+    )
+    for column in ("sft.method", "trained", "total", ""):
+        table.add_column(column, justify="right" if column == "total" else "left")
+    lora = (
+        f"r{sft['lora_rank']} adapters on {len(sft['lora_targets'])} layer kinds and the chat "
+        f"rows: {sft['lora_trained_parameters'] / 1e6:.1f}M parameters"
+    )
+    for method, trained in (("full", "every weight"), ("lora", lora)):
+        mem = sft[method]
+        mark = " (the recipe's)" if sft["method"] == method else ""
+        table.add_row(method + mark, trained, _gib(mem["total"]), _fit_cell(mem))
+    console.print(table)
 
 
 def _tokens(n: float) -> str:

@@ -87,8 +87,8 @@ class RunFiles:
     pretrain_summary: Path
     sft_metrics: Path
     closure: Path
-    closure_by_init: Path
-    ablation_closure: Callable[[str], Path]  # init -> the closure.json of that SFT ablation arm
+    closure_by_variant: Path
+    ablation_closure: Callable[[str], Path]  # variant -> the closure.json of that compared SFT
     audit: Path
     eval_results: Path
     eval_samples: Path
@@ -673,20 +673,34 @@ def _contamination_section(files: RunFiles) -> str:
     return "".join(out)
 
 
-# `none` closing fewer answers than the init by at least this share counts as the field's failure
-# reproduced (5 of 50 answers: more than one or two answers' noise).
+# A variant that neither initialises nor trains the template rows closing fewer answers than the
+# best other variant by at least this share counts as the field's failure reproduced (5 of 50
+# answers: more than one or two answers' noise).
 CLOSURE_MARGIN = 0.1
 
 
-def _closure_checks(files: RunFiles, by_init: dict) -> dict[str, dict]:
-    """init -> its closure.json (the main SFT's or an ablation arm's)."""
+def _closure_checks(files: RunFiles, by_variant: dict) -> dict[str, dict]:
+    """variant name -> its closure.json (the main SFT's or a compared variant's)."""
     main = _read(files.closure) or {}
     checks = {}
-    for init in by_init:
-        check = main if main.get("init") == init else _read(files.ablation_closure(init))
+    for name in by_variant:
+        check = main if main.get("variant") == name else _read(files.ablation_closure(name))
         if check:
-            checks[init] = check
+            checks[name] = check
     return checks
+
+
+def _variant_cell(check: dict) -> str:
+    if check.get("method") == "lora":
+        rows = "rows trained" if check.get("rows_trained") else "rows frozen"
+        return f"LoRA, init {check.get('init')}, {rows}"
+    return f"full, init {check.get('init')}"
+
+
+def _rate_cell(check: dict) -> str:
+    low, high = check.get("interval") or (None, None)
+    span = "" if low is None else f" [{low:.2f}, {high:.2f}]"
+    return f"{check['rate']:.2f}{span}"
 
 
 def _norm_cell(diagnosis: dict | None, token: str = "eot") -> str:
@@ -729,72 +743,151 @@ def _audit_norms(audit: dict) -> str:
 
 
 def _ranks(check: dict) -> str:
-    """<|eot|>'s median rank at answer ends before -> after SFT, for one init's closure.json."""
+    """<|eot|>'s median rank at answer ends before -> after SFT, for one closure.json."""
     diagnosis = check.get("diagnosis", {})
     return f"{_rank_cell(diagnosis.get('before'))} → {_rank_cell(diagnosis.get('after'))}"
 
 
-def _closure_verdict(by_init: dict, checks: dict) -> str:
-    """The field's failure reproduced or not, said with this run's numbers."""
-    if "none" not in by_init or len(by_init) < 2:
-        return ""
-    others = {init: rate for init, rate in by_init.items() if init != "none"}
-    best_init, best = max(others.items(), key=lambda kv: kv[1])
-    shortfall = best - by_init["none"]
-    ranks = ""
-    if "none" in checks and best_init in checks:
-        ranks = (
-            f" <|eot|>'s median rank where answers end, before → after SFT: `none` "
-            f"{_ranks(checks['none'])}, `{best_init}` {_ranks(checks[best_init])}."
-        )
-    rates = f"`none` ended {by_init['none']:.0%} of the answers, `{best_init}` {best:.0%}"
-    if shortfall >= CLOSURE_MARGIN:
+def _frozen(check: dict) -> bool:
+    """LoRA with the template rows frozen: they end SFT where pretraining and the init put them."""
+    return check.get("method") == "lora" and not check.get("rows_trained")
+
+
+def _failing_and_best(checks: dict) -> tuple[str, str] | None:
+    """(the variant that should fail, the best one that should not): the frozen-row variant that
+    closed fewest against the best other; without frozen rows, full fine-tuning from `none`
+    against the best initialised one."""
+    frozen = [name for name, check in checks.items() if _frozen(check)]
+    if not frozen:
+        frozen = [n for n, c in checks.items() if c.get("init") == "none"]
+    others = [name for name in checks if name not in frozen]
+    if not frozen or not others:
+        return None
+    worst = min(frozen, key=lambda name: checks[name]["rate"])
+    return worst, max(others, key=lambda name: checks[name]["rate"])
+
+
+def _counted(name: str, check: dict) -> str:
+    return f"`{name}` ended {check['closed']} of {check['total']} ({_rate_cell(check)})"
+
+
+def _why_frozen(name: str, check: dict, trained_norm: float | None) -> str:
+    """Why a frozen-row variant closed as many answers as it did, with its numbers."""
+    before = check.get("diagnosis", {}).get("before")
+    norm = (before or {}).get("row_norms", {}).get("embedding", {}).get("template", {}).get("eot")
+    ranks = f"<|eot|>'s median rank at answer ends {_ranks(check)}"
+    if check.get("init") == "mean":
         return (
-            f"\n**The field's failure, reproduced:** {rates} ({shortfall:.0%} fewer without "
-            f"initialisation; the card counts a shortfall of {CLOSURE_MARGIN:.0%} or more).{ranks}\n"
+            f" {_counted(name, check)}: a row at the mean of the trained rows scores, for any "
+            "hidden state, the mean of their logits, never the largest, so frozen there it is "
+            f"never the greedy choice ({ranks})."
         )
-    if best < 0.5:
-        why = (
-            " Neither initialisation taught this model to end most answers: this SFT is too "
-            "short for either, so it cannot show what the initialisation adds."
+    if check.get("init") == "none" and norm is not None and trained_norm is not None:
+        longer = norm > trained_norm
+        return (
+            f" {_counted(name, check)}: the never-seen row is where pretraining left it, "
+            f"norm {norm:.2f} against the trained rows' {trained_norm:.2f}"
+            + (
+                " (the softmax pushed it away from the hidden states and made it long), so "
+                "the adapters can turn the last hidden states toward it and let it win"
+                if longer
+                else ""
+            )
+            + f" ({ranks})."
+        )
+    return f" {_counted(name, check)} ({ranks})."
+
+
+def _why_open(name: str, check: dict) -> str:
+    """What kept a variant whose rows trained from ending every answer: loops, with <|eot|>'s
+    top-1 share where the reference answers end."""
+    left = check["total"] - check["closed"]
+    if left == 0 or "unclosed_looping" not in check:
+        return ""
+    after = (check.get("diagnosis", {}).get("after") or {}).get("eot_rank") or {}
+    top1 = (
+        f"; where the reference answers end, <|eot|> is its first choice {after['top1']:.0%} of the time"
+        if after
+        else ""
+    )
+    return (
+        f" `{name}` left {left} answers open, {check['unclosed_looping']} of them loops (at "
+        f"least half their 4-grams repeated, to the {check['max_new_tokens']}-token limit){top1}."
+    )
+
+
+def _closure_verdict(checks: dict, audit: dict) -> str:
+    """The field's failure reproduced or not, and why each frozen-row variant closed as it did,
+    said with this run's numbers."""
+    pair = _failing_and_best(checks)
+    if pair is None:
+        return ""
+    failing, best_name = pair
+    worst, best = checks[failing], checks[best_name]
+    shortfall = best["rate"] - worst["rate"]
+    rates = f"{_counted(failing, worst)}, `{best_name}` {best['closed']} of {best['total']} ({_rate_cell(best)})"
+    if shortfall >= CLOSURE_MARGIN:
+        head = (
+            f"\n**The field's failure, reproduced:** {rates}, 95% intervals in brackets "
+            f"({shortfall:.0%} fewer; the card counts a shortfall of {CLOSURE_MARGIN:.0%} or more)."
         )
     else:
-        why = (
-            " Without initialisation this SFT still moved the never-trained row as far as "
-            "ending needs; the field's model had trained its other rows on ~22B tokens first."
+        short = "at least as many" if shortfall <= 0 else f"a shortfall of {shortfall:.0%}"
+        head = (
+            f"\n**Not reproduced at demo size:** {rates}: {short}, under the "
+            f"{CLOSURE_MARGIN:.0%} shortfall the card asks for."
         )
-    short = "`none` ended at least as many" if shortfall <= 0 else f"a shortfall of {shortfall:.0%}"
-    return (
-        f"\n**Not reproduced at demo size:** {rates}: {short}, under the {CLOSURE_MARGIN:.0%} "
-        f"shortfall the card asks for.{ranks}{why}\n"
+        if best["rate"] < 0.5:
+            head += (
+                " No variant taught this model to end most answers: this SFT is too short "
+                "for any, so it cannot show what the rows add."
+            )
+        elif not _frozen(worst):
+            head += (
+                " Full fine-tuning trains every row, the never-seen ones too: without "
+                "initialisation this SFT still moved them as far as ending needs (LoRA with "
+                "the rows frozen, `sft.compare`, is the setup that cannot)."
+            )
+    trained_norm = audit.get("row_norms", {}).get("embedding", {}).get("ordinary_mean")
+    open_answers = "".join(
+        _why_open(name, check) for name, check in checks.items() if not _frozen(check)
     )
+    if open_answers:
+        head += "\n\nWith the rows trained:" + open_answers
+    frozen = [(name, check) for name, check in checks.items() if _frozen(check)]
+    why = "".join(_why_frozen(name, check, trained_norm) for name, check in frozen)
+    if frozen:
+        why = "\n\nWith the rows frozen (LoRA, `train_new_token_rows = false`):" + why
+    return head + why + "\n"
 
 
 def _closure_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
-    by_init = _read(files.closure_by_init)
-    if by_init is None:
+    by_variant = _read(files.closure_by_variant)
+    if by_variant is None:
         return _missing("sft")
     out: list[str] = []
-    checks = _closure_checks(files, by_init)
+    checks = _closure_checks(files, by_variant)
     rows = []
-    for init, check in checks.items():
+    for name, check in checks.items():
         diagnosis = check.get("diagnosis", {})
         before, after = diagnosis.get("before"), diagnosis.get("after")
         rows.append(
             [
-                init,
+                name,
+                _variant_cell(check),
                 f"{check['closed']} / {check['total']}",
-                f"{check['rate']:.2f}",
+                _rate_cell(check),
                 f"{_rank_cell(before)} → {_rank_cell(after)}",
                 f"{_norm_cell(before)} → {_norm_cell(after)}",
             ]
         )
     header = [
-        "initialisation",
+        "variant",
+        "fine-tuning",
         "answers ending with <|eot|>",
-        "closure rate",
+        "closure rate [95% interval]",
         "<|eot|> median rank at answer ends, before → after SFT",
         "<|eot|> row norm, before → after SFT",
     ]
@@ -802,19 +895,21 @@ def _closure_section(files: RunFiles) -> str:
     out.append(
         "\nRank: where a held-out reference answer ends, how many tokens' logits beat <|eot|>'s "
         "(0: greedy decoding ends the answer there). Before SFT: the pretrained model with the "
-        "initialisation applied.\n"
+        "initialisation applied (LoRA's adapters start at zero). Intervals: Wilson's, over the "
+        "held-out prompts. The first row is the run's chat model; the others are `sft.compare`'s "
+        "variants, trained on the same data and steps.\n"
     )
     audit = _read(files.audit) or {}
     out.append(_audit_norms(audit))
     after_norms = [
-        (init, check["diagnosis"]["after"]["row_norms"]["embedding"]["ordinary_mean"])
-        for init, check in checks.items()
+        (name, check["diagnosis"]["after"]["row_norms"]["embedding"]["ordinary_mean"])
+        for name, check in checks.items()
         if check.get("diagnosis", {}).get("after", {}).get("row_norms", {}).get("embedding")
     ]
     if after_norms:
         out.append(
             "\nAfter SFT, trained rows' mean norm: "
-            + ", ".join(f"{init} {value:.2f}" for init, value in after_norms)
+            + ", ".join(f"{name} {value:.2f}" for name, value in after_norms)
             + ".\n"
         )
     untrained = audit.get("untrained_template_tokens")
@@ -822,14 +917,21 @@ def _closure_section(files: RunFiles) -> str:
         out.append(
             f"\nThe audit found these template tokens untrained before SFT: {', '.join(untrained) or 'none'}.\n"
         )
-    out.append(_closure_verdict(by_init, checks))
+    out.append(_closure_verdict(checks, audit))
     path = report_plots.grouped_bars(
-        {"closure rate": {init: float(rate) for init, rate in by_init.items()}},
+        {"closure rate": {name: float(check["rate"]) for name, check in checks.items()}},
         files.plots / "closure.png",
         ylabel="share of answers that end",
         ylim=(0, 1.05),
+        intervals={
+            "closure rate": {
+                name: tuple(check["interval"])
+                for name, check in checks.items()
+                if "interval" in check
+            }
+        },
     )
-    out.append(f"\n![closure by init]({path.relative_to(files.root)})\n")
+    out.append(f"\n![closure by variant]({path.relative_to(files.root)})\n")
     return "".join(out)
 
 
@@ -1035,7 +1137,7 @@ SECTIONS = (  # (title, the field report's lesson, the body measured in this run
         _contamination_section,
     ),
     (
-        "6. Chat answers that end: closure rate by initialisation",
+        "6. Chat answers that end: closure rate by initialisation and fine-tuning",
         f"pretraining never saw the chat template's special tokens and their "
         f"embeddings were never initialised: after SFT the model closed "
         f"{FIELD_CLOSURE['none'][0]} of {FIELD_CLOSURE['none'][1]} answers; with those vectors "

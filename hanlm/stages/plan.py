@@ -30,6 +30,10 @@ STAGE = Stage(
         "data_engine",
         "decontam.enabled",
         "demo.size_mb",
+        "sft.seq_len",  # SFT's memory per GPU, full and LoRA
+        "sft.micro_batch",
+        "sft.method",
+        "sft.lora",
     ),
 )
 

@@ -83,11 +83,11 @@ class SftDirs(TrainingDirs):
         return self.root / "closure.json"
 
     @property
-    def closure_by_init(self) -> Path:
-        return self.root / "closure_by_init.json"
+    def closure_by_variant(self) -> Path:
+        return self.root / "closure_by_variant.json"
 
-    def ablation(self, init: str) -> SftDirs:
-        return SftDirs(self.root / "ablation" / init)
+    def ablation(self, variant: str) -> SftDirs:
+        return SftDirs(self.root / "ablation" / variant)
 
 
 @dataclass(frozen=True)

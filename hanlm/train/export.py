@@ -44,6 +44,7 @@ from hanlm.files import (
 from hanlm.inference import load_folder
 from hanlm.model import build_model, no_progress_bars
 from hanlm.train import checkpoint as checkpoint_lib
+from hanlm.train.lora import ADAPTER_FOLDER, Adapters
 from hanlm.train.results import ExportRecord
 
 if TYPE_CHECKING:
@@ -149,8 +150,22 @@ def _check_fits(
 
 def load_checkpoint_model(checkpoint_dir: Path, config: PretrainedConfig) -> PreTrainedModel:
     """A CPU model of `config` (eval mode) holding the weights of a committed checkpoint."""
-    checkpoint_dir = Path(checkpoint_dir)
     model = build_model(config, device="cpu").eval()
+    load_checkpoint_into(model, checkpoint_dir)
+    return model
+
+
+def load_checkpoint_adapters(checkpoint_dir: Path, config: PretrainedConfig, adapters: Adapters):
+    """The PEFT model of `config` with `adapters` (eval mode) holding the weights of a committed
+    LoRA checkpoint, whose state is that of the model with the adapters injected."""
+    peft_model, injected = adapters.inject(build_model(config, device="cpu"))
+    load_checkpoint_into(injected, checkpoint_dir)
+    return peft_model.eval()
+
+
+def load_checkpoint_into(model: torch.nn.Module, checkpoint_dir: Path) -> None:
+    """Read a committed checkpoint's weights into `model` (on the CPU), checked against it."""
+    checkpoint_dir = Path(checkpoint_dir)
     # DCP loads in place into these tensors: they share storage with the model's parameters.
     state = get_model_state_dict(model)
     saved = checkpoint_tensor_shapes(checkpoint_dir)
@@ -161,7 +176,6 @@ def load_checkpoint_model(checkpoint_dir: Path, config: PretrainedConfig) -> Pre
         dcp.load({"model": request}, checkpoint_id=str(checkpoint_dir), no_dist=True)
     _check_finite(request, checkpoint_dir)  # before the ties: NaN never equals its tied copy
     _check_ties(request, aliases, checkpoint_dir)
-    return model
 
 
 def _check_finite(tensors: dict[str, torch.Tensor], checkpoint_dir: Path) -> None:
@@ -327,6 +341,7 @@ def export_checkpoint(
     eos_token_ids: list[int] | None = None,
     dtype: torch.dtype = torch.float32,
     replace_earlier: bool = True,
+    adapters: Adapters | None = None,
 ) -> Path:
     """Write the checkpoint's model, `dtype` weights, and the tokenizer to `out_dir` (atomically).
 
@@ -336,7 +351,7 @@ def export_checkpoint(
     with atomic_output_dir(out_dir, marker=RECORD, replace_earlier=replace_earlier) as tmp:
         write_export(
             checkpoint_dir, tmp, model_config=model_config, tokenizer_dir=tokenizer_dir,
-            eos_token_ids=eos_token_ids, dtype=dtype,
+            eos_token_ids=eos_token_ids, dtype=dtype, adapters=adapters,
         )  # fmt: skip
     return Path(out_dir)
 
@@ -349,9 +364,11 @@ def write_export(
     tokenizer_dir: Path,
     eos_token_ids: list[int] | None = None,
     dtype: torch.dtype = torch.float32,
+    adapters: Adapters | None = None,
 ) -> ExportRecord:
     """The export written into the empty folder `folder` (a temporary one its caller renames
-    into place); its record (RECORD's content)."""
+    into place); its record (RECORD's content). A LoRA checkpoint (`adapters`) is written with
+    its adapters merged, and the adapter alone, as PEFT saves it, in ADAPTER_FOLDER."""
     checkpoint_dir, tokenizer_dir, folder = Path(checkpoint_dir), Path(tokenizer_dir), Path(folder)
     dtype_name = _checked_dtype(dtype)
     state = trainer_state(checkpoint_dir)
@@ -366,7 +383,13 @@ def write_export(
     ids = token_ids(special, eos_token_ids, vocab_size)
     fp = export_fingerprint(checkpoint_dir, model_config, tokenizer_dir, eos_token_ids, dtype)
 
-    model = load_checkpoint_model(checkpoint_dir, model_config).to(dtype)
+    if adapters is None:
+        model = load_checkpoint_model(checkpoint_dir, model_config)
+    else:
+        peft_model = load_checkpoint_adapters(checkpoint_dir, model_config, adapters)
+        adapters.save(peft_model, folder / ADAPTER_FOLDER)
+        model = adapters.merged(peft_model)
+    model = model.to(dtype)
     for key, value in ids.items():
         setattr(model.config, key, value)
     model.generation_config = GenerationConfig(**ids)

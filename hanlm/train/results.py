@@ -45,11 +45,12 @@ class SftSummary(Result):
     MADE_BY = "sft"
 
     init: str
+    method: str  # full or lora
     step: int
     tokens: int
     val_loss: float | None = None
     closure: Closure | None = None
-    closure_by_init: dict[str, float] | None = None
+    closure_by_variant: dict[str, float] | None = None  # variant name -> closure rate
     untrained_template_tokens: list[str] | None = None
     hf: str | None = None  # the exported chat model's folder
     data: dict[str, Any] | None = None  # conversations, rows, tokens, the file and its sha256

@@ -22,8 +22,12 @@ This stage makes it impossible to miss:
    beside it, why answers end or not: the template rows' norms against the trained rows', and
    the rank of <|eot|>'s logit where the held-out reference answers end, both before SFT (after
    the initialisation) and after it;
-8. `sft.compare_inits`: the same SFT with other inits into DIR/sft/ablation/<init>/, summed up
-   in closure_by_init.json.
+8. `sft.compare`: the same SFT in other variants (init, full or LoRA, the template rows trained
+   or frozen) into DIR/sft/ablation/<variant>/, summed up in closure_by_variant.json.
+
+`sft.method = "lora"` trains PEFT's LoRA adapters instead of every weight (hanlm.train.lora),
+with the template tokens' embedding rows trained alone unless `sft.train_new_token_rows` is
+false; the export merges them into a plain model and keeps the adapter beside it.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import numpy as np
 from hanlm import inference, model_init
 from hanlm import model as model_lib
 from hanlm.chat import closure, tokens
-from hanlm.config import Config, SftSection
+from hanlm.config import Config, SftSection, SftVariant
 from hanlm.console import info, warn
 from hanlm.data import chat_data
 from hanlm.errors import UserError
@@ -49,6 +53,7 @@ from hanlm.train import (
     checkpoint,
     document_attention,
     export,
+    lora,
     parallel,
     precision,
     pretrained,
@@ -71,10 +76,10 @@ class SftOutputs(Protocol):
     audit: Path
     data_report: Path
     closure: Path
-    closure_by_init: Path
+    closure_by_variant: Path
     summary: Path
 
-    def ablation(self, init: str) -> SftOutputs: ...
+    def ablation(self, variant: str) -> SftOutputs: ...
 
 
 @dataclass(frozen=True)
@@ -323,6 +328,50 @@ def _placed_model(
     return root, model.config, converted
 
 
+def adapters_of(cfg: Config, variant: SftVariant, special: dict) -> lora.Adapters | None:
+    """LoRA's adapters for `variant` (None: full fine-tuning): the chat template tokens' rows
+    trained besides, unless the variant freezes them."""
+    if variant.method != "lora":
+        return None
+    rows = ()
+    if variant.train_new_token_rows:
+        rows = tuple(special[n]["id"] for n in tokens.TEMPLATE_TOKENS if n in special)
+    return lora.Adapters(cfg.sft.lora, rows)
+
+
+def _placed_lora_model(
+    cfg: Config,
+    source: SftSource,
+    numerics: precision.Numerics,
+    dist: parallel.Dist,
+    mode: str,
+    adapters: lora.Adapters,
+    initialise,
+):
+    """(the source model with LoRA's adapters, placed; its config): loaded whole on every rank
+    (PEFT injects into a materialised model), its untrained rows initialised first (PEFT keeps
+    a trained row's starting value from the model it wraps), then injected and parallelized
+    (under FSDP2 each block sharded with its frozen weights and adapters together)."""
+    model, config = load_source_model(source)
+    initialise(model)
+    _, injected = adapters.inject(model, seed=cfg.run.seed)
+    if cfg.sft.packing:
+        document_attention.prepare(
+            injected, dist.device, cfg.parallel.document_attention, setting="sft.packing"
+        )
+    compile_blocks = precision.blocks_compiled(
+        numerics, cfg.parallel.compile, announce=dist.is_main
+    )
+    root = parallel.parallelize_whole(
+        injected,
+        dist,
+        mode,
+        compute_dtype=numerics.compute_dtype,
+        compile_blocks=compile_blocks,
+    )
+    return root, config
+
+
 @dataclass(frozen=True)
 class TrainedOnce:
     """One SFT training: the trainer's summary, the model config it built, and whether this
@@ -341,14 +390,15 @@ def train_once(
     audit: dict,
     special: dict,
     rows: dict,
-    init: str,
+    variant: SftVariant,
     data_fp: str,
     settings_fp: str,
     force: bool,
 ) -> TrainedOnce:
-    """Initialise, train and checkpoint one SFT into `outputs` (the weights are in its latest
-    checkpoint)."""
-    sft_cfg = cfg.sft
+    """Initialise, train and checkpoint one SFT variant into `outputs` (the weights are in its
+    latest checkpoint)."""
+    sft_cfg, init = cfg.sft, variant.init
+    adapters = adapters_of(cfg, variant, special)
     with build.processes(cfg.parallel.device, cfg.parallel.timeout_s) as dist:
         numerics = precision.resolve(
             cfg.precision.mode, dist.device, recipe=cfg.precision.fp8_recipe
@@ -357,8 +407,21 @@ def train_once(
         accumulation = _accumulation(sft_cfg, dist.world_size)
         if force or sft_cfg.checkpoint.resume == "never":
             build.start_fresh(dist, [outputs.checkpoints, outputs.metrics])
-        model, mconfig, converted = _placed_model(cfg, source, numerics, dist, mode)
-        ids, done = _initialise_rows(cfg, model, source, audit, special, init)
+        if adapters is None:
+            model, mconfig, converted = _placed_model(cfg, source, numerics, dist, mode)
+            ids, done = _initialise_rows(cfg, model, source, audit, special, init)
+        else:
+            initialised: dict = {}
+
+            def initialise(plain) -> None:
+                initialised["ids"], initialised["done"] = _initialise_rows(
+                    cfg, plain, source, audit, special, init
+                )
+
+            model, mconfig = _placed_lora_model(
+                cfg, source, numerics, dist, mode, adapters, initialise
+            )
+            ids, done, converted = initialised["ids"], initialised["done"], []
 
         def after_step() -> None:
             precision.precompute_fp8_scales_if_needed(
@@ -375,10 +438,19 @@ def train_once(
             metrics_path=outputs.metrics,
             flops_per_token=model_lib.flops_per_token(mconfig, sft_cfg.seq_len)["total"],
             peak_flops=device_peak_flops(dist.device, numerics.name)[0],
-            fingerprint=fingerprint("sft-model", source.fingerprint, data_fp, cfg.run.seed, init),
+            fingerprint=fingerprint(
+                "sft-model",
+                source.fingerprint,
+                data_fp,
+                cfg.run.seed,
+                init,
+                variant.name,
+                None if adapters is None else adapters.section.model_dump(),
+            ),
             settings=settings_fp,
             student_tokenizer=Path(source.tokenizer_dir),
-            configure_optimizer=_row_step_scale(sft_cfg, model, ids, init),
+            # LoRA's trained rows are PEFT's parameters, stepped by the schedule alone
+            configure_optimizer=None if adapters else _row_step_scale(sft_cfg, model, ids, init),
             after_optimizer_step=after_step,
         )
         trainer = build.build_trainer(
@@ -386,8 +458,10 @@ def train_once(
         )
         resumed = sft_cfg.checkpoint.resume == "auto" and not force and trainer.resume()
         if dist.is_main:
+            trained, total = lora.trainable_counts(parallel.unwrap(model))
             info(
-                f"sft ({init}): {sft_cfg.max_steps} steps of {sft_cfg.batch_rows} rows x {sft_cfg.seq_len} tokens; "
+                f"sft ({variant.name}): {trained:,} of {total:,} parameters trained; "
+                f"{sft_cfg.max_steps} steps of {sft_cfg.batch_rows} rows x {sft_cfg.seq_len} tokens; "
                 f"{train_loader.rows} rows, {train_loader.trained_tokens:,} trained tokens; "
                 f"{precision.describe(numerics)}; fp8 layers: {len(converted)}"
                 + ("; resumed" if resumed else "")
@@ -397,10 +471,18 @@ def train_once(
         return TrainedOnce(summary={**result, "init": done}, config=mconfig, is_main=dist.is_main)
 
 
+def trained_model(checkpoint_dir: Path, config, adapters: lora.Adapters | None):
+    """The plain CPU model a variant's checkpoint holds (LoRA's adapters merged in)."""
+    if adapters is None:
+        return export.load_checkpoint_model(checkpoint_dir, config)
+    peft_model = export.load_checkpoint_adapters(checkpoint_dir, config, adapters)
+    return adapters.merged(peft_model)
+
+
 # --- the whole fine-tuning --------------------------------------------------------------------------
 
 
-def _audit(source: SftSource, special: dict, outputs: SftOutputs) -> dict:
+def _audit(source: SftSource, special: dict) -> dict:
     model, problem = _model_on_meta(source)
     if problem is None:  # the audit reads the token matrices only
         model = pretrained.with_token_matrices(model, source.kind, source.path)
@@ -410,11 +492,16 @@ def _audit(source: SftSource, special: dict, outputs: SftOutputs) -> dict:
     audit["source"] = str(source.path)
     del model
     tokens.print_audit(audit)
-    atomic_write_json(outputs.audit, audit)
     return audit
 
 
-def _export(outputs: SftOutputs, config, tokenizer_dir: Path, eos_ids: list[int]) -> None:
+def _export(
+    outputs: SftOutputs,
+    config,
+    tokenizer_dir: Path,
+    eos_ids: list[int],
+    adapters: lora.Adapters | None,
+) -> None:
     latest = checkpoint.latest(outputs.checkpoints)
     export.export_checkpoint(
         latest,
@@ -422,8 +509,10 @@ def _export(outputs: SftOutputs, config, tokenizer_dir: Path, eos_ids: list[int]
         model_config=config,
         tokenizer_dir=tokenizer_dir,
         eos_token_ids=eos_ids,
+        adapters=adapters,
     )
-    info(f"sft: exported {latest.name} -> {outputs.export} (eos: <|eot|>, <|endoftext|>)")
+    merged = "" if adapters is None else f"; LoRA merged, the adapter in {export.ADAPTER_FOLDER}/"
+    info(f"sft: exported {latest.name} -> {outputs.export} (eos: <|eot|>, <|endoftext|>{merged})")
 
 
 def _diagnosis(model, tokenizer, heldout: list, special: dict) -> dict:
@@ -450,7 +539,7 @@ def _closure(
     heldout: list,
     special: dict,
     sft_cfg: SftSection,
-    init: str,
+    variant: SftVariant,
     path: Path,
     before: dict,
 ):
@@ -461,11 +550,61 @@ def _closure(
         end_of_turn_id=special["eot"]["id"],
         pad_id=special["pad"]["id"],
         max_new_tokens=sft_cfg.closure_max_tokens,
-        init=init,
+        init=variant.init,
     )
+    check.update({"variant": variant.name, "method": variant.method})
+    if variant.method == "lora":
+        check["rows_trained"] = variant.train_new_token_rows
     check["diagnosis"] = {"before": before, "after": _diagnosis(model, tokenizer, heldout, special)}
     atomic_write_json(path, check)
     return check
+
+
+def check_lora(cfg: Config, source: SftSource) -> None:
+    """LoRA's settings against the source model and the precision, before any work."""
+    variants = cfg.sft.variants()
+    if not any(v.method == "lora" for v in variants):
+        return
+    if cfg.precision.mode in ("fp8", "fp8-emulate"):
+        raise UserError(
+            f"sft.method lora with precision.mode {cfg.precision.mode}: FP8 converts the linear "
+            "layers LoRA wraps",
+            fix="set precision.mode = bf16 (or fp32) for LoRA SFT",
+        )
+    model, _ = _model_on_meta(source)
+    lora.check_targets(model, cfg.sft.lora)
+
+
+def _guard_untrained_rows(variants: list[SftVariant], audit: dict) -> None:
+    """The field's failure, caught: the template tokens are untrained and a variant will neither
+    initialise nor train their rows (LoRA, rows frozen, init none). The SFT's own variant is
+    refused; a compared one (a deliberate ablation) is warned about."""
+    untrained = audit["untrained_template_tokens"]
+    if not untrained:
+        return
+    names = ", ".join(untrained)
+    fix = (
+        "set sft.train_new_token_rows = true (LoRA then trains those rows alone) or sft.init = "
+        "mean (they start where trained rows are)"
+    )
+    for position, variant in enumerate(variants):
+        if variant.method != "lora" or variant.train_new_token_rows:
+            continue
+        if variant.rows_stay_untrained:
+            what = (
+                f"sft variant {variant.name}: the template tokens {names} were never trained, "
+                "LoRA freezes their embedding rows and init none leaves them as pretraining did: "
+                "the field's setup, where 0 of 50 answers ended"
+            )
+            if position == 0:
+                raise UserError(what, fix=fix)
+            warn(f"{what} (a compared variant: kept, to show it)")
+        else:
+            warn(
+                f"sft variant {variant.name}: the template tokens {names} start initialised "
+                f"({variant.init}) but LoRA freezes their rows: they never learn; "
+                "sft.train_new_token_rows = true trains them"
+            )
 
 
 def fine_tune(
@@ -480,11 +619,14 @@ def fine_tune(
     settings_fp: str,
     force: bool,
 ) -> SftSummary:
-    """Audit, initialise, train, export and check closure (and the compared inits); the summary,
-    which rank 0 also writes (with the closure: the other ranks write nothing and know only the
-    training's part). A closure below sft.min_closure is a UserError after the summary is
-    written."""
+    """Audit, initialise, train, export and check closure (and the compared variants); the
+    summary, which rank 0 also writes (with the closure: the other ranks write nothing and know
+    only the training's part). A closure below sft.min_closure is a UserError after the summary
+    is written."""
     sft_cfg = cfg.sft
+    variants = sft_cfg.variants()
+    main = variants[0]
+    check_lora(cfg, source)
     conversations, contamination = decontaminate(conversations, index, sft_cfg)
     train_conversations, heldout = split_heldout(conversations, sft_cfg.heldout, cfg.run.seed)
     tokenizer = load_tokenizer(source.tokenizer_dir)
@@ -492,7 +634,9 @@ def fine_tune(
     eot, pad, eod = (special[k]["id"] for k in ("eot", "pad", "eod"))
     rows, data_report, heldout = _rows(tokenizer, train_conversations, heldout, sft_cfg, eot, pad)
     data_report.update({"file": str(data_file), "sha256": data_fp, "contamination": contamination})
-    audit = _audit(source, special, outputs)
+    audit = _audit(source, special)
+    _guard_untrained_rows(variants, audit)  # refused: nothing written
+    atomic_write_json(outputs.audit, audit)
     atomic_write_json(outputs.data_report, data_report)
 
     common = {
@@ -504,18 +648,29 @@ def fine_tune(
         "settings_fp": settings_fp,
         "force": force,
     }
-    trained = train_once(cfg, outputs=outputs, init=sft_cfg.init, **common)
+    trained = train_once(cfg, outputs=outputs, variant=main, **common)
     result, is_main = trained.summary, trained.is_main
     before = {}
-    if is_main:
-        for init in dict.fromkeys([sft_cfg.init, *sft_cfg.compare_inits]):
+    if is_main:  # LoRA starts as the initialised source model: its adapters add zero
+        for init in dict.fromkeys(v.init for v in variants):
             before[init] = _before_sft(cfg, source, audit, special, init, heldout)
-    summary: dict = {"init": sft_cfg.init, "step": result["step"], "tokens": result["tokens"]}
+    summary: dict = {
+        "init": main.init,
+        "method": main.method,
+        "step": result["step"],
+        "tokens": result["tokens"],
+    }
     if "val_loss" in result:
         summary["val_loss"] = result["val_loss"]
-    by_init: dict[str, float] = {}
+    by_variant: dict[str, float] = {}
     if is_main:
-        _export(outputs, trained.config, source.tokenizer_dir, [eot, eod])
+        _export(
+            outputs,
+            trained.config,
+            source.tokenizer_dir,
+            [eot, eod],
+            adapters_of(cfg, main, special),
+        )
         model = export.load_exported(outputs.export)
         exported_tokenizer = load_tokenizer(outputs.export)
         check = _closure(
@@ -524,35 +679,38 @@ def fine_tune(
             heldout,
             special,
             sft_cfg,
-            sft_cfg.init,
+            main,
             outputs.closure,
-            before[sft_cfg.init],
+            before[main.init],
         )
-        by_init[sft_cfg.init] = check["rate"]
-        info(
-            f"sft: closure {check['closed']}/{check['total']} ({check['rate']:.2f}) with init {sft_cfg.init}"
-        )
-    for other in dict.fromkeys(sft_cfg.compare_inits):
-        if other == sft_cfg.init:
-            continue
-        folder = outputs.ablation(other)
-        ablation = train_once(cfg, outputs=folder, init=other, **common)
+        by_variant[main.name] = check["rate"]
+        info(f"sft: closure {check['closed']}/{check['total']} ({check['rate']:.2f}) ({main.name})")
+    for other in variants[1:]:
+        folder = outputs.ablation(other.name)
+        ablation = train_once(cfg, outputs=folder, variant=other, **common)
         if is_main:
             latest = checkpoint.latest(folder.checkpoints)
-            model = export.load_checkpoint_model(latest, ablation.config)
+            model = trained_model(latest, ablation.config, adapters_of(cfg, other, special))
             check = _closure(
-                model, tokenizer, heldout, special, sft_cfg, other, folder.closure, before[other]
+                model,
+                tokenizer,
+                heldout,
+                special,
+                sft_cfg,
+                other,
+                folder.closure,
+                before[other.init],
             )
-            by_init[other] = check["rate"]
-            info(f"sft: ablation closure {check['closed']}/{check['total']} with init {other}")
+            by_variant[other.name] = check["rate"]
+            info(f"sft: ablation closure {check['closed']}/{check['total']} ({other.name})")
     if not is_main:
         return SftSummary.model_validate(summary)
-    atomic_write_json(outputs.closure_by_init, by_init)
+    atomic_write_json(outputs.closure_by_variant, by_variant)
     main_check = read_json(outputs.closure)
     summary.update(
         {
             "closure": {k: main_check[k] for k in ("closed", "total", "rate")},
-            "closure_by_init": by_init,
+            "closure_by_variant": by_variant,
             "untrained_template_tokens": audit["untrained_template_tokens"],
             "hf": str(outputs.export),
             "data": {k: v for k, v in data_report.items() if k != "contamination"},

@@ -59,7 +59,10 @@ TINY_RUN = {
     "sft.optimizer.warmup_steps": 1,
     "sft.heldout": 4,
     "sft.closure_max_tokens": 8,
-    "sft.compare_inits": '["none", "mean-cov"]',  # the card with two ablations beside `mean`
+    # the card with two variants beside `full-mean`: the field's setup (LoRA, rows frozen, not
+    # initialised) and LoRA with the rows trained
+    "sft.compare": '[{method = "lora", init = "none", train_new_token_rows = false}, '
+    '{method = "lora", init = "mean"}]',
     "eval.limit": 12,
     "eval.max_new_tokens": 8,
 }
@@ -225,7 +228,7 @@ def _section(report: str, title: str) -> str:
 
 
 def test_card_says_why_answers_end_and_compares_the_reverse_gap(interrupted_then_finished):
-    """Issue 20's lessons 2 and 3 in the card of the run: closure by init beside <|eot|>'s rank and
+    """Issue 20's lessons 2 and 3 in the card of the run: closure by variant beside <|eot|>'s rank and
     row norms, with a verdict that follows the measured rates; the reverse gap of the facts the
     corpus also stated object first beside the others', in the same model."""
     import json
@@ -235,18 +238,26 @@ def test_card_says_why_answers_end_and_compares_the_reverse_gap(interrupted_then
     run_dir = interrupted_then_finished[0]
     report = (run_dir / "report.md").read_text()
     closure = _section(report, "6. Chat answers")
-    by_init = json.loads((run_dir / "sft" / "closure_by_init.json").read_text())
-    assert set(by_init) == {"mean", "none", "mean-cov"}  # TINY_RUN's two ablations
+    by_variant = json.loads((run_dir / "sft" / "closure_by_variant.json").read_text())
+    assert set(by_variant) == {"full-mean", "lora-none-frozen", "lora-mean-rows"}  # TINY_RUN's
     assert "median rank at answer ends" in closure and "trained rows' mean norm" in closure
-    for init in ("none", "mean-cov"):
-        check = json.loads((run_dir / "sft" / "ablation" / init / "closure.json").read_text())
+    for name in ("lora-none-frozen", "lora-mean-rows"):
+        check = json.loads((run_dir / "sft" / "ablation" / name / "closure.json").read_text())
+        assert check["method"] == "lora" and check["variant"] == name
         rank = check["diagnosis"]["after"]["eot_rank"]
         assert f"{rank['median_rank']:,} (top-1 {rank['top1']:.0%})" in closure
-    reproduced = max(by_init["mean"], by_init["mean-cov"]) - by_init["none"] >= CLOSURE_MARGIN
+        low, high = check["interval"]
+        assert f"{check['rate']:.2f} [{low:.2f}, {high:.2f}]" in closure
+    others = max(by_variant["full-mean"], by_variant["lora-mean-rows"])
+    reproduced = others - by_variant["lora-none-frozen"] >= CLOSURE_MARGIN
     verdict = "failure, reproduced" if reproduced else "Not reproduced at demo size"
     assert verdict in closure
-    # the verdict carries the numbers behind it
-    assert re.search(r"rank where answers end, before → after SFT: `none` [\d,]+ \(top-1", closure)
+    # the verdict carries the numbers behind it: why the frozen rows closed as they did
+    frozen = json.loads(
+        (run_dir / "sft" / "ablation" / "lora-none-frozen" / "closure.json").read_text()
+    )
+    assert f"`lora-none-frozen` ended {frozen['closed']} of {frozen['total']}" in closure
+    assert re.search(r"median rank at answer ends [\d,]+ \(top-1 \d+%\) → [\d,]+", closure)
 
     direction = _section(report, "7. Knowledge in both directions")
     samples = [json.loads(line) for line in (run_dir / "eval" / "samples.jsonl").open()]

@@ -1,5 +1,6 @@
 """`hanlm sft` on the demo world: the tiny model, pretrained without any chat token, learns to
-end its answers once the untrained template tokens are initialised; `none` is measured beside it."""
+end its answers once the untrained template tokens are initialised; the field's setup (LoRA, the
+rows frozen and not initialised) is measured beside it, and LoRA's own checks."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import torch
 
 from conftest import TINY_PRETRAIN, assert_user_error, write_jsonl
 from damaged_models import damaged_copy
+from hanlm.config import LORA_TARGETS_DEFAULT
 from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
@@ -36,6 +38,10 @@ TINY_SFT = {
     "sft.checkpoint.every": 30,
     "sft.logging.log_every": 20,
 }
+
+
+# the field's setup as a compared variant: LoRA, the template rows frozen and not initialised
+FIELD_SETUP = [{"method": "lora", "init": "none", "train_new_token_rows": False}]
 
 
 def plain_chats(run_dir, path):
@@ -74,7 +80,7 @@ def copy_of(pretrained, folder):
 def sft_run(pretrained):
     cfg = config(
         pretrained,
-        **{"sft.data": str(pretrained / "chat_plain.jsonl"), "sft.compare_inits": ["none"]},
+        **{"sft.data": str(pretrained / "chat_plain.jsonl"), "sft.compare": FIELD_SETUP},
     )
     summary = run_stage("sft", cfg, pretrained)
     return pretrained, summary
@@ -84,14 +90,20 @@ def test_mean_init_closes_answers_and_none_is_measured(sft_run):
     run_dir, summary = sft_run
     out = run_dir / "sft"
     closure = json.loads((out / "closure.json").read_text())
-    by_init = json.loads((out / "closure_by_init.json").read_text())
-    ablation = json.loads((out / "ablation" / "none" / "closure.json").read_text())
-    print(f"closure: mean {by_init['mean']:.2f}, none {by_init['none']:.2f}")
+    by_variant = json.loads((out / "closure_by_variant.json").read_text())
+    ablation = json.loads((out / "ablation" / "lora-none-frozen" / "closure.json").read_text())
+    print(f"closure: {by_variant}")
     assert closure["init"] == "mean" and closure["total"] >= 20
+    assert closure["variant"] == "full-mean" and closure["method"] == "full"
     assert closure["rate"] >= 0.9, closure["examples"]
     assert closure["closed"] == round(closure["rate"] * closure["total"])
-    assert ablation["init"] == "none" and set(by_init) == {"mean", "none"}
-    assert 0 <= by_init["none"] <= 1
+    low, high = closure["interval"]
+    assert 0 <= low <= closure["rate"] <= high <= 1
+    assert ablation["init"] == "none" and ablation["rows_trained"] is False
+    assert set(by_variant) == {"full-mean", "lora-none-frozen"}
+    frozen = [ablation["diagnosis"][when]["row_norms"]["embedding"]["template"]["eot"]
+              for when in ("before", "after")]  # fmt: skip
+    assert frozen[0] == frozen[1]  # LoRA with the rows frozen: <|eot|>'s row never moved
     assert {"answer", "prompt", "closed", "reference"} <= set(closure["examples"][0])
     assert summary.closure is not None and summary.closure.rate == closure["rate"]
     # why: <|eot|>'s rank where the held-out answers end, and the rows' norms, before and after
@@ -136,13 +148,13 @@ def test_export_stops_on_end_of_turn(sft_run):
 
 def test_finished_stage_is_skipped_and_gate_fails(sft_run, tmp_path):
     run_dir, summary = sft_run
-    data = {"sft.data": str(run_dir / "chat_plain.jsonl"), "sft.compare_inits": ["none"]}
+    data = {"sft.data": str(run_dir / "chat_plain.jsonl"), "sft.compare": FIELD_SETUP}
     again = run_stage("sft", config(run_dir, **data), run_dir)
     assert again == summary
     # the gate: an unreachable threshold fails the stage with the numbers and a fix
     gate_run = copy_of(run_dir, tmp_path / "gate")
     out = gate_run / "sft"
-    gated = config(run_dir, **{**data, "sft.compare_inits": [], "sft.max_steps": 2,
+    gated = config(run_dir, **{**data, "sft.compare": [], "sft.max_steps": 2,
                                "sft.min_closure": 1.0, "sft.closure_max_tokens": 4})  # fmt: skip
     with pytest.raises(UserError, match="closure") as info:
         run_stage("sft", gated, gate_run)
@@ -191,6 +203,135 @@ def test_doctor_on_the_trained_models(sft_run, tmp_path, cli):
     assert {"padding", "generation_config", "under-trained"} <= set(problems)
     assert "<|eot|>" in problems["under-trained"]
     assert cli("doctor", broken).code == 1
+
+
+TEMPLATE_TOKENS = ("system", "user", "assistant", "eot")
+
+
+@pytest.fixture(scope="module")
+def lora_run(pretrained, tmp_path_factory):
+    """LoRA SFT with its defaults (init mean, the template rows trained), rank 8."""
+    run_dir = copy_of(pretrained, tmp_path_factory.mktemp("lora") / "run")
+    cfg = config(
+        run_dir,
+        **{
+            "sft.data": str(pretrained / "chat_plain.jsonl"),
+            "sft.method": "lora",
+            "sft.lora.rank": 8,
+            "sft.compare": [],
+            "sft.max_steps": 30,
+            "sft.new_token_lr_scale": 1.0,
+            "sft.heldout": 8,
+            "sft.closure_max_tokens": 16,
+            "sft.logging.log_every": 1,
+        },
+    )
+    summary = run_stage("sft", cfg, run_dir)
+    return run_dir, summary
+
+
+def test_lora_lowers_the_loss_and_trains_only_the_chat_rows(lora_run):
+    """The adapters learn; of the embedding only the template tokens' rows change (every other
+    row bit-identical), of the blocks only the adapted linear layers; the adapter is kept."""
+    from safetensors.torch import load_file
+
+    run_dir, summary = lora_run
+    assert summary.method == "lora"
+    losses = [
+        json.loads(line)["loss"]
+        for line in (run_dir / "sft" / "metrics.jsonl").read_text().splitlines()
+        if '"loss"' in line and '"val_loss"' not in line
+    ]
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert len(losses) == 30 and last < first - 0.2, losses  # 6.2 -> 5.9 nats when written
+    special = json.loads((run_dir / "tokenizer" / "special_tokens.json").read_text())
+    rows = sorted(special[name]["id"] for name in TEMPLATE_TOKENS)
+    start = load_file(run_dir / "pretrain" / "hf" / "model.safetensors")
+    tuned = load_file(run_dir / "sft" / "hf" / "model.safetensors")
+    assert set(start) == set(tuned)  # merged: a plain model, no adapter tensors
+    key = "model.embed_tokens.weight"
+    others = [i for i in range(start[key].shape[0]) if i not in rows]
+    assert torch.equal(tuned[key][others], start[key][others])
+    assert all(not torch.equal(tuned[key][i], start[key][i]) for i in rows)
+    for name, weight in start.items():
+        adapted = any(f".{target}." in name for target in LORA_TARGETS_DEFAULT)
+        if name != key:
+            assert torch.equal(tuned[name], weight) != adapted, name
+    adapter = json.loads((run_dir / "sft" / "hf" / "adapter" / "adapter_config.json").read_text())
+    assert adapter["r"] == 8 and sorted(adapter["trainable_token_indices"]) == rows
+
+
+def test_lora_export_equals_the_adapter_model(lora_run):
+    """The merged export's logits are the adapter model's (the checkpoint's, and the kept
+    adapter put back on the source model with PEFT's own loader) within 1e-5."""
+    from peft import PeftModel
+
+    from hanlm.train import checkpoint
+
+    run_dir, _ = lora_run
+    merged = export.load_exported(run_dir / "sft" / "hf").eval()
+    special = json.loads((run_dir / "tokenizer" / "special_tokens.json").read_text())
+    adapters = sft.lora.Adapters(
+        load_run_config(run_dir).sft.lora.model_copy(update={"rank": 8}),
+        tuple(special[name]["id"] for name in TEMPLATE_TOKENS),
+    )
+    latest = checkpoint.latest(run_dir / "sft" / "checkpoints")
+    trained = export.load_checkpoint_adapters(latest, merged.config, adapters)
+    source = export.load_exported(run_dir / "pretrain" / "hf")
+    reloaded = PeftModel.from_pretrained(source, run_dir / "sft" / "hf" / "adapter").eval()
+    ids = torch.tensor([[special["user"]["id"], 40, 41, 42, special["eot"]["id"], 43]])
+    with torch.no_grad():
+        want = merged(ids).logits
+        for adapter_model in (trained, reloaded):
+            torch.testing.assert_close(adapter_model(ids).logits, want, rtol=0, atol=1e-5)
+
+
+def test_bad_lora_settings_fail_before_any_work(pretrained, tmp_path, cli):
+    """Rank 0, a target the model lacks, FP8, and the field's setup as the SFT's own model: a
+    UserError naming the fix, and nothing written."""
+    run_dir = copy_of(pretrained, tmp_path / "run")
+    data = {"sft.data": str(pretrained / "chat_plain.jsonl"), "sft.method": "lora"}
+    result = cli("sft", "--run", run_dir, "--set", "sft.lora.rank=0")
+    assert_user_error(result, "sft.lora.rank")
+    cases = [
+        ({"sft.lora.target_modules": ["q_proj", "qkv"]}, "'qkv'", "target_modules"),
+        ({"sft.lora.target_modules": ["embed_tokens"]}, "Embedding", "target_modules"),
+        ({"precision.mode": "fp8-emulate"}, "FP8", "bf16"),
+        ({"sft.init": "none", "sft.train_new_token_rows": False}, "never trained",
+         "train_new_token_rows = true"),
+    ]  # fmt: skip
+    for extra, what, fix in cases:
+        with pytest.raises(UserError, match=what) as info:
+            run_stage("sft", config(run_dir, **data, **extra), run_dir)
+        assert fix in info.value.fix
+        assert not (run_dir / "sft" / "audit.json").exists()
+        assert not (run_dir / "sft" / "checkpoints").exists()
+
+
+def test_doctor_names_the_frozen_rows_of_a_lora_model(sft_run, tmp_path):
+    """The field's setup (the compared LoRA variant, rows frozen and not initialised), exported:
+    the doctor finds <|eot|> untrained and says LoRA froze it, naming the fix."""
+    from hanlm.chat import doctor
+    from hanlm.train import checkpoint
+
+    run_dir, _ = sft_run
+    ablation = run_dir / "sft" / "ablation" / "lora-none-frozen"
+    cfg = config(run_dir)
+    special = json.loads((run_dir / "tokenizer" / "special_tokens.json").read_text())
+    out = tmp_path / "frozen"
+    export.export_checkpoint(
+        checkpoint.latest(ablation / "checkpoints"),
+        out,
+        model_config=export.load_exported(run_dir / "sft" / "hf").config,
+        tokenizer_dir=run_dir / "tokenizer",
+        eos_token_ids=[special["eot"]["id"], special["eod"]["id"]],
+        adapters=sft.lora.Adapters(cfg.sft.lora, ()),
+    )
+    findings = doctor.diagnose(out)["findings"]
+    lora_notes = [f for f in findings if f["check"] == "lora"]
+    assert lora_notes and "<|eot|>" in lora_notes[0]["what"]
+    untrained = [f for f in findings if f["check"] == "under-trained" and f["level"] == "problem"]
+    assert untrained and "train_new_token_rows" in untrained[0]["fix"], findings
 
 
 def test_contaminated_conversations_are_dropped_or_refused(pretrained, tmp_path):
@@ -272,7 +413,7 @@ def test_sft_in_fp8_emulate_trains_fp8_and_exports_plain_weights(pretrained, tmp
         "sft.closure_max_tokens": 4,
         "sft.logging.log_every": 1,
         "sft.checkpoint.every": 4,
-        "sft.compare_inits": [],
+        "sft.compare": [],
     }
     converted = []
     apply_fp8 = precision.apply_fp8
@@ -329,7 +470,7 @@ def test_sft_under_fsdp_moves_the_new_rows_as_one_process(pretrained, tmp_path):
         "sft.micro_batch": 4,
         "sft.heldout": 4,
         "sft.closure_max_tokens": 4,
-        "sft.compare_inits": [],
+        "sft.compare": [],
         "sft.logging.log_every": 1,
         "sft.checkpoint.every": 3,
     }

@@ -317,7 +317,7 @@ def test_sft_sends_its_records_to_the_trackers_as_run_sft(tracker_home, run_dir)
             "sft.micro_batch": 2,
             "sft.batch_rows": 2,
             "sft.max_steps": 2,
-            "sft.compare_inits": [],  # no ablation run: one SFT
+            "sft.compare": [],  # no compared variant: one SFT
             "sft.heldout": 2,
             "sft.closure_max_tokens": 4,
             "sft.logging.log_every": 1,

@@ -1,12 +1,13 @@
 """Library pieces under two gloo ranks, checked against one process: the FSDP2 meta build and
 its loaded variant (bit for bit the eager build), the chunked loss and its gradients under DDP
-and FSDP2, and the new token rows' step scale under FSDP2. One torchrun launch runs every check
+and FSDP2, the new token rows' step scale under FSDP2, and LoRA (PEFT) under FSDP2. One torchrun launch runs every check
 (tests/support/two_rank_checks.py); each test reads what its check wrote."""
 
 import json
 from pathlib import Path
 
 import fsdp_init_ranks
+import lora_ranks
 import loss_ranks
 import pytest
 import row_scale_training
@@ -85,3 +86,18 @@ def test_row_step_scale_under_fsdp_moves_rows_as_one_process(launch):
             assert moved_plain[new].abs().min() > 0
             torch.testing.assert_close(moved[new], run.SCALE * moved_plain[new])
             assert torch.equal(scaled[name][others], plain[name][others])
+
+
+@pytest.mark.slow
+def test_lora_under_fsdp_trains_as_one_process(launch):
+    """PEFT's adapters and trainable rows, sharded with the frozen weights of their blocks, end
+    where one process ends them; the frozen weights do not move."""
+    sharded = torch.load(finished(launch, "lora") / "sharded.pt", weights_only=True)
+    start = {name: p.detach().clone() for name, p in lora_ranks.injected().named_parameters()}
+    alone = lora_ranks.train(lora_ranks.injected())
+    assert set(sharded) == set(alone)
+    trainable = {n for n, p in lora_ranks.injected().named_parameters() if p.requires_grad}
+    assert any("lora_A" in n for n in trainable) and any("trainable_tokens" in n for n in trainable)
+    for name, weight in alone.items():
+        torch.testing.assert_close(sharded[name], weight, rtol=1e-5, atol=1e-6, msg=name)
+        assert torch.equal(weight, start[name]) != (name in trainable), name

@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 
 import fsdp_init_ranks
+import lora_ranks
 import loss_ranks
 import row_scale_training
 import torch
@@ -24,6 +25,7 @@ CHECKS = {
     "fsdp_init": fsdp_init_ranks.run,
     "loss": loss_ranks.run,
     "row_scale": row_scale_training.run,
+    "lora": lora_ranks.run,
 }
 
 

@@ -207,9 +207,9 @@ def test_bad_combinations_fail_at_load_naming_the_keys():
     with pytest.raises(UserError, match=r"pretrain\.global_batch_tokens 1,000 is not a multiple"):
         load_config(overrides=["pretrain.global_batch_tokens=1000"])
     with pytest.raises(
-        UserError, match=r"sft\.batch_rows 12 is not a multiple of sft\.micro_batch"
+        UserError, match=r"sft\.batch_rows 13 is not a multiple of sft\.micro_batch"
     ):
-        load_config(overrides=["sft.batch_rows=12"])
+        load_config(overrides=["sft.batch_rows=13"])
     with pytest.raises(UserError, match=r"parallel\.fsdp_float8_all_gather needs precision\.fp8"):
         load_config(
             overrides=[

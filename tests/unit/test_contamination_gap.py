@@ -118,7 +118,7 @@ def _files(
         preflight=missing, corpus_stats=missing, decontam_report=run / "decontam" / "report.json",
         decontam_items=missing, planted=missing, pretrain_metrics=missing,
         pretrain_summary=run / "pretrain" / "summary.json", sft_metrics=missing, closure=missing,
-        closure_by_init=missing, ablation_closure=lambda init: missing, audit=missing,
+        closure_by_variant=missing, ablation_closure=lambda variant: missing, audit=missing,
         eval_results=run / "eval" / "results.json", eval_samples=run / "eval" / "samples.jsonl",
         export_folder="hf", compare_eval_samples=compare,
     )  # fmt: skip

@@ -63,6 +63,7 @@ HEAVY = frozenset(
         "datasets",
         "safetensors",
         "accelerate",
+        "peft",
         "matplotlib",
         "pandas",
         "pyarrow",
