@@ -30,7 +30,8 @@ def rate_interval(successes: int, total: int, z: float = 1.959964) -> tuple[floa
     denominator = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denominator
     half = z * ((p * (1 - p) / total + z * z / (4 * total * total)) ** 0.5) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # the rate itself is inside, rounding aside (at 0 of 50, centre - half is 0 give or take 1e-17)
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 # An unclosed answer at least this share of whose 4-grams repeat an earlier one loops (a small
