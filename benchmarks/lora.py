@@ -4,12 +4,15 @@ The same SFT training step twice on the same model and data, at the 125m preset 
 full fine-tuning (every weight with its gradient and AdamW state) and LoRA (hanlm.train.lora:
 PEFT's adapters on sft.lora's target modules, rank 16, the chat tokens' rows trained, the
 rest frozen). A step is hanlm's: forward through CausalLMWithLoss with the chunked loss,
-backward, fused AdamW over the trainable parameters (hanlm.train.optim), in fp32 (the CPU's;
-bf16 autocast on a CPU measures the CPU's bf16 kernels, not LoRA). Then `hanlm plan`'s SFT
-lines for the field's 1.3b model on one RTX 5090, and the planner's figures at 125m beside the
-measured ones.
+backward, fused AdamW over the trainable parameters (hanlm.train.optim), in fp32 by default
+(the CPU's), or with `--precision bf16` under bf16 autocast as `precision.mode = "bf16"` trains:
+float32 masters for what trains, and with LoRA the blocks' frozen linear layers held in bf16
+(hanlm.train.lora.hold_frozen_linears); its step time measures the CPU's bf16 kernels, its
+memory what bf16 holds. Then `hanlm plan`'s SFT lines for the field's 1.3b model on one RTX 5090,
+and the planner's figures at 125m beside the measured ones.
 
     python benchmarks/lora.py            # 125m, seq 512, micro-batch 4, 6 steps each
+    python benchmarks/lora.py --precision bf16
     python benchmarks/lora.py --smoke    # tiny preset, 3 steps (the tests run it)
 
 Memory: each variant runs in a fresh process (MALLOC_MMAP_THRESHOLD_ as in
@@ -54,7 +57,7 @@ def worker(args) -> None:
 
     from hanlm import model as model_lib
     from hanlm.config import SftLoraSection
-    from hanlm.train import lora, optim
+    from hanlm.train import lora, optim, precision
     from hanlm.train.loss import CausalLMWithLoss, TokenLoss
 
     torch.manual_seed(0)
@@ -62,8 +65,10 @@ def worker(args) -> None:
     before = _status_kib("VmRSS") * 1024
     config = model_lib.model_config(args.preset, vocab_size=args.vocab, seq_len=args.seq_len)
     model = model_lib.build_model(config, device="cpu").train()
+    numerics = precision.resolve(args.precision, "cpu")
     if args.variant == "lora":
         _, model = lora.Adapters(SftLoraSection(rank=args.rank), CHAT_ROWS).inject(model)
+        lora.hold_frozen_linears(model, numerics.compute_dtype)
     trained, total = lora.trainable_counts(model)
     root = CausalLMWithLoss(model)
     optimizer = optim.adamw(
@@ -75,7 +80,8 @@ def worker(args) -> None:
     times = []
     for _ in range(args.steps):
         start = time.perf_counter()
-        sums = root(labels=labels, loss_fn=loss.sums, input_ids=inputs)
+        with numerics.autocast_context("cpu"):
+            sums = root(labels=labels, loss_fn=loss.sums, input_ids=inputs)
         (sums["loss"] / labels.numel()).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -88,7 +94,16 @@ def worker(args) -> None:
 def _run_variant(variant: str, args, folder: Path) -> dict:
     out = folder / f"{variant}.json"
     cmd = [sys.executable, __file__, "--worker", variant, "--out", str(out)]
-    for key in ("preset", "vocab", "seq_len", "micro_batch", "steps", "rank", "threads"):
+    for key in (
+        "preset",
+        "vocab",
+        "seq_len",
+        "micro_batch",
+        "steps",
+        "rank",
+        "threads",
+        "precision",
+    ):
         cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 * 1024), "PYTHONWARNINGS": "ignore"}
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
@@ -114,7 +129,7 @@ def _planner_lines(args) -> list[dict]:
                 "sft.micro_batch": args.micro_batch,
                 "sft.batch_rows": args.micro_batch,
                 "sft.lora.rank": args.rank,
-                "precision.mode": "fp32",
+                "precision.mode": args.precision,
             },
         ),
     ):
@@ -136,6 +151,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--worker", choices=("full", "lora"), dest="variant")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -150,7 +166,7 @@ def main() -> None:
         results = {v: _run_variant(v, args, Path(folder)) for v in ("full", "lora")}
     print(
         f"SFT step at preset {args.preset} (vocab {args.vocab:,}), seq {args.seq_len} x "
-        f"micro-batch {args.micro_batch}, fp32 on the CPU ({args.threads} threads), "
+        f"micro-batch {args.micro_batch}, {args.precision} on the CPU ({args.threads} threads), "
         f"{args.steps} steps each:"
     )
     for variant, result in results.items():

@@ -4,7 +4,9 @@ Memory per GPU is counted the way hanlm trains (float32 master weights, gradient
 states; bf16/FP8 compute under autocast or FSDP2's bf16 parameters):
 
 - model state: each parameter tensor's bytes, exactly, from the model built on the meta device;
-  FSDP2 gives each rank ceil(dim0 / ranks) rows of every tensor.
+  FSDP2 gives each rank ceil(dim0 / ranks) rows of every tensor. LoRA SFT: gradients and
+  AdamW states for the adapters and the trained rows only; below fp32 the blocks' frozen linear
+  layers are held in the compute dtype, so autocast casts none of them.
 - working copies: the weights the compute reads beside the float32 masters: autocast's bf16
   casts of every matmul weight (single process and DDP), or FSDP2's unsharded parameters, in
   the compute dtype, fp32 included: two decoder layers' worth (the layer computing, and in
@@ -218,25 +220,38 @@ def lora_trained(shapes: Shapes, lora: LoraPlan) -> tuple[int, int]:
 
 
 def model_state_bytes(
-    shapes: Shapes, world: int, parallel: str, lora: LoraPlan | None = None
+    shapes: Shapes,
+    world: int,
+    parallel: str,
+    lora: LoraPlan | None = None,
+    precision: str = "fp32",
 ) -> dict[str, int]:
     """Bytes of the float32 weights, gradients and AdamW states one rank holds after a step.
 
     AdamW (fused or not) keeps exp_avg and exp_avg_sq like the parameter and a float32 `step`
     scalar per tensor. FSDP2 shards every tensor's first dimension, padded to equal shards.
     With LoRA the model's weights stay (frozen: no gradient, no AdamW state) and only the
-    adapters and the trained rows have both.
+    adapters and the trained rows have both; below fp32 the blocks' frozen linear layers are
+    held in the compute dtype (hanlm.train.lora.hold_frozen_linears).
     """
     sharded = parallel == "fsdp" and world > 1
-    elements = 0
-    for shape in shapes.params:
+
+    def local(shape: tuple[int, ...]) -> int:
         rows = math.ceil(shape[0] / world) if sharded and shape else (shape[0] if shape else 1)
-        elements += rows * math.prod(shape[1:])
+        return rows * math.prod(shape[1:])
+
+    elements = sum(local(shape) for shape in shapes.params)
     if lora is not None:
         trained, tensors = lora_trained(shapes, lora)
         trained = math.ceil(trained / world) if sharded else trained
+        # a linear layer's weight is (out, in): FSDP2 shards its out rows
+        low = 0
+        if precision != "fp32":
+            low = sum(
+                local((out, fan_in)) for pairs in shapes.linears.values() for fan_in, out in pairs
+            )
         return {
-            "weights": 4 * (elements + trained),
+            "weights": 4 * (elements - low + trained) + PARAM_BYTES[precision] * low,
             "gradients": 4 * trained,
             "optimizer": 8 * trained + 4 * tensors,
         }
@@ -256,6 +271,11 @@ def working_copy_bytes(shapes: Shapes, setup: Setup) -> int:
         return PARAM_BYTES[setup.precision] * (2 * shapes.layer_params + shapes.root_params)
     if setup.precision == "fp32":
         return 0
+    if setup.lora is not None:
+        # the blocks' frozen linears are held in the compute dtype: only the output head (tied
+        # to the float32 embedding) and the adapters are cast
+        adapters, _ = lora_trained(shapes, setup.lora)
+        return 2 * (shapes.vocab * shapes.hidden + adapters)
     if setup.recompute == "none":
         return 2 * shapes.matmul_weights  # autocast's cached casts, saved for backward
     # recomputed layers cast their weights again in backward, one layer at a time
@@ -363,11 +383,13 @@ def full_logits_bytes(shapes: Shapes, setup: Setup) -> int:
 def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
     """Itemised bytes per GPU, their total with the framework allowance, and the verdict."""
     shapes = shapes or model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
-    state = model_state_bytes(shapes, setup.world, setup.parallel, setup.lora)
+    state = model_state_bytes(shapes, setup.world, setup.parallel, setup.lora, setup.precision)
     acts = activation_bytes(shapes, setup)
     logits = logits_bytes(shapes, setup)
     items = {
-        "weights (fp32 master)": state["weights"],
+        ("weights (frozen; adapters fp32)" if setup.lora else "weights (fp32 master)"): state[
+            "weights"
+        ],
         "gradients (fp32)": state["gradients"],
         "optimizer (AdamW m, v)": state["optimizer"],
         "working copies (casts, FSDP2 gathers)": working_copy_bytes(shapes, setup),
@@ -636,6 +658,8 @@ def sft_memory(cfg, setup: Setup) -> dict[str, Any]:
     shapes = model_shapes(base.model, vocab_size=base.vocab_size, seq_len=base.seq_len)
     plan = LoraPlan(lora.rank, tuple(lora.target_modules), CHAT_TOKEN_ROWS)
     trained, _ = lora_trained(shapes, plan)
+    # FP8 converts the linear layers LoRA wraps (SFT refuses the pair): LoRA runs in bf16
+    lora_precision = "bf16" if base.precision == "fp8" else base.precision
     return {
         "seq_len": base.seq_len,
         "micro_batch": base.micro_batch,
@@ -643,8 +667,10 @@ def sft_memory(cfg, setup: Setup) -> dict[str, Any]:
         "lora_rank": lora.rank,
         "lora_targets": list(lora.target_modules),
         "lora_trained_parameters": trained,
+        "precision": base.precision,
+        "lora_precision": lora_precision,
         "full": memory(base, shapes),
-        "lora": memory(replace(base, lora=plan), shapes),
+        "lora": memory(replace(base, lora=plan, precision=lora_precision), shapes),
     }
 
 

@@ -70,6 +70,8 @@ def _print_sft(sft: dict[str, Any] | None) -> None:
         f"r{sft['lora_rank']} adapters on {len(sft['lora_targets'])} layer kinds and the chat "
         f"rows: {sft['lora_trained_parameters'] / 1e6:.1f}M parameters"
     )
+    if sft["lora_precision"] != sft["precision"]:
+        lora += f"; in {sft['lora_precision']} (FP8 does not take LoRA's layers)"
     for method, trained in (("full", "every weight"), ("lora", lora)):
         mem = sft[method]
         mark = " (the recipe's)" if sft["method"] == method else ""

@@ -348,13 +348,16 @@ def _placed_lora_model(
     adapters: lora.Adapters,
     initialise,
 ):
-    """(the source model with LoRA's adapters, placed; its config): loaded whole on every rank
+    """(the source model with LoRA's adapters, placed; its config; the frozen parameters held
+    in the compute dtype): loaded whole on every rank
     (PEFT injects into a materialised model), its untrained rows initialised first (PEFT keeps
-    a trained row's starting value from the model it wraps), then injected and parallelized
-    (under FSDP2 each block sharded with its frozen weights and adapters together)."""
+    a trained row's starting value from the model it wraps), then injected, its frozen linear
+    layers stored in the compute dtype, and parallelized (under FSDP2 each block sharded with
+    its frozen weights and adapters together)."""
     model, config = load_source_model(source)
     initialise(model)
     _, injected = adapters.inject(model, seed=cfg.run.seed)
+    held = lora.hold_frozen_linears(injected, numerics.compute_dtype)
     if cfg.sft.packing:
         document_attention.prepare(
             injected, dist.device, cfg.parallel.document_attention, setting="sft.packing"
@@ -369,7 +372,7 @@ def _placed_lora_model(
         compute_dtype=numerics.compute_dtype,
         compile_blocks=compile_blocks,
     )
-    return root, config
+    return root, config, held
 
 
 @dataclass(frozen=True)
@@ -410,6 +413,7 @@ def train_once(
         if adapters is None:
             model, mconfig, converted = _placed_model(cfg, source, numerics, dist, mode)
             ids, done = _initialise_rows(cfg, model, source, audit, special, init)
+            held = 0
         else:
             initialised: dict = {}
 
@@ -418,7 +422,7 @@ def train_once(
                     cfg, plain, source, audit, special, init
                 )
 
-            model, mconfig = _placed_lora_model(
+            model, mconfig, held = _placed_lora_model(
                 cfg, source, numerics, dist, mode, adapters, initialise
             )
             ids, done, converted = initialised["ids"], initialised["done"], []
@@ -464,6 +468,12 @@ def train_once(
                 f"{sft_cfg.max_steps} steps of {sft_cfg.batch_rows} rows x {sft_cfg.seq_len} tokens; "
                 f"{train_loader.rows} rows, {train_loader.trained_tokens:,} trained tokens; "
                 f"{precision.describe(numerics)}; fp8 layers: {len(converted)}"
+                + (
+                    f"; {held:,} frozen parameters held in "
+                    f"{precision.dtype_name(numerics.compute_dtype)}"
+                    if held
+                    else ""
+                )
                 + ("; resumed" if resumed else "")
             )
         result = trainer.fit()

@@ -99,23 +99,31 @@ def test_model_state_bytes_equal_the_real_tensors_after_a_step(precision):
     assert expected["optimizer"] == _tensor_bytes(states)
 
 
-def test_lora_state_bytes_equal_the_real_tensors_after_a_step():
-    """LoRA's plan: the frozen weights once, gradients and AdamW states for the adapters and the
-    trained rows only, as PEFT's model holds them after a step."""
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_lora_state_bytes_equal_the_real_tensors_after_a_step(precision):
+    """LoRA's plan: the frozen weights once (the blocks' linears in bf16 under bf16), gradients
+    and AdamW states for the adapters and the trained rows only, as PEFT's model holds them
+    after a step."""
     from hanlm.config import SftLoraSection
     from hanlm.train import lora
 
     config = model_config("tiny", vocab_size=512, seq_len=32)
     section = SftLoraSection(rank=4, target_modules=["q_proj", "v_proj", "down_proj"])
     _, model = lora.Adapters(section, (4, 5, 6, 7)).inject(build_model(config))
+    recipe = precision_lib.resolve(precision, "cpu")
+    lora.hold_frozen_linears(model, recipe.compute_dtype)
     optimizer = adamw(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, device="cpu")
     ids = torch.randint(0, 512, (2, 32))
-    model(input_ids=ids, labels=ids).loss.backward()
+    with recipe.autocast_context("cpu"):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
     optimizer.step()
 
     shapes = plan.model_shapes("tiny", vocab_size=512, seq_len=32)
     planned = plan.LoraPlan(4, ("q_proj", "v_proj", "down_proj"), token_rows=4)
-    expected = plan.model_state_bytes(shapes, world=1, parallel="single", lora=planned)
+    expected = plan.model_state_bytes(
+        shapes, world=1, parallel="single", lora=planned, precision=precision
+    )
     params = list(dict.fromkeys(model.parameters()))
     trained = [p for p in params if p.requires_grad]
     assert expected["weights"] == _tensor_bytes(params)
