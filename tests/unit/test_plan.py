@@ -76,18 +76,24 @@ def _tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp8-emulate"])
-def test_model_state_bytes_equal_the_real_tensors_after_a_step(precision):
-    config = model_config("tiny", vocab_size=512, seq_len=32)
-    model = build_model(config)
-    recipe = precision_lib.resolve(precision, "cpu")
-    precision_lib.apply_fp8(model, recipe)
+def _one_step(model: torch.nn.Module, recipe) -> torch.optim.Optimizer:
+    """One AdamW step of `model` on random tokens under `recipe`'s autocast: its optimizer."""
     optimizer = adamw(model, lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8, device="cpu")
     ids = torch.randint(0, 512, (2, 32))
     with recipe.autocast_context("cpu"):
         loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     optimizer.step()
+    return optimizer
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp8-emulate"])
+def test_model_state_bytes_equal_the_real_tensors_after_a_step(precision):
+    config = model_config("tiny", vocab_size=512, seq_len=32)
+    model = build_model(config)
+    recipe = precision_lib.resolve(precision, "cpu")
+    precision_lib.apply_fp8(model, recipe)
+    optimizer = _one_step(model, recipe)
 
     expected = plan.model_state_bytes(
         plan.model_shapes("tiny", vocab_size=512, seq_len=32), world=1, parallel="single"
@@ -112,12 +118,7 @@ def test_lora_state_bytes_equal_the_real_tensors_after_a_step(precision):
     _, model = lora.Adapters(section, (4, 5, 6, 7)).inject(build_model(config))
     recipe = precision_lib.resolve(precision, "cpu")
     lora.hold_frozen_linears(model, recipe.compute_dtype)
-    optimizer = adamw(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, device="cpu")
-    ids = torch.randint(0, 512, (2, 32))
-    with recipe.autocast_context("cpu"):
-        loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    optimizer.step()
+    optimizer = _one_step(model, recipe)
 
     shapes = plan.model_shapes("tiny", vocab_size=512, seq_len=32)
     planned = plan.LoraPlan(4, ("q_proj", "v_proj", "down_proj"), token_rows=4)
