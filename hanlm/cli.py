@@ -114,8 +114,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path(DEFAULT_RUN),
         metavar="DIR",
-        # torchrun's own parser takes a bare `--run` for its `--run-path`: use --run-dir there
-        help=f"run directory (default: {DEFAULT_RUN}); under torchrun write --run-dir",
+        # plain torchrun's parser takes a bare `--run` for its `--run-path` (hanlm torchrun's
+        # does not): use --run-dir there
+        help=f"run directory (default: {DEFAULT_RUN}); under plain torchrun write --run-dir",
     )
     group.add_argument(
         "--config",

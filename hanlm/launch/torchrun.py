@@ -31,12 +31,13 @@ def main(argv: list[str]) -> int:
     # deferred: torch (seconds to import); `hanlm --help` lists this command without it
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run  # deferred: as above
+    from torch.distributed.run import run  # deferred: as above
 
+    args = parse_args(argv)
     status_dir = tempfile.TemporaryDirectory(prefix="hanlm-torchrun-")
     os.environ[STATUS_DIR] = status_dir.name  # the workers inherit this environment
     try:
-        run(parse_args(argv))
+        run(args)
     except ChildFailedError as failed:
         codes = [failure.exitcode for failure in failed.failures.values()]
         _, first = failed.get_first_failure()
@@ -71,6 +72,17 @@ def main(argv: list[str]) -> int:
     finally:
         status_dir.cleanup()
     return exit_status.SUCCESS
+
+
+def parse_args(argv: list[str]):
+    """torchrun's own parser, without its abbreviations: argparse reads any prefix of one of
+    torchrun's options as that option, even among the script's arguments, so hanlm's `--run DIR`
+    after `-m hanlm sft` was refused as ambiguous (`--run-path`, `--run_path`)."""
+    from torch.distributed.run import get_args_parser  # deferred: as in main
+
+    parser = get_args_parser()
+    parser.allow_abbrev = False
+    return parser.parse_args(argv)
 
 
 def report_rank_status(status: int) -> None:
