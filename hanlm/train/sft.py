@@ -349,11 +349,11 @@ def _placed_lora_model(
     initialise,
 ):
     """(the source model with LoRA's adapters, placed; its config; the frozen parameters held
-    in the compute dtype): loaded whole on every rank
-    (PEFT injects into a materialised model), its untrained rows initialised first (PEFT keeps
-    a trained row's starting value from the model it wraps), then injected, its frozen linear
-    layers stored in the compute dtype, and parallelized (under FSDP2 each block sharded with
-    its frozen weights and adapters together)."""
+    in the compute dtype): loaded whole on every rank (PEFT injects into a materialised model),
+    its untrained rows initialised first (PEFT keeps a trained row's starting value from the
+    model it wraps), then injected, its frozen linear layers stored in the compute dtype, and
+    parallelized (under FSDP2 each block sharded with its frozen weights and adapters
+    together)."""
     model, config = load_source_model(source)
     initialise(model)
     _, injected = adapters.inject(model, seed=cfg.run.seed)
