@@ -242,6 +242,7 @@ def kobest_as_published(tsv: Path, task: str):
 # below), else these, measured 2026-12-02, else those with a test marked slow.
 SLOW_FILES = (
     "tests/integration/test_launch.py",
+    "tests/integration/test_resume_exact.py",
     "tests/integration/test_hosts.py",
     "tests/integration/test_preemption.py",
     "tests/integration/test_harness.py",
