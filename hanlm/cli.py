@@ -72,7 +72,7 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
     "publish": ("publish",),
     "chat": ("generate", "-generate.batch_size"),  # one conversation: nothing to batch
     # the server's defaults; the engine batches and places the model itself
-    "serve": ("generate", "-generate.batch_size", "-generate.device"),
+    "serve": ("generate", "-generate.batch_size", "-generate.device", "serve"),
     "plan": (
         "plan",
         "model.preset",

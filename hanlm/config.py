@@ -743,6 +743,29 @@ class GenerateSection(Section):
     device: Device = Field("auto", description=DEVICE_CHOICES)
 
 
+class ServeSection(Section):
+    """`hanlm serve`: what one request may ask (larger is refused with a 4xx before the engine
+    sees it; the message caps are nanochat's web chat's) and how the server stops."""
+
+    max_body_bytes: int = Field(
+        1 << 20, ge=1024, description="largest request body in bytes (larger: 413)"
+    )
+    max_messages: int = Field(500, ge=1, description="messages in one chat request at most")
+    max_message_chars: int = Field(8000, ge=1, description="characters in one message at most")
+    max_total_chars: int = Field(
+        32000, ge=1, description="characters of a request's messages (or prompt) together"
+    )
+    max_stop: int = Field(4, ge=0, description="stop strings in one request at most (OpenAI's 4)")
+    max_stop_chars: int = Field(64, ge=1, description="characters in one stop string at most")
+    max_logit_bias: int = Field(300, ge=0, description="logit_bias entries in one request at most")
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="seconds a client may take to send its body (then 408)"
+    )
+    shutdown_s: float = Field(
+        10.0, ge=0, description="on SIGTERM, seconds answers in flight get to finish"
+    )
+
+
 class DistillSection(Section):
     """Distillation toward a teacher during pretraining or SFT (off by default: measure it first)."""
 
@@ -1229,6 +1252,7 @@ class Config(Section):
     sft: SftSection = Field(default_factory=SftSection)
     preflight: PreflightSection = Field(default_factory=PreflightSection)
     generate: GenerateSection = Field(default_factory=GenerateSection)
+    serve: ServeSection = Field(default_factory=ServeSection)
     distill: DistillSection = Field(default_factory=DistillSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     publish: PublishSection = Field(default_factory=PublishSection)

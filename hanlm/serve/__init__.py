@@ -16,17 +16,22 @@ import ipaddress
 import os
 import signal
 import socket
+import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info, warn
 from hanlm.errors import UserError
 from hanlm.serve import settings as serve_settings
+from hanlm.serve.gateway import API_KEY_ENV
 from hanlm.serve.target import Target, resolve
 
-API_KEY_ENV = "HANLM_API_KEY"
 LOOPBACK = "127.0.0.1"
+# the [serve] settings that bound one request (hanlm.serve.requests.Limits)
+REQUEST_LIMITS = ("max_messages", "max_message_chars", "max_total_chars", "max_stop",
+                  "max_stop_chars", "max_logit_bias")  # fmt: skip
 
 
 def serve(
@@ -57,12 +62,16 @@ def serve(
             fix="give the run or its exported folder (RUN/sft/hf), or serve the GGUF on llama.cpp",
         )
     listening = bind(host, port)  # held from here: the port is ours until the server stops
-    page = {
+    limits = cfg.serve
+    settings = {
         "model": model.name,
         "engine": engine,
         "defaults": serve_settings.request_defaults(cfg.generate, engine),
         "notes": serve_settings.engine_notes(cfg.generate, engine),
         "api_key": api_key is not None,
+        "limits": {"model": model.name, **limits.model_dump(include=set(REQUEST_LIMITS))},
+        "max_body_bytes": limits.max_body_bytes,
+        "body_timeout_s": limits.body_timeout_s,
     }
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(listening.close)
@@ -70,15 +79,30 @@ def serve(
             port = listening.getsockname()[1]
             listening.close()  # vLLM binds it itself
             cmd = engine_module.command(model.folder, model.name, host, port, api_key)
-            _announce(model, engine, host, port, page)
-            return engine_module.run(cmd, page)
+            engine_module.add_limits(settings, model.folder)
+            _announce(model, engine, host, port, settings)
+            return engine_module.run(cmd, settings, api_key)
         gguf = _gguf(model, cfg, gguf_type, cleanup)
-        app = engine_module.build_app(gguf, model.name, page, api_key=api_key, threads=threads)
-        _announce(model, engine, host, listening.getsockname()[1], page)
+        app = engine_module.build_app(gguf, model.name, settings, api_key=api_key,
+                                      threads=threads, cleanup=cleanup)  # fmt: skip
+        _announce(model, engine, host, listening.getsockname()[1], settings)
         with _stop_quietly():
-            engine_module.run(app, listening)
+            engine_module.run(app, listening, shutdown_s=limits.shutdown_s)
     info("serve: stopped")
+    _exit_if_engine_busy()
     return 0
+
+
+def _exit_if_engine_busy() -> None:
+    """End the process now when an engine thread still computes an answer its client will
+    never get (uvicorn cancelled the request at the end of the grace period, but llama.cpp's
+    generation cannot be interrupted from Python): exiting normally would wait for it, as long
+    as a whole answer takes."""
+    busy = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if busy:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _engine(name: str):
@@ -163,8 +187,13 @@ def _announce(model: Target, engine: str, host: str, port: int, page: dict) -> N
     info(escape(f"serve: defaults from [generate]: {shown}"))
     for note in page["notes"]:
         warn(escape(f"serve: {note}"))
+    limits = page["limits"]
+    info(f"serve: a request takes at most {page['max_body_bytes']:,} bytes, "
+         f"{limits['max_messages']} messages of {limits['max_message_chars']:,} characters "
+         f"({limits['max_total_chars']:,} together) and the model's {limits['context']:,} "
+         f"tokens of context; health at {url}/health, counters at {url}/metrics")  # fmt: skip
     if page["api_key"]:
-        info("serve: requests need the API key (Authorization: Bearer KEY)")
+        info("serve: every route but the chat page needs the API key (Authorization: Bearer KEY)")
     info("serve: Ctrl-C stops it")
 
 

@@ -1,7 +1,8 @@
 """`hanlm serve --engine vllm`: vLLM's OpenAI-compatible server on the Hugging Face folder, on a
 CUDA host. vLLM runs as its own command (`python -m vllm.entrypoints.openai.api_server`), with
-hanlm's chat page and defaults given through its `--middleware` option and the settings in the
-environment (hanlm.serve.page)."""
+hanlm's gateway (chat page, defaults, request checks) given through its `--middleware` option and
+its settings in the environment (hanlm.serve.gateway). vLLM measures a prompt against the
+context itself (a 400 in OpenAI's shape), and answers several requests at once."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from hanlm.errors import UserError
-from hanlm.serve.page import SETTINGS_ENV
+from hanlm.serve.gateway import API_KEY_ENV, SETTINGS_ENV
 
 EXTRA = "hanlm[vllm]"
+MAX_ANSWERS = 16  # `n` per request: vLLM samples them in one batch
 
 
 def require() -> None:
@@ -41,16 +43,29 @@ def command(folder: Path, name: str, host: str, port: int, api_key: str | None) 
     """vLLM's server for the exported folder (its chat template is the tokenizer's)."""
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder)]
     cmd += ["--served-model-name", name, "--host", host, "--port", str(port)]
-    cmd += ["--middleware", "hanlm.serve.page.ChatPage", "--generation-config", "vllm"]
+    cmd += ["--middleware", "hanlm.serve.gateway.Gateway", "--generation-config", "vllm"]
     if api_key:
         cmd += ["--api-key", api_key]
     return cmd
 
 
-def run(cmd: list[str], page: dict[str, Any]) -> int:
+def add_limits(settings: dict[str, Any], folder: Path) -> None:
+    """The model's context and vocabulary (its config.json) into the gateway's limits."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    settings["limits"] |= {
+        "context": int(config["max_position_embeddings"]),
+        "vocab_size": int(config["vocab_size"]),
+        "max_n": MAX_ANSWERS,
+    }
+
+
+def run(cmd: list[str], page: dict[str, Any], api_key: str | None) -> int:
     """Run vLLM's server until it ends or this command is stopped (SIGINT and SIGTERM are passed
     on, and it stops as vLLM does); 0 when stopped by a signal."""
-    server = subprocess.Popen(cmd, env={**os.environ, SETTINGS_ENV: json.dumps(page)})
+    env = {**os.environ, SETTINGS_ENV: json.dumps(page)}
+    if api_key:
+        env[API_KEY_ENV] = api_key  # the gateway guards its own routes with it
+    server = subprocess.Popen(cmd, env=env)
     stopped = []
 
     def forward(signum, frame):

@@ -1,9 +1,12 @@
 """`hanlm serve` on llama.cpp (llama-cpp-python's server), called with the official `openai`
 client: the model is listed; a chat completion is `hanlm generate --chat --greedy`'s answer on
-the same prompt, streamed or not, and ends at the end-of-turn token; requests sent together are
-all answered; the defaults are the [generate] settings; an address open to other machines needs
-an API key; SIGTERM and SIGINT stop it with status 0. Bad inputs are refused before anything
-starts."""
+the same prompt, streamed or not, and ends at the end-of-turn token; 8 requests sent together are
+all answered with the one-client answer; the defaults are the [generate] settings; every request
+the server cannot take is a 4xx in OpenAI's shape with no traceback, and the next good request is
+answered; a client that goes away mid-stream frees the engine at once; SIGTERM with answers in
+flight ends it with status 0 within its grace period; an address open to other machines needs
+an API key, which guards every route but the page; SIGTERM and SIGINT stop it with status 0. Bad
+inputs are refused before anything starts."""
 
 from __future__ import annotations
 
@@ -101,8 +104,10 @@ class Server:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"{self.url}/hanlm/settings", timeout=5):
+                with urllib.request.urlopen(f"{self.url}/health", timeout=5):
                     return
+            except urllib.error.HTTPError:
+                return  # it answers (a 401 where it needs its API key)
             except OSError:
                 time.sleep(0.05)
         pytest.fail(f"hanlm serve does not answer:\n{self.output()}")
@@ -191,9 +196,11 @@ def test_completions_continue_text_as_hanlm_generate_does(server, reference):
 
 
 def test_requests_sent_together_are_all_answered(server, reference):
-    with ThreadPoolExecutor(4) as pool:
-        answers = list(pool.map(lambda _: chat(server.client()), range(4)))
-    assert [a.choices[0].message.content for a in answers] == [reference["chat"]["text"]] * 4
+    """8 clients at once: llama-cpp-python answers one at a time, the others wait; none is
+    dropped, and each gets the answer one client alone gets."""
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: chat(server.client(), stream=False), range(8)))
+    assert [a.choices[0].message.content for a in answers] == [reference["chat"]["text"]] * 8
 
 
 def test_the_defaults_are_the_generate_settings_and_the_page_is_served(server):
@@ -209,6 +216,149 @@ def test_the_defaults_are_the_generate_settings_and_the_page_is_served(server):
     assert not re.search(r"(src|href)=\"https?:", page), "no external assets: works offline"
 
 
+def post(url: str, body: bytes | None, method: str = "POST", headers: dict | None = None):
+    """(status, parsed JSON body or None, headers) of one raw HTTP request."""
+    request = urllib.request.Request(url, data=body, method=method,
+                                     headers=headers or {"Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            raw, status, got = response.read(), response.status, dict(response.headers)
+    except urllib.error.HTTPError as e:
+        raw, status, got = e.read(), e.code, dict(e.headers)
+    try:
+        return status, json.loads(raw), got
+    except ValueError:
+        return status, None, got
+
+
+def chat_json(**fields) -> bytes:
+    return json.dumps({"messages": [{"role": "user", "content": PROMPT}], **fields}).encode()
+
+
+# (what is sent, to where, how; the status and the error's code)
+BAD_REQUESTS = [
+    (b"", "/v1/chat/completions", "POST", 400, "empty_body"),
+    (b'{"messages": [', "/v1/chat/completions", "POST", 400, "invalid_json"),
+    (b"{'messages': []}", "/v1/chat/completions", "POST", 400, "invalid_json"),
+    (
+        b'{"messages": "' + bytes([0xFF, 0xFE]) + b'"}',
+        "/v1/chat/completions",
+        "POST",
+        400,
+        "invalid_utf8",
+    ),
+    (b"[" * 5000 + b"]" * 5000, "/v1/chat/completions", "POST", 400, "invalid_json"),
+    (b"42", "/v1/chat/completions", "POST", 400, "invalid_json"),
+    (chat_json(model="gpt-4o"), "/v1/chat/completions", "POST", 404, "model_not_found"),
+    (chat_json(messages=[]), "/v1/chat/completions", "POST", 400, "invalid_value"),
+    (
+        chat_json(messages=[{"role": "tool", "content": "x"}]),
+        "/v1/chat/completions",
+        "POST",
+        400,
+        "invalid_value",
+    ),
+    (
+        chat_json(messages=[{"content": "x"}]),
+        "/v1/chat/completions",
+        "POST",
+        400,
+        "missing_required",
+    ),
+    (
+        chat_json(messages=[{"role": "user", "content": ["x"]}]),
+        "/v1/chat/completions",
+        "POST",
+        400,
+        "invalid_type",
+    ),
+    (chat_json(max_tokens=-5), "/v1/chat/completions", "POST", 400, "invalid_value"),
+    (chat_json(max_tokens=1 << 40), "/v1/chat/completions", "POST", 400, "invalid_value"),
+    (chat_json(n=4), "/v1/chat/completions", "POST", 400, "invalid_value"),
+    (chat_json(temperature=7), "/v1/chat/completions", "POST", 400, "invalid_value"),
+    (
+        chat_json().replace(b"}", b', "temperature": NaN}'),
+        "/v1/chat/completions",
+        "POST",
+        400,
+        "invalid_json",
+    ),
+    (chat_json(top_p=-1), "/v1/chat/completions", "POST", 400, "invalid_value"),
+    (chat_json(top_k="all"), "/v1/chat/completions", "POST", 400, "invalid_type"),
+    (
+        chat_json(stop=[str(i) for i in range(9)]),
+        "/v1/chat/completions",
+        "POST",
+        400,
+        "invalid_value",
+    ),
+    (chat_json(stop="끝" * 100), "/v1/chat/completions", "POST", 400, "invalid_value"),
+    (
+        chat_json(logit_bias={str(i): 1 for i in range(5000)}),
+        "/v1/chat/completions",
+        "POST",
+        400,
+        "invalid_value",
+    ),
+    (chat_json(logit_bias={"99999999": 5}), "/v1/chat/completions", "POST", 400, "invalid_value"),
+    (
+        chat_json(tools=[{"type": "function"}]),
+        "/v1/chat/completions",
+        "POST",
+        400,
+        "unknown_parameter",
+    ),
+    (
+        chat_json(messages=[{"role": "user", "content": "서울 " * 400}]),
+        "/v1/chat/completions",
+        "POST",
+        400,
+        "context_length_exceeded",
+    ),
+    (json.dumps({"prompt": 5}).encode(), "/v1/completions", "POST", 400, "invalid_type"),
+    (
+        json.dumps({"prompt": "서울 " * 400}).encode(),
+        "/v1/completions",
+        "POST",
+        400,
+        "context_length_exceeded",
+    ),
+    (b"{" + b" " * (2 << 20) + b"}", "/v1/chat/completions", "POST", 413, "request_too_large"),
+    (None, "/v1/chat/completions", "GET", 405, "method_not_allowed"),
+    (b"{}", "/v1/models", "POST", 405, "method_not_allowed"),
+    (None, "/v2/nothing", "GET", 404, None),
+]
+
+
+def test_every_request_the_server_cannot_take_is_a_4xx_and_the_next_good_one_is_answered(
+    server, reference
+):
+    for body, path, method, status, code in BAD_REQUESTS:
+        got_status, got, _ = post(server.url + path, body, method)
+        assert got_status == status, (path, (body or b"")[:60], got)
+        assert set(got["error"]) == {"message", "type", "param", "code"}, got
+        assert got["error"]["code"] == code and got["error"]["message"], got
+        assert chat(server.client()).choices[0].message.content == reference["chat"]["text"]
+    assert "Traceback" not in server.output() and "Exception" not in server.output()
+
+
+def test_a_long_answer_asked_for_is_shortened_to_the_context_and_said(server):
+    status, got, headers = post(server.url + "/v1/chat/completions", chat_json(max_tokens=64))
+    note = {k.lower(): v for k, v in headers.items()}.get("x-hanlm-note", "")
+    assert status == 200 and "max_tokens lowered from 64 to" in note, (got, headers)
+    assert got["usage"]["prompt_tokens"] + got["usage"]["completion_tokens"] <= 64
+
+
+def test_health_and_counters(server):
+    status, got, _ = post(server.url + "/health", None, "GET")
+    assert status == 200 and got == {"status": "ok"}
+    with urllib.request.urlopen(f"{server.url}/metrics") as response:
+        text = response.read().decode()
+    assert 'hanlm_requests_total{route="/v1/chat/completions",status="200"}' in text
+    completion = re.search(r'hanlm_tokens_total\{kind="completion"\} (\d+)', text)
+    assert completion and int(completion.group(1)) > 0
+
+
 def test_an_open_address_needs_the_api_key_and_sigint_stops_it(model_dir, tmp_path):
     """On 0.0.0.0 with a key (from the environment). The folder is a run's model: its GGUF is
     written into the run, where `hanlm export --format gguf` puts it, since it was missing."""
@@ -220,15 +370,120 @@ def test_an_open_address_needs_the_api_key_and_sigint_stops_it(model_dir, tmp_pa
         env={"HANLM_API_KEY": key},
     )
     try:
-        assert "requests need the API key" in running.output()
+        assert "every route but the chat page needs the API key" in running.output()
         assert (run_dir / "gguf" / "base-f32.gguf").is_file(), running.output()
         with pytest.raises(openai.AuthenticationError):
             running.client("wrong").models.list()
         assert [m.id for m in running.client(key).models.list()] == [f"{run_dir.name}-base"]
+        # every route but the page needs the key, and the page never holds it
+        for route in ("/hanlm/settings", "/health", "/metrics"):
+            status, got, _ = post(running.url + route, None, "GET")
+            assert status == 401 and got["error"]["code"] == "invalid_api_key", route
+            status, _, _ = post(
+                running.url + route, None, "GET", {"Authorization": f"Bearer {key}"}
+            )
+            assert status == 200, route
+        with urllib.request.urlopen(f"{running.url}/") as response:
+            assert response.status == 200 and key.encode() not in response.read()
     finally:
         code = running.stop(signal.SIGINT)
     assert code == 0, running.output()[-3000:]
     assert "serve: stopped" in running.output() and "Traceback" not in running.output()
+
+
+# --- a client that goes away, and a stop with answers in flight --------------------------------
+
+LONG = 1500  # tokens of an answer that takes the engine a second or more
+
+
+@pytest.fixture(scope="module")
+def long_gguf(model_dir, tmp_path_factory) -> Path:
+    """The tiny model with a 2,048-token context (its rotary positions go on past the 64 it was
+    trained on), so that one answer can be long enough to be interrupted."""
+    from hanlm.share.gguf import write_gguf
+
+    folder = tmp_path_factory.mktemp("long") / "model"
+    shutil.copytree(model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2048}))
+    out = folder.parent / "long.gguf"
+    write_gguf(folder, out, gguf_type="f32", name="long")
+    return out
+
+
+def long_answer(client, **extra):
+    return client.chat.completions.create(
+        model="long", messages=[{"role": "user", "content": PROMPT}], max_tokens=LONG,
+        extra_body={"min_tokens": LONG}, **extra,
+    )  # fmt: skip
+
+
+def test_a_client_that_goes_away_mid_stream_frees_the_engine_at_once(long_gguf, tmp_path):
+    import httpx
+
+    running = Server([str(long_gguf), *settings_args(SETTINGS)], tmp_path / "server.log")
+    try:
+        client = running.client()
+        started = time.perf_counter()
+        assert long_answer(client).usage.completion_tokens == LONG
+        whole = time.perf_counter() - started
+        body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": LONG,
+                "min_tokens": LONG, "stream": True}  # fmt: skip
+        with (
+            httpx.Client(timeout=60) as http,
+            http.stream("POST", f"{running.url}/v1/chat/completions", json=body) as streamed,
+        ):
+            pieces = 0
+            for line in streamed.iter_lines():
+                pieces += line.startswith("data:")
+                if pieces == 3:
+                    break  # and the connection closes
+        started = time.perf_counter()
+        short = client.chat.completions.create(  # waits behind the dropped stream for a token
+            model="long", messages=[{"role": "user", "content": PROMPT}], max_tokens=8
+        )
+        waited = time.perf_counter() - started
+        assert short.choices[0].message.content is not None
+        assert waited < whole / 3, (waited, whole)
+    finally:
+        assert running.stop(signal.SIGTERM) == 0
+    assert "Traceback" not in running.output()
+
+
+def test_sigterm_with_answers_in_flight_ends_them_and_exits_0_within_its_grace(long_gguf, tmp_path):
+    grace = 2.0
+    running = Server([str(long_gguf), *settings_args(SETTINGS), "--set", f"serve.shutdown_s={grace}"],
+                     tmp_path / "server.log")  # fmt: skip
+    client = running.client()
+    outcomes: list[str] = []
+
+    def ask(stream: bool) -> None:
+        try:
+            if stream:
+                outcomes.append(f"stream of {sum(1 for _ in long_answer(client, stream=True))}")
+            else:
+                outcomes.append(f"answer of {long_answer(client).usage.completion_tokens}")
+        except openai.APIStatusError as e:
+            outcomes.append(f"status {e.status_code}")
+        except openai.APIConnectionError:
+            outcomes.append("connection closed")
+
+    with ThreadPoolExecutor(4) as pool:
+        asked = [pool.submit(ask, i % 2 == 0) for i in range(4)]
+        time.sleep(0.5)  # every request is in: one is being answered, three wait
+        started = time.perf_counter()
+        code = running.stop(signal.SIGTERM)
+        took = time.perf_counter() - started
+        for future in asked:
+            future.result(timeout=60)
+    assert code == 0, running.output()[-3000:]
+    assert took < grace + 10, took  # the grace, then uvicorn's own stop (about 1.5 s here)
+    assert len(outcomes) == 4, outcomes  # every client got an answer, an end or a close
+    assert all(o.startswith(("answer", "stream", "status 503", "connection")) for o in outcomes), (
+        outcomes
+    )
+    assert "Traceback" not in running.output() and "serve: stopped" in running.output()
+    assert port_is_free(running.port)
 
 
 # --- the chat page, in a browser --------------------------------------------------------------
