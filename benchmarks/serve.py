@@ -1,13 +1,24 @@
-"""`hanlm serve` (llama.cpp through llama-cpp-python's server, called with the `openai` client)
-against `hanlm generate` (transformers in this process) on the same model and prompts, on CPU:
-time to the first token and tokens per second, side by side.
+"""`hanlm serve` side by side with what it stands on, on CPU, in two comparisons:
 
-Both decode greedily and write exactly --new-tokens tokens per answer (min and max both set), so
-the rates compare the same work; both use --threads CPU threads. `hanlm generate`'s first token
-is its streaming path's (`hanlm chat`'s): the prompt's forward pass and one step.
+--against generate (the default): `hanlm serve` (llama.cpp through llama-cpp-python's server,
+called with the `openai` client) against `hanlm generate` (transformers in this process) on the
+same model and prompts: time to the first token and tokens per second. Both decode greedily and
+write exactly --new-tokens tokens per answer (min and max both set), so the rates compare the
+same work; both use --threads CPU threads. `hanlm generate`'s first token is its streaming
+path's (`hanlm chat`'s): the prompt's forward pass and one step.
+
+--against engine: what hanlm's gateway (hanlm/serve/gateway.py) costs. llama-cpp-python's own
+server started directly (`python -m llama_cpp.server`) and `hanlm serve` on the same GGUF file,
+the same threads and context, each loaded in turn by 1, 8 and 32 concurrent clients (asyncio,
+httpx) sending chat requests that set every sampling field (greedy, --new-tokens min and max), so
+both do the same work: requests/s and p50/p95 latency, the two servers alternated --repeats
+times (the best of each kept); then a --soak-s soak of `hanlm serve` under 8 clients: errors,
+and the server's resident memory sampled every few seconds (flat: the last sample within 5% of
+the first after warm-up).
 
     python benchmarks/serve.py --model runs/demo/sft/hf
     python benchmarks/serve.py --model runs/demo/sft/hf --gguf-type q8_0 --threads 2
+    python benchmarks/serve.py --model runs/demo/sft/hf --against engine --soak-s 120
 """
 
 from __future__ import annotations
@@ -18,9 +29,11 @@ import sys
 sys.path[:] = [p for p in sys.path if p not in ("", __file__.rsplit("/", 1)[0])]
 
 import argparse
+import asyncio
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -113,16 +126,223 @@ def summary(rows: list[dict]) -> dict:
     return {"first_token_s": first, "tokens_per_s": rate, "decode_tokens_per_s": decode}
 
 
+# -- --against engine: the gateway's cost, and a soak ---------------------------------------------
+
+
+def start_server(cmd: list[str], log: Path, url_pattern: str | None, port: int | None):
+    """A server process and its base URL once it answers a chat request."""
+    import httpx
+
+    with open(log, "w") as out:
+        server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "COLUMNS": "300"})  # fmt: skip
+    deadline, url = time.monotonic() + 600, None
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"{cmd[:4]} ended:\n{log.read_text()}")
+        if url is None:
+            if url_pattern is None:
+                url = f"http://127.0.0.1:{port}"
+            else:
+                found = re.search(url_pattern, log.read_text())
+                url = found.group(1) if found else None
+        if url is not None:
+            try:
+                httpx.post(f"{url}/v1/chat/completions", json=chat_request("안녕", 2), timeout=30)
+                return server, url
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.2)
+    server.kill()
+    raise SystemExit(f"{cmd[:4]} did not start:\n{log.read_text()}")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def chat_request(prompt: str, n: int) -> dict:
+    """Every sampling field set: both servers do the same work whatever their defaults."""
+    return {"model": "bench", "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": n, "min_tokens": n, "temperature": 0.0, "repeat_penalty": 1.0,
+            "frequency_penalty": 0.0, "presence_penalty": 0.0, "seed": 0}  # fmt: skip
+
+
+async def load(url: str, clients: int, requests_each: int, n: int) -> dict:
+    """`clients` concurrent clients, each sending `requests_each` chat requests in turn."""
+    import httpx
+
+    latencies: list[float] = []
+    errors = 0
+
+    async def client(i: int, http) -> None:
+        nonlocal errors
+        for j in range(requests_each):
+            body = chat_request(PROMPTS[(i + j) % len(PROMPTS)], n)
+            started = time.perf_counter()
+            response = await http.post(f"{url}/v1/chat/completions", json=body)
+            latencies.append(time.perf_counter() - started)
+            errors += response.status_code != 200
+
+    limits = httpx.Limits(max_connections=clients + 4)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+        started = time.perf_counter()
+        await asyncio.gather(*(client(i, http) for i in range(clients)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "requests_per_s": len(latencies) / elapsed,
+        "p50_s": latencies[len(latencies) // 2],
+        "p95_s": latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))],
+        "errors": errors,
+        "requests": len(latencies),
+    }
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of `pid` and its children, in MB."""
+    total = 0
+    for p in [pid, *_children(pid)]:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+async def soak(url: str, pid: int, seconds: float, clients: int, n: int) -> dict:
+    import httpx
+
+    errors, done, samples = 0, 0, []
+    stop_at = time.monotonic() + seconds
+
+    async def client(i: int, http) -> None:
+        nonlocal errors, done
+        j = 0
+        while time.monotonic() < stop_at:
+            body = chat_request(PROMPTS[(i + j) % len(PROMPTS)], n)
+            try:
+                response = await http.post(f"{url}/v1/chat/completions", json=body)
+                errors += response.status_code != 200
+            except httpx.HTTPError:
+                errors += 1
+            done += 1
+            j += 1
+
+    async def sample() -> None:
+        while time.monotonic() < stop_at:
+            samples.append((round(seconds - (stop_at - time.monotonic()), 1), rss_mb(pid)))
+            await asyncio.sleep(5)
+
+    async with httpx.AsyncClient(timeout=600) as http:
+        await asyncio.gather(sample(), *(client(i, http) for i in range(clients)))
+    warm = [mb for t, mb in samples if t >= 10] or [mb for _, mb in samples]
+    return {
+        "requests": done,
+        "errors": errors,
+        "rss_mb": samples,
+        "rss_first_mb": warm[0],
+        "rss_last_mb": warm[-1],
+        "rss_max_mb": max(warm),
+    }
+
+
+def against_engine(args) -> dict:
+    from hanlm.serve.gateway import Gateway  # noqa: F401  (hanlm's layer: the one measured)
+    from hanlm.serve.llama_cpp_engine import model_limits
+    from hanlm.share.gguf import write_gguf
+
+    folder = Path(tempfile.mkdtemp(prefix="hanlm-serve-bench-"))
+    gguf = folder / "bench.gguf"  # the served name: bench
+    write_gguf(args.model, gguf, gguf_type=args.gguf_type, name="bench")
+    context, _ = model_limits(gguf)
+    threads = ["--n_threads", str(args.threads), "--n_threads_batch", str(args.threads)]
+
+    def engine():
+        port = free_port()
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias",
+               "bench", "--n_ctx", str(context), "--last_n_tokens_size", str(context),
+               "--interrupt_requests", "False", "--host", "127.0.0.1", "--port", str(port),
+               *threads]  # fmt: skip
+        return start_server(cmd, folder / "engine.log", None, port)
+
+    def hanlm():
+        cmd = [sys.executable, "-m", "hanlm", "serve", str(gguf), "--port", "0",
+               "--threads", str(args.threads)]  # fmt: skip
+        return start_server(cmd, folder / "hanlm.log", r"at (http://[^ ]+)/v1 ", None)
+
+    figures: dict = {"engine": {}, "hanlm": {}}
+    for _ in range(args.repeats):
+        for name, start in (("engine", engine), ("hanlm", hanlm)):
+            server, url = start()
+            try:
+                for clients in args.clients:
+                    each = max(2, args.requests // clients)
+                    got = asyncio.run(load(url, clients, each, args.new_tokens))
+                    best = figures[name].get(clients)
+                    if best is None or got["requests_per_s"] > best["requests_per_s"]:
+                        figures[name][clients] = got
+            finally:
+                server.terminate()
+                server.wait(timeout=60)
+    print(f"{args.new_tokens} new tokens per chat answer, greedy, {args.threads} threads, "
+          f"{args.gguf_type} GGUF, best of {args.repeats}")  # fmt: skip
+    print(f"{'clients':>7} {'server':>22} {'req/s':>8} {'p50':>9} {'p95':>9} {'errors':>6}")
+    for clients in args.clients:
+        for name, label in (("engine", "llama_cpp.server"), ("hanlm", "hanlm serve")):
+            f = figures[name][clients]
+            print(f"{clients:>7} {label:>22} {f['requests_per_s']:8.1f} {f['p50_s'] * 1000:7.1f}ms "
+                  f"{f['p95_s'] * 1000:7.1f}ms {f['errors']:>6}")  # fmt: skip
+        e, h = figures["engine"][clients], figures["hanlm"][clients]
+        print(f"{'':>7} {'hanlm / engine':>22} {h['requests_per_s'] / e['requests_per_s']:8.3f} "
+              f"{h['p50_s'] / e['p50_s']:8.3f}x {h['p95_s'] / e['p95_s']:8.3f}x")  # fmt: skip
+    if args.soak_s > 0:
+        server, url = hanlm()
+        try:
+            figures["soak"] = asyncio.run(soak(url, server.pid, args.soak_s, 8, args.new_tokens))
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+        s = figures["soak"]
+        print(f"soak, hanlm serve, 8 clients, {args.soak_s:g} s: {s['requests']} requests, "
+              f"{s['errors']} errors; RSS after warm-up {s['rss_first_mb']:.1f} -> "
+              f"{s['rss_last_mb']:.1f} MB (max {s['rss_max_mb']:.1f})")  # fmt: skip
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=ROOT / "runs" / "demo" / "sft" / "hf")
+    parser.add_argument("--against", choices=("generate", "engine"), default="generate")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--gguf-type", default="f16")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32],
+                        help="--against engine: concurrent clients")  # fmt: skip
+    parser.add_argument("--requests", type=int, default=96,
+                        help="--against engine: requests per load level (at least 2 a client)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=2, help="--against engine: rounds")
+    parser.add_argument("--soak-s", type=float, default=0, help="--against engine: soak length")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if not (args.model / "config.json").is_file():
         raise SystemExit(f"no model folder at {args.model}: give --model DIR (e.g. RUN/sft/hf)")
+    if args.against == "engine":
+        figures = against_engine(args)
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
+        return
     served, _ = hanlm_serve(args.model, args.new_tokens, args.threads, args.gguf_type)
     generated = hanlm_generate(args.model, args.new_tokens, args.threads)
     figures = {"hanlm generate": summary(generated), "hanlm serve": summary(served)}

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import tomli_w
 from pydantic import (
@@ -1431,22 +1431,21 @@ def _setters_of(loc: tuple, set_by: dict[str, str]) -> list[str]:
 
 
 def _format_validation_error(
-    err: ValidationError, source: str, set_by: dict[str, str] | None = None
+    err: ValidationError,
+    source: str,
+    set_by: dict[str, str] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> UserError:
-    """One message for every bad value, located where each was set: the file or an override."""
+    """One message for every bad value, located where each was set: the file or an override.
+    A key inside a table of an array (`[[corpus.sources]]`) is named by the table's `name`."""
     set_by = set_by or {}
     lines, places = [], []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
+        loc = _located(e["loc"], data or {})
         if e["type"] == "extra_forbidden":
-            parent_keys = [str(p) for p in e["loc"][:-1]]
-            model: type[BaseModel] = Config
-            for k in parent_keys:
-                ann = model.model_fields[k].annotation
-                if isinstance(ann, type) and issubclass(ann, BaseModel):
-                    model = ann
-            valid = ", ".join(sorted(model.model_fields))
-            lines.append(f"unknown key {loc!r} (valid keys: {valid})")
+            model = _model_at(e["loc"][:-1])
+            valid = f" (valid keys: {', '.join(sorted(model.model_fields))})" if model else ""
+            lines.append(f"unknown key {loc!r}{valid}")
         elif e["type"] == "value_error":  # a validator's own sentence, naming its keys
             message = e["msg"].removeprefix("Value error, ")
             lines.append(f"{loc}: {message}" if loc else message)
@@ -1464,6 +1463,45 @@ def _format_validation_error(
         else "correct the values in the TOML file and on the command line"
     )
     return UserError("invalid configuration: " + "; ".join(lines), where=", ".join(places), fix=fix)
+
+
+def _table_model(annotation: Any) -> type[BaseModel] | None:
+    """The section type a field holds, itself or as the items of a list or the values of a
+    dict (`X | None`, `list[X]`, `dict[str, X]`); None for a plain value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in reversed(get_args(annotation)):  # dict[str, X]: X is the last
+        found = _table_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The section at a location of the configuration (list indices and dict keys pass
+    through to the tables they hold)."""
+    model: type[BaseModel] | None = Config
+    for part in loc:
+        if model is None:
+            return None
+        field = model.model_fields.get(str(part)) if not isinstance(part, int) else None
+        if field is not None:
+            model = _table_model(field.annotation)
+    return model
+
+
+def _located(loc: tuple, data: dict[str, Any]) -> str:
+    """`loc` as the user wrote it: `corpus.sources[1] ("wiki").text_field`."""
+    out, value = "", data
+    for part in loc:
+        if isinstance(part, int):
+            value = value[part] if isinstance(value, list) and part < len(value) else None
+            name = value.get("name") if isinstance(value, dict) else None
+            out += f"[{part}]" + (f" ({name!r})" if isinstance(name, str) else "")
+        else:
+            value = value.get(part) if isinstance(value, dict) else None
+            out += f".{part}" if out else str(part)
+    return out
 
 
 def _warn_ignored_settings(cfg: Config) -> None:
@@ -1511,7 +1549,7 @@ def load_config(
     try:
         cfg = Config.model_validate(data)
     except ValidationError as err:
-        raise _format_validation_error(err, str(path), set_by) from None
+        raise _format_validation_error(err, str(path), set_by, data) from None
     _warn_ignored_settings(cfg)
     return cfg
 

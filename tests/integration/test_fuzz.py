@@ -183,6 +183,11 @@ def _cases() -> list[Case]:
             w.file("c.toml", "[corpus]\nmin_chars = 'x'\n"),
         ]
     )
+    for name, extra in (("config-source-unknown-key", 'colour = "blue"\n'),
+                        ("config-source-bad-value", "min_chars = 'x'\n")):  # fmt: skip
+        table = f'[[corpus.sources]]\nname = "web"\ninputs = ["a.jsonl"]\n{extra}'
+        case(name)(lambda w, table=table: ["corpus", "--run", w.tmp / "r", "--config",
+                                           w.file("c.toml", table)])  # fmt: skip
     case("set-unknown-key")(lambda w: ["corpus", "--run", w.tmp / "r", "--set", "corpus.bogus=1"])
     case("set-no-equals")(lambda w: ["corpus", "--run", w.tmp / "r", "--set", "corpus.min_chars"])
     case("set-bad-value")(

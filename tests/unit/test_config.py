@@ -51,6 +51,23 @@ def test_unknown_key_in_a_file(tmp_path):
     assert str(path) in e.value.message
 
 
+def test_a_mistake_inside_a_table_of_an_array_names_the_table_by_its_name(tmp_path):
+    """An unknown key or a bad value in [[corpus.sources]] is the same one clear error as
+    anywhere else, naming the source (it was a KeyError: '0' and a traceback)."""
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        '[[corpus.sources]]\nname = "web"\ninputs = ["a.jsonl"]\ncolour = "blue"\n\n'
+        '[[corpus.sources]]\nname = "wiki"\ninputs = ["b.jsonl"]\nweight = "lots"\n'
+    )
+    with pytest.raises(UserError) as e:
+        load_config(path)
+    message = e.value.message
+    assert "corpus.sources[0] ('web').colour" in message and "valid keys: inputs" in message
+    assert "corpus.sources[1] ('wiki').weight" in message and "'lots'" in message
+    with pytest.raises(UserError, match=r"sft.compare\[1\].bogus' \(valid keys: init, method"):
+        load_config(overrides=['sft.compare=[{init = "none"}, {bogus = 1}]'])
+
+
 def test_bad_toml_and_missing_file(tmp_path):
     path = tmp_path / "broken.toml"
     path.write_text("[corpus\n")
