@@ -186,6 +186,7 @@ class CorpusSourceSection(Section):
         "needs more is an error before training",
     )
     min_chars: int | None = Field(None, ge=0, description="corpus.min_chars for this source")
+    pii: bool | None = Field(None, description="corpus.pii for this source")
     quality: bool | None = Field(
         None, description="corpus.quality.enabled for this source (e.g. off for Wikipedia)"
     )
@@ -253,6 +254,11 @@ class CorpusSection(Section):
         64_000_000, ge=1000, description="characters per output part (the unit of shard work)"
     )
     quality: CorpusQualitySection = Field(default_factory=CorpusQualitySection)
+    pii: bool = Field(
+        True,
+        description="replace e-mails, public IPs, Korean phone and resident registration "
+        "numbers with fixed strings (hanlm/data/pii.py); counted in stats.json",
+    )
     sources: list[CorpusSourceSection] = Field(
         default_factory=list,
         description="[[corpus.sources]]: named sources with weights (instead of inputs)",

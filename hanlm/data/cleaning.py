@@ -33,6 +33,7 @@ from hanlm.config import CorpusSection, DataEngineSection
 from hanlm.console import info, warn
 from hanlm.data import dedup, engine
 from hanlm.data.corpus import PartWriter, normalise
+from hanlm.data.pii import EXAMPLES_PER_KIND, REPLACEMENTS, PiiScrubber
 from hanlm.data.quality import QualityFilter
 from hanlm.data.readers import Skips, Unit, source_units
 from hanlm.errors import UserError
@@ -40,6 +41,7 @@ from hanlm.errors import UserError
 CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"
 DAMAGED = "damaged"  # per clean task: the input files it could not read to the end
 QUALITY_PREFIX, SKIPPED_PREFIX = "quality:", "skipped:"  # count labels: removed, skipped records
+PII_PREFIX, PII = "pii:", "pii"  # count labels and folder: personal data replaced, by kind
 LONG_DOCUMENTS, LONG_PIECES = "long_documents", "long_pieces"  # counts of the clean tasks
 PAIRS_TASK_BYTES = 8 << 30  # input whose band records one pairs task reads (~100 MB of them)
 PAIRS_GROUP_BYTES = 1 << 30  # a small corpus's bands go several to a task, up to this much input
@@ -55,6 +57,10 @@ def _write_json(path: Path, obj) -> None:
 
 def _damaged_path(work: Path, rank: int) -> Path:
     return Path(work) / DAMAGED / f"{rank:05d}.json"
+
+
+def _pii_path(work: Path, rank: int) -> Path:
+    return Path(work) / PII / f"{rank:05d}.json"
 
 
 def _parts_path(work: Path, rank: int) -> Path:
@@ -126,14 +132,16 @@ class CleanDocuments(PipelineStep):
     name = "🧹 clean"
     type = "✂️ - FORMAT"
 
-    def __init__(self, corpus: CorpusSection, units: list[Unit]):
+    def __init__(self, corpus: CorpusSection, units: list[Unit], work: Path):
         super().__init__()
+        self.work = str(work)
         specs = {spec.name: spec for spec in corpus.source_list()}
 
-        def rules(spec) -> tuple[int, bool]:  # a source's own settings, else the corpus's
+        def rules(spec) -> tuple[int, bool, bool]:  # a source's own settings, else the corpus's
             return (
                 corpus.min_chars if spec.min_chars is None else spec.min_chars,
                 corpus.quality.enabled if spec.quality is None else spec.quality,
+                corpus.pii if spec.pii is None else spec.pii,
             )
 
         self.task_rules = [rules(specs[unit.corpus_source]) for unit in units]
@@ -143,8 +151,9 @@ class CleanDocuments(PipelineStep):
 
     def run(self, data, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
         self.counts = counts = Counter()
-        self.min_chars, quality_on = self.task_rules[rank]
+        self.min_chars, quality_on, pii_on = self.task_rules[rank]
         quality = QualityFilter(self.quality_section) if quality_on else None
+        self.pii = PiiScrubber() if pii_on else None
         for doc in data:
             counts["documents_in"] += 1
             counts["characters_in"] += len(doc.text)
@@ -160,6 +169,9 @@ class CleanDocuments(PipelineStep):
                 counts[LONG_PIECES] += 1
                 yield from self._clean(EngineDocument(text=piece, id=f"{doc.id}#{k}"), quality)
             del text
+        if self.pii is not None:
+            counts.update({PII_PREFIX + kind: n for kind, n in self.pii.seen.counts.items()})
+        _write_json(_pii_path(self.work, rank), self.pii.seen.examples if self.pii else {})
         for label, count in counts.items():  # once per task: a label per document costs time
             self.stat_update(label, value=count)
 
@@ -174,7 +186,7 @@ class CleanDocuments(PipelineStep):
         if quality is not None and (reason := quality.reason(text)) is not None:
             counts[QUALITY_PREFIX + reason] += 1
             return
-        doc.text = text
+        doc.text = text if self.pii is None else self.pii.scrub(text)
         yield doc
 
     def _refuse(self, doc: EngineDocument) -> None:
@@ -305,7 +317,7 @@ def jobs(
     )
     clean = [
         ReadUnit(units, corpus, work, demo_file),
-        CleanDocuments(corpus, units),
+        CleanDocuments(corpus, units, work),
         Signatures(work / "signatures", settings),
         WriteCleaned(work),
     ]
@@ -362,6 +374,10 @@ def build(
             f"({corpus.max_document_chars:,} characters) were dropped (corpus.long_documents = "
             '"split" cuts them instead; --strict fails on them)'
         )
+    replaced = {kind: c["replaced"] for kind, c in stats["pii"].items() if c["replaced"]}
+    if replaced:
+        listed = ", ".join(f"{n:,} {kind.replace('_', ' ')}" for kind, n in replaced.items())
+        info(f"corpus: personal data replaced (corpus.pii): {listed}")
     stats["job_seconds"] = {job.name: round(job.seconds, 3) for job in stage_jobs}
     stats["inputs"] = corpus.all_inputs()
     stats["seconds"] = round(time.perf_counter() - started, 3)
@@ -384,6 +400,7 @@ def gather(
     skipped: Counter = Counter()
     damaged: list[dict] = []
     parts: list[dict] = []
+    pii_examples: dict[str, list[str]] = {}
     by_source: dict[str, Counter] = {name: Counter() for name in source_names}
     for rank, unit in enumerate(units):
         task: Counter = Counter()
@@ -393,6 +410,9 @@ def gather(
             else:
                 task[label] += count
         damaged.extend(json.loads(_damaged_path(work, rank).read_text()))
+        for kind, examples in json.loads(_pii_path(work, rank).read_text()).items():
+            kept = pii_examples.setdefault(kind, [])
+            kept += examples[: EXAMPLES_PER_KIND - len(kept)]
         for part in json.loads(_parts_path(work, rank).read_text()):
             name = f"part-{len(parts):05d}.jsonl.zst"
             shutil.move(work / WRITE / f"{rank:05d}" / part["path"], out / name)
@@ -404,11 +424,12 @@ def gather(
         source["quality_filtered"] += sum(
             n for k, n in task.items() if k.startswith(QUALITY_PREFIX)
         )
+        source["pii_replaced"] += sum(n for k, n in task.items() if k.startswith(PII_PREFIX))
     kept_by: dict[str, Counter] = {name: Counter() for name in source_names}
     for removed_in, kept_in, n in dedup.read_kept_by(work / CLUSTERS):
         kept_by[units[removed_in].corpus_source][units[kept_in].corpus_source] += n
     sources = {
-        name: {**{k: int(c[k]) for k in (*SOURCE_COUNTS, "quality_filtered")},
+        name: {**{k: int(c[k]) for k in (*SOURCE_COUNTS, "quality_filtered", "pii_replaced")},
                "duplicates_kept_by": dict(sorted(kept_by[name].items()))}
         for name, c in by_source.items()
     }  # fmt: skip
@@ -429,6 +450,16 @@ def gather(
         }
         if quality
         else None,
+        # personal data replaced in the documents kept, by kind: how many, the string put in
+        # its place, and a few examples of the text around a replacement (after it)
+        "pii": {
+            kind: {
+                "replaced": counts[PII_PREFIX + kind],
+                "replacement": replacement,
+                "examples": pii_examples.get(kind, []),
+            }
+            for kind, replacement in REPLACEMENTS.items()
+        },
         # documents over corpus.max_document_chars, and the pieces they were cut into
         "long_documents": {"documents": counts[LONG_DOCUMENTS], "pieces": counts[LONG_PIECES]},
         "skipped": dict(sorted(skipped.items())),

@@ -96,6 +96,14 @@ class LongDocuments(Part):
     action: str
 
 
+class PiiReplaced(Part):
+    """Personal data of one kind replaced in the documents kept (hanlm/data/pii.py)."""
+
+    replaced: int
+    replacement: str  # the string put in its place
+    examples: list[str]  # the text around a few replacements, after them
+
+
 class SourceCounts(Part):
     """One source's documents through the cleaning, and the sources whose documents its
     removed duplicates repeated (the cluster keeps its earliest document: sources in order)."""
@@ -104,6 +112,7 @@ class SourceCounts(Part):
     characters_in: int
     too_short: int
     quality_filtered: int
+    pii_replaced: int  # personal data replaced (every kind), not documents removed
     exact_duplicates: int
     near_duplicates: int
     documents_out: int
@@ -127,6 +136,7 @@ class CorpusStats(Result):
     exact_duplicates: int
     near_duplicates: int | None  # None: no near-duplicate pass
     quality_filtered: dict[str, int] | None  # by failed check; None: quality filters off
+    pii: dict[str, PiiReplaced]  # by kind: email, ipv4, ipv6, mobile, landline, resident_number
     long_documents: LongDocuments
     skipped: dict[str, int]  # records skipped, by reason
     damaged_files: list[dict[str, Any]]  # path, error, documents_kept

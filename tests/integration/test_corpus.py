@@ -116,6 +116,33 @@ def test_exact_duplicates_and_short_documents_counted(tmp_path):
     assert texts(tmp_path / "r") == DOCS
 
 
+def test_personal_data_is_replaced_counted_and_shown_where_a_source_asks(tmp_path):
+    """corpus.pii (on by default) replaces personal data in the documents kept, counts each kind
+    in stats.json with examples of the text after it; a source may turn it off."""
+    contact = "자세한 문의는 담당자 010-2345-6789 또는 help.desk@naver.com 으로 연락 바랍니다."
+    web = write_jsonl(tmp_path / "web.jsonl", [{"text": f"{DOCS[0]} {contact}"},
+                                               {"text": f"{DOCS[1]} 주민번호 900101-1234567"}])  # fmt: skip
+    forum = write_jsonl(tmp_path / "forum.jsonl", [{"text": f"{DOCS[2]} {contact}"}])
+    sources = [{"name": "web", "inputs": [str(web)]},
+               {"name": "forum", "inputs": [str(forum)], "pii": False}]  # fmt: skip
+    cfg = load_config(values={"corpus.sources": sources, "corpus.min_chars": 10})
+    stats = run_stage("corpus", cfg, tmp_path / "r")
+    got = texts(tmp_path / "r")
+    assert (
+        got[0]
+        == f"{DOCS[0]} 자세한 문의는 담당자 010-0000-0000 또는 email@example.com 으로 연락 바랍니다."
+    )
+    assert got[1] == f"{DOCS[1]} 주민번호 000000-0000000"
+    assert got[2] == f"{DOCS[2]} {contact}"  # pii = false for this source
+    assert {k: v.replaced for k, v in stats.pii.items() if v.replaced} == {
+        "email": 1, "mobile": 1, "resident_number": 1}  # fmt: skip
+    assert stats.pii["mobile"].replacement == "010-0000-0000"
+    [example] = stats.pii["mobile"].examples
+    assert "010-0000-0000" in example and "2345" not in example
+    assert stats.sources["web"].pii_replaced == 3 and stats.sources["forum"].pii_replaced == 0
+    assert "010-2345-6789" not in (tmp_path / "r" / "corpus" / "stats.json").read_text()
+
+
 def test_near_duplicates_removed_distinct_kept(tmp_path, shared_data):
     contexts = korquad_contexts(shared_data)[:60]
     near = [c[:-3] + "입니다." for c in contexts[:10]]  # last characters changed
