@@ -8,7 +8,8 @@ same work; both use --threads CPU threads. `hanlm generate`'s first token is its
 path's (`hanlm chat`'s): the prompt's forward pass and one step.
 
 --against engine: what hanlm's gateway (hanlm/serve/gateway.py) costs. llama-cpp-python's own
-server started directly (`python -m llama_cpp.server`) and `hanlm serve` on the same GGUF file,
+server started directly (its app under uvicorn, as `python -m llama_cpp.server` runs it, with
+the access log off as in hanlm) and `hanlm serve` on the same GGUF file,
 the same threads and context, each loaded in turn by 1, 8 and 32 concurrent clients (asyncio,
 httpx) sending chat requests that set every sampling field (greedy, --new-tokens min and max), so
 both do the same work: requests/s and p50/p95 latency, the two servers alternated --repeats
@@ -157,6 +158,21 @@ def start_server(cmd: list[str], log: Path, url_pattern: str | None, port: int |
     raise SystemExit(f"{cmd[:4]} did not start:\n{log.read_text()}")
 
 
+# llama-cpp-python's own app and uvicorn, as `python -m llama_cpp.server` runs them, with its
+# settings given as hanlm gives them, and uvicorn's access log off as hanlm has it (one log line a
+# request would slow the engine alone, not hanlm's layer)
+ENGINE_ALONE = """
+import sys, uvicorn
+from llama_cpp.server.app import create_app
+from llama_cpp.server.settings import ModelSettings, ServerSettings
+gguf, context, threads, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+model = ModelSettings(model=gguf, model_alias="bench", n_ctx=context, last_n_tokens_size=context,
+                      verbose=False, n_threads=threads, n_threads_batch=threads)
+app = create_app(server_settings=ServerSettings(interrupt_requests=False), model_settings=[model])
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+"""
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -164,10 +180,12 @@ def free_port() -> int:
 
 
 def chat_request(prompt: str, n: int) -> dict:
-    """Every sampling field set: both servers do the same work whatever their defaults."""
+    """Every sampling field either server could fill in set (at llama-cpp-python's own
+    defaults where [generate] has one too: top_k 40, top_p 0.95), so both do the same work."""
     return {"model": "bench", "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": n, "min_tokens": n, "temperature": 0.0, "repeat_penalty": 1.0,
-            "frequency_penalty": 0.0, "presence_penalty": 0.0, "seed": 0}  # fmt: skip
+            "max_tokens": n, "min_tokens": n, "temperature": 0.0, "top_k": 40, "top_p": 0.95,
+            "repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
+            "seed": 0}  # fmt: skip
 
 
 async def load(url: str, clients: int, requests_each: int, n: int) -> dict:
@@ -267,14 +285,11 @@ def against_engine(args) -> dict:
     gguf = folder / "bench.gguf"  # the served name: bench
     write_gguf(args.model, gguf, gguf_type=args.gguf_type, name="bench")
     context, _ = model_limits(gguf)
-    threads = ["--n_threads", str(args.threads), "--n_threads_batch", str(args.threads)]
 
     def engine():
         port = free_port()
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias",
-               "bench", "--n_ctx", str(context), "--last_n_tokens_size", str(context),
-               "--interrupt_requests", "False", "--host", "127.0.0.1", "--port", str(port),
-               *threads]  # fmt: skip
+        cmd = [sys.executable, "-c", ENGINE_ALONE, str(gguf), str(context), str(args.threads),
+               str(port)]  # fmt: skip
         return start_server(cmd, folder / "engine.log", None, port)
 
     def hanlm():

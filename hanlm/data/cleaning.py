@@ -35,7 +35,7 @@ from hanlm.data import dedup, engine
 from hanlm.data.corpus import PartWriter, normalise
 from hanlm.data.pii import EXAMPLES_PER_KIND, REPLACEMENTS, PiiScrubber
 from hanlm.data.quality import QualityFilter
-from hanlm.data.readers import Skips, Unit, source_units
+from hanlm.data.readers import Skips, Unit, input_revisions, source_units
 from hanlm.errors import UserError
 
 CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"
@@ -380,6 +380,7 @@ def build(
         info(f"corpus: personal data replaced (corpus.pii): {listed}")
     stats["job_seconds"] = {job.name: round(job.seconds, 3) for job in stage_jobs}
     stats["inputs"] = corpus.all_inputs()
+    stats["revisions"] = input_revisions(corpus.all_inputs())
     stats["seconds"] = round(time.perf_counter() - started, 3)
     return stats
 

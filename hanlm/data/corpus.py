@@ -128,6 +128,8 @@ class CorpusStats(Result):
     MADE_BY = "corpus"
 
     inputs: list[str]
+    # the commit each local snapshot (hf:FOLDER...) was downloaded at; None: not recorded
+    revisions: dict[str, str | None]
     documents_in: int
     characters_in: int
     documents_out: int

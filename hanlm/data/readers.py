@@ -167,18 +167,23 @@ def _block_document(path: Path, name: str, block: list[bytes], skips: Skips) -> 
         yield Document(name, text, len(raw))
 
 
-def _read_parquet(path: Path, text_field: str, skips: Skips) -> Iterator[Document]:
+def _open_parquet(path: Path):
+    """The parquet file at `path` (read into memory when compressed as a whole: parquet needs
+    random access), or a UserError naming it."""
     import pyarrow.parquet as pq  # deferred: pyarrow is heavy and only parquet inputs need it
 
     if strip_compression_suffix(path.name) != path.name:
         with open_text_stream(path) as stream:
-            source = io.BytesIO(stream.read())  # parquet needs random access
+            source = io.BytesIO(stream.read())
     else:
         source = path
     try:
-        pf = pq.ParquetFile(source)
+        return pq.ParquetFile(source)
     except Exception as e:  # pyarrow raises ArrowInvalid/OSError for a damaged file
         raise UserError(f"cannot read parquet file: {e}", where=str(path)) from None
+
+
+def _check_column(pf, path: Path, text_field: str) -> None:
     names = pf.schema_arrow.names
     if text_field not in names:
         raise UserError(
@@ -186,8 +191,38 @@ def _read_parquet(path: Path, text_field: str, skips: Skips) -> Iterator[Documen
             where=str(path),
             fix=f"choose one of its columns with --text-field: {', '.join(names)}",
         )
-    row = 0
-    for batch in pf.iter_batches(columns=[text_field], batch_size=4096):
+
+
+def parquet_row_groups(path: Path, text_field: str) -> list[tuple[int, int]]:
+    """(rows, uncompressed bytes of `text_field`) of each row group, from the file's footer
+    alone: what a task of some row groups will read, before anything is read."""
+    pf = _open_parquet(path)
+    _check_column(pf, path, text_field)
+    meta = pf.metadata
+    groups = []
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        text_bytes = sum(
+            group.column(j).total_uncompressed_size
+            for j in range(group.num_columns)
+            if group.column(j).path_in_schema == text_field
+        )
+        groups.append((group.num_rows, text_bytes or group.total_byte_size))
+    return groups
+
+
+def _read_parquet(
+    path: Path, text_field: str, skips: Skips, row_groups: tuple[int, int] | None = None
+) -> Iterator[Document]:
+    """The documents of a parquet file, or of its row groups [first, end) (rows keep their
+    number in the whole file, so a document's id is the same however the file was split)."""
+    pf = _open_parquet(path)
+    _check_column(pf, path, text_field)
+    groups = range(pf.metadata.num_row_groups) if row_groups is None else range(*row_groups)
+    row = sum(pf.metadata.row_group(i).num_rows for i in range(groups.start))
+    if not groups:
+        return
+    for batch in pf.iter_batches(columns=[text_field], batch_size=4096, row_groups=groups):
         for value in batch.column(0).to_pylist():
             row += 1
             where = f"{path}:row {row}"
@@ -211,13 +246,130 @@ _TRUE = ("1", "ON", "YES", "TRUE")
 
 
 def _parse_hf(spec: str) -> tuple[str, str | None, str]:
+    """(name, config, split) of `hf:NAME[:CONFIG]:SPLIT`; NAME may carry `@REVISION`."""
     parts = spec[len("hf:") :].split(":")
     if len(parts) not in (2, 3) or not all(parts):
         raise UserError(
             f"bad Hugging Face dataset id {spec!r}",
-            fix="write it as hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT",
+            fix="write it as hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT (NAME a Hub id or a local "
+            "snapshot folder of a dataset repository)",
         )
     return (parts[0], None, parts[1]) if len(parts) == 2 else (parts[0], parts[1], parts[2])
+
+
+def snapshot_folder(spec: str) -> Path | None:
+    """The local folder `hf:NAME...` names when NAME is one (a snapshot of a dataset
+    repository, as `hf download REPO --repo-type dataset --local-dir DIR` leaves it), else None."""
+    name = _parse_hf(spec)[0]
+    folder = Path(os.path.expanduser(name))
+    return folder if folder.is_dir() else None
+
+
+def snapshot_files(spec: str) -> list[Path]:
+    """The data files of CONFIG's SPLIT in a local snapshot, as `datasets` resolves them: the
+    `configs` of the folder's README.md (its YAML header: config_name, data_files by split,
+    default), else the files whose path names the split (train-*.parquet, train/...)."""
+    folder = snapshot_folder(spec)
+    assert folder is not None
+    _, config, split = _parse_hf(spec)
+    patterns = _readme_patterns(folder, spec, config, split)
+    if patterns is None:  # no configs in a README: datasets' own layout rules
+        patterns = [f"**/{split}/**/*", f"**/{split}-*", f"**/{split}_*", f"**/{split}.*"]
+        if config is not None:
+            patterns = [f"**/{config}/{p.removeprefix('**/')}" for p in patterns]
+    files: list[Path] = []
+    for pattern in patterns:
+        for match in sorted(glob.glob(str(folder / pattern), recursive=True)):
+            path = Path(match)
+            if path.is_file() and ".cache" not in path.relative_to(folder).parts:
+                kind = Path(strip_compression_suffix(path.name)).suffix.lower()
+                if kind in (".parquet", ".jsonl", ".txt") and path not in files:
+                    files.append(path)
+    if not files:
+        raise UserError(
+            f"{spec}: the snapshot folder {folder} has no data files for "
+            f"{'config ' + repr(config) + ', ' if config else ''}split {split!r} "
+            f"(looked for {', '.join(patterns)})",
+            fix="check the split and config names against the folder's README.md `configs`, "
+            "or download the files of that split into it",
+        )
+    return files
+
+
+def _readme_patterns(folder: Path, spec: str, config: str | None, split: str) -> list[str] | None:
+    """The data_files patterns of CONFIG's SPLIT from the README's `configs`; None without."""
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return None
+    from huggingface_hub.repocard import metadata_load  # deferred: only snapshots need it
+
+    try:
+        configs = (metadata_load(readme) or {}).get("configs")
+    except Exception as e:  # a README whose YAML header does not parse
+        raise UserError(
+            f"{spec}: the YAML header of {readme} does not parse ({type(e).__name__}: {e})",
+            where=str(readme),
+            fix="repair the README's header, or name the files with a glob instead",
+        ) from None
+    if not isinstance(configs, list) or not configs:
+        return None
+    named = {c.get("config_name", "default"): c for c in configs if isinstance(c, dict)}
+    if config is None:
+        defaults = [c for c in named.values() if c.get("default")]
+        chosen = (
+            defaults[0] if defaults else (next(iter(named.values())) if len(named) == 1 else None)
+        )
+        if chosen is None:
+            raise UserError(
+                f"{spec}: the snapshot has several configs and none is the default: "
+                f"{', '.join(named)}",
+                fix=f"name one: hf:{_parse_hf(spec)[0]}:CONFIG:{split}",
+            )
+    elif config in named:
+        chosen = named[config]
+    else:
+        raise UserError(
+            f"{spec}: the snapshot has no config {config!r}; its configs are {', '.join(named)}",
+            where=str(readme),
+            fix=f"use one of them: hf:{_parse_hf(spec)[0]}:CONFIG:{split}",
+        )
+    data_files = chosen.get("data_files", [])
+    if isinstance(data_files, (str, list)) and not (
+        isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)
+    ):
+        by_split = {"train": data_files}  # files without splits are the train split
+    else:
+        by_split = {d.get("split", "train"): d.get("path", []) for d in data_files}
+    if split not in by_split:
+        raise UserError(
+            f"{spec}: config {chosen.get('config_name', 'default')!r} has no split {split!r}; "
+            f"its splits are {', '.join(by_split)}",
+            where=str(readme),
+            fix="name one of them",
+        )
+    paths = by_split[split]
+    return [paths] if isinstance(paths, str) else list(paths)
+
+
+def snapshot_revision(folder: Path) -> str | None:
+    """The commit a snapshot was downloaded at, as `hf download --local-dir` records it in
+    .cache/huggingface/download/*.metadata (first line of each); None when it did not (the
+    files' sizes and times then stand for the content)."""
+    commits = set()
+    for metadata in (folder / ".cache" / "huggingface" / "download").rglob("*.metadata"):
+        first = metadata.read_text(errors="replace").split("\n", 1)[0].strip()
+        if len(first) == 40 and all(c in "0123456789abcdef" for c in first):
+            commits.add(first)
+    return commits.pop() if len(commits) == 1 else None
+
+
+def input_revisions(inputs: list[str]) -> dict[str, str | None]:
+    """The revision each local snapshot input was downloaded at (hf:FOLDER... ids only)."""
+    return {
+        spec: snapshot_revision(folder)
+        for spec in inputs
+        if spec.startswith("hf:") and (folder := snapshot_folder(spec)) is not None
+    }
 
 
 def hf_download_fix(spec: str) -> str:
@@ -340,11 +492,15 @@ def _read_hf(
 
 
 def expand_inputs(inputs: list[str]) -> list[str | Path]:
-    """Globs become sorted file lists; `hf:` ids and `demo` pass through. No match is an error."""
+    """Globs become sorted file lists, an `hf:` id naming a local snapshot folder its split's
+    data files; other `hf:` ids and `demo` pass through. No match is an error."""
     if not inputs:
         raise UserError("no corpus inputs given", fix=f"pass --input with one of: {SUPPORTED}")
     expanded: list[str | Path] = []
     for spec in inputs:
+        if spec.startswith("hf:") and snapshot_folder(spec) is not None:
+            expanded.extend(snapshot_files(spec))  # read as the local files they are
+            continue
         if is_demo(spec) or spec.startswith("hf:"):
             if is_demo(spec):
                 demo_kinds(spec)  # refuses a demo source that does not exist
@@ -377,9 +533,10 @@ def read_source(
     demo_file: Path | None = None,
     span: tuple[int, int] | None = None,
 ) -> Iterator[Document]:
-    """The documents of one input (or of the byte range `span` of an uncompressed .jsonl or
-    one-document-per-line .txt file); `demo` is read from `demo_file` (the demo world's
-    pretraining text, which the caller has written)."""
+    """The documents of one input, or of its piece `span`: a byte range of an uncompressed
+    .jsonl or one-document-per-line .txt file, row groups [first, end) of a parquet file, or a
+    share of a stream; `demo` is read from `demo_file` (the demo world's pretraining text,
+    which the caller has written)."""
     if is_demo(source):
         yield from _read_jsonl(demo_file, "text", skips, span, demo_kinds(source))
         return
@@ -393,7 +550,7 @@ def read_source(
         elif kind == ".jsonl":
             yield from _read_jsonl(source, corpus.text_field, skips, span)
         else:
-            yield from _read_parquet(source, corpus.text_field, skips)
+            yield from _read_parquet(source, corpus.text_field, skips, span)
     except DamagedCompressedFile as e:  # truncated or failing its checksum
         skips.damaged_file(str(source), e.detail)
     except OSError as e:  # unreadable part-way (an I/O error)
@@ -407,12 +564,17 @@ def read_source(
 @dataclass(frozen=True)
 class Unit:
     """A piece of the input: a whole file, a byte range of an uncompressed line-per-document
-    file, or a share of a Hugging Face stream's data files. Units depend only on the inputs and
-    the task size, so the tasks (and the output) do not depend on how many workers run them."""
+    file, row groups of a parquet file, or a share of a Hugging Face stream's data files. Units
+    depend only on the inputs and the task size, so the tasks (and the output) do not depend on
+    how many workers run them."""
 
     source: str  # a file path, `demo` or an hf: id
-    span: tuple[int, int] | None = None  # bytes (start, end) of a file; (share, shares) of hf:
-    nbytes: int = 0  # input bytes it covers (on disk; compressed files count compressed)
+    # bytes (start, end) of a line file; row groups [first, end) of a parquet file; (share,
+    # shares) of an hf: stream
+    span: tuple[int, int] | None = None
+    # input bytes it covers: on disk (compressed files count compressed), or for parquet the
+    # text column's uncompressed bytes in the footer
+    nbytes: int = 0
     corpus_source: str = DEFAULT_SOURCE  # the [[corpus.sources]] entry it belongs to
 
     def documents(
@@ -431,6 +593,28 @@ def _splittable(path: Path, corpus: CorpusSection) -> bool:
     return kind == ".jsonl" or (kind == ".txt" and corpus.doc_per_line)
 
 
+def _is_plain_parquet(path: Path) -> bool:
+    """An uncompressed parquet file (a compressed one has no footer to read in place)."""
+    return path.suffix.lower() == ".parquet"
+
+
+def _row_group_units(path: Path, text_field: str, task_bytes: int) -> list[Unit]:
+    """Consecutive row groups of a parquet file, about `task_bytes` of text each (a row group
+    larger than that is a task of its own): a task that fails reads its row groups again, not
+    the file."""
+    units: list[Unit] = []
+    first, size = 0, 0
+    groups = parquet_row_groups(path, text_field)
+    for i, (_, nbytes) in enumerate(groups):
+        if size and size + nbytes > task_bytes:
+            units.append(Unit(str(path), (first, i), size))
+            first, size = i, 0
+        size += nbytes
+    if groups:
+        units.append(Unit(str(path), (first, len(groups)), size))
+    return units
+
+
 def split_into_units(
     sources: list[str | Path],
     corpus: CorpusSection,
@@ -438,7 +622,8 @@ def split_into_units(
     *,
     demo_file: Path | None = None,
 ) -> list[Unit]:
-    """The inputs in order, big uncompressed line files cut into byte ranges of `task_bytes`."""
+    """The inputs in order, big uncompressed line files cut into byte ranges of `task_bytes`
+    and parquet files into runs of row groups of about `task_bytes` of text."""
     units: list[Unit] = []
     for source in sources:
         if isinstance(source, str) and not is_demo(source):  # a task per data file of the stream
@@ -446,6 +631,9 @@ def split_into_units(
             units.extend(Unit(source, (i, shares) if shares > 1 else None) for i in range(shares))
             continue
         path = demo_file if is_demo(source) else source
+        if not is_demo(source) and _is_plain_parquet(path):
+            units.extend(_row_group_units(path, corpus.text_field, task_bytes))
+            continue
         size = path.stat().st_size
         name = source if is_demo(source) else str(path)
         if size <= task_bytes or not (is_demo(source) or _splittable(path, corpus)):

@@ -43,6 +43,7 @@ PAGE, SETTINGS, HEALTH, METRICS, MODELS = (
 )
 GET_ROUTES = (PAGE, SETTINGS, HEALTH, METRICS, MODELS)
 NOTE_HEADER = b"x-hanlm-note"
+INLINE_COUNT_BYTES = 16 << 10  # a body up to this size has its prompt counted on the event loop
 DRAIN_AT_MOST = 16  # a body this many times the limit is refused without being read
 _USAGE_SCAN_BYTES = 1 << 20  # a non-streamed answer is read for its usage up to this size
 
@@ -144,7 +145,7 @@ class Gateway:
             request = requests.parse(body)
             requests.check(path, request, self.limits)
             request = {**self.settings["defaults"], **request}
-            note = await self._fit_context(path, request)
+            note = await self._fit_context(path, request, inline=len(body) <= INLINE_COUNT_BYTES)
         except RequestError as e:
             return await answer.error(e)
         if note:
@@ -189,13 +190,17 @@ class Gateway:
             raise _too_large(size, limit)
         return b"".join(chunks)
 
-    async def _fit_context(self, path: str, request: dict[str, Any]) -> str | None:
+    async def _fit_context(self, path: str, request: dict[str, Any], *, inline: bool) -> str | None:
         """Refuse a prompt the context cannot hold; lower max_tokens to what is left of the
-        context when it asks for more (said in the answer's x-hanlm-note header)."""
+        context when it asks for more (said in the answer's x-hanlm-note header). A small
+        request is counted here (tens of microseconds), a large one on a worker thread."""
         if self.count_prompt is None:
             return None  # the engine measures it itself (vLLM answers 400)
         try:
-            prompt = await anyio.to_thread.run_sync(self.count_prompt, path, request)
+            if inline:
+                prompt = self.count_prompt(path, request)
+            else:
+                prompt = await anyio.to_thread.run_sync(self.count_prompt, path, request)
         except Exception as e:  # the chat template refused the conversation
             raise RequestError(
                 400, f"the chat template could not render these messages: {e}", param="messages"

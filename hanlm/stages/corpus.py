@@ -36,9 +36,14 @@ STAGE = Stage(
 
 def inputs(cfg: Config, run: RunDir, options: dict) -> list:
     """The input files by path, size and time (too large to read just to see they are the same;
-    the demo world is the demo stage's, by its fingerprint)."""
+    the demo world is the demo stage's, by its fingerprint), and the commit each local snapshot
+    of a Hub dataset was downloaded at."""
     return [
-        [spec.name, readers.input_fingerprint(readers.expand_inputs(spec.inputs))]
+        [
+            spec.name,
+            readers.input_fingerprint(readers.expand_inputs(spec.inputs)),
+            readers.input_revisions(spec.inputs),
+        ]
         for spec in cfg.corpus.source_list()
     ]
 

@@ -1,6 +1,7 @@
 """The corpus stage on the data engine: tasks from the input, workers that do not change the
 output, resuming after a crash or a kill, errors from worker processes, Slurm submission."""
 
+import itertools
 import json
 import math
 import os
@@ -96,6 +97,107 @@ def test_compressed_and_block_text_files_are_not_cut(tmp_path):
     blocks.write_text("첫 문단\n\n둘째 문단\n" * 1000, encoding="utf-8")
     units = readers.split_into_units([gz, blocks], load_config().corpus, 100)
     assert [u.span for u in units] == [None, None]
+
+
+@pytest.mark.parametrize("task_bytes", [1, 30_000, 60_000, 10**9])
+def test_parquet_files_are_cut_by_row_groups_that_know_their_size(tmp_path, task_bytes):
+    """Tasks of consecutive row groups of about task_bytes of text, sized from the footer
+    alone (the text column's uncompressed bytes); each row read once, ids as in the whole file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(task_bytes)
+    texts = ["가나다라" * rng.randint(1, 60) + f" {i}" for i in range(300)]
+    path = tmp_path / "a.parquet"
+    table = pa.table({"id": [f"r{i}" for i in range(300)], "text": texts})
+    pq.write_table(table, path, row_group_size=40, compression="zstd")  # 8 row groups
+    c = load_config().corpus
+    whole = list(readers.Unit(str(path)).documents(c, readers.Skips(strict=True)))
+    units = readers.split_into_units([path], c, task_bytes)
+    groups = readers.parquet_row_groups(path, "text")
+    assert len(groups) == 8
+    assert units[0].span[0] == 0 and units[-1].span[1] == 8
+    assert all(a.span[1] == b.span[0] for a, b in itertools.pairwise(units))  # consecutive
+    assert sum(u.nbytes for u in units) == sum(n for _, n in groups) > 0
+    if task_bytes == 1:
+        assert len(units) == 8  # a row group larger than the task is a task of its own
+    elif task_bytes == 10**9:
+        assert len(units) == 1
+    else:
+        assert 1 < len(units) < 8 and all(u.nbytes <= task_bytes or
+                                          u.span[1] - u.span[0] == 1 for u in units)  # fmt: skip
+    pieces = [d for u in units for d in u.documents(c, readers.Skips(strict=True))]
+    assert [(d.id, d.text) for d in pieces] == [(d.id, d.text) for d in whole]
+    assert [d.text for d in whole] == texts
+
+
+def snapshot(root, commit="0123456789abcdef0123456789abcdef01234567"):
+    """A FineWeb-2-shaped dataset repository as `hf download --local-dir` leaves it: configs in
+    the README's YAML header, parquet files by config and split, the commit in .cache/."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (root / "README.md").parent.mkdir(parents=True, exist_ok=True)
+    (root / "README.md").write_text(
+        "---\nconfigs:\n"
+        "- config_name: kor_Hang\n  data_files:\n"
+        "  - split: train\n    path: data/kor_Hang/train/*\n"
+        "  - split: test\n    path: data/kor_Hang/test/*\n"
+        "- config_name: jpn_Jpan\n  data_files:\n"
+        "  - split: train\n    path: data/jpn_Jpan/train/*\n"
+        "---\n# a dataset\n"
+    )
+    texts = {}
+    for config, split, n in (
+        ("kor_Hang", "train", 2),
+        ("kor_Hang", "test", 1),
+        ("jpn_Jpan", "train", 1),
+    ):
+        folder = root / "data" / config / split
+        folder.mkdir(parents=True)
+        for f in range(n):
+            rows = [f"{config} {split} {f} 문서 {i} " + "가나다" * 20 for i in range(50)]
+            texts.setdefault((config, split), []).extend(rows)
+            table = pa.table({"text": rows, "id": [f"<urn:{config}:{f}:{i}>" for i in range(50)]})
+            pq.write_table(table, folder / f"{f:03d}_00000.parquet", row_group_size=10)
+            meta = root / ".cache" / "huggingface" / "download" / folder.relative_to(root)
+            meta.mkdir(parents=True, exist_ok=True)
+            (meta / f"{f:03d}_00000.parquet.metadata").write_text(f"{commit}\netag\n1.0\n")
+    return texts
+
+
+def test_a_local_snapshot_is_read_by_its_hf_name_config_and_split(tmp_path):
+    texts = snapshot(tmp_path / "fineweb-2")
+    spec = f"hf:{tmp_path / 'fineweb-2'}:kor_Hang:train"
+    files = readers.snapshot_files(spec)
+    assert [f.relative_to(tmp_path / "fineweb-2").as_posix() for f in files] == [
+        "data/kor_Hang/train/000_00000.parquet", "data/kor_Hang/train/001_00000.parquet"]  # fmt: skip
+    assert readers.input_revisions([spec]) == {spec: "0123456789abcdef0123456789abcdef01234567"}
+    units = readers.split_into_units(readers.expand_inputs([spec]), load_config().corpus, 2000)
+    assert len(units) > 2 and all(u.nbytes > 0 for u in units)  # row groups with their sizes
+    cfg = load_config(values={"corpus.inputs": [spec], "corpus.min_chars": 1})
+    stats = run_stage("corpus", cfg, tmp_path / "r")
+    assert [t for _, t in output(tmp_path / "r")] == texts[("kor_Hang", "train")]
+    assert stats.revisions == {spec: "0123456789abcdef0123456789abcdef01234567"}
+    for bad, message in ((f"hf:{tmp_path / 'fineweb-2'}:train", "several configs and none"),
+                         (f"hf:{tmp_path / 'fineweb-2'}:kor_Latn:train", "no config 'kor_Latn'"),
+                         (f"hf:{tmp_path / 'fineweb-2'}:jpn_Jpan:test", "no split 'test'")):  # fmt: skip
+        with pytest.raises(UserError, match=message):
+            readers.expand_inputs([bad])
+
+
+def test_a_changed_snapshot_redoes_the_corpus(tmp_path):
+    snapshot(tmp_path / "ds")
+    spec = f"hf:{tmp_path / 'ds'}:kor_Hang:test"
+    cfg = load_config(values={"corpus.inputs": [spec], "corpus.min_chars": 1})
+    run_stage("corpus", cfg, tmp_path / "r")
+    from hanlm.stages import corpus as corpus_stage
+    from hanlm.stages.rundir import RunDir
+
+    before = corpus_stage.inputs(cfg, RunDir(tmp_path / "r"), {})
+    for meta in (tmp_path / "ds" / ".cache").rglob("*.metadata"):
+        meta.write_text("f" * 40 + "\n")  # downloaded again at another commit
+    assert corpus_stage.inputs(cfg, RunDir(tmp_path / "r"), {}) != before
 
 
 # --- workers, resuming ---------------------------------------------------------------------------
