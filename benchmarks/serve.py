@@ -10,10 +10,12 @@ path's (`hanlm chat`'s): the prompt's forward pass and one step.
 --against engine: what hanlm's gateway (hanlm/serve/gateway.py) costs. llama-cpp-python's own
 server started directly (its app under uvicorn, as `python -m llama_cpp.server` runs it, with
 the access log off as in hanlm) and `hanlm serve` on the same GGUF file,
-the same threads and context, each loaded in turn by 1, 8 and 32 concurrent clients (asyncio,
-httpx) sending chat requests that set every sampling field (greedy, --new-tokens min and max), so
-both do the same work: requests/s and p50/p95 latency, the two servers alternated --repeats
-times (the best of each kept); then a --soak-s soak of `hanlm serve` under 8 clients: errors,
+the same threads and context, both started at once and loaded in alternating rounds (one at a
+time) by 1, 8 and 32 concurrent clients (asyncio, httpx) sending chat requests that set every
+sampling field (greedy, --new-tokens min and max), so both do the same work: requests/s and
+p50/p95 latency, the median of --repeats rounds, and the ratio's range over the rounds (on a
+shared machine a round's speed drifts; pairing the rounds cancels most of it); then a --soak-s
+soak of `hanlm serve` under 8 clients: errors,
 and the server's resident memory sampled every few seconds (flat: the last sample within 5% of
 the first after warm-up).
 
@@ -297,31 +299,46 @@ def against_engine(args) -> dict:
                "--threads", str(args.threads)]  # fmt: skip
         return start_server(cmd, folder / "hanlm.log", r"at (http://[^ ]+)/v1 ", None)
 
-    figures: dict = {"engine": {}, "hanlm": {}}
-    for _ in range(args.repeats):
-        for name, start in (("engine", engine), ("hanlm", hanlm)):
-            server, url = start()
-            try:
-                for clients in args.clients:
-                    each = max(2, args.requests // clients)
-                    got = asyncio.run(load(url, clients, each, args.new_tokens))
-                    best = figures[name].get(clients)
-                    if best is None or got["requests_per_s"] > best["requests_per_s"]:
-                        figures[name][clients] = got
-            finally:
-                server.terminate()
-                server.wait(timeout=60)
+    # Both servers up at once, only one loaded at a time: rounds alternate between them (the
+    # order flipped each round), so the machine's drift falls on both alike; each level's
+    # figure is the median over rounds, and the ratio's range over rounds is printed too.
+    servers = {"engine": engine(), "hanlm": hanlm()}
+    rounds: dict = {name: {c: [] for c in args.clients} for name in servers}
+    try:
+        for clients in args.clients:
+            each = max(2, args.requests // clients)
+            for r in range(args.repeats):
+                order = ("engine", "hanlm") if r % 2 == 0 else ("hanlm", "engine")
+                for name in order:
+                    url = servers[name][1]
+                    rounds[name][clients].append(
+                        asyncio.run(load(url, clients, each, args.new_tokens))
+                    )
+    finally:
+        for process, _ in servers.values():
+            process.terminate()
+            process.wait(timeout=60)
+    figures: dict = {"rounds": rounds, "engine": {}, "hanlm": {}}
     print(f"{args.new_tokens} new tokens per chat answer, greedy, {args.threads} threads, "
-          f"{args.gguf_type} GGUF, best of {args.repeats}")  # fmt: skip
+          f"{args.gguf_type} GGUF, median of {args.repeats} alternating rounds")  # fmt: skip
     print(f"{'clients':>7} {'server':>22} {'req/s':>8} {'p50':>9} {'p95':>9} {'errors':>6}")
     for clients in args.clients:
-        for name, label in (("engine", "llama_cpp.server"), ("hanlm", "hanlm serve")):
-            f = figures[name][clients]
+        for name, label in (("engine", "llama-cpp-python alone"), ("hanlm", "hanlm serve")):
+            got = rounds[name][clients]
+            f = {
+                k: statistics.median(g[k] for g in got)
+                for k in ("requests_per_s", "p50_s", "p95_s")
+            }
+            f["errors"] = sum(g["errors"] for g in got)
+            figures[name][clients] = f
             print(f"{clients:>7} {label:>22} {f['requests_per_s']:8.1f} {f['p50_s'] * 1000:7.1f}ms "
                   f"{f['p95_s'] * 1000:7.1f}ms {f['errors']:>6}")  # fmt: skip
         e, h = figures["engine"][clients], figures["hanlm"][clients]
+        paired = [b["requests_per_s"] / a["requests_per_s"]
+                  for a, b in zip(rounds["engine"][clients], rounds["hanlm"][clients], strict=True)]  # fmt: skip
         print(f"{'':>7} {'hanlm / engine':>22} {h['requests_per_s'] / e['requests_per_s']:8.3f} "
-              f"{h['p50_s'] / e['p50_s']:8.3f}x {h['p95_s'] / e['p95_s']:8.3f}x")  # fmt: skip
+              f"{h['p50_s'] / e['p50_s']:8.3f}x {h['p95_s'] / e['p95_s']:8.3f}x   "
+              f"req/s ratio by round {min(paired):.3f}-{max(paired):.3f}")  # fmt: skip
     if args.soak_s > 0:
         server, url = hanlm()
         try:

@@ -98,7 +98,11 @@ class Server:
             self.proc.kill()
             pytest.fail(f"hanlm serve did not start:\n{self.output()}")
         self.port = int(self.url.rsplit(":", 1)[1])
-        self._wait_until_answering()
+        try:
+            self._wait_until_answering()
+        except BaseException:  # a failed start leaves no server behind
+            self.proc.kill()
+            raise
 
     def _wait_until_answering(self) -> None:
         deadline = time.monotonic() + 60
