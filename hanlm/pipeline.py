@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hanlm import __version__, run_lock
+from hanlm import __version__, run_inputs, run_lock
 from hanlm.config import Config
 from hanlm.console import info, warn
 from hanlm.errors import UserError
@@ -301,6 +301,17 @@ def run_stage(
     return result
 
 
+def _will_run(names: list[str], start: int, run: RunDir) -> list[str]:
+    """The stages a pipeline will build: from `--from` (index `start`) or the first one not
+    yet finished, whichever comes first, to the end of `names`. (A finished stage may still be
+    built again when its settings changed; its inputs are then checked by the stage itself.)"""
+    unfinished = next(
+        (i for i, name in enumerate(names) if read_stage_marker(declaration(name).output(run)) is None),
+        len(names),
+    )  # fmt: skip
+    return names[min(start, unfinished) :]
+
+
 def run_pipeline(
     cfg: Config, run: RunDir | Path | str, *, from_stage: str | None = None,
     until: str | None = None,
@@ -318,6 +329,7 @@ def run_pipeline(
         raise UserError(f"--from {from_stage} comes after --until {until}", fix="swap them")
     if {"pretrain", "sft"} & set(names[:stop]):  # before hours of data stages, not after
         trackers.check(cfg.logging)
+    run_inputs.check(cfg, _will_run(names[:stop], start, run))  # every rank: same answer
     results: dict[str, StageOutcome] = {}
     with run_lock.hold(run.root):  # no other command between two stages either
         for i, name in enumerate(names[:stop]):

@@ -245,7 +245,7 @@ HF_LAYOUTS = {
 _TRUE = ("1", "ON", "YES", "TRUE")
 
 
-def _parse_hf(spec: str) -> tuple[str, str | None, str]:
+def parse_hf(spec: str) -> tuple[str, str | None, str]:
     """(name, config, split) of `hf:NAME[:CONFIG]:SPLIT`; NAME may carry `@REVISION`."""
     parts = spec[len("hf:") :].split(":")
     if len(parts) not in (2, 3) or not all(parts):
@@ -260,7 +260,7 @@ def _parse_hf(spec: str) -> tuple[str, str | None, str]:
 def snapshot_folder(spec: str) -> Path | None:
     """The local folder `hf:NAME...` names when NAME is one (a snapshot of a dataset
     repository, as `hf download REPO --repo-type dataset --local-dir DIR` leaves it), else None."""
-    name = _parse_hf(spec)[0]
+    name = parse_hf(spec)[0]
     folder = Path(os.path.expanduser(name))
     return folder if folder.is_dir() else None
 
@@ -271,7 +271,7 @@ def snapshot_files(spec: str) -> list[Path]:
     default), else the files whose path names the split (train-*.parquet, train/...)."""
     folder = snapshot_folder(spec)
     assert folder is not None
-    _, config, split = _parse_hf(spec)
+    _, config, split = parse_hf(spec)
     patterns = _readme_patterns(folder, spec, config, split)
     if patterns is None:  # no configs in a README: datasets' own layout rules
         patterns = [f"**/{split}/**/*", f"**/{split}-*", f"**/{split}_*", f"**/{split}.*"]
@@ -323,7 +323,7 @@ def _readme_patterns(folder: Path, spec: str, config: str | None, split: str) ->
             raise UserError(
                 f"{spec}: the snapshot has several configs and none is the default: "
                 f"{', '.join(named)}",
-                fix=f"name one: hf:{_parse_hf(spec)[0]}:CONFIG:{split}",
+                fix=f"name one: hf:{parse_hf(spec)[0]}:CONFIG:{split}",
             )
     elif config in named:
         chosen = named[config]
@@ -331,7 +331,7 @@ def _readme_patterns(folder: Path, spec: str, config: str | None, split: str) ->
         raise UserError(
             f"{spec}: the snapshot has no config {config!r}; its configs are {', '.join(named)}",
             where=str(readme),
-            fix=f"use one of them: hf:{_parse_hf(spec)[0]}:CONFIG:{split}",
+            fix=f"use one of them: hf:{parse_hf(spec)[0]}:CONFIG:{split}",
         )
     data_files = chosen.get("data_files", [])
     if isinstance(data_files, (str, list)) and not (
@@ -373,27 +373,23 @@ def input_revisions(inputs: list[str]) -> dict[str, str | None]:
 
 
 def hf_download_fix(spec: str) -> str:
-    """How to read `spec` without streaming: download its files once, then pass them as files."""
-    name, config, split = _parse_hf(spec)
+    """How to read `spec` without streaming: download its files once into a folder, then name
+    the folder in the same spelling (hf:DIR[:CONFIG]:SPLIT reads a local snapshot)."""
+    name, config, split = parse_hf(spec)
+    local = f"hf:DIR:{config}:{split}" if config else f"hf:DIR:{split}"
     layout = HF_LAYOUTS.get(name)
+    include = ""
     if layout is not None and ("{config}" not in layout or config):
-        folder = layout.format(config=config, split=split)
-        return (
-            f'download it first: `hf download {name} --repo-type dataset --include "{folder}/*" '
-            f"--local-dir DIR` (huggingface_hub's command; `huggingface-cli download` with the "
-            f"same arguments on huggingface_hub < 1.0), then pass --input "
-            f"'DIR/{folder}/*.parquet' instead of {spec}"
-        )
+        include = f' --include "{layout.format(config=config, split=split)}/*" --include README.md'
     return (
-        f"download it first: `hf download {name} --repo-type dataset --local-dir DIR` "
-        "(huggingface_hub's command; `huggingface-cli download` on huggingface_hub < 1.0; add "
-        "--include 'FOLDER/*' to fetch only the config's folder, as the dataset's file list on "
-        f"huggingface.co shows it), then pass its {split!r} data files (.parquet or .jsonl) "
-        f"with --input, e.g. --input 'DIR/**/*.parquet', instead of {spec}"
+        f"download it first: `hf download {name} --repo-type dataset{include} --local-dir DIR` "
+        "(huggingface_hub's command; `huggingface-cli download` with the same arguments on "
+        f"huggingface_hub < 1.0), then name the folder instead: {local} (its README's configs "
+        "say which files are that split, and the download's commit is recorded)"
     )
 
 
-def _hf_offline() -> bool:
+def hf_offline() -> bool:
     return any(
         os.environ.get(var, "").upper() in _TRUE
         for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
@@ -403,14 +399,14 @@ def _hf_offline() -> bool:
 def _open_hf_stream(spec: str):
     """The dataset `spec` names as a streaming IterableDataset, or a UserError saying how to
     download it when it cannot be streamed (offline, no network, no access, no such dataset)."""
-    name, config, split = _parse_hf(spec)
+    name, config, split = parse_hf(spec)
     try:
         import datasets  # deferred: optional (hanlm[hf]) and heavy
     except ImportError:
         raise UserError(
             f"reading {spec} needs the `datasets` package", fix="pip install 'hanlm[hf]'"
         ) from None
-    if _hf_offline():
+    if hf_offline():
         raise UserError(
             f"{spec} cannot be streamed: Hugging Face is set offline (HF_HUB_OFFLINE or "
             "HF_DATASETS_OFFLINE)",
@@ -466,7 +462,7 @@ def _read_hf(
 ) -> Iterator[Document]:
     """The documents of a streamed Hugging Face dataset, or of share `shard` = (index, count)
     of it (see `_share`); records without a string `text_field` are skipped and counted."""
-    name, _, split = _parse_hf(spec)
+    name, _, split = parse_hf(spec)
     dataset = _open_hf_stream(spec)
     features = getattr(dataset, "features", None)
     if isinstance(features, dict) and features and text_field not in features:

@@ -136,17 +136,17 @@ def test_offline_message_names_the_download_command(monkeypatch):
     msg = e.value.message
     assert (
         'hf download HuggingFaceFW/fineweb-2 --repo-type dataset --include "data/kor_Hang/train/*" '
-        "--local-dir DIR" in msg
+        "--include README.md --local-dir DIR" in msg
     )
-    assert "--input 'DIR/data/kor_Hang/train/*.parquet'" in msg
+    assert "name the folder instead: hf:DIR:kor_Hang:train" in msg  # the same spelling, local
     with pytest.raises(UserError) as e:
         texts("hf:wikimedia/wikipedia:20231101.ko:train")
     assert '--include "20231101.ko/*"' in e.value.message
-    assert "'DIR/20231101.ko/*.parquet'" in e.value.message
+    assert "hf:DIR:20231101.ko:train" in e.value.message
     with pytest.raises(UserError) as e:
         texts("hf:someone/ko:train")
     assert "hf download someone/ko --repo-type dataset --local-dir DIR" in e.value.message
-    assert "--input" in e.value.message
+    assert "hf:DIR:train" in e.value.message
     monkeypatch.setenv("HF_HUB_OFFLINE", "true")  # huggingface_hub's other spellings count too
     with pytest.raises(UserError, match="offline"):
         readers.hf_num_shards("hf:someone/ko:train")

@@ -1,0 +1,165 @@
+"""What a run reads from outside its folder, checked before its first stage writes anything.
+
+A missing benchmark file used to be found after the corpus stage, a missing chat data file after
+pretraining: hours in. `hanlm run` now checks every input of the stages it will run (between
+`--from` and `--until`) first, and fails in seconds with one error listing every problem:
+
+- corpus: each input of each source: a glob that matches files (each one opens: a JSONL's first
+  record, a parquet footer with the text column), a local snapshot folder whose config and
+  split resolve, a Hub id that resolves online (offline: it cannot be streamed);
+- decontam: each benchmark file (the demo world's is the run's own);
+- eval: each task (known to hanlm, a task file or lm-evaluation-harness's registry) and its
+  data file;
+- sft: the conversations file (every conversation parses) and `sft.model`;
+- pretraining with distillation: the teacher model.
+
+Each check is the one the stage itself makes, called early; nothing is read whole here.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from hanlm.config import Config
+from hanlm.errors import UserError
+
+
+def problems(cfg: Config, stages: Iterable[str]) -> list[str]:
+    """Every input problem of `stages`, one line each (empty: all there)."""
+    stages = set(stages)
+    found: list[str] = []
+
+    def check(what: str, probe: Callable[[], object]) -> None:
+        try:
+            probe()
+        except UserError as e:
+            found.append(f"{what}: {e.message}")
+
+    if "corpus" in stages:
+        for source in cfg.corpus.source_list():
+            for spec in source.inputs:
+                check(f"corpus source {source.name!r} input {spec!r}",
+                      lambda spec=spec: _corpus_input(spec, cfg))  # fmt: skip
+    if "decontam" in stages:
+        for spec in cfg.decontam.benchmarks:
+            check(f"decontam.benchmarks {spec!r}", lambda spec=spec: _benchmark(spec))
+    if "eval" in stages:
+        for spec in cfg.eval.tasks:
+            check(f"eval.tasks {spec!r}", lambda spec=spec: _eval_task(spec))
+    if "sft" in stages:
+        if cfg.sft.data:
+            check(f"sft.data {cfg.sft.data!r}", lambda: _conversations(Path(cfg.sft.data)))
+        if cfg.sft.model:
+            check(f"sft.model {cfg.sft.model!r}", lambda: _model(cfg.sft.model))
+    if "pretrain" in stages and cfg.distill.enabled and cfg.distill.teacher:
+        check(f"distill.teacher {cfg.distill.teacher!r}", lambda: _model(cfg.distill.teacher))
+    return found
+
+
+def check(cfg: Config, stages: Iterable[str]) -> None:
+    """One UserError listing every missing or unreadable input of `stages`."""
+    found = problems(cfg, stages)
+    if found:
+        raise UserError(
+            f"{len(found)} input(s) of this run cannot be read; nothing was written:\n  - "
+            + "\n  - ".join(found),
+            fix="fix each one (or its key in the recipe) and run the same command again",
+        )
+
+
+def _corpus_input(spec: str, cfg: Config) -> None:
+    from hanlm.data import readers  # deferred: pyarrow and the readers
+
+    if readers.is_demo(spec):
+        readers.demo_kinds(spec)
+        return
+    if spec.startswith("hf:"):
+        if readers.snapshot_folder(spec) is not None:
+            files = readers.snapshot_files(spec)
+            _probe_file(files[0], cfg.corpus.text_field)
+        else:
+            _hub_dataset(spec)
+        return
+    files = readers.expand_inputs([spec])  # no match, an unsupported type: its UserError
+    for path in files:
+        _probe_file(path, cfg.corpus.text_field)
+
+
+def _probe_file(path: Path, text_field: str) -> None:
+    """The file opens and its first record is what the corpus stage reads."""
+    from hanlm.data import readers
+    from hanlm.files import open_text_stream, strip_compression_suffix
+
+    kind = Path(strip_compression_suffix(path.name)).suffix.lower()
+    if kind == ".parquet":
+        readers.parquet_row_groups(path, text_field)  # the footer, and the column
+        return
+    try:
+        with open_text_stream(path) as stream:
+            first = next((line for line in stream if line.strip()), None)
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise UserError(f"{path} cannot be read ({type(e).__name__}: {e})") from None
+    if kind == ".jsonl" and first is not None:
+        try:
+            record = json.loads(first)
+        except ValueError as e:
+            raise UserError(f"{path}: its first line is not JSON ({e})") from None
+        if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+            raise UserError(f"{path}: its first record has no string field {text_field!r}")
+
+
+def _hub_dataset(spec: str) -> None:
+    """A Hub dataset id resolves (online), or says how to get it (offline)."""
+    from hanlm.data import readers
+
+    name, _, _ = readers.parse_hf(spec)
+    if readers.hf_offline():
+        raise UserError(
+            f"{spec} cannot be streamed: Hugging Face is set offline",
+            fix=readers.hf_download_fix(spec),
+        )
+    from huggingface_hub import HfApi  # deferred: the network
+
+    try:
+        HfApi().dataset_info(name, timeout=30)
+    except Exception as e:  # not found, gated, no network: each needs the user
+        raise UserError(
+            f"{spec} does not resolve on the Hub ({type(e).__name__}: {e})",
+            fix=readers.hf_download_fix(spec),
+        ) from None
+
+
+def _benchmark(spec: str) -> None:
+    from hanlm.stages.decontam import benchmark_specs  # deferred: the stage's own resolution
+
+    if spec.partition("=")[2].strip() == "demo":
+        return  # the demo world's benchmark: the run makes it
+    benchmark_specs([spec], None)
+
+
+def _eval_task(spec: str) -> None:
+    from hanlm.evals import tasks as tasks_lib  # deferred: lm-eval's registry, when named
+
+    for leaf in tasks_lib.expand_specs([spec])[0]:
+        name, source = tasks_lib.parse_task_spec(leaf)
+        tasks_lib.get(name)
+        if source and not source.startswith("hf:") and source != "demo":
+            matches = glob.glob(os.path.expanduser(source))
+            if not matches:
+                raise UserError(f"the data of task {name} is not at {source}")
+
+
+def _conversations(path: Path) -> None:
+    from hanlm.data import chat_data  # deferred: the SFT stage's reader
+
+    chat_data.read_conversations(path)  # the whole file, as the stage reads it: the first bad line
+
+
+def _model(spec: str) -> None:
+    from hanlm.model_folder import check_model_folder
+
+    check_model_folder(spec)
