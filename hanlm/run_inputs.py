@@ -25,7 +25,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hanlm.config import Config
+from hanlm.data import readers
 from hanlm.errors import UserError
+from hanlm.files import open_text_stream, strip_compression_suffix
+from hanlm.model_folder import check_model_folder
 
 
 def problems(cfg: Config, stages: Iterable[str]) -> list[str]:
@@ -72,7 +75,6 @@ def check(cfg: Config, stages: Iterable[str]) -> None:
 
 
 def _corpus_input(spec: str, cfg: Config) -> None:
-    from hanlm.data import readers  # deferred: pyarrow and the readers
 
     if readers.is_demo(spec):
         readers.demo_kinds(spec)
@@ -91,9 +93,6 @@ def _corpus_input(spec: str, cfg: Config) -> None:
 
 def _probe_file(path: Path, text_field: str) -> None:
     """The file opens and its first record is what the corpus stage reads."""
-    from hanlm.data import readers
-    from hanlm.files import open_text_stream, strip_compression_suffix
-
     kind = Path(strip_compression_suffix(path.name)).suffix.lower()
     if kind == ".parquet":
         readers.parquet_row_groups(path, text_field)  # the footer, and the column
@@ -114,8 +113,6 @@ def _probe_file(path: Path, text_field: str) -> None:
 
 def _hub_dataset(spec: str) -> None:
     """A Hub dataset id resolves (online), or says how to get it (offline)."""
-    from hanlm.data import readers
-
     name, _, _ = readers.parse_hf(spec)
     if readers.hf_offline():
         raise UserError(
@@ -160,6 +157,4 @@ def _conversations(path: Path) -> None:
 
 
 def _model(spec: str) -> None:
-    from hanlm.model_folder import check_model_folder
-
     check_model_folder(spec)

@@ -325,7 +325,8 @@ def test_hf_offline_and_bad_id(tmp_path, monkeypatch):
     cfg = make_cfg(tmp_path, ["hf:someone/korean-corpus:train"])
     with pytest.raises(UserError, match="offline") as e:
         run_stage("corpus", cfg, tmp_path / "r")
-    assert "--input" in e.value.message
+    assert "hf download someone/korean-corpus" in e.value.message
+    assert "hf:DIR:train" in e.value.message  # the downloaded folder, in the same spelling
     with pytest.raises(UserError, match="bad Hugging Face dataset id"):
         run_stage("corpus", make_cfg(tmp_path, ["hf:onlyname"]), tmp_path / "r")
 

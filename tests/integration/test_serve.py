@@ -146,7 +146,7 @@ def server(gguf, tmp_path_factory):
     """The GGUF served with greedy defaults; stopped at the end with SIGTERM, which must end it
     cleanly: status 0, the port given back."""
     log = tmp_path_factory.mktemp("serve-log") / "server.log"
-    running = Server([str(gguf), *settings_args(SETTINGS)], log)
+    running = Server([str(gguf), *settings_args(SETTINGS), "--set", "serve.body_timeout_s=2"], log)
     yield running
     assert running.stop(signal.SIGTERM) == 0, running.output()[-3000:]
     assert "Traceback" not in running.output()
@@ -344,6 +344,31 @@ def test_every_request_the_server_cannot_take_is_a_4xx_and_the_next_good_one_is_
         assert got["error"]["code"] == code and got["error"]["message"], got
         assert chat(server.client()).choices[0].message.content == reference["chat"]["text"]
     assert "Traceback" not in server.output() and "Exception" not in server.output()
+
+
+def test_a_client_that_sends_slowly_blocks_no_one(server, reference):
+    """One client sends half its headers and waits; another sends its body half and waits:
+    others are answered meanwhile. The slow body gets a 408 once serve.body_timeout_s passes
+    (set to 2 s for this server)."""
+    host, port = "127.0.0.1", server.port
+    slow_headers = socket.create_connection((host, port), timeout=30)
+    slow_headers.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-")
+    slow_body = socket.create_connection((host, port), timeout=30)
+    body = chat_json()
+    slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                      b"\r\n\r\n" + body[:10])  # fmt: skip
+    try:
+        started = time.perf_counter()
+        assert chat(server.client()).choices[0].message.content == reference["chat"]["text"]
+        assert time.perf_counter() - started < 10
+        answer = slow_body.recv(4096).decode(errors="replace")  # waits for the timeout
+        assert answer.startswith("HTTP/1.1 408"), answer[:200]
+        assert '"code": "request_timeout"' in answer
+    finally:
+        slow_headers.close()
+        slow_body.close()
+    assert chat(server.client()).choices[0].message.content == reference["chat"]["text"]
 
 
 def test_a_long_answer_asked_for_is_shortened_to_the_context_and_said(server):

@@ -45,6 +45,7 @@ ORDER: tuple[str, ...] = (
     "share",
     "stages",
     "serve",
+    "run_inputs",
     "pipeline",
     "cli",
     "__main__",
