@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
@@ -163,6 +164,16 @@ WEIGHT_TOLERANCE = 1e-3  # weights are shares: they must sum to 1 within this
 EPOCHS_WARNING = 4.0  # past ~4 epochs repeated tokens are worth much less (Muennighoff et al. 2023)
 
 
+@dataclass(frozen=True)
+class SourceFields:
+    """Which fields of a source's records hold the text, the record's id, and the metadata
+    carried with each document (filters read theirs from it: language_score, url)."""
+
+    text: str = "text"
+    id: str = "id"
+    metadata: tuple[str, ...] = ()
+
+
 class CorpusSourceSection(Section):
     """One `[[corpus.sources]]` table: a named source of documents and its share of the
     training tokens. Either every source has a weight or a token count, or none has (then the
@@ -186,6 +197,26 @@ class CorpusSourceSection(Section):
         "needs more is an error before training",
     )
     min_chars: int | None = Field(None, ge=0, description="corpus.min_chars for this source")
+    text_field: str | None = Field(
+        None, min_length=1, description="the field holding the text (unset: corpus.text_field)"
+    )
+    id_field: str = Field(
+        "id",
+        min_length=1,
+        description="the field holding a record's own id, kept as the document's id where the "
+        "record has it (else FILE:ROW)",
+    )
+    metadata: list[str] = Field(
+        default_factory=list,
+        description='fields carried with each document ({"id", "text", "metadata"} in the '
+        'corpus parts and after decontam), e.g. ["url", "language_score"]',
+    )
+    min_language_score: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="drop documents whose `language_score` field (FineWeb-2's) is below this",
+    )
     pii: bool | None = Field(None, description="corpus.pii for this source")
     quality: bool | None = Field(
         None, description="corpus.quality.enabled for this source (e.g. off for Wikipedia)"
@@ -254,6 +285,11 @@ class CorpusSection(Section):
         64_000_000, ge=1000, description="characters per output part (the unit of shard work)"
     )
     quality: CorpusQualitySection = Field(default_factory=CorpusQualitySection)
+    url_blocklist: str | None = Field(
+        None,
+        description="a file of domains, one a line (# comments): documents whose `url` field "
+        "is on one of them or a subdomain are dropped (read `url` as a source's metadata)",
+    )
     pii: bool = Field(
         True,
         description="replace e-mails, public IPs, Korean phone and resident registration "
@@ -300,6 +336,15 @@ class CorpusSection(Section):
         if self.sources:
             return list(self.sources)
         return [CorpusSourceSection(name=DEFAULT_SOURCE, inputs=list(self.inputs))]
+
+    def fields_of(self, source: CorpusSourceSection) -> SourceFields:
+        """The fields a source's records are read by (its own, else the corpus's)."""
+        wanted = list(source.metadata)
+        if source.min_language_score is not None and "language_score" not in wanted:
+            wanted.append("language_score")
+        if self.url_blocklist and "url" not in wanted:
+            wanted.append("url")
+        return SourceFields(source.text_field or self.text_field, source.id_field, tuple(wanted))
 
     def all_inputs(self) -> list[str]:
         return [i for s in self.source_list() for i in s.inputs]

@@ -43,6 +43,8 @@ def problems(cfg: Config, stages: Iterable[str]) -> list[str]:
             found.append(f"{what}: {e.message}")
 
     if "corpus" in stages:
+        if cfg.corpus.url_blocklist and not Path(cfg.corpus.url_blocklist).expanduser().is_file():
+            found.append(f"corpus.url_blocklist {cfg.corpus.url_blocklist!r}: no such file")
         for source in cfg.corpus.source_list():
             for spec in source.inputs:
                 check(f"corpus source {source.name!r} input {spec!r}",

@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import zstandard
@@ -42,6 +43,8 @@ CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"
 DAMAGED = "damaged"  # per clean task: the input files it could not read to the end
 QUALITY_PREFIX, SKIPPED_PREFIX = "quality:", "skipped:"  # count labels: removed, skipped records
 PII_PREFIX, PII = "pii:", "pii"  # count labels and folder: personal data replaced, by kind
+FILTERED_PREFIX = "filtered:"  # count labels: documents dropped by a metadata filter
+URL_EXAMPLES = "url_blocklist"  # the key of the blocked URLs' examples in the pii/ files
 LONG_DOCUMENTS, LONG_PIECES = "long_documents", "long_pieces"  # counts of the clean tasks
 PAIRS_TASK_BYTES = 8 << 30  # input whose band records one pairs task reads (~100 MB of them)
 PAIRS_GROUP_BYTES = 1 << 30  # a small corpus's bands go several to a task, up to this much input
@@ -90,7 +93,7 @@ class ReadUnit(PipelineStep):
             documents += 1
             counter.add(1, doc.nbytes)
             self.stat_update("documents")
-            yield EngineDocument(text=doc.text, id=doc.id)
+            yield EngineDocument(text=doc.text, id=doc.id, metadata=doc.metadata)
         counter.flush()
         for reason, count in skips.counts.items():
             self.stat_update(SKIPPED_PREFIX + reason, value=count)
@@ -137,21 +140,25 @@ class CleanDocuments(PipelineStep):
         self.work = str(work)
         specs = {spec.name: spec for spec in corpus.source_list()}
 
-        def rules(spec) -> tuple[int, bool, bool]:  # a source's own settings, else the corpus's
+        def rules(spec) -> tuple:  # a source's own settings, else the corpus's
             return (
                 corpus.min_chars if spec.min_chars is None else spec.min_chars,
                 corpus.quality.enabled if spec.quality is None else spec.quality,
                 corpus.pii if spec.pii is None else spec.pii,
+                spec.min_language_score,
+                spec.metadata,
             )
 
         self.task_rules = [rules(specs[unit.corpus_source]) for unit in units]
+        self.blocked = read_url_blocklist(corpus.url_blocklist) if corpus.url_blocklist else None
         self.quality_section = corpus.quality
         self.max_chars, self.long_action = corpus.max_document_chars, corpus.long_documents
         self.strict = corpus.strict
 
     def run(self, data, rank: int = 0, world_size: int = 1) -> Iterator[EngineDocument]:
         self.counts = counts = Counter()
-        self.min_chars, quality_on, pii_on = self.task_rules[rank]
+        self.min_chars, quality_on, pii_on, self.min_score, self.kept = self.task_rules[rank]
+        self.url_examples: list[str] = []
         quality = QualityFilter(self.quality_section) if quality_on else None
         self.pii = PiiScrubber() if pii_on else None
         for doc in data:
@@ -167,11 +174,14 @@ class CleanDocuments(PipelineStep):
             text, doc.text = doc.text, ""
             for k, piece in enumerate(cut_document(text, self.max_chars), start=1):
                 counts[LONG_PIECES] += 1
-                yield from self._clean(EngineDocument(text=piece, id=f"{doc.id}#{k}"), quality)
+                piece_doc = EngineDocument(text=piece, id=f"{doc.id}#{k}", metadata=doc.metadata)
+                yield from self._clean(piece_doc, quality)
             del text
         if self.pii is not None:
             counts.update({PII_PREFIX + kind: n for kind, n in self.pii.seen.counts.items()})
-        _write_json(_pii_path(self.work, rank), self.pii.seen.examples if self.pii else {})
+        examples = dict(self.pii.seen.examples) if self.pii else {}
+        examples[URL_EXAMPLES] = self.url_examples
+        _write_json(_pii_path(self.work, rank), examples)
         for label, count in counts.items():  # once per task: a label per document costs time
             self.stat_update(label, value=count)
 
@@ -179,6 +189,9 @@ class CleanDocuments(PipelineStep):
         self, doc: EngineDocument, quality: QualityFilter | None
     ) -> Iterator[EngineDocument]:
         counts = self.counts
+        if self._filtered_by_metadata(doc):
+            return
+        doc.metadata = {k: v for k, v in doc.metadata.items() if k in self.kept}
         text = normalise(doc.text)
         if len(text) < self.min_chars:
             counts["too_short"] += 1
@@ -188,6 +201,24 @@ class CleanDocuments(PipelineStep):
             return
         doc.text = text if self.pii is None else self.pii.scrub(text)
         yield doc
+
+    def _filtered_by_metadata(self, doc: EngineDocument) -> bool:
+        """A language score under the source's minimum, or a URL on the blocklist: counted."""
+        score = doc.metadata.get("language_score")
+        if (
+            self.min_score is not None
+            and isinstance(score, (int, float))
+            and score < self.min_score
+        ):
+            self.counts[FILTERED_PREFIX + "language_score"] += 1
+            return True
+        url = doc.metadata.get("url")
+        if self.blocked is not None and isinstance(url, str) and blocked_domain(url, self.blocked):
+            self.counts[FILTERED_PREFIX + "url_blocklist"] += 1
+            if len(self.url_examples) < 3:
+                self.url_examples.append(url[:200])
+            return True
+        return False
 
     def _refuse(self, doc: EngineDocument) -> None:
         if self.strict:
@@ -244,14 +275,36 @@ class WriteCleaned(PipelineStep):
         lengths: list[int] = []
         with open(path, "wb") as f, zstandard.ZstdCompressor(level=1).stream_writer(f) as out:
             for doc in data:
-                out.write(_json_line(doc.id, doc.text))
+                out.write(_json_line(doc.id, doc.text, doc.metadata))
                 lengths.append(len(doc.text))
         np.asarray(lengths, dtype=np.uint32).tofile(path.with_suffix("").with_suffix(".chars"))
         return iter(())
 
 
-def _json_line(doc_id: str, text: str) -> bytes:
-    return (json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n").encode("utf-8")
+def _json_line(doc_id: str, text: str, metadata: dict | None = None) -> bytes:
+    record = {"id": doc_id, "text": text, **({"metadata": metadata} if metadata else {})}
+    return (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+
+
+def read_url_blocklist(path: str) -> frozenset[str]:
+    """The domains of a blocklist file: one a line, lower-cased, `#` starts a comment."""
+    try:
+        lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise UserError(
+            f"cannot read corpus.url_blocklist {path}: {e.strerror or e}",
+            fix="give a text file of domains, one a line",
+        ) from None
+    return frozenset(
+        d for line in lines if (d := line.split("#", 1)[0].strip().lower().lstrip("."))
+    )
+
+
+def blocked_domain(url: str, blocked: frozenset[str]) -> bool:
+    """Whether the URL's host is a blocked domain or a subdomain of one."""
+    host = urlsplit(url if "//" in url else "//" + url).hostname or ""
+    parts = host.lower().rstrip(".").split(".")
+    return any(".".join(parts[i:]) in blocked for i in range(len(parts)))
 
 
 class WriteParts(PipelineStep):
@@ -402,6 +455,7 @@ def gather(
     damaged: list[dict] = []
     parts: list[dict] = []
     pii_examples: dict[str, list[str]] = {}
+    blocked_urls: list[str] = []
     by_source: dict[str, Counter] = {name: Counter() for name in source_names}
     for rank, unit in enumerate(units):
         task: Counter = Counter()
@@ -412,6 +466,9 @@ def gather(
                 task[label] += count
         damaged.extend(json.loads(_damaged_path(work, rank).read_text()))
         for kind, examples in json.loads(_pii_path(work, rank).read_text()).items():
+            if kind == URL_EXAMPLES:
+                blocked_urls += examples[: 3 - len(blocked_urls)]
+                continue
             kept = pii_examples.setdefault(kind, [])
             kept += examples[: EXAMPLES_PER_KIND - len(kept)]
         for part in json.loads(_parts_path(work, rank).read_text()):
@@ -426,6 +483,9 @@ def gather(
             n for k, n in task.items() if k.startswith(QUALITY_PREFIX)
         )
         source["pii_replaced"] += sum(n for k, n in task.items() if k.startswith(PII_PREFIX))
+        source["quality_filtered"] += sum(
+            n for k, n in task.items() if k.startswith(FILTERED_PREFIX)
+        )
     kept_by: dict[str, Counter] = {name: Counter() for name in source_names}
     for removed_in, kept_in, n in dedup.read_kept_by(work / CLUSTERS):
         kept_by[units[removed_in].corpus_source][units[kept_in].corpus_source] += n
@@ -451,6 +511,13 @@ def gather(
         }
         if quality
         else None,
+        # documents dropped by a source's metadata: a language score under its minimum, a URL on
+        # corpus.url_blocklist (with a few of the URLs)
+        "filtered": {
+            "language_score": counts[FILTERED_PREFIX + "language_score"],
+            "url_blocklist": counts[FILTERED_PREFIX + "url_blocklist"],
+            "blocked_url_examples": blocked_urls,
+        },
         # personal data replaced in the documents kept, by kind: how many, the string put in
         # its place, and a few examples of the text around a replacement (after it)
         "pii": {

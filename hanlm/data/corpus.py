@@ -104,6 +104,14 @@ class PiiReplaced(Part):
     examples: list[str]  # the text around a few replacements, after them
 
 
+class MetadataFiltered(Part):
+    """Documents dropped by what their source says of them."""
+
+    language_score: int  # under the source's min_language_score
+    url_blocklist: int  # a `url` on corpus.url_blocklist's domains
+    blocked_url_examples: list[str]
+
+
 class SourceCounts(Part):
     """One source's documents through the cleaning, and the sources whose documents its
     removed duplicates repeated (the cluster keeps its earliest document: sources in order)."""
@@ -111,7 +119,7 @@ class SourceCounts(Part):
     documents_in: int
     characters_in: int
     too_short: int
-    quality_filtered: int
+    quality_filtered: int  # by the quality filters and the metadata filters
     pii_replaced: int  # personal data replaced (every kind), not documents removed
     exact_duplicates: int
     near_duplicates: int
@@ -138,6 +146,7 @@ class CorpusStats(Result):
     exact_duplicates: int
     near_duplicates: int | None  # None: no near-duplicate pass
     quality_filtered: dict[str, int] | None  # by failed check; None: quality filters off
+    filtered: MetadataFiltered
     pii: dict[str, PiiReplaced]  # by kind: email, ipv4, ipv6, mobile, landline, resident_number
     long_documents: LongDocuments
     skipped: dict[str, int]  # records skipped, by reason

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hanlm.config import DEFAULT_SOURCE, CorpusSection, CorpusSourceSection
+from hanlm.config import DEFAULT_SOURCE, CorpusSection, CorpusSourceSection, SourceFields
 from hanlm.errors import UserError
 from hanlm.files import (
     DamagedCompressedFile,
@@ -86,6 +86,7 @@ class Document:
     id: str
     text: str
     nbytes: int = 0  # raw input bytes it came from (progress and rates)
+    metadata: dict = field(default_factory=dict)  # the source's metadata fields it has
 
 
 def _decode(raw: bytes, skips: Skips, where: str) -> str | None:
@@ -110,10 +111,11 @@ def _lines(path: Path, span: tuple[int, int] | None) -> Iterator[tuple[str, byte
 
 
 def _read_jsonl(
-    path: Path, text_field: str, skips: Skips, span: tuple[int, int] | None = None,
+    path: Path, fields: SourceFields, skips: Skips, span: tuple[int, int] | None = None,
     kinds: tuple[str, ...] | None = None,
 ) -> Iterator[Document]:  # fmt: skip
     """kinds: only the records whose "kind" is one of them (the demo world's sources)."""
+    text_field = fields.text
     for name, raw in _lines(path, span):
         where = f"{path.parent / name}"
         line = _decode(raw, skips, where)
@@ -130,8 +132,9 @@ def _read_jsonl(
             continue
         if kinds is not None and record.get("kind") not in kinds:
             continue
-        doc_id = record.get("id")
-        yield Document(str(doc_id) if doc_id is not None else name, text, len(raw))
+        doc_id = record.get(fields.id)
+        metadata = {k: record[k] for k in fields.metadata if k in record}
+        yield Document(str(doc_id) if doc_id is not None else name, text, len(raw), metadata)
 
 
 def _read_txt(
@@ -212,18 +215,32 @@ def parquet_row_groups(path: Path, text_field: str) -> list[tuple[int, int]]:
 
 
 def _read_parquet(
-    path: Path, text_field: str, skips: Skips, row_groups: tuple[int, int] | None = None
+    path: Path, fields: SourceFields, skips: Skips, row_groups: tuple[int, int] | None = None
 ) -> Iterator[Document]:
     """The documents of a parquet file, or of its row groups [first, end) (rows keep their
-    number in the whole file, so a document's id is the same however the file was split)."""
+    number in the whole file, so a document without an id column has the same id however the
+    file was split)."""
+    text_field = fields.text
     pf = _open_parquet(path)
     _check_column(pf, path, text_field)
+    names = pf.schema_arrow.names
+    missing = [m for m in fields.metadata if m not in names]
+    if missing:
+        raise UserError(
+            f"parquet file has no column {', '.join(map(repr, missing))} (asked for as metadata)",
+            where=str(path),
+            fix=f"choose among its columns: {', '.join(names)}",
+        )
+    extra = [c for c in (fields.id, *fields.metadata) if c in names and c != text_field]
+    extra = list(dict.fromkeys(extra))
     groups = range(pf.metadata.num_row_groups) if row_groups is None else range(*row_groups)
     row = sum(pf.metadata.row_group(i).num_rows for i in range(groups.start))
     if not groups:
         return
-    for batch in pf.iter_batches(columns=[text_field], batch_size=4096, row_groups=groups):
-        for value in batch.column(0).to_pylist():
+    columns = [text_field, *extra]
+    for batch in pf.iter_batches(columns=columns, batch_size=4096, row_groups=groups):
+        values = {name: batch.column(i).to_pylist() for i, name in enumerate(columns)}
+        for j, value in enumerate(values[text_field]):
             row += 1
             where = f"{path}:row {row}"
             if isinstance(value, bytes):
@@ -233,7 +250,10 @@ def _read_parquet(
             if not isinstance(value, str):
                 skips.skip("missing_field", where, f"{text_field!r} is empty or not text")
                 continue
-            yield Document(f"{path.name}:{row}", value, len(value) * 3)  # ~UTF-8 size
+            own_id = values[fields.id][j] if fields.id in values else None
+            metadata = {m: values[m][j] for m in fields.metadata}
+            doc_id = str(own_id) if own_id is not None else f"{path.name}:{row}"
+            yield Document(doc_id, value, len(value) * 3, metadata)  # ~UTF-8 size
 
 
 # Where a dataset's files lie in its Hub repository, for the download command of the error
@@ -458,11 +478,12 @@ def _share(dataset, shard: tuple[int, int]):
 
 
 def _read_hf(
-    spec: str, text_field: str, skips: Skips, *, shard: tuple[int, int] | None = None
+    spec: str, fields: SourceFields, skips: Skips, *, shard: tuple[int, int] | None = None
 ) -> Iterator[Document]:
     """The documents of a streamed Hugging Face dataset, or of share `shard` = (index, count)
     of it (see `_share`); records without a string `text_field` are skipped and counted."""
     name, _, split = parse_hf(spec)
+    text_field = fields.text
     dataset = _open_hf_stream(spec)
     features = getattr(dataset, "features", None)
     if isinstance(features, dict) and features and text_field not in features:
@@ -480,7 +501,10 @@ def _read_hf(
             if not isinstance(text, str):
                 skips.skip("missing_field", f"{spec}:row {row}", f"no string field {text_field!r}")
                 continue
-            yield Document(f"{prefix}:{row}", text)
+            own_id = record.get(fields.id)
+            metadata = {k: record[k] for k in fields.metadata if k in record}
+            doc_id = str(own_id) if own_id is not None else f"{prefix}:{row}"
+            yield Document(doc_id, text, metadata=metadata)
     except UserError:
         raise
     except Exception as e:  # the connection dropped part-way, or a file could not be read
@@ -528,25 +552,27 @@ def read_source(
     *,
     demo_file: Path | None = None,
     span: tuple[int, int] | None = None,
+    fields: SourceFields | None = None,
 ) -> Iterator[Document]:
     """The documents of one input, or of its piece `span`: a byte range of an uncompressed
     .jsonl or one-document-per-line .txt file, row groups [first, end) of a parquet file, or a
     share of a stream; `demo` is read from `demo_file` (the demo world's pretraining text,
     which the caller has written)."""
+    fields = fields or SourceFields(corpus.text_field)
     if is_demo(source):
-        yield from _read_jsonl(demo_file, "text", skips, span, demo_kinds(source))
+        yield from _read_jsonl(demo_file, SourceFields(), skips, span, demo_kinds(source))
         return
     if isinstance(source, str):  # span: (share, shares) of the stream's files
-        yield from _read_hf(source, corpus.text_field, skips, shard=span)
+        yield from _read_hf(source, fields, skips, shard=span)
         return
     kind = Path(strip_compression_suffix(source.name)).suffix.lower()
     try:
         if kind == ".txt":
             yield from _read_txt(source, corpus.doc_per_line, skips, span)
         elif kind == ".jsonl":
-            yield from _read_jsonl(source, corpus.text_field, skips, span)
+            yield from _read_jsonl(source, fields, skips, span)
         else:
-            yield from _read_parquet(source, corpus.text_field, skips, span)
+            yield from _read_parquet(source, fields, skips, span)
     except DamagedCompressedFile as e:  # truncated or failing its checksum
         skips.damaged_file(str(source), e.detail)
     except OSError as e:  # unreadable part-way (an I/O error)
@@ -579,7 +605,11 @@ class Unit:
         source: str | Path = self.source
         if not is_demo(source) and not source.startswith("hf:"):
             source = Path(source)
-        return read_source(source, corpus, skips, demo_file=demo_file, span=self.span)
+        spec = {s.name: s for s in corpus.source_list()}.get(self.corpus_source)
+        fields = corpus.fields_of(spec) if spec is not None else None
+        return read_source(
+            source, corpus, skips, demo_file=demo_file, span=self.span, fields=fields
+        )
 
 
 def _splittable(path: Path, corpus: CorpusSection) -> bool:

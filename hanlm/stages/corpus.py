@@ -36,9 +36,9 @@ STAGE = Stage(
 
 def inputs(cfg: Config, run: RunDir, options: dict) -> list:
     """The input files by path, size and time (too large to read just to see they are the same;
-    the demo world is the demo stage's, by its fingerprint), and the commit each local snapshot
-    of a Hub dataset was downloaded at."""
-    return [
+    the demo world is the demo stage's, by its fingerprint), the commit each local snapshot
+    of a Hub dataset was downloaded at, and the URL blocklist's domains."""
+    sources = [
         [
             spec.name,
             readers.input_fingerprint(readers.expand_inputs(spec.inputs)),
@@ -46,6 +46,8 @@ def inputs(cfg: Config, run: RunDir, options: dict) -> list:
         ]
         for spec in cfg.corpus.source_list()
     ]
+    blocklist = cfg.corpus.url_blocklist
+    return [*sources, sorted(cleaning.read_url_blocklist(blocklist)) if blocklist else None]
 
 
 def damage(run: RunDir) -> str | None:

@@ -186,6 +186,40 @@ def test_a_local_snapshot_is_read_by_its_hf_name_config_and_split(tmp_path):
             readers.expand_inputs([bad])
 
 
+def test_a_source_keeps_its_ids_and_metadata_and_filters_read_them(tmp_path):
+    """FineWeb-2's columns: the document keeps the row's own id and the metadata asked for;
+    min_language_score and corpus.url_blocklist drop what they name, counted, with examples."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [
+        {"id": f"<urn:uuid:{i}>", "url": url, "language_score": score,
+         "text": f"문서 {i}번의 본문은 충분히 길어서 남는다. " * 3}
+        for i, (url, score) in enumerate([
+            ("https://news.example.kr/a/1", 0.99), ("http://blog.spam.example/post", 0.98),
+            ("https://www.spam.example/x", 0.97), ("https://ko.wikipedia.org/wiki/서울", 0.41),
+            ("https://news.example.kr/a/2", 0.88)])
+    ]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "web.parquet")
+    (tmp_path / "blocked.txt").write_text("# spam farms\nspam.example\n")
+    source = {"name": "web", "inputs": [str(tmp_path / "web.parquet")],
+              "metadata": ["url", "language_score"], "min_language_score": 0.5}  # fmt: skip
+    cfg = load_config(values={"corpus.sources": [source], "corpus.min_chars": 1,
+                              "corpus.url_blocklist": str(tmp_path / "blocked.txt")})  # fmt: skip
+    stats = run_stage("corpus", cfg, tmp_path / "r")
+    kept = list(iter_corpus(tmp_path / "r" / "corpus"))
+    assert [d["id"] for d in kept] == ["<urn:uuid:0>", "<urn:uuid:4>"]
+    assert kept[0]["metadata"] == {"url": "https://news.example.kr/a/1", "language_score": 0.99}
+    assert stats.filtered.language_score == 1 and stats.filtered.url_blocklist == 2
+    assert stats.filtered.blocked_url_examples == [
+        "http://blog.spam.example/post", "https://www.spam.example/x"]  # fmt: skip
+    assert stats.sources["web"].quality_filtered == 3
+    # a metadata column the file does not have is a clear error
+    bad = {**source, "metadata": ["url", "colour"]}
+    with pytest.raises(UserError, match="no column 'colour'"):
+        run_stage("corpus", load_config(values={"corpus.sources": [bad]}), tmp_path / "r2")
+
+
 def test_a_changed_snapshot_redoes_the_corpus(tmp_path):
     snapshot(tmp_path / "ds")
     spec = f"hf:{tmp_path / 'ds'}:kor_Hang:test"

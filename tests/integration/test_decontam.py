@@ -860,3 +860,26 @@ def test_planted_leaks_are_traced_to_the_source_that_carried_them(demo_world, tm
 def test_an_action_on_a_source_the_corpus_does_not_have_is_refused():
     with pytest.raises(UserError, match=r"decontam\.action_sources names wikki, not a corpus"):
         load_config(values={"decontam.action_sources": ["wikki"]})
+
+
+def test_a_cut_document_keeps_its_own_id_and_metadata(shared_data, tmp_path):
+    """A source's ids and metadata (issue 51) go through the decontaminated corpus: the cut
+    document is rewritten with its record's other fields as they were."""
+    item = readers.read("kobest_boolq", shared_data / "kobest/BoolQ/dev.tsv")[0]
+    filler = korquad_contexts(shared_data)[:20]
+    rows = [{"id": f"d{i}", "url": f"https://x{i}.kr/", "text": t} for i, t in enumerate(filler)]
+    leak = f"{filler[0][:300]}\n\n{item.overlap_text}\n\n{filler[1][:300]}"
+    rows.append({"id": "leak", "url": "https://leak.kr/", "text": leak})
+    web = write_jsonl(tmp_path / "web.jsonl", rows)
+    source = {"name": "web", "inputs": [str(web)], "metadata": ["url"]}
+    bench = f"kobest_boolq={shared_data / 'kobest/BoolQ/dev.tsv'}"
+    cfg = load_config(values={"corpus.sources": [source], "corpus.min_chars": 1,
+                              "decontam.benchmarks": [bench], "decontam.action": "cut"})  # fmt: skip
+    run_dir = tmp_path / "run"
+    pipeline.run_stage("corpus", cfg, run_dir)
+    pipeline.run_stage("decontam", cfg, run_dir)
+    docs = {d["id"]: d for d in corpus_lib.iter_corpus(run_dir / "decontam" / "corpus")}
+    assert sorted(docs) == sorted(r["id"] for r in rows)
+    assert docs["leak"]["metadata"] == {"url": "https://leak.kr/"}
+    assert item.overlap_text not in docs["leak"]["text"]  # cut out, the rest kept
+    assert all(d["metadata"]["url"].startswith("https://") for d in docs.values())

@@ -62,7 +62,9 @@ def test_a_mistake_inside_a_table_of_an_array_names_the_table_by_its_name(tmp_pa
     with pytest.raises(UserError) as e:
         load_config(path)
     message = e.value.message
-    assert "corpus.sources[0] ('web').colour" in message and "valid keys: inputs" in message
+    assert (
+        "corpus.sources[0] ('web').colour" in message and "valid keys: id_field, inputs" in message
+    )
     assert "corpus.sources[1] ('wiki').weight" in message and "'lots'" in message
     with pytest.raises(UserError, match=r"sft.compare\[1\].bogus' \(valid keys: init, method"):
         load_config(overrides=['sft.compare=[{init = "none"}, {bogus = 1}]'])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hanlm.config import SourceFields
 from hanlm.data import readers
 from hanlm.errors import UserError
 
@@ -45,12 +46,14 @@ def stream_of_four_files():
 
 def texts(spec="hf:someone/ko:train", shard=None, skips=None):
     skips = skips or readers.Skips(strict=False)
-    return [d.text for d in readers._read_hf(spec, "text", skips, shard=shard)]
+    return [d.text for d in readers._read_hf(spec, SourceFields("text"), skips, shard=shard)]
 
 
 def test_streams_with_the_name_config_and_split(online):
     calls = online(stream_of_four_files)
-    docs = list(readers._read_hf("hf:someone/ko:sub:train", "text", readers.Skips(False)))
+    docs = list(
+        readers._read_hf("hf:someone/ko:sub:train", SourceFields("text"), readers.Skips(False))
+    )
     assert calls == [("someone/ko", "sub", "train", True)]
     assert len(docs) == len(FILES) * ROWS_PER_FILE
     assert len({d.id for d in docs}) == len(docs)
@@ -80,7 +83,9 @@ def test_share_ids_differ_between_shares(online):
     ids = [
         d.id
         for i in range(2)
-        for d in readers._read_hf("hf:someone/ko:train", "text", readers.Skips(False), shard=(i, 2))
+        for d in readers._read_hf(
+            "hf:someone/ko:train", SourceFields("text"), readers.Skips(False), shard=(i, 2)
+        )
     ]
     assert len(ids) == len(set(ids))
 
@@ -125,7 +130,7 @@ def test_a_column_the_dataset_lacks_is_named(online):
         )
     )
     with pytest.raises(UserError, match="no column 'body'") as e:
-        list(readers._read_hf("hf:someone/ko:train", "body", readers.Skips(False)))
+        list(readers._read_hf("hf:someone/ko:train", SourceFields("body"), readers.Skips(False)))
     assert "text" in e.value.message and "--text-field" in e.value.message
 
 
@@ -168,6 +173,8 @@ def test_connection_lost_part_way(online):
     online(lambda: FakeStream([{"text": "가"}, {"text": "나"}], fail_after=1))
     got = []
     with pytest.raises(UserError, match="Connection reset by peer") as e:
-        for doc in readers._read_hf("hf:someone/ko:train", "text", readers.Skips(False)):
+        for doc in readers._read_hf(
+            "hf:someone/ko:train", SourceFields("text"), readers.Skips(False)
+        ):
             got.append(doc.text)
     assert got == ["가"] and "hf download" in e.value.message
