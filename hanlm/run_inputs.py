@@ -115,7 +115,7 @@ def _probe_file(path: Path, text_field: str) -> None:
 
 def _hub_dataset(spec: str) -> None:
     """A Hub dataset id resolves (online), or says how to get it (offline)."""
-    name, _, _ = readers.parse_hf(spec)
+    repo, revision = readers.hub_name_and_revision(readers.parse_hf(spec)[0])
     if readers.hf_offline():
         raise UserError(
             f"{spec} cannot be streamed: Hugging Face is set offline",
@@ -124,7 +124,7 @@ def _hub_dataset(spec: str) -> None:
     from huggingface_hub import HfApi  # deferred: the network
 
     try:
-        HfApi().dataset_info(name, timeout=30)
+        HfApi().dataset_info(repo, revision=revision, timeout=30)
     except Exception as e:  # not found, gated, no network: each needs the user
         raise UserError(
             f"{spec} does not resolve on the Hub ({type(e).__name__}: {e})",

@@ -266,7 +266,8 @@ _TRUE = ("1", "ON", "YES", "TRUE")
 
 
 def parse_hf(spec: str) -> tuple[str, str | None, str]:
-    """(name, config, split) of `hf:NAME[:CONFIG]:SPLIT`; NAME may carry `@REVISION`."""
+    """(name, config, split) of `hf:NAME[@REVISION][:CONFIG]:SPLIT`; the name keeps its
+    `@REVISION` (hub_name_and_revision splits it)."""
     parts = spec[len("hf:") :].split(":")
     if len(parts) not in (2, 3) or not all(parts):
         raise UserError(
@@ -275,6 +276,12 @@ def parse_hf(spec: str) -> tuple[str, str | None, str]:
             "snapshot folder of a dataset repository)",
         )
     return (parts[0], None, parts[1]) if len(parts) == 2 else (parts[0], parts[1], parts[2])
+
+
+def hub_name_and_revision(name: str) -> tuple[str, str | None]:
+    """`org/name@REVISION` -> ("org/name", "REVISION"); no @: (name, None)."""
+    repo, sep, revision = name.partition("@")
+    return (repo, revision) if sep and revision else (name, None)
 
 
 def snapshot_folder(spec: str) -> Path | None:
@@ -384,25 +391,47 @@ def snapshot_revision(folder: Path) -> str | None:
 
 
 def input_revisions(inputs: list[str]) -> dict[str, str | None]:
-    """The revision each local snapshot input was downloaded at (hf:FOLDER... ids only)."""
-    return {
-        spec: snapshot_revision(folder)
-        for spec in inputs
-        if spec.startswith("hf:") and (folder := snapshot_folder(spec)) is not None
-    }
+    """The commit each `hf:` input is read at: a local snapshot's download commit; a Hub id's
+    pinned @REVISION, else (online) the commit the Hub resolves its default branch to, so that
+    a dataset updated upstream is seen as new input; offline, None (it cannot be read then)."""
+    out: dict[str, str | None] = {}
+    for spec in inputs:
+        if not spec.startswith("hf:"):
+            continue
+        folder = snapshot_folder(spec)
+        if folder is not None:
+            out[spec] = snapshot_revision(folder)
+            continue
+        repo, revision = hub_name_and_revision(parse_hf(spec)[0])
+        out[spec] = revision or _hub_commit(repo)
+    return out
+
+
+def _hub_commit(repo: str) -> str | None:
+    if hf_offline():
+        return None
+    from huggingface_hub import HfApi  # deferred: the network, for Hub inputs only
+
+    try:
+        return HfApi().dataset_info(repo, timeout=30).sha
+    except Exception:  # unreachable or unknown: reading it will say why, with the fix
+        return None
 
 
 def hf_download_fix(spec: str) -> str:
     """How to read `spec` without streaming: download its files once into a folder, then name
     the folder in the same spelling (hf:DIR[:CONFIG]:SPLIT reads a local snapshot)."""
     name, config, split = parse_hf(spec)
+    name, revision = hub_name_and_revision(name)
+    pinned = f" --revision {revision}" if revision else ""
     local = f"hf:DIR:{config}:{split}" if config else f"hf:DIR:{split}"
     layout = HF_LAYOUTS.get(name)
     include = ""
     if layout is not None and ("{config}" not in layout or config):
         include = f' --include "{layout.format(config=config, split=split)}/*" --include README.md'
     return (
-        f"download it first: `hf download {name} --repo-type dataset{include} --local-dir DIR` "
+        f"download it first: `hf download {name} --repo-type dataset{pinned}{include} "
+        "--local-dir DIR` "
         "(huggingface_hub's command; `huggingface-cli download` with the same arguments on "
         f"huggingface_hub < 1.0), then name the folder instead: {local} (its README's configs "
         "say which files are that split, and the download's commit is recorded)"
@@ -433,7 +462,9 @@ def _open_hf_stream(spec: str):
             fix=hf_download_fix(spec),
         )
     try:
-        return datasets.load_dataset(name, config, split=split, streaming=True)
+        repo, revision = hub_name_and_revision(name)
+        pinned = {"revision": revision} if revision else {}
+        return datasets.load_dataset(repo, config, split=split, streaming=True, **pinned)
     except Exception as e:  # network, authentication or a missing dataset: all need the user
         raise _stream_error(spec, e) from None
 

@@ -178,3 +178,29 @@ def test_connection_lost_part_way(online):
         ):
             got.append(doc.text)
     assert got == ["가"] and "hf download" in e.value.message
+
+
+def test_a_pinned_revision_is_streamed_recorded_and_in_the_download_command(monkeypatch):
+    assert readers.hub_name_and_revision("HuggingFaceFW/fineweb-2@v2.0.1") == (
+        "HuggingFaceFW/fineweb-2", "v2.0.1")  # fmt: skip
+    assert readers.hub_name_and_revision("someone/ko") == ("someone/ko", None)
+    spec = "hf:HuggingFaceFW/fineweb-2@v2.0.1:kor_Hang:train"
+    assert readers.input_revisions([spec]) == {spec: "v2.0.1"}  # pinned: no network asked
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert readers.input_revisions(["hf:someone/ko:train"]) == {"hf:someone/ko:train": None}
+    fix = readers.hf_download_fix(spec)
+    assert "hf download HuggingFaceFW/fineweb-2 --repo-type dataset --revision v2.0.1" in fix
+    seen = {}
+
+    def load_dataset(name, config, **kwargs):
+        seen.update(name=name, config=config, **kwargs)
+        return []
+
+    import datasets
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    readers._open_hf_stream(spec)
+    assert seen == {"name": "HuggingFaceFW/fineweb-2", "config": "kor_Hang", "split": "train",
+                    "streaming": True, "revision": "v2.0.1"}  # fmt: skip
