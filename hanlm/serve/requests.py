@@ -48,12 +48,13 @@ class Limits:
     context: int  # tokens of prompt and answer together
     vocab_size: int
     max_n: int  # answers one request may ask for (llama-cpp-python's server gives one)
-    max_messages: int = 500
-    max_message_chars: int = 8000
-    max_total_chars: int = 32000
-    max_stop: int = 4
-    max_stop_chars: int = 64
-    max_logit_bias: int = 300
+    # the [serve] caps (hanlm.config.ServeSection holds their defaults)
+    max_messages: int
+    max_message_chars: int
+    max_total_chars: int
+    max_stop: int
+    max_stop_chars: int
+    max_logit_bias: int
 
 
 Number = Annotated[float, Field(allow_inf_nan=False)]

@@ -11,8 +11,8 @@ import asyncio
 import json
 from pathlib import Path
 
-from hanlm.config import GenerateSection
-from hanlm.serve import gateway, settings, vllm_engine
+from hanlm.config import GenerateSection, ServeSection
+from hanlm.serve import REQUEST_LIMITS, gateway, settings, vllm_engine
 
 
 def test_defaults_are_the_generate_settings_in_each_engines_fields():
@@ -67,7 +67,8 @@ async def echo(scope, receive, send):
     await send({"type": "http.response.body", "body": body})
 
 
-LIMITS = {"model": "m", "context": 64, "vocab_size": 100, "max_n": 1, "max_messages": 3,
+CAPS = ServeSection().model_dump(include=set(REQUEST_LIMITS))  # the [serve] defaults
+LIMITS = {**CAPS, "model": "m", "context": 64, "vocab_size": 100, "max_n": 1, "max_messages": 3,
           "max_message_chars": 20, "max_total_chars": 40}  # fmt: skip
 ABOUT = {"model": "m", "engine": "llama.cpp", "notes": [], "api_key": False,
          "defaults": {"temperature": 0.0, "max_tokens": 24}, "limits": LIMITS,
