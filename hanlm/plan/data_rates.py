@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hanlm.errors import UserError
 from hanlm.files import strip_compression_suffix
 
 MB = 1e6
@@ -168,11 +169,23 @@ def local_inputs_bytes(inputs: list[str], text_field: str) -> dict[str, Any]:
         "remote": [],
     }
     for spec in inputs:
-        if spec == "demo" or spec.startswith(("demo:", "hf:")):
+        if spec.startswith("hf:"):
+            from hanlm.data import readers  # deferred: the plan reads no data module otherwise
+
+            if readers.snapshot_folder(spec) is None:
+                out["remote"].append(spec)  # a stream: its size is the Hub's to tell
+                continue
+            try:
+                files = readers.snapshot_files(spec)  # a local snapshot: its split's files
+            except UserError:
+                out["missing"].append(spec)
+                continue
+        elif spec == "demo" or spec.startswith("demo:"):
             out["remote"].append(spec)
             continue
-        files = [Path(m) for m in glob.glob(os.path.expanduser(spec), recursive=True)]
-        files = [f for f in files if f.is_file()]
+        else:
+            files = [Path(m) for m in glob.glob(os.path.expanduser(spec), recursive=True)]
+            files = [f for f in files if f.is_file()]
         if not files:
             out["missing"].append(spec)
         for path in files:
@@ -263,12 +276,13 @@ def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
 
 def mixture_preview(cfg) -> list[dict] | None:
     """The mix of a recipe with weighted sources, on the sources' sizes as far as they can be
-    told now (local files: their text bytes, raw; the demo world: demo.size_mb; hf: unsized)."""
+    told now (local files and local snapshots: their text bytes, raw; the demo world:
+    demo.size_mb; a Hub stream: unsized)."""
     if not cfg.corpus.is_mixture:
         return None
     available: dict[str, float | None] = {}
     for source in cfg.corpus.sources:
-        local = local_inputs_bytes(source.inputs, cfg.corpus.text_field)
+        local = local_inputs_bytes(source.inputs, source.text_field or cfg.corpus.text_field)
         size: float | None = local["bytes"]
         if "demo" in local["remote"]:
             size += cfg.demo.size_mb * MB

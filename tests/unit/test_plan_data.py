@@ -158,3 +158,25 @@ def test_cli_data_cores_not_a_number(cli, capsys):
     with pytest.raises(SystemExit) as e:  # argparse's own check of the flag's type: exit 2
         cli("plan", "--data-cores", "two")
     assert e.value.code == 2 and "--data-cores: invalid int value" in capsys.readouterr().err
+
+
+def test_a_local_snapshot_is_sized_from_its_splits_parquet_footers(tmp_path):
+    """hf:FOLDER:CONFIG:SPLIT names a downloaded snapshot: the plan sizes that split's files
+    (the text column's uncompressed bytes), not the whole folder, and a split that is not there
+    is listed as missing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "ds"
+    for split, n in (("train", 400), ("test", 40)):
+        (root / split).mkdir(parents=True)
+        table = pa.table({"text": [f"한국어 문서 {i}번입니다 " * 20 for i in range(n)]})
+        pq.write_table(table, root / split / "0000.parquet")
+    train = dr.local_inputs_bytes([f"hf:{root}:train"], "text")
+    test = dr.local_inputs_bytes([f"hf:{root}:test"], "text")
+    assert train["files"] == 1 and train["remote"] == [] and train["bytes"] > 9 * test["bytes"] > 0
+    assert dr.local_inputs_bytes([f"hf:{root}:validation"], "text")["missing"] == [
+        f"hf:{root}:validation"]  # fmt: skip
+    assert dr.local_inputs_bytes(["hf:someone/ko:train"], "text")["remote"] == [
+        "hf:someone/ko:train"
+    ]
