@@ -5,7 +5,8 @@ environment, HANLM_SERVE_PAGE, and the key from HANLM_API_KEY).
 
 - GET / is the chat page (hanlm/serve/chat.html: plain HTML and script, no external assets, so it
   works offline), GET /hanlm/settings what it shows about the model and its limits, GET /health
-  whether the server answers, GET /metrics hanlm's counters (hanlm/serve/metrics.py).
+  whether the server answers, GET /metrics the engine's own metrics where it has them (vLLM's),
+  else hanlm's counters (hanlm/serve/metrics.py; llama-cpp-python's server has none).
 - An API key, when set, guards every route but the page (which never holds the key: the user
   types it, and it stays in the tab's session storage).
 - A completion request is read within [serve] body_timeout_s and max_body_bytes, checked
@@ -53,7 +54,8 @@ PromptCounter = Callable[[str, dict[str, Any]], int]
 
 class Gateway:
     """`settings`: {"model", "engine", "defaults" (request fields), "notes", "api_key" (bool),
-    "limits" (hanlm.serve.requests.Limits' fields), "body_timeout_s", "max_body_bytes"}."""
+    "limits" (hanlm.serve.requests.Limits' fields), "body_timeout_s", "max_body_bytes", and
+    "engine_metrics" (true: /metrics is the engine's)}."""
 
     def __init__(
         self,
@@ -113,7 +115,7 @@ class Gateway:
             return await self._get_only(method, answer, self.about, "application/json")
         if path == HEALTH:
             return await self._get_only(method, answer, b'{"status":"ok"}', "application/json")
-        if path == METRICS:
+        if path == METRICS and not self.settings.get("engine_metrics"):
             body = self.metrics.render()
             return await self._get_only(method, answer, body, "text/plain; version=0.0.4")
         if path in requests.ROUTES:

@@ -57,6 +57,7 @@ def add_limits(settings: dict[str, Any], folder: Path) -> None:
         "vocab_size": int(config["vocab_size"]),
         "max_n": MAX_ANSWERS,
     }
+    settings["engine_metrics"] = True  # vLLM's own Prometheus /metrics, behind the API key
 
 
 def run(cmd: list[str], page: dict[str, Any], api_key: str | None) -> int:

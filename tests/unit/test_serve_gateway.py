@@ -281,6 +281,9 @@ def test_the_counters_are_prometheus_text():
     assert 'hanlm_tokens_total{kind="completion"} 3' in text
     assert 'hanlm_request_seconds_count{route="/v1/chat/completions"} 2' in text
     assert "hanlm_requests_in_flight 1" in text  # the /metrics request itself
+    # an engine with metrics of its own (vLLM) answers /metrics itself
+    engine_app = gateway.Gateway(echo, settings={**ABOUT, "engine_metrics": True})
+    assert json.loads(run_asgi(engine_app, "GET", "/metrics")[1])["got"] == ""
 
 
 def test_vllm_serves_the_folder_with_the_page_and_the_key():
