@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hanlm.config import Config
-from hanlm.data import readers
+from hanlm.data import dataset_repo, readers
 from hanlm.errors import UserError
 from hanlm.files import open_text_stream, strip_compression_suffix
 from hanlm.model_folder import check_model_folder
@@ -82,8 +82,8 @@ def _corpus_input(spec: str, cfg: Config) -> None:
         readers.demo_kinds(spec)
         return
     if spec.startswith("hf:"):
-        if readers.snapshot_folder(spec) is not None:
-            files = readers.snapshot_files(spec)
+        if dataset_repo.snapshot_folder(spec) is not None:
+            files = dataset_repo.snapshot_files(spec)
             _probe_file(files[0], cfg.corpus.text_field)
         else:
             _hub_dataset(spec)
@@ -115,11 +115,11 @@ def _probe_file(path: Path, text_field: str) -> None:
 
 def _hub_dataset(spec: str) -> None:
     """A Hub dataset id resolves (online), or says how to get it (offline)."""
-    repo, revision = readers.hub_name_and_revision(readers.parse_hf(spec)[0])
-    if readers.hf_offline():
+    repo, revision = dataset_repo.hub_name_and_revision(dataset_repo.parse_hf(spec)[0])
+    if dataset_repo.hf_offline():
         raise UserError(
             f"{spec} cannot be streamed: Hugging Face is set offline",
-            fix=readers.hf_download_fix(spec),
+            fix=dataset_repo.hf_download_fix(spec),
         )
     from huggingface_hub import HfApi  # deferred: the network
 
@@ -128,7 +128,7 @@ def _hub_dataset(spec: str) -> None:
     except Exception as e:  # not found, gated, no network: each needs the user
         raise UserError(
             f"{spec} does not resolve on the Hub ({type(e).__name__}: {e})",
-            fix=readers.hf_download_fix(spec),
+            fix=dataset_repo.hf_download_fix(spec),
         ) from None
 
 

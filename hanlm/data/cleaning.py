@@ -34,9 +34,10 @@ from hanlm.config import CorpusSection, DataEngineSection
 from hanlm.console import info, warn
 from hanlm.data import dedup, engine
 from hanlm.data.corpus import PartWriter, normalise
+from hanlm.data.dataset_repo import input_revisions
 from hanlm.data.pii import EXAMPLES_PER_KIND, REPLACEMENTS, PiiScrubber
 from hanlm.data.quality import QualityFilter
-from hanlm.data.readers import Skips, Unit, input_revisions, source_units
+from hanlm.data.readers import Skips, Unit, source_units
 from hanlm.errors import UserError
 
 CLEAN, PAIRS, CLUSTERS, WRITE = "clean", "pairs", "clusters", "write"

@@ -16,6 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hanlm.config import DEFAULT_SOURCE, CorpusSection, CorpusSourceSection, SourceFields
+from hanlm.data.dataset_repo import (
+    file_name,
+    hf_download_fix,
+    hf_offline,
+    hub_name_and_revision,
+    hub_split_files,
+    is_hf_id,
+    is_hub_file,
+    open_hub_file,
+    parse_hf,
+    snapshot_files,
+    snapshot_folder,
+)
 from hanlm.errors import UserError
 from hanlm.files import (
     DamagedCompressedFile,
@@ -25,7 +38,8 @@ from hanlm.files import (
 )
 
 SUPPORTED = (
-    ".txt, .jsonl, .parquet (each optionally .gz or .zst), hf:NAME[:CONFIG]:SPLIT, demo, "
+    ".txt, .jsonl, .parquet (each optionally .gz or .zst), hf:NAME[@REVISION][:CONFIG]:SPLIT, "
+    "demo, "
     "demo:wiki, demo:web"
 )
 
@@ -170,12 +184,15 @@ def _block_document(path: Path, name: str, block: list[bytes], skips: Skips) -> 
         yield Document(name, text, len(raw))
 
 
-def _open_parquet(path: Path):
+def _open_parquet(path: Path | str):
     """The parquet file at `path` (read into memory when compressed as a whole: parquet needs
-    random access), or a UserError naming it."""
+    random access; a Hub file `hf://...` is read by range, its footer and the row groups
+    asked for), or a UserError naming it."""
     import pyarrow.parquet as pq  # deferred: pyarrow is heavy and only parquet inputs need it
 
-    if strip_compression_suffix(path.name) != path.name:
+    if is_hub_file(path):
+        source = open_hub_file(path)
+    elif strip_compression_suffix(path.name) != path.name:
         with open_text_stream(path) as stream:
             source = io.BytesIO(stream.read())
     else:
@@ -186,7 +203,7 @@ def _open_parquet(path: Path):
         raise UserError(f"cannot read parquet file: {e}", where=str(path)) from None
 
 
-def _check_column(pf, path: Path, text_field: str) -> None:
+def _check_column(pf, path: Path | str, text_field: str) -> None:
     names = pf.schema_arrow.names
     if text_field not in names:
         raise UserError(
@@ -196,7 +213,7 @@ def _check_column(pf, path: Path, text_field: str) -> None:
         )
 
 
-def parquet_row_groups(path: Path, text_field: str) -> list[tuple[int, int]]:
+def parquet_row_groups(path: Path | str, text_field: str) -> list[tuple[int, int]]:
     """(rows, uncompressed bytes of `text_field`) of each row group, from the file's footer
     alone: what a task of some row groups will read, before anything is read."""
     pf = _open_parquet(path)
@@ -215,7 +232,7 @@ def parquet_row_groups(path: Path, text_field: str) -> list[tuple[int, int]]:
 
 
 def _read_parquet(
-    path: Path, fields: SourceFields, skips: Skips, row_groups: tuple[int, int] | None = None
+    path: Path | str, fields: SourceFields, skips: Skips, row_groups: tuple[int, int] | None = None
 ) -> Iterator[Document]:
     """The documents of a parquet file, or of its row groups [first, end) (rows keep their
     number in the whole file, so a document without an id column has the same id however the
@@ -252,197 +269,8 @@ def _read_parquet(
                 continue
             own_id = values[fields.id][j] if fields.id in values else None
             metadata = {m: values[m][j] for m in fields.metadata}
-            doc_id = str(own_id) if own_id is not None else f"{path.name}:{row}"
+            doc_id = str(own_id) if own_id is not None else f"{file_name(path)}:{row}"
             yield Document(doc_id, value, len(value) * 3, metadata)  # ~UTF-8 size
-
-
-# Where a dataset's files lie in its Hub repository, for the download command of the error
-# messages: {config} and {split} are filled in. Other datasets get the whole repository.
-HF_LAYOUTS = {
-    "HuggingFaceFW/fineweb-2": "data/{config}/{split}",  # data/kor_Hang/train/000_00000.parquet
-    "wikimedia/wikipedia": "{config}",  # 20231101.ko/train-00000-of-00003.parquet
-}
-_TRUE = ("1", "ON", "YES", "TRUE")
-
-
-def parse_hf(spec: str) -> tuple[str, str | None, str]:
-    """(name, config, split) of `hf:NAME[@REVISION][:CONFIG]:SPLIT`; the name keeps its
-    `@REVISION` (hub_name_and_revision splits it)."""
-    parts = spec[len("hf:") :].split(":")
-    if len(parts) not in (2, 3) or not all(parts):
-        raise UserError(
-            f"bad Hugging Face dataset id {spec!r}",
-            fix="write it as hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT (NAME a Hub id or a local "
-            "snapshot folder of a dataset repository)",
-        )
-    return (parts[0], None, parts[1]) if len(parts) == 2 else (parts[0], parts[1], parts[2])
-
-
-def hub_name_and_revision(name: str) -> tuple[str, str | None]:
-    """`org/name@REVISION` -> ("org/name", "REVISION"); no @: (name, None)."""
-    repo, sep, revision = name.partition("@")
-    return (repo, revision) if sep and revision else (name, None)
-
-
-def snapshot_folder(spec: str) -> Path | None:
-    """The local folder `hf:NAME...` names when NAME is one (a snapshot of a dataset
-    repository, as `hf download REPO --repo-type dataset --local-dir DIR` leaves it), else None."""
-    name = parse_hf(spec)[0]
-    folder = Path(os.path.expanduser(name))
-    return folder if folder.is_dir() else None
-
-
-def snapshot_files(spec: str) -> list[Path]:
-    """The data files of CONFIG's SPLIT in a local snapshot, as `datasets` resolves them: the
-    `configs` of the folder's README.md (its YAML header: config_name, data_files by split,
-    default), else the files whose path names the split (train-*.parquet, train/...)."""
-    folder = snapshot_folder(spec)
-    assert folder is not None
-    _, config, split = parse_hf(spec)
-    patterns = _readme_patterns(folder, spec, config, split)
-    if patterns is None:  # no configs in a README: datasets' own layout rules
-        patterns = [f"**/{split}/**/*", f"**/{split}-*", f"**/{split}_*", f"**/{split}.*"]
-        if config is not None:
-            patterns = [f"**/{config}/{p.removeprefix('**/')}" for p in patterns]
-    files: list[Path] = []
-    for pattern in patterns:
-        for match in sorted(glob.glob(str(folder / pattern), recursive=True)):
-            path = Path(match)
-            if path.is_file() and ".cache" not in path.relative_to(folder).parts:
-                kind = Path(strip_compression_suffix(path.name)).suffix.lower()
-                if kind in (".parquet", ".jsonl", ".txt") and path not in files:
-                    files.append(path)
-    if not files:
-        raise UserError(
-            f"{spec}: the snapshot folder {folder} has no data files for "
-            f"{'config ' + repr(config) + ', ' if config else ''}split {split!r} "
-            f"(looked for {', '.join(patterns)})",
-            fix="check the split and config names against the folder's README.md `configs`, "
-            "or download the files of that split into it",
-        )
-    return files
-
-
-def _readme_patterns(folder: Path, spec: str, config: str | None, split: str) -> list[str] | None:
-    """The data_files patterns of CONFIG's SPLIT from the README's `configs`; None without."""
-    readme = folder / "README.md"
-    if not readme.is_file():
-        return None
-    from huggingface_hub.repocard import metadata_load  # deferred: only snapshots need it
-
-    try:
-        configs = (metadata_load(readme) or {}).get("configs")
-    except Exception as e:  # a README whose YAML header does not parse
-        raise UserError(
-            f"{spec}: the YAML header of {readme} does not parse ({type(e).__name__}: {e})",
-            where=str(readme),
-            fix="repair the README's header, or name the files with a glob instead",
-        ) from None
-    if not isinstance(configs, list) or not configs:
-        return None
-    named = {c.get("config_name", "default"): c for c in configs if isinstance(c, dict)}
-    if config is None:
-        defaults = [c for c in named.values() if c.get("default")]
-        chosen = (
-            defaults[0] if defaults else (next(iter(named.values())) if len(named) == 1 else None)
-        )
-        if chosen is None:
-            raise UserError(
-                f"{spec}: the snapshot has several configs and none is the default: "
-                f"{', '.join(named)}",
-                fix=f"name one: hf:{parse_hf(spec)[0]}:CONFIG:{split}",
-            )
-    elif config in named:
-        chosen = named[config]
-    else:
-        raise UserError(
-            f"{spec}: the snapshot has no config {config!r}; its configs are {', '.join(named)}",
-            where=str(readme),
-            fix=f"use one of them: hf:{parse_hf(spec)[0]}:CONFIG:{split}",
-        )
-    data_files = chosen.get("data_files", [])
-    if isinstance(data_files, (str, list)) and not (
-        isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)
-    ):
-        by_split = {"train": data_files}  # files without splits are the train split
-    else:
-        by_split = {d.get("split", "train"): d.get("path", []) for d in data_files}
-    if split not in by_split:
-        raise UserError(
-            f"{spec}: config {chosen.get('config_name', 'default')!r} has no split {split!r}; "
-            f"its splits are {', '.join(by_split)}",
-            where=str(readme),
-            fix="name one of them",
-        )
-    paths = by_split[split]
-    return [paths] if isinstance(paths, str) else list(paths)
-
-
-def snapshot_revision(folder: Path) -> str | None:
-    """The commit a snapshot was downloaded at, as `hf download --local-dir` records it in
-    .cache/huggingface/download/*.metadata (first line of each); None when it did not (the
-    files' sizes and times then stand for the content)."""
-    commits = set()
-    for metadata in (folder / ".cache" / "huggingface" / "download").rglob("*.metadata"):
-        first = metadata.read_text(errors="replace").split("\n", 1)[0].strip()
-        if len(first) == 40 and all(c in "0123456789abcdef" for c in first):
-            commits.add(first)
-    return commits.pop() if len(commits) == 1 else None
-
-
-def input_revisions(inputs: list[str]) -> dict[str, str | None]:
-    """The commit each `hf:` input is read at: a local snapshot's download commit; a Hub id's
-    pinned @REVISION, else (online) the commit the Hub resolves its default branch to, so that
-    a dataset updated upstream is seen as new input; offline, None (it cannot be read then)."""
-    out: dict[str, str | None] = {}
-    for spec in inputs:
-        if not spec.startswith("hf:"):
-            continue
-        folder = snapshot_folder(spec)
-        if folder is not None:
-            out[spec] = snapshot_revision(folder)
-            continue
-        repo, revision = hub_name_and_revision(parse_hf(spec)[0])
-        out[spec] = revision or _hub_commit(repo)
-    return out
-
-
-def _hub_commit(repo: str) -> str | None:
-    if hf_offline():
-        return None
-    from huggingface_hub import HfApi  # deferred: the network, for Hub inputs only
-
-    try:
-        return HfApi().dataset_info(repo, timeout=30).sha
-    except Exception:  # unreachable or unknown: reading it will say why, with the fix
-        return None
-
-
-def hf_download_fix(spec: str) -> str:
-    """How to read `spec` without streaming: download its files once into a folder, then name
-    the folder in the same spelling (hf:DIR[:CONFIG]:SPLIT reads a local snapshot)."""
-    name, config, split = parse_hf(spec)
-    name, revision = hub_name_and_revision(name)
-    pinned = f" --revision {revision}" if revision else ""
-    local = f"hf:DIR:{config}:{split}" if config else f"hf:DIR:{split}"
-    layout = HF_LAYOUTS.get(name)
-    include = ""
-    if layout is not None and ("{config}" not in layout or config):
-        include = f' --include "{layout.format(config=config, split=split)}/*" --include README.md'
-    return (
-        f"download it first: `hf download {name} --repo-type dataset{pinned}{include} "
-        "--local-dir DIR` "
-        "(huggingface_hub's command; `huggingface-cli download` with the same arguments on "
-        f"huggingface_hub < 1.0), then name the folder instead: {local} (its README's configs "
-        "say which files are that split, and the download's commit is recorded)"
-    )
-
-
-def hf_offline() -> bool:
-    return any(
-        os.environ.get(var, "").upper() in _TRUE
-        for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
 
 
 def _open_hf_stream(spec: str):
@@ -543,16 +371,23 @@ def _read_hf(
 
 
 def expand_inputs(inputs: list[str]) -> list[str | Path]:
-    """Globs become sorted file lists, an `hf:` id naming a local snapshot folder its split's
-    data files; other `hf:` ids and `demo` pass through. No match is an error."""
+    """Globs become sorted file lists; an `hf:` id naming a local snapshot folder its split's
+    data files; a Hub id whose split is parquet files (online) those files at the commit it
+    resolves to (`hf://datasets/REPO@SHA/PATH`, read by row group); other `hf:` ids (offline,
+    or JSON files on the Hub: streamed) and `demo` pass through. No match is an error."""
     if not inputs:
         raise UserError("no corpus inputs given", fix=f"pass --input with one of: {SUPPORTED}")
     expanded: list[str | Path] = []
     for spec in inputs:
-        if spec.startswith("hf:") and snapshot_folder(spec) is not None:
+        if is_hf_id(spec) and snapshot_folder(spec) is not None:
             expanded.extend(snapshot_files(spec))  # read as the local files they are
             continue
-        if is_demo(spec) or spec.startswith("hf:"):
+        if is_hf_id(spec) and not hf_offline():
+            files = hub_split_files(spec)
+            if all(_is_plain_parquet(Path(file_name(f))) for f in files):
+                expanded.extend(files)
+                continue
+        if is_demo(spec) or is_hf_id(spec):
             if is_demo(spec):
                 demo_kinds(spec)  # refuses a demo source that does not exist
             expanded.append(spec)
@@ -593,10 +428,10 @@ def read_source(
     if is_demo(source):
         yield from _read_jsonl(demo_file, SourceFields(), skips, span, demo_kinds(source))
         return
-    if isinstance(source, str):  # span: (share, shares) of the stream's files
+    if is_hf_id(source):  # span: (share, shares) of the stream's files
         yield from _read_hf(source, fields, skips, shard=span)
         return
-    kind = Path(strip_compression_suffix(source.name)).suffix.lower()
+    kind = Path(strip_compression_suffix(file_name(source))).suffix.lower()
     try:
         if kind == ".txt":
             yield from _read_txt(source, corpus.doc_per_line, skips, span)
@@ -621,7 +456,7 @@ class Unit:
     depend only on the inputs and the task size, so the tasks (and the output) do not depend on
     how many workers run them."""
 
-    source: str  # a file path, `demo` or an hf: id
+    source: str  # a file path, a Hub file (hf://...), `demo` or an hf: id (a stream)
     # bytes (start, end) of a line file; row groups [first, end) of a parquet file; (share,
     # shares) of an hf: stream
     span: tuple[int, int] | None = None
@@ -634,7 +469,7 @@ class Unit:
         self, corpus: CorpusSection, skips: Skips, demo_file: Path | None = None
     ) -> Iterator[Document]:
         source: str | Path = self.source
-        if not is_demo(source) and not source.startswith("hf:"):
+        if not is_demo(source) and not is_hf_id(source) and not is_hub_file(source):
             source = Path(source)
         spec = {s.name: s for s in corpus.source_list()}.get(self.corpus_source)
         fields = corpus.fields_of(spec) if spec is not None else None
@@ -655,7 +490,7 @@ def _is_plain_parquet(path: Path) -> bool:
     return path.suffix.lower() == ".parquet"
 
 
-def _row_group_units(path: Path, text_field: str, task_bytes: int) -> list[Unit]:
+def _row_group_units(path: Path | str, text_field: str, task_bytes: int) -> list[Unit]:
     """Consecutive row groups of a parquet file, about `task_bytes` of text each (a row group
     larger than that is a task of its own): a task that fails reads its row groups again, not
     the file."""
@@ -678,18 +513,24 @@ def split_into_units(
     task_bytes: int,
     *,
     demo_file: Path | None = None,
+    text_field: str | None = None,
 ) -> list[Unit]:
     """The inputs in order, big uncompressed line files cut into byte ranges of `task_bytes`
-    and parquet files into runs of row groups of about `task_bytes` of text."""
+    and parquet files (local or on the Hub) into runs of row groups of about `task_bytes` of
+    text; `text_field`: the source's own (default corpus.text_field)."""
+    text_field = text_field or corpus.text_field
     units: list[Unit] = []
     for source in sources:
-        if isinstance(source, str) and not is_demo(source):  # a task per data file of the stream
+        if is_hub_file(source):
+            units.extend(_row_group_units(source, text_field, task_bytes))
+            continue
+        if is_hf_id(source):  # a task per data file of the stream; its size is not known
             shares = hf_num_shards(source)
             units.extend(Unit(source, (i, shares) if shares > 1 else None) for i in range(shares))
             continue
         path = demo_file if is_demo(source) else source
         if not is_demo(source) and _is_plain_parquet(path):
-            units.extend(_row_group_units(path, corpus.text_field, task_bytes))
+            units.extend(_row_group_units(path, text_field, task_bytes))
             continue
         size = path.stat().st_size
         name = source if is_demo(source) else str(path)
@@ -725,7 +566,13 @@ def source_units(
                 )
         units.extend(
             dataclasses.replace(unit, corpus_source=spec.name)
-            for unit in split_into_units(inputs, corpus, task_bytes, demo_file=demo_file)
+            for unit in split_into_units(
+                inputs,
+                corpus,
+                task_bytes,
+                demo_file=demo_file,
+                text_field=corpus.fields_of(spec).text,
+            )
         )
     return units
 

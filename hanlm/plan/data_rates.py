@@ -5,10 +5,11 @@ the cores it runs on, each core after the first adding SCALING_EFFICIENCY of one
 counted on the whole raw corpus: deduplication and decontamination shrink what the later stages
 read, so the times are an upper bound for them.
 
-The corpus size comes from, in order: `plan.corpus_gb`; the local input files (plain files by
-their size, parquet by its footer's uncompressed size of the text column, .gz/.zst files times
-COMPRESSION_RATIO: an estimate); for `hf:` inputs and the demo, the token target (tokens x
-CHARS_PER_TOKEN x BYTES_PER_CHAR: the text that many tokens take).
+The corpus size comes from, in order: `plan.corpus_gb`; the input files (plain files by their
+size, parquet by its footer's uncompressed size of the text column, .gz/.zst files times
+COMPRESSION_RATIO: an estimate; a Hub dataset's parquet files by their footers, read by range,
+online); for what cannot be sized so (the demo world, a Hub id offline or of JSON files), the
+token target (tokens x CHARS_PER_TOKEN x BYTES_PER_CHAR: the text that many tokens take).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hanlm.data import dataset_repo
 from hanlm.errors import UserError
 from hanlm.files import strip_compression_suffix
 
@@ -159,24 +161,30 @@ def file_text_bytes(path: Path, text_field: str) -> tuple[float, bool]:
     return float(path.stat().st_size), False
 
 
-def local_inputs_bytes(inputs: list[str], text_field: str) -> dict[str, Any]:
-    """The local files the inputs' globs match now: their text bytes; what matched nothing."""
+def inputs_bytes(inputs: list[str], text_field: str) -> dict[str, Any]:
+    """The text bytes of the files the inputs name now: local files and local snapshots, and
+    (online) a Hub dataset's parquet files from their footers; what matched nothing; what
+    cannot be sized before it is read (`remote`: the demo world, a stream, a Hub id offline)."""
     out: dict[str, Any] = {
         "bytes": 0.0,
         "files": 0,
+        "hub_files": 0,
         "estimated": False,
         "missing": [],
         "remote": [],
     }
     for spec in inputs:
         if spec.startswith("hf:"):
-            from hanlm.data import readers  # deferred: the plan reads no data module otherwise
-
-            if readers.snapshot_folder(spec) is None:
-                out["remote"].append(spec)  # a stream: its size is the Hub's to tell
+            if dataset_repo.snapshot_folder(spec) is None:
+                hub = _hub_parquet_bytes(spec, text_field)
+                if hub is None:
+                    out["remote"].append(spec)  # offline, or JSON files: not sized
+                else:
+                    out["bytes"] += hub[0]
+                    out["hub_files"] += hub[1]
                 continue
             try:
-                files = readers.snapshot_files(spec)  # a local snapshot: its split's files
+                files = dataset_repo.snapshot_files(spec)  # a local snapshot: its split's files
             except UserError:
                 out["missing"].append(spec)
                 continue
@@ -196,6 +204,23 @@ def local_inputs_bytes(inputs: list[str], text_field: str) -> dict[str, Any]:
     return out
 
 
+def _hub_parquet_bytes(spec: str, text_field: str) -> tuple[float, int] | None:
+    """(text bytes, files) of a Hub dataset's split from its parquet footers (read by range),
+    or None when it cannot be told now (offline, unreachable, not parquet)."""
+    from hanlm.data import readers  # deferred: pyarrow, for parquet footers
+
+    if dataset_repo.hf_offline():
+        return None
+    try:
+        files = dataset_repo.hub_split_files(spec)
+        if not all(f.endswith(".parquet") for f in files):
+            return None
+        total = sum(n for f in files for _, n in readers.parquet_row_groups(f, text_field))
+    except UserError:
+        return None
+    return float(total), len(files)
+
+
 def corpus_size(
     inputs: list[str],
     text_field: str,
@@ -207,11 +232,15 @@ def corpus_size(
     """(bytes, how they were found, whether estimated), or None when nothing tells the size."""
     if corpus_gb > 0:
         return corpus_gb * GB, "plan.corpus_gb", False
-    local = local_inputs_bytes(inputs, text_field)
+    local = inputs_bytes(inputs, text_field)
     parts: list[str] = []
     if local["files"]:
         how = f"compressed x~{COMPRESSION_RATIO:g}" if local["estimated"] else "file sizes"
-        parts.append(f"{local['files']:,} local files, {local['bytes'] / GB:,.1f} GB ({how})")
+        parts.append(f"{local['files']:,} local files ({how})")
+    if local["hub_files"]:
+        parts.append(f"{local['hub_files']:,} Hub parquet files (their footers)")
+    if local["files"] or local["hub_files"]:
+        parts.append(f"{local['bytes'] / GB:,.1f} GB of text")
     if local["missing"]:
         parts.append(f"not there yet: {', '.join(local['missing'])}")
     size, estimated = local["bytes"], local["estimated"]
@@ -276,13 +305,13 @@ def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
 
 def mixture_preview(cfg) -> list[dict] | None:
     """The mix of a recipe with weighted sources, on the sources' sizes as far as they can be
-    told now (local files and local snapshots: their text bytes, raw; the demo world:
-    demo.size_mb; a Hub stream: unsized)."""
+    told now (local files, local snapshots and, online, a Hub dataset's parquet files: their
+    text bytes, raw; the demo world: demo.size_mb; a stream, or the Hub offline: unsized)."""
     if not cfg.corpus.is_mixture:
         return None
     available: dict[str, float | None] = {}
     for source in cfg.corpus.sources:
-        local = local_inputs_bytes(source.inputs, source.text_field or cfg.corpus.text_field)
+        local = inputs_bytes(source.inputs, source.text_field or cfg.corpus.text_field)
         size: float | None = local["bytes"]
         if "demo" in local["remote"]:
             size += cfg.demo.size_mb * MB

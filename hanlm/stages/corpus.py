@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info
-from hanlm.data import cleaning, corpus, readers
+from hanlm.data import cleaning, corpus, dataset_repo, readers
 from hanlm.data.corpus import CorpusStats
 from hanlm.errors import UserError
 from hanlm.files import stage_fingerprint
@@ -42,7 +42,7 @@ def inputs(cfg: Config, run: RunDir, options: dict) -> list:
         [
             spec.name,
             readers.input_fingerprint(readers.expand_inputs(spec.inputs)),
-            readers.input_revisions(spec.inputs),
+            dataset_repo.input_revisions(spec.inputs),
         ]
         for spec in cfg.corpus.source_list()
     ]

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import assert_user_error, korquad_contexts, run_subprocess, write_jsonl
 from hanlm.config import load_config
-from hanlm.data import cleaning, engine, readers
+from hanlm.data import cleaning, dataset_repo, engine, readers
 from hanlm.data.corpus import CorpusStats, iter_corpus
 from hanlm.data.dedup import lsh_bands
 from hanlm.errors import UserError
@@ -169,10 +169,12 @@ def snapshot(root, commit="0123456789abcdef0123456789abcdef01234567"):
 def test_a_local_snapshot_is_read_by_its_hf_name_config_and_split(tmp_path):
     texts = snapshot(tmp_path / "fineweb-2")
     spec = f"hf:{tmp_path / 'fineweb-2'}:kor_Hang:train"
-    files = readers.snapshot_files(spec)
+    files = dataset_repo.snapshot_files(spec)
     assert [f.relative_to(tmp_path / "fineweb-2").as_posix() for f in files] == [
         "data/kor_Hang/train/000_00000.parquet", "data/kor_Hang/train/001_00000.parquet"]  # fmt: skip
-    assert readers.input_revisions([spec]) == {spec: "0123456789abcdef0123456789abcdef01234567"}
+    assert dataset_repo.input_revisions([spec]) == {
+        spec: "0123456789abcdef0123456789abcdef01234567"
+    }
     units = readers.split_into_units(readers.expand_inputs([spec]), load_config().corpus, 2000)
     assert len(units) > 2 and all(u.nbytes > 0 for u in units)  # row groups with their sizes
     cfg = load_config(values={"corpus.inputs": [spec], "corpus.min_chars": 1})
@@ -184,6 +186,53 @@ def test_a_local_snapshot_is_read_by_its_hf_name_config_and_split(tmp_path):
                          (f"hf:{tmp_path / 'fineweb-2'}:jpn_Jpan:test", "no split 'test'")):  # fmt: skip
         with pytest.raises(UserError, match=message):
             readers.expand_inputs([bad])
+
+
+HUB_SHA = "89abcdef0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    """The Hub, online, as huggingface_hub's fsspec filesystem shows it: a local folder under
+    the same paths (datasets/REPO@SHA/...), every revision resolving to HUB_SHA."""
+    from fsspec.implementations.dirfs import DirFileSystem
+    from fsspec.implementations.local import LocalFileSystem
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    root = tmp_path / "hub"
+    root.mkdir()
+    monkeypatch.setattr(dataset_repo, "hub_commit", lambda repo, revision=None: HUB_SHA)
+    monkeypatch.setattr(
+        dataset_repo, "hub_filesystem", lambda: DirFileSystem(path=str(root), fs=LocalFileSystem())
+    )
+    return root
+
+
+def test_a_hub_dataset_is_read_by_row_group_at_its_commit(tmp_path, fake_hub):
+    """hf:REPO:CONFIG:SPLIT on the Hub: its split's parquet files listed at the resolved commit
+    through the README's configs, cut into row-group tasks that know their size (task_mb holds,
+    the pairs job and the progress bar see bytes), read by range: the same documents as the
+    same repository downloaded, and the commit recorded."""
+    texts = snapshot(fake_hub / "datasets" / "someone" / f"fw@{HUB_SHA}")
+    spec = "hf:someone/fw:kor_Hang:train"
+    files = readers.expand_inputs([spec])
+    assert files == [f"hf://datasets/someone/fw@{HUB_SHA}/data/kor_Hang/train/{n}_00000.parquet"
+                     for n in ("000", "001")]  # fmt: skip
+    units = readers.split_into_units(files, load_config().corpus, 2000)
+    assert len(units) > 2 and all(u.nbytes > 0 for u in units)
+    assert all(u.span is not None for u in units)  # row groups, not whole files
+    cfg = load_config(values={"corpus.inputs": [spec], "corpus.min_chars": 1})
+    stats = run_stage("corpus", cfg, tmp_path / "r")
+    assert [t for _, t in output(tmp_path / "r")] == texts[("kor_Hang", "train")]
+    assert stats.revisions == {spec: HUB_SHA}
+    from hanlm.plan import data_rates
+
+    sized = data_rates.inputs_bytes([spec], "text")
+    assert sized["hub_files"] == 2 and sized["remote"] == []
+    assert sized["bytes"] == sum(u.nbytes for u in units)
+    with pytest.raises(UserError, match="no config 'kor_Latn'"):
+        readers.expand_inputs(["hf:someone/fw:kor_Latn:train"])
 
 
 def test_a_source_keeps_its_ids_and_metadata_and_filters_read_them(tmp_path):

@@ -172,11 +172,9 @@ def test_a_local_snapshot_is_sized_from_its_splits_parquet_footers(tmp_path):
         (root / split).mkdir(parents=True)
         table = pa.table({"text": [f"한국어 문서 {i}번입니다 " * 20 for i in range(n)]})
         pq.write_table(table, root / split / "0000.parquet")
-    train = dr.local_inputs_bytes([f"hf:{root}:train"], "text")
-    test = dr.local_inputs_bytes([f"hf:{root}:test"], "text")
+    train = dr.inputs_bytes([f"hf:{root}:train"], "text")
+    test = dr.inputs_bytes([f"hf:{root}:test"], "text")
     assert train["files"] == 1 and train["remote"] == [] and train["bytes"] > 9 * test["bytes"] > 0
-    assert dr.local_inputs_bytes([f"hf:{root}:validation"], "text")["missing"] == [
+    assert dr.inputs_bytes([f"hf:{root}:validation"], "text")["missing"] == [
         f"hf:{root}:validation"]  # fmt: skip
-    assert dr.local_inputs_bytes(["hf:someone/ko:train"], "text")["remote"] == [
-        "hf:someone/ko:train"
-    ]
+    assert dr.inputs_bytes(["hf:someone/ko:train"], "text")["remote"] == ["hf:someone/ko:train"]

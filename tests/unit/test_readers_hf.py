@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hanlm.config import SourceFields
-from hanlm.data import readers
+from hanlm.data import dataset_repo, readers
 from hanlm.errors import UserError
 
 datasets = pytest.importorskip("datasets")
@@ -181,14 +181,14 @@ def test_connection_lost_part_way(online):
 
 
 def test_a_pinned_revision_is_streamed_recorded_and_in_the_download_command(monkeypatch):
-    assert readers.hub_name_and_revision("HuggingFaceFW/fineweb-2@v2.0.1") == (
+    assert dataset_repo.hub_name_and_revision("HuggingFaceFW/fineweb-2@v2.0.1") == (
         "HuggingFaceFW/fineweb-2", "v2.0.1")  # fmt: skip
-    assert readers.hub_name_and_revision("someone/ko") == ("someone/ko", None)
+    assert dataset_repo.hub_name_and_revision("someone/ko") == ("someone/ko", None)
     spec = "hf:HuggingFaceFW/fineweb-2@v2.0.1:kor_Hang:train"
-    assert readers.input_revisions([spec]) == {spec: "v2.0.1"}  # pinned: no network asked
+    assert dataset_repo.input_revisions([spec]) == {spec: "v2.0.1"}  # pinned: no network asked
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert readers.input_revisions(["hf:someone/ko:train"]) == {"hf:someone/ko:train": None}
-    fix = readers.hf_download_fix(spec)
+    assert dataset_repo.input_revisions(["hf:someone/ko:train"]) == {"hf:someone/ko:train": None}
+    fix = dataset_repo.hf_download_fix(spec)
     assert "hf download HuggingFaceFW/fineweb-2 --repo-type dataset --revision v2.0.1" in fix
     seen = {}
 
