@@ -245,7 +245,8 @@ def _add_data_stages(sub) -> None:
         "short documents and duplicates, and write DIR/corpus/ (zstd JSONL parts and "
         "stats.json).\n\nInputs: .txt (one document per blank-line-separated block, or "
         "per line with --doc-per-line), .jsonl (--text-field), .parquet, each optionally "
-        ".gz or .zst; hf:NAME[:CONFIG]:SPLIT (streamed with `datasets`, needs network); "
+        ".gz or .zst; hf:NAME[@REVISION][:CONFIG]:SPLIT (a local snapshot folder, or the Hub: "
+        "parquet read by row group, other files streamed); "
         "`demo` for the built-in synthetic Korean world.",
         force=REDO,
     )

@@ -181,7 +181,8 @@ class CorpusSourceSection(Section):
 
     name: str = Field(description="the source's name in every table (letters, digits, _ . -)")
     inputs: list[str] = Field(
-        min_length=1, description="globs, hf:NAME[:CONFIG]:SPLIT ids or `demo`, as corpus.inputs"
+        min_length=1,
+        description="globs, hf:NAME[@REVISION][:CONFIG]:SPLIT ids or `demo`, as corpus.inputs",
     )
     weight: float | None = Field(
         None, gt=0, le=1, description="share of the training tokens (the weights sum to 1)"
@@ -251,7 +252,7 @@ class CorpusSection(Section):
     inputs: list[str] = Field(
         default_factory=lambda: ["demo"],
         description="globs of .txt/.jsonl/.parquet files (optionally .gz/.zst), "
-        "hf:NAME[:CONFIG]:SPLIT dataset ids, or `demo` for the built-in world",
+        "hf:NAME[@REVISION][:CONFIG]:SPLIT dataset ids, or `demo` for the built-in world",
         json_schema_extra={"cli": {"flag": "input", "metavar": "GLOB"}},
     )
     text_field: str = Field("text", min_length=1, description="JSONL/parquet field with the text")
@@ -933,7 +934,8 @@ class DecontamSection(Section):
     )
     benchmarks: list[str] = Field(
         default_factory=list,
-        description="TASK=PATH benchmark files (PATH `demo`: the run's demo world benchmark)",
+        description="TASK=PATH benchmark files (PATH `demo`: the run's demo world benchmark; an "
+        "hf:NAME[:CONFIG]:SPLIT id: that split, read as eval reads it)",
         json_schema_extra={"cli": {"flag": "benchmark", "metavar": "TASK=PATH"}},
     )
     ngram: int = Field(

@@ -146,10 +146,23 @@ def _eval_task(spec: str) -> None:
     for leaf in tasks_lib.expand_specs([spec])[0]:
         name, source = tasks_lib.parse_task_spec(leaf)
         tasks_lib.get(name)
-        if source and not source.startswith("hf:") and source != "demo":
+        if source and dataset_repo.is_hf_id(source):
+            _hf_split(source)
+        elif source and source != "demo":
             matches = glob.glob(os.path.expanduser(source))
             if not matches:
                 raise UserError(f"the data of task {name} is not at {source}")
+
+
+def _hf_split(spec: str) -> None:
+    """A dataset id read whole (a benchmark): a snapshot's split resolves to files; a Hub id
+    resolves online (offline, `datasets` may hold it in its cache: the stage will say)."""
+    if dataset_repo.snapshot_folder(spec) is not None:
+        dataset_repo.snapshot_files(spec)
+    elif not dataset_repo.hf_offline():
+        _hub_dataset(spec)
+    else:
+        dataset_repo.parse_hf(spec)
 
 
 def _conversations(path: Path) -> None:

@@ -12,12 +12,16 @@ input, and a parquet file's row groups can be read one task at a time without do
 
 from __future__ import annotations
 
+import functools
 import glob
+import json
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from hanlm.errors import UserError
-from hanlm.files import strip_compression_suffix
+from hanlm.files import open_text_stream, strip_compression_suffix
 
 # Where a dataset's files lie in its Hub repository, for the download command of the error
 # messages: {config} and {split} are filled in. Other datasets get the whole repository.
@@ -292,3 +296,67 @@ def hf_download_fix(spec: str) -> str:
         f"huggingface_hub < 1.0), then name the folder instead: {local} (its README's configs "
         "say which files are that split, and the download's commit is recorded)"
     )
+
+
+# --- a split's rows, for what reads a dataset whole (benchmarks, chat data) -------------------
+
+
+@functools.cache
+def local_copy(spec: str) -> Path:
+    """A JSONL file of the rows of `spec`'s split, made once a process: a local snapshot's
+    files read here (no network, no `datasets`); a Hub dataset loaded by `datasets` (from its
+    cache when it was loaded before, so offline works then)."""
+    parse_hf(spec)  # a malformed id: its UserError with the spelling
+    out = Path(tempfile.mkdtemp(prefix="hanlm-hf-")) / "rows.jsonl"
+    with open(out, "w", encoding="utf-8") as f:
+        for row in split_rows(spec):
+            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    return out
+
+
+def split_rows(spec: str) -> Iterator[dict]:
+    """The rows of `spec`'s split, in order (see local_copy)."""
+    if snapshot_folder(spec) is not None:
+        for path in snapshot_files(spec):
+            yield from _file_rows(path)
+        return
+    name, config, split = parse_hf(spec)
+    repo, revision = hub_name_and_revision(name)
+    try:
+        import datasets  # deferred: optional (hanlm[hf]) and heavy
+    except ImportError:
+        raise UserError(
+            f"reading {spec} from the Hub needs the `datasets` package",
+            fix=f"pip install 'hanlm[hf]', or {hf_download_fix(spec)}",
+        ) from None
+    pinned = {"revision": revision} if revision else {}
+    try:
+        rows = datasets.load_dataset(repo, config, split=split, **pinned)
+    except Exception as e:  # offline, an unknown name, config or split: all the user's to fix
+        raise UserError(
+            f"cannot load {spec}: {type(e).__name__}: {e}",
+            fix=f"check the id (written {SPELLING}: two parts are always NAME and SPLIT) on "
+            f"huggingface.co and the network; or {hf_download_fix(spec)}",
+        ) from None
+    yield from rows
+
+
+def _file_rows(path: Path) -> Iterator[dict]:
+    kind = Path(strip_compression_suffix(path.name)).suffix.lower()
+    if kind == ".parquet":
+        import pyarrow.parquet as pq  # deferred: heavy
+
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+            yield from batch.to_pylist()
+        return
+    with open_text_stream(path) as stream:
+        for number, raw in enumerate(stream, start=1):
+            if not raw.strip():
+                continue
+            if kind == ".txt":
+                yield {"text": raw.decode("utf-8", "replace").rstrip("\n")}
+                continue
+            try:
+                yield json.loads(raw)
+            except ValueError as e:
+                raise UserError(f"not a JSON line ({e})", where=f"{path}:{number}") from None

@@ -23,6 +23,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hanlm.data import dataset_repo
+from hanlm.errors import UserError
+
 if TYPE_CHECKING:  # the result types, for annotations only: the card reads their attributes
     from hanlm.data.decontam.outputs import DecontamReport
     from hanlm.evals.results import TaskRecord, TaskScores
@@ -49,7 +52,7 @@ class CardFacts:
     parameters: int | None  # counted in the export's weights
     scores: dict[str, TaskScores]  # results.json's results[model]: task -> split -> metric
     tasks: dict[str, TaskRecord]  # results.json's tasks
-    hub_sources: dict = field(default_factory=dict)  # task -> hf: dataset its local file copies
+    hub_sources: dict = field(default_factory=dict)  # task -> (dataset, config, None) it copies
     split_note: str | None = None  # results.json's contamination_splits
     datasets: list[str] = field(default_factory=list)  # Hub dataset ids trained on
     corpus_inputs: list[str] = field(default_factory=list)
@@ -68,15 +71,19 @@ class CardFacts:
 # --- metadata ------------------------------------------------------------------------------
 
 
-def hf_dataset(source: str | None) -> tuple[str, str | None, str | None] | None:
-    """(dataset id, config, split) of an `hf:NAME[:CONFIG][:SPLIT]` source, else None."""
-    if not source or not str(source).startswith("hf:"):
+def hf_dataset(source) -> tuple[str, str | None, str | None] | None:
+    """(dataset id, config, split) of a source: an `hf:NAME[@REVISION][:CONFIG]:SPLIT` id, or
+    already such a triple (a local file's Hub original, its split unclaimed); else None."""
+    if isinstance(source, (tuple, list)):
+        return tuple(source) if source and source[0] else None
+    if not source or not dataset_repo.is_hf_id(str(source)):
         return None
-    parts = str(source).removeprefix("hf:").split(":")
-    name = parts[0]
-    config = parts[1] or None if len(parts) > 1 else None
-    split = parts[2] or None if len(parts) > 2 else None
-    return (name, config, split) if name else None
+    try:
+        name, config, split = dataset_repo.parse_hf(str(source))
+    except UserError:  # a bare hf:NAME (what a card cites for a corpus): the dataset alone
+        name, config, split = str(source).removeprefix("hf:"), None, None
+    repo = dataset_repo.hub_name_and_revision(name)[0]
+    return (repo, config, split) if repo and ":" not in repo else None
 
 
 def _finite(value: Any) -> bool:

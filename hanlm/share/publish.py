@@ -139,8 +139,8 @@ def count_parameters(folder: Path) -> int:
     return total
 
 
-def hub_sources(tasks: dict[str, TaskRecord]) -> dict[str, str]:
-    """task -> the Hub dataset (`hf:NAME[:CONFIG]`) a task read from a local copy is a copy of,
+def hub_sources(tasks: dict[str, TaskRecord]) -> dict[str, tuple[str, str | None, None]]:
+    """task -> the Hub dataset (NAME, CONFIG, None) a task read from a local copy is a copy of,
     as the task itself names it (KoBEST: skt/kobest_v1); the split stays unclaimed: a local
     file may hold any of them. Tasks not known here (or without one) are left out."""
     # deferred: the task registry imports every task module, which only publishing needs here
@@ -156,7 +156,7 @@ def hub_sources(tasks: dict[str, TaskRecord]) -> dict[str, str]:
             continue
         dataset = model_card.hf_dataset(default)
         if dataset is not None:
-            found[name] = "hf:" + ":".join(x for x in dataset[:2] if x)
+            found[name] = (dataset[0], dataset[1], None)
     return found
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info
-from hanlm.data import engine
+from hanlm.data import dataset_repo, engine
 from hanlm.data.corpus import corpus_parts, damaged_parts
 from hanlm.data.decontam import outputs
 from hanlm.data.decontam.index import BenchmarkIndex
@@ -67,9 +67,10 @@ STAGE = Stage(
 
 def benchmark_specs(specs: list[str], demo_benchmark: Path | None) -> list[tuple[str, Path | None]]:
     """TASK=PATH specs -> (task, file); PATH `demo` is the run's demo world benchmark
-    (`demo_benchmark`, None outside a run). A task or group of lm-evaluation-harness's registry
-    (`kmmlu`, `haerae=DIR`) gives its tasks, each with its local copy's folder (None: the Hub);
-    a task file (`exam.toml`) its items."""
+    (`demo_benchmark`, None outside a run), an `hf:` id a local copy of that split (the Hub's
+    or a snapshot's rows, as eval reads them: `kobest_boolq=hf:skt/kobest_v1:boolq:test`). A
+    task or group of lm-evaluation-harness's registry (`kmmlu`, `haerae=DIR`) gives its tasks,
+    each with its local copy's folder (None: the Hub); a task file (`exam.toml`) its items."""
     out: list[tuple[str, Path | None]] = []
     for spec in specs:
         name = spec.partition("=")[0].strip()
@@ -89,6 +90,8 @@ def benchmark_specs(specs: list[str], demo_benchmark: Path | None) -> list[tuple
                     "D/benchmark.jsonl",
                 )
             out.append((task, demo_benchmark))
+        elif dataset_repo.is_hf_id(path):  # the Hub's columns, read as eval reads them
+            out.append((task, dataset_repo.local_copy(path)))
         else:
             out.append((task, Path(path).expanduser()))
         if not out[-1][1].is_file():

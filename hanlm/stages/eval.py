@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info
+from hanlm.data import dataset_repo
 from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
@@ -76,7 +77,11 @@ def _model_identity(model_dir: Path) -> list:
 
 
 def _data_identity(path: str | None) -> list | str | None:
-    if path is None or path.startswith("hf:") or not Path(path).exists():
+    """A data file by path, size and time; an `hf:` id by the commit it is read at (a
+    snapshot's download commit; the Hub's, resolved online), so an update upstream is new."""
+    if path is not None and dataset_repo.is_hf_id(path):
+        return [path, dataset_repo.input_revisions([path]).get(path)]
+    if path is None or not Path(path).exists():
         return path
     data_file = Path(path)
     return [str(data_file), data_file.stat().st_size, data_file.stat().st_mtime_ns]

@@ -883,3 +883,42 @@ def test_a_cut_document_keeps_its_own_id_and_metadata(shared_data, tmp_path):
     assert docs["leak"]["metadata"] == {"url": "https://leak.kr/"}
     assert item.overlap_text not in docs["leak"]["text"]  # cut out, the rest kept
     assert all(d["metadata"]["url"].startswith("https://") for d in docs.values())
+
+
+def test_a_benchmark_named_by_its_hf_id_is_read_as_eval_reads_it(tmp_path):
+    """`kobest_boolq=hf:FOLDER:boolq:test`: the dataset repository's split (here a snapshot,
+    the Hub's columns) is the benchmark decontam scans for, item for item what eval loads from
+    the same id; a planted item is found, and two parts are always NAME and SPLIT."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from hanlm.evals import tasks as tasks_lib
+
+    repo = tmp_path / "kobest_v1"
+    (repo / "boolq").mkdir(parents=True)
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: boolq\n  data_files:\n"
+        "  - split: test\n    path: boolq/test-*\n---\n"
+    )
+    rows = [
+        {"paragraph": f"{i}번 단락: 서울은 대한민국의 수도이며 한강이 도시를 가로지른다. " * 3,
+         "question": f"{i}번 질문: 서울은 수도인가?", "label": i % 2}
+        for i in range(6)
+    ]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), repo / "boolq" / "test-00000-of-00001.parquet")
+    spec = f"kobest_boolq=hf:{repo}:boolq:test"
+    evaluated = tasks_lib.get("kobest_boolq").load(
+        f"hf:{repo}:boolq:test", demo_files=None, options=tasks_lib.Options()
+    )
+    scanned = decontam_stage.load_items(decontam_stage.benchmark_specs([spec], None), "text")
+    assert [i.fields for i in scanned] == [i.fields for i in evaluated] and len(scanned) == 6
+    leak = rows[2]["paragraph"] + " " + rows[2]["question"]
+    docs = [{"id": "leak", "text": "앞 문장. " + leak + " 뒤 문장."},
+            {"id": "clean", "text": "부산은 항구 도시이고 바다가 가깝다. " * 20}]  # fmt: skip
+    path = write_jsonl(tmp_path / "train.jsonl", docs)
+    report = standalone(load_config(values={"decontam.benchmarks": [spec]}), [str(path)],
+                        tmp_path / "o")  # fmt: skip
+    assert report.benchmarks["kobest_boolq"].dirty == 1
+    assert report.benchmarks["kobest_boolq"].clean == 5
+    with pytest.raises(UserError, match="no split 'boolq'"):
+        decontam_stage.benchmark_specs([f"kobest_boolq=hf:{repo}:boolq"], None)

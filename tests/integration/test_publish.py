@@ -490,7 +490,7 @@ def test_a_local_copy_of_a_hub_benchmark_names_the_hub_dataset():
         "someone_elses": _task(None, "/data/x.jsonl", 4),
     }
     sources = publish_lib.hub_sources(tasks)
-    assert sources == {"kobest_wic": "hf:skt/kobest_v1:wic"}  # no split claimed for a file
+    assert sources == {"kobest_wic": ("skt/kobest_v1", "wic", None)}  # no split claimed for a file
     facts = model_card.CardFacts(
         repo_id=REPO,
         kind="base",

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
 import math
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hanlm.data import dataset_repo
 from hanlm.errors import UserError
 from hanlm.testsets import readers
 
@@ -110,31 +109,13 @@ def macro_f1(golds: Sequence[int], preds: Sequence[int]) -> float:
 
 
 def fetch_hf(source: str, task: str, where_to_get: str) -> Path:
-    """`hf:NAME[:CONFIG][:SPLIT]` -> a local JSONL copy (needs network and `datasets`)."""
-    parts = source.removeprefix("hf:").split(":")
-    name, config = parts[0], (parts[1] if len(parts) > 1 and parts[1] else None)
-    split = parts[2] if len(parts) > 2 and parts[2] else "validation"
+    """`hf:NAME[@REVISION][:CONFIG]:SPLIT` (a Hub id or a local snapshot folder) -> a local
+    JSONL copy of that split's rows."""
     try:
-        import datasets  # deferred: optional, heavy, and only for hf: sources
-    except ImportError:
-        raise UserError(
-            f"{task}: {source} needs the `datasets` package",
-            fix="pip install 'hanlm[hf]', or download the data and give --task NAME=PATH",
-        ) from None
-    try:
-        rows = datasets.load_dataset(name, config, split=split)
-    except Exception as e:  # offline, unknown name or split: all the user's to fix
-        raise UserError(
-            f"{task}: cannot load {source}: {type(e).__name__}: {e}",
-            fix="go online (unset HF_HUB_OFFLINE/HF_DATASETS_OFFLINE), or download it "
-            f"elsewhere (datasets' load_dataset(...).to_json(FILE)) and give --task {task}=FILE; "
-            f"source: {where_to_get}",
-        ) from None
-    out = Path(tempfile.mkdtemp(prefix="hanlm-eval-")) / f"{task}.jsonl"
-    with open(out, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-    return out
+        return dataset_repo.local_copy(source)
+    except UserError as e:
+        fix = f"{e.fix}; source: {where_to_get}" if e.fix else f"source: {where_to_get}"
+        raise UserError(f"{task}: {e.what}", where=e.where, fix=fix) from None
 
 
 def register(cls: type[Task]) -> type[Task]:

@@ -177,10 +177,14 @@ class LmEvalTask(Task):
         self._task = None  # the lm-eval task object, built by load()
 
     def default_source(self, demo_files) -> str | None:
-        """The Hub data set it reads by default, as `hf:REPO[:CONFIG]` (what a model card cites)."""
+        """The Hub data set and split it reads by default (lm-eval scores the test split, else
+        the validation one), as `hf:REPO[:CONFIG]:SPLIT` (what a model card cites)."""
         config = _registry(self.name).task_index[self.name].cfg or {}
         repo, subset = config.get("dataset_path"), config.get("dataset_name")
-        return f"hf:{repo}:{subset}" if repo and subset else (f"hf:{repo}" if repo else None)
+        split = config.get("test_split") or config.get("validation_split")
+        if not repo or not split:
+            return None
+        return f"hf:{repo}:{subset}:{split}" if subset else f"hf:{repo}:{split}"
 
     def load(self, source, *, demo_files, options: Options) -> list[Item]:
         self._task = self._build(source, options)
