@@ -222,6 +222,14 @@ class CorpusSourceSection(Section):
     quality: bool | None = Field(
         None, description="corpus.quality.enabled for this source (e.g. off for Wikipedia)"
     )
+    read: Literal["needed", "all"] | Annotated[int, Field(ge=1)] = Field(
+        "needed",
+        description='how much of it the corpus stage reads: "needed" (its share of the '
+        "training tokens in one pass, times corpus.read_margin, at corpus.chars_per_token; "
+        'all of it when that is more), "all", or N training tokens\' worth; drawn as whole '
+        "row groups or byte ranges in a seeded order across its files (the demo world and a "
+        "source without a share are read whole)",
+    )
 
     @field_validator("name")
     @classmethod
@@ -295,6 +303,20 @@ class CorpusSection(Section):
         True,
         description="replace e-mails, public IPs, Korean phone and resident registration "
         "numbers with fixed strings (hanlm/data/pii.py); counted in stats.json",
+    )
+    read_margin: float = Field(
+        1.3,
+        ge=1,
+        le=10,
+        description='a source read "needed" is read this much beyond its share: what '
+        "cleaning, deduplication and decontamination remove, and the error of chars_per_token",
+    )
+    chars_per_token: float = Field(
+        2.5,
+        gt=0,
+        le=100,
+        description="characters of text per training token, to turn a share into text to read "
+        "(a 32-64k byte-level BPE trained on Korean: ~2.5; the tokenizer stage measures it)",
     )
     sources: list[CorpusSourceSection] = Field(
         default_factory=list,

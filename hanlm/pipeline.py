@@ -87,8 +87,12 @@ def upstream_of(stage: Stage, cfg: Config, options: dict | None = None) -> tuple
 
 def fingerprint_of(stage: Stage, cfg: Config, upstream: dict[str, str | None], inputs: Any) -> str:
     """What a finished output is recognised by: the stage and its version, exactly the settings
-    it declares, the fingerprints of the outputs it reads, and its inputs from outside the run."""
-    return fingerprint(stage.name, stage.version, declared_settings(cfg, stage), upstream, inputs)
+    it declares (and what it derives from the rest: Stage.derived), the fingerprints of the
+    outputs it reads, and its inputs from outside the run."""
+    settings = declared_settings(cfg, stage)
+    if stage.derived is not None:
+        settings = {**settings, "derived": stage.derived(cfg)}
+    return fingerprint(stage.name, stage.version, settings, upstream, inputs)
 
 
 def current_fingerprint(name: str, cfg: Config, run: RunDir, options: dict | None = None) -> str:
@@ -214,15 +218,17 @@ def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> Sta
     if stage.rerun is not None:
         return _rerun(stage, module, cfg, run, force)
     view = declared_view(cfg, stage)
+    derived = stage.derived(cfg) if stage.derived is not None else None
     if stage.writes == "always":
-        return _checked(stage, module.build(StageContext(view, run, out, "", force, options)))
+        ctx = StageContext(view, run, out, "", force, options, derived)
+        return _checked(stage, module.build(ctx))
     fp = current_fingerprint(name, cfg, run, options)
     asked = hasattr(module, "always_builds") and module.always_builds(options)
     if not force and not asked:
         reused = _reusable(stage, module, run, out, fp)
         if reused is not None:
             return reused
-    return _build(stage, module, StageContext(view, run, out, fp, force, options), out)
+    return _build(stage, module, StageContext(view, run, out, fp, force, options, derived), out)
 
 
 def _rerun(stage: Stage, module: ModuleType, cfg: Config, run: RunDir, force: bool) -> dict:

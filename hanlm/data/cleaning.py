@@ -32,7 +32,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from hanlm.config import CorpusSection, DataEngineSection
 from hanlm.console import info, warn
-from hanlm.data import dedup, engine
+from hanlm.data import dedup, engine, read_plan
 from hanlm.data.corpus import PartWriter, normalise
 from hanlm.data.dataset_repo import input_revisions
 from hanlm.data.pii import EXAMPLES_PER_KIND, REPLACEMENTS, PiiScrubber
@@ -394,13 +394,22 @@ def build(
     work: Path,
     out: Path,
     *,
+    needs: dict[str, int | None] | None = None,
     demo_file: Path | None = None,
 ) -> dict | None:
     """Run the stage's jobs in `work` and gather the parts and counts into `out`; the stats
-    (stats.json's content), or None when the jobs were submitted to a cluster and still run."""
+    (stats.json's content), or None when the jobs were submitted to a cluster and still run.
+    `needs`: the characters each source is read for (hanlm.data.read_plan; None: all)."""
     started = time.perf_counter()
     sources = corpus.source_list()
     units = source_units(sources, corpus, engine_cfg.task_mb << 20, demo_file=demo_file)
+    units, reads = read_plan.select(units, needs or {}, corpus, seed, demo_file=demo_file)
+    for name, read in reads.items():
+        if not read.whole:
+            info(
+                f"corpus: source {name!r}: reading {read.tasks_read:,} of {read.tasks:,} tasks "
+                f"({read.bytes_read / 1e9:,.2f} of {read.bytes / 1e9:,.2f} GB): {read.why}"
+            )
     total = sum(u.nbytes for u in units)
     progress = engine.Progress(work, "corpus", {CLEAN: total})
     stage_jobs = jobs(units, corpus, seed, work, demo_file)
@@ -432,6 +441,7 @@ def build(
     if replaced:
         listed = ", ".join(f"{n:,} {kind.replace('_', ' ')}" for kind, n in replaced.items())
         info(f"corpus: personal data replaced (corpus.pii): {listed}")
+    stats["reads"] = {name: read.model_dump() for name, read in reads.items()}
     stats["job_seconds"] = {job.name: round(job.seconds, 3) for job in stage_jobs}
     stats["inputs"] = corpus.all_inputs()
     stats["revisions"] = input_revisions(corpus.all_inputs())

@@ -112,6 +112,20 @@ class MetadataFiltered(Part):
     blocked_url_examples: list[str]
 
 
+class SourceRead(Part):
+    """How much of a source the corpus stage read, and why (hanlm.data.read_plan)."""
+
+    asked: str | int  # its `read`: "needed", "all" or N training tokens
+    needed_characters: int | None  # what its share needs read; None: read whole
+    why: str
+    tasks_read: int  # the tasks (row groups, byte ranges, files) drawn
+    tasks: int  # of the tasks it has
+    bytes_read: int
+    bytes: int  # what it holds (its tasks' sizes)
+    bytes_per_character: float | None  # measured on the first task drawn (None: read whole)
+    whole: bool
+
+
 class SourceCounts(Part):
     """One source's documents through the cleaning, and the sources whose documents its
     removed duplicates repeated (the cluster keeps its earliest document: sources in order)."""
@@ -153,6 +167,7 @@ class CorpusStats(Result):
     damaged_files: list[dict[str, Any]]  # path, error, documents_kept
     parts: list[dict[str, Any]]  # path, source, documents, characters, size, sha256
     sources: dict[str, SourceCounts]  # by [[corpus.sources]] name ("corpus": flat inputs)
+    reads: dict[str, SourceRead]  # how far each source was read, and why
     tasks: int
     job_seconds: dict[str, float]
     seconds: float

@@ -181,18 +181,28 @@ def _shortfall(s: SourceShare, mixture: Mixture, budget: int) -> str:
     )
 
 
+def token_shares(sources: list[CorpusSourceSection], budget_tokens: float) -> dict[str, float]:
+    """The training tokens each source of a mix is asked for: its token count, or its weight's
+    share of what the counts leave of the budget."""
+    fixed = sum(s.tokens for s in sources if s.tokens is not None)
+    rest = max(budget_tokens - fixed, 0.0)
+    total_weight = sum(s.weight for s in sources if s.weight is not None) or 1.0
+    return {
+        s.name: float(s.tokens) if s.tokens is not None else rest * (s.weight or 0) / total_weight
+        for s in sources
+    }
+
+
 def preview(
     sources: list[CorpusSourceSection], available: dict[str, float | None], budget_tokens: float
 ) -> list[dict]:
     """Before any data exists (`hanlm plan`): each source's tokens in the mix, the tokens it is
     estimated to have (None: not sized), the epochs that makes, and by how much of the budget
     the mix falls short where max_epochs caps a source."""
-    fixed = sum(s.tokens for s in sources if s.tokens is not None)
-    rest = max(budget_tokens - fixed, 0.0)
-    total_weight = sum(s.weight for s in sources if s.weight is not None) or 1.0
+    shares = token_shares(sources, budget_tokens)
     rows = []
     for s in sources:
-        want = float(s.tokens) if s.tokens is not None else rest * s.weight / total_weight
+        want = shares[s.name]
         have = available.get(s.name)
         epochs = want / have if have else None
         possible = min(want, have * s.max_epochs) if have else None

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import zstandard
 from datatrove.pipeline.base import PipelineStep
 from tokenizers import Tokenizer
 
@@ -37,7 +39,9 @@ from hanlm.files import (
     atomic_write_json,
     damaged_files,
     file_mismatch,
+    file_record,
     fsync_dir,
+    open_text_stream,
     read_json,
 )
 from hanlm.results import Part, Result
@@ -198,6 +202,44 @@ class _TokenFile:
             self.tmp.unlink(missing_ok=True)
 
 
+class _DocumentIndex:
+    """Where each document of a token file starts, with its id and its source's metadata: one
+    zstd JSONL line per document, {"id", "start", "metadata"?}, so a training window can be
+    traced to its document and a document to its source's row. Written as the documents are
+    encoded, under a temporary name renamed when whole; its size and sha256 are taken on the
+    way, as the token file's are."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self._file = open(self.tmp, "wb")  # noqa: SIM115 - closed in close() or discard()
+        self._writer = zstandard.ZstdCompressor(level=3).stream_writer(self._file, closefd=False)
+
+    def write(self, doc: dict, start: int) -> None:
+        record = {"id": doc["id"], "start": start}
+        if doc.get("metadata"):
+            record["metadata"] = doc["metadata"]
+        self._writer.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+
+    def close(self) -> dict:
+        self._writer.close()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self.tmp, self.path)
+        return file_record(self.path) | {"path": self.path.name}
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+            self.tmp.unlink(missing_ok=True)
+
+
+def index_name(token_file: str) -> str:
+    """The document index beside token file `train-00003.bin`: train-00003.docs.jsonl.zst."""
+    return token_file.removesuffix(".bin") + ".docs.jsonl.zst"
+
+
 def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = None) -> dict:
     """Tokenise one corpus part into its train and val files; returns the sidecar it wrote
     (last, after both token files). Memory: what the tokenizer holds for `piece_chars`
@@ -206,18 +248,22 @@ def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = 
     out_dir = Path(job["out_dir"])
     special_ids = np.asarray(job["special_ids"], dtype=np.int64)
     files: dict[str, _TokenFile] = {}
+    indexes: dict[str, _DocumentIndex] = {}
     end = np.array([eod], dtype=dtype)
     counts = {s: {"tokens": 0, "documents": 0, "bytes": 0} for s in SPLITS}
     first = job["first_of_source"]
     try:
         for split in SPLITS:
-            files[split] = _TokenFile(out_dir / f"{split}-{job['index']:05d}.bin", special_ids)
+            name = f"{split}-{job['index']:05d}.bin"
+            files[split] = _TokenFile(out_dir / name, special_ids)
+            indexes[split] = _DocumentIndex(out_dir / index_name(name))
         for doc, arrays, size in _encoded(tok, job, dtype, counter):
             val = job["val_fraction"] > 0 and (
                 first or is_val(doc["id"], job["seed"], job["val_fraction"])
             )
             first = False  # a source's first document goes to val: each source has val loss
             split = "val" if val else "train"
+            indexes[split].write(doc, counts[split]["tokens"])
             files[split].write([*arrays, end])
             split_counts = counts[split]
             split_counts["tokens"] += sum(len(a) for a in arrays) + 1
@@ -227,15 +273,16 @@ def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = 
             counter.flush()
         # size and checksum: a resumed run reuses a file only if it still matches them
         records = {split: files[split].close() for split in SPLITS}
+        index_records = {split: indexes[split].close() for split in SPLITS}
     except BaseException:
-        for f in files.values():
+        for f in [*files.values(), *indexes.values()]:
             f.discard()
         raise
     sidecar: dict = {"part": Path(job["part"]).name, "tokenizer_sha256": job["tokenizer_sha256"]}
     for split in SPLITS:
         sidecar[split] = {
             "path": files[split].path.name, "source": job["source"], **counts[split],
-            **records[split],
+            **records[split], "documents_index": index_records[split],
         }  # fmt: skip
         if split == "train":
             sidecar["special_token_counts"] = files["train"].special_counts.tolist()
@@ -292,6 +339,7 @@ def _reusable_part(encoded: Path, index: int, sha: str) -> dict | None:
         try:
             sidecar = read_json(path)
             entries = [sidecar[s] for s in SPLITS]
+            entries += [e["documents_index"] for e in entries]
             problems = [
                 file_mismatch(encoded / e["path"], e)
                 if "sha256" in e
@@ -319,9 +367,17 @@ def _recheck_finished(work: Path, job: engine.Job, encoded: Path, sha: str) -> i
     return len(finished) - len(damaged)
 
 
+class IndexFile(Part):
+    """A token file's document index (see _DocumentIndex) and what a reuse checks."""
+
+    path: str
+    size: int
+    sha256: str
+
+
 class ShardFile(Part):
-    """One token file: its corpus source, tokens, documents and text bytes, and what a reuse
-    checks."""
+    """One token file: its corpus source, tokens, documents and text bytes, what a reuse
+    checks, and its document index."""
 
     path: str
     source: str
@@ -330,6 +386,7 @@ class ShardFile(Part):
     bytes: int
     size: int
     sha256: str
+    documents_index: IndexFile
 
 
 class SplitShards(Part):
@@ -375,6 +432,7 @@ def damaged_outputs(out: Path) -> list[str]:
         dtype = np.dtype(manifest.dtype)
         entries = [f for split in SPLITS for f in manifest.splits[split].files]
         records = [{**e.model_dump(), "size": e.tokens * dtype.itemsize} for e in entries]
+        records += [e.documents_index.model_dump() for e in entries]
     except (UserError, TypeError, KeyError):
         return ["manifest.json cannot be read"]
     return damaged_files(out, records)
@@ -488,7 +546,32 @@ def encode_corpus(
     out = Path(out)
     for sidecar in sidecars:
         for split in SPLITS:
-            os.replace(encoded / sidecar[split]["path"], out / sidecar[split]["path"])
+            for name in (sidecar[split]["path"], sidecar[split]["documents_index"]["path"]):
+                os.replace(encoded / name, out / name)
     for i in range(len(jobs)):
         os.replace(encoded / sidecar_name(i), out / sidecar_name(i))
     return ShardsManifest.model_validate(manifest)  # the pipeline keeps it as MANIFEST_FILE
+
+
+def trace(shards_dir: Path, token_file: str, token: int) -> dict:
+    """The document holding token number `token` of token file `token_file` (a name the
+    manifest lists, e.g. train-00003.bin): {"id", "start", "metadata"?, "source"}: the way from
+    a training window back to its document and, through its id and metadata, its source row."""
+    manifest = ShardsManifest.read(Path(shards_dir) / MANIFEST_FILE)
+    entry = next(
+        (f for split in SPLITS for f in manifest.splits[split].files if f.path == token_file),
+        None,
+    )
+    if entry is None or not 0 <= token < entry.tokens:
+        raise UserError(
+            f"{token_file} has no token {token:,} in {shards_dir}",
+            fix="name a token file of manifest.json and a token below its `tokens`",
+        )
+    found = None
+    with open_text_stream(Path(shards_dir) / entry.documents_index.path) as stream:
+        for line in stream:
+            record = json.loads(line)
+            if record["start"] > token:
+                break
+            found = record
+    return {**found, "source": entry.source}

@@ -279,9 +279,11 @@ def data_cores(plan_cores: int, engine) -> tuple[int, str]:
 
 
 def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
-    """The data stages' work in the recipe `cfg`, or None when its size cannot be told."""
+    """The data stages' work in the recipe `cfg`, or None when its size cannot be told: what
+    the corpus stage will read (sources read "needed" as far as their shares need)."""
     corpus_cfg, plan_cfg = cfg.corpus, plan_section or cfg.plan
-    sized = corpus_size(
+    sized = None if plan_cfg.corpus_gb > 0 else read_size(cfg)
+    sized = sized or corpus_size(
         corpus_cfg.all_inputs(),
         corpus_cfg.text_field,
         tokens=tokens,
@@ -303,26 +305,68 @@ def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
     )
 
 
+def source_bytes(cfg, source) -> float | None:
+    """The text bytes a corpus source holds, as far as they can be told now (None: not)."""
+    held = inputs_bytes(source.inputs, source.text_field or cfg.corpus.text_field)
+    size = held["bytes"]
+    if any(r == "demo" or r.startswith("demo:") for r in held["remote"]):
+        return None  # a share of the demo world: its size is known once it is made
+    return None if held["remote"] or held["missing"] or not size else size
+
+
+def read_size(cfg) -> tuple[float, str, bool] | None:
+    """(bytes, how they were found, estimated) of what the corpus stage reads when a source is
+    read only as far as its share needs (hanlm.data.read_plan); None when none is."""
+    from hanlm.data import read_plan  # deferred: the plan imports no data module otherwise
+
+    needs = read_plan.needed_characters(cfg)
+    if all(need is None for need in needs.values()):
+        return None
+    total, parts, estimated = 0.0, [], False
+    for source in cfg.corpus.source_list():
+        need, held = needs[source.name], source_bytes(cfg, source)
+        wanted = need * BYTES_PER_CHAR if need is not None else None
+        if wanted is None and held is None:
+            return None  # read whole and not sized: the whole-corpus estimate applies
+        if wanted is not None and (held is None or wanted < held):
+            total += wanted
+            estimated = True
+            of = f" of {held / GB:,.1f}" if held is not None else ""
+            parts.append(
+                f"{source.name} {wanted / GB:,.1f}{of} GB (its share x "
+                f"{cfg.corpus.chars_per_token:g} chars/token x {cfg.corpus.read_margin:g} "
+                f"margin x {BYTES_PER_CHAR:g} bytes/char)"
+            )
+        else:
+            total += held
+            parts.append(f"{source.name} whole, {held / GB:,.1f} GB")
+    return total, "what the corpus stage reads: " + "; ".join(parts), estimated
+
+
 def mixture_preview(cfg) -> list[dict] | None:
     """The mix of a recipe with weighted sources, on the sources' sizes as far as they can be
     told now (local files, local snapshots and, online, a Hub dataset's parquet files: their
     text bytes, raw; the demo world: demo.size_mb; a stream, or the Hub offline: unsized)."""
     if not cfg.corpus.is_mixture:
         return None
-    available: dict[str, float | None] = {}
-    for source in cfg.corpus.sources:
-        local = inputs_bytes(source.inputs, source.text_field or cfg.corpus.text_field)
-        size: float | None = local["bytes"]
-        if "demo" in local["remote"]:
-            size += cfg.demo.size_mb * MB
-        if [r for r in local["remote"] if r != "demo"] or not size:
-            size = None  # a stream's size (or a demo source's share) is not known before it is read
-        available[source.name] = (
-            size / (BYTES_PER_CHAR * CHARS_PER_TOKEN) if size is not None else None
-        )
     steps = cfg.pretrain.steps()
     if steps is None:
         return None  # no budget to split yet
-    from hanlm.data.mixture import preview  # deferred: the plan imports no data module
+    per_token = BYTES_PER_CHAR * cfg.corpus.chars_per_token
+    available: dict[str, float | None] = {}
+    for source in cfg.corpus.sources:
+        size = source_bytes(cfg, source)
+        available[source.name] = size / per_token if size is not None else None
+    # deferred: the plan imports no data module otherwise
+    from hanlm.data import read_plan
+    from hanlm.data.mixture import preview
 
-    return preview(cfg.corpus.sources, available, steps * cfg.pretrain.global_batch_tokens)
+    rows = preview(cfg.corpus.sources, available, steps * cfg.pretrain.global_batch_tokens)
+    needs = read_plan.needed_characters(cfg)
+    for row in rows:
+        need, have = needs[row["source"]], row["available"]
+        reads = need / cfg.corpus.chars_per_token if need is not None else None
+        row["reads"] = None if reads is None or (have is not None and reads >= have) else reads
+        if row["reads"]:  # what it repeats is what was read, not what the source holds
+            row["epochs"] = round(row["tokens"] / row["reads"], 3)
+    return rows

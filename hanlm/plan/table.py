@@ -90,25 +90,34 @@ def _print_mixture(rows: list[dict[str, Any]] | None) -> None:
     if not rows:
         return
     table = Table(title="training mix (sizes estimated from the raw inputs)")
-    for column in ("source", "share asked", "tokens", "holds (est.)", "epochs", ""):
-        table.add_column(column, justify="left" if column in ("source", "") else "right")
+    for column in ("source", "share asked", "tokens", "holds (est.)", "reads", "epochs"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    notes = []
     for row in rows:
         asked = f"{row['weight']:.1%}" if row["weight"] is not None else "tokens"
         held = _tokens(row["available"]) if row["available"] is not None else "not sized"
+        reads = _tokens(row["reads"]) if row.get("reads") is not None else "whole"
         epochs = f"{row['epochs']:,.2f}" if row["epochs"] is not None else "-"
-        note = ""
         if row["short_of_budget"] > 0:
-            note = (
-                f"[red]capped at max_epochs {row['max_epochs']:g}: the mix falls short by "
-                f"{row['short_of_budget']:.1%} of the budget[/red]"
+            notes.append(
+                f"[red]{row['source']}: capped at max_epochs {row['max_epochs']:g}: the mix "
+                f"falls short by {row['short_of_budget']:.1%} of the budget[/red]"
             )
         elif row["epochs"] is not None and row["epochs"] > EPOCHS_WARNING:
-            note = f"[yellow]past ~{EPOCHS_WARNING:g} epochs repeats are worth less[/yellow]"
-        table.add_row(row["source"], asked, _tokens(row["tokens"]), held, epochs, note)
+            notes.append(
+                f"[yellow]{row['source']}: past ~{EPOCHS_WARNING:g} epochs repeats are worth "
+                "less[/yellow]"
+            )
+        table.add_row(row["source"], asked, _tokens(row["tokens"]), held, reads, epochs)
     console.print(table)
+    for note in notes:
+        console.print(note, soft_wrap=True)
     console.print(
-        "The shards give each source's exact tokens; pretraining plans the mix on them and "
-        "stops before its first step when a share cannot be met within max_epochs.",
+        'reads: the tokens\' worth of text the corpus stage reads of a source read "needed" '
+        "(its share x corpus.read_margin; whole when it holds less); a larger budget reads "
+        "more, and the corpus stage then runs again. The shards give each source's exact "
+        "tokens; pretraining plans the mix on them and stops before its first step when a "
+        "share cannot be met within max_epochs.",
         soft_wrap=True,
     )
 

@@ -278,6 +278,7 @@ def _data_section(files: RunFiles) -> str:
     )
     if len(stats.sources) > 1:
         out.append(_sources_table(stats))
+    out.append(_reads_lines(stats))
     summary = PretrainSummary.read_if_present(files.pretrain_summary)
     if summary is not None and summary.mixture:
         out.append(_mixture_table(summary.mixture))
@@ -321,6 +322,24 @@ def _data_section(files: RunFiles) -> str:
             f"stage's deduplication removed is no longer in the corpus).\n"
         )
     return "".join(out)
+
+
+def _reads_lines(stats: CorpusStats) -> str:
+    """How much of each source read only in part was read, and why (read = "needed" or N)."""
+    lines = [
+        f"- **{name}**: {read.tasks_read:,} of {read.tasks:,} tasks, {read.bytes_read / 1e9:,.2f} "
+        f"of {read.bytes / 1e9:,.2f} GB ({stats.sources[name].characters_in:,} characters "
+        f"read; {read.why}), drawn across its files in an order seeded by run.seed\n"
+        for name, read in stats.reads.items()
+        if not read.whole and name in stats.sources
+    ]
+    if not lines:
+        return ""
+    return (
+        "Sources read as far as the mix needs (`read`, corpus.read_margin):\n\n"
+        + "".join(lines)
+        + "\n"
+    )
 
 
 def _sources_table(stats: CorpusStats) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info
-from hanlm.data import cleaning, corpus, dataset_repo, readers
+from hanlm.data import cleaning, corpus, dataset_repo, read_plan, readers
 from hanlm.data.corpus import CorpusStats
 from hanlm.errors import UserError
 from hanlm.files import stage_fingerprint
@@ -31,6 +31,7 @@ STAGE = Stage(
     unfingerprinted=ENGINE_PLACEMENT,
     work=lambda run: run.corpus_work,
     uses_demo=lambda cfg, options: any(map(readers.is_demo, cfg.corpus.all_inputs())),
+    derived=read_plan.needed_characters,  # how far each source is read: pretraining's budget
 )
 
 
@@ -63,7 +64,8 @@ def build(ctx: StageContext) -> CorpusStats | None:
     work = engine_output.work_folder(run.corpus_work, ctx.fingerprint, force=ctx.force)
     stats = engine_output.run_jobs(
         "corpus", work, lambda: cleaning.build(
-            cfg.corpus, cfg.run.seed, cfg.data_engine, work, ctx.out, demo_file=demo_file
+            cfg.corpus, cfg.run.seed, cfg.data_engine, work, ctx.out, needs=ctx.derived,
+            demo_file=demo_file,
         ), what="corpus",
     )  # fmt: skip
     if stats is None:

@@ -21,7 +21,7 @@ from hanlm.stages.stage import Stage, StageContext
 
 STAGE = Stage(
     name="shards",
-    version=2,
+    version=3,  # 3: a document index beside each token file (provenance)
     output=lambda run: run.shards,
     result=shards.ShardsManifest,
     reads=("shards", "data_engine", "run.seed"),

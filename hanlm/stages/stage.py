@@ -70,6 +70,11 @@ class Stage:
     # stages to run there, each skipped when finished as the run's own are
     rerun: Callable[[Config, RunDir], tuple[Config, RunDir]] | None = None
     rerun_stages: tuple[str, ...] = ()
+    # what the stage needs computed from sections it does not read whole, from the whole
+    # recipe (the corpus: how far each source is read, from pretraining's budget): part of its
+    # fingerprint, handed to build as ctx.derived, so the value and not the settings behind it
+    # decide whether a finished output is reused
+    derived: Callable[[Config], Any] | None = None
 
     def __post_init__(self) -> None:
         sections = {name.split(".")[0] for name in self.reads}
@@ -91,6 +96,7 @@ class StageContext:
     fingerprint: str
     force: bool
     options: dict[str, Any] = field(default_factory=dict)
+    derived: Any = None  # Stage.derived's value for the recipe
 
 
 @dataclass(frozen=True)

@@ -267,3 +267,51 @@ def test_no_tokenizer_is_a_user_error(tmp_path, cli):
     result = cli("shards", "--run", tmp_path / "none")
     assert_user_error(result, "no finished tokenizer")
     assert not (tmp_path / "none" / "shards").exists()
+
+
+def test_every_document_of_a_token_file_is_in_its_index(demo_run):
+    """Each token file's document index lists its documents in order, each starting where the
+    end-of-document token before it ends: any token traces back to its document."""
+    from hanlm.files import open_text_stream
+
+    m = manifest(demo_run)
+    for split in ("train", "val"):
+        for entry in m.splits[split].files:
+            tokens = np.fromfile(demo_run / "shards" / entry.path, dtype=m.dtype)
+            with open_text_stream(demo_run / "shards" / entry.documents_index.path) as stream:
+                starts = [__import__("json").loads(line)["start"] for line in stream]
+            ends = np.flatnonzero(tokens == m.eod_id)
+            assert starts == [0, *(ends[:-1] + 1).tolist()] and len(starts) == entry.documents
+    entry = m.splits["train"].files[0]
+    middle = entry.tokens // 2
+    found = shards.trace(demo_run / "shards", entry.path, middle)
+    tokens = np.fromfile(demo_run / "shards" / entry.path, dtype=m.dtype)
+    assert found["start"] <= middle and m.eod_id not in tokens[found["start"] : middle].tolist()
+    with pytest.raises(UserError, match="has no token"):
+        shards.trace(demo_run / "shards", entry.path, entry.tokens)
+
+
+def test_a_training_token_traces_back_to_its_source_row(tmp_path):
+    """A FineWeb-shaped source's own ids and metadata (url) go through corpus and decontam
+    into the shards' document index: a token of a token file names its document's row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from conftest import DEMO_RUN_VALUES
+    from hanlm.config import load_config
+    from hanlm.pipeline import run_pipeline
+
+    rows = [{"id": f"<urn:uuid:{i}>", "url": f"https://example.kr/{i}",
+             "text": f"{i}번 문서입니다. 한국어 웹 문장이 여기에 길게 이어집니다. " * 8}
+            for i in range(60)]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "web.parquet")
+    source = {"name": "web", "inputs": [str(tmp_path / "web.parquet")], "metadata": ["url"]}
+    values = {**DEMO_RUN_VALUES, "corpus.sources": [source], "corpus.near_dedup": False,
+              "tokenizer.vocab_size": 512, "decontam.benchmarks": []}  # fmt: skip
+    run_pipeline(load_config(values=values), tmp_path / "r", until="shards")
+    m = manifest(tmp_path / "r")
+    entry = m.splits["train"].files[0]
+    found = shards.trace(tmp_path / "r" / "shards", entry.path, entry.tokens - 2)
+    number = int(found["id"].removeprefix("<urn:uuid:").removesuffix(">"))
+    assert found["metadata"] == {"url": f"https://example.kr/{number}"}
+    assert found["source"] == "web"
