@@ -1,8 +1,9 @@
 """The field's sources as hanlm reads them: a FineWeb-2-shaped dataset repository (>= 1 GB of
 Korean text in parquet) read through a local snapshot by `hf:`, against the same files by glob.
 
-benchmarks/corpus.py measures the corpus stage on JSONL files; this script measures what issue
-51 asks of real Hub datasets, each figure from `python -m hanlm corpus` in a subprocess:
+benchmarks/corpus.py measures the corpus stage on JSONL files; this script measures it on
+dataset repositories as the Hub holds them, each figure from `python -m hanlm corpus` in a
+subprocess:
 
 1. snapshot vs glob: `hf:SNAPSHOT:kor_Hang:train` and `SNAPSHOT/data/kor_Hang/train/*.parquet`,
    one worker each, alternating: MB/s per worker (target: within 10%), and the same documents;
@@ -181,7 +182,9 @@ def pairs_tasks(spec: str) -> tuple[int, int, int]:
     from hanlm.data import cleaning, readers
 
     cfg = load_config(values={"corpus.inputs": [spec], "corpus.near_dedup": True})
-    units = readers.source_units(cfg.corpus.source_list(), cfg.corpus, cfg.data_engine.task_mb << 20)
+    units = readers.source_units(
+        cfg.corpus.source_list(), cfg.corpus, cfg.data_engine.task_mb << 20
+    )
     jobs = cleaning.jobs(units, cfg.corpus, 0, Path(tempfile.mkdtemp()), None)
     return len(units), sum(u.nbytes for u in units), jobs[1].tasks
 
@@ -229,10 +232,14 @@ def main() -> None:
                   file=sys.stderr)  # fmt: skip
     two = run_corpus(bench, flat_recipe([hf_spec]), work, 2)
     figures["mb_per_s_per_worker"] = {k: statistics.median(v) for k, v in rates.items()}
-    figures["hf_over_glob"] = figures["mb_per_s_per_worker"]["hf"] / figures["mb_per_s_per_worker"]["glob"]
+    figures["hf_over_glob"] = (
+        figures["mb_per_s_per_worker"]["hf"] / figures["mb_per_s_per_worker"]["glob"]
+    )
     figures["same_documents"] = documents["hf"] == documents["glob"]
     figures["two_workers_mb_per_s"] = mb / two["wall_s"]
-    figures["two_worker_speedup"] = figures["two_workers_mb_per_s"] / figures["mb_per_s_per_worker"]["hf"]
+    figures["two_worker_speedup"] = (
+        figures["two_workers_mb_per_s"] / figures["mb_per_s_per_worker"]["hf"]
+    )
 
     # 4. memory at half and at the full snapshot
     half = sorted((snap / "data" / "kor_Hang" / "train").glob("*.parquet"))[: args.files // 2]

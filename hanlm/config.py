@@ -1064,6 +1064,57 @@ class SftVariant(Section):
         return self.method == "lora" and not self.train_new_token_rows and self.init == "none"
 
 
+CHAT_FORMATS = ("messages", "sharegpt", "alpaca")
+
+
+class SftSourceSection(Section):
+    """One `[[sft.sources]]` table: a named set of chat data, its shape and its share."""
+
+    name: str = Field(description="the source's name in the SFT data report")
+    inputs: list[str] = Field(
+        min_length=1,
+        description="globs of .jsonl/.json/.parquet files (optionally .gz/.zst) or "
+        "hf:NAME[@REVISION][:CONFIG]:SPLIT ids, as corpus inputs",
+    )
+    weight: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="share of the training conversations (the weights sum to 1); unset on "
+        "every source: each conversation once",
+    )
+    max_epochs: float = Field(
+        EPOCHS_WARNING,
+        gt=0,
+        le=1000,
+        description="how often its conversations may repeat to reach its share; more is an "
+        "error before training",
+    )
+    format: Literal["auto", "messages", "sharegpt", "alpaca"] = Field(
+        "auto",
+        description='"messages" ({"messages": [{"role", "content"}]}), "sharegpt" '
+        '({"conversations": [{"from", "value"}]}), "alpaca" (instruction, input, output), or '
+        '"auto": told from the first row, and said',
+    )
+    fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="the format's keys named as this source names them, e.g. "
+        '{ conversations = "dialog", from = "speaker" } (messages: messages, role, content; '
+        "sharegpt: conversations, from, value, system; alpaca: instruction, input, output, "
+        "system; any: id)",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if not SOURCE_NAME.fullmatch(name):
+            raise ValueError(
+                f"source name {name!r} must be 1-64 letters, digits, '_', '.' or '-', starting "
+                "with a letter or digit"
+            )
+        return name
+
+
 class SftSection(Section):
     """`hanlm sft`: chat fine-tuning with the special-token audit, initialisation and closure check.
 
@@ -1078,7 +1129,20 @@ class SftSection(Section):
         json_schema_extra={"cli": {"metavar": "HF_DIR"}},
     )
     data: str | None = Field(
-        None, description="messages JSONL; default: the run's demo world DIR/demo/chat.jsonl"
+        None,
+        description="one chat data source (a file, glob or hf: id, its format told from its "
+        "first row): the shorthand for one [[sft.sources]]; default: the run's demo world "
+        "DIR/demo/chat.jsonl",
+    )
+    sources: list[SftSourceSection] = Field(
+        default_factory=list,
+        description="[[sft.sources]] tables: chat data in several sets, shapes and shares",
+        json_schema_extra=_NO_FLAG,
+    )
+    strict: bool = Field(
+        False,
+        description="the first chat row that cannot be read is an error (else rows are "
+        "skipped, counted by reason with examples in the SFT data report)",
     )
     seq_len: int = Field(256, ge=16, description="tokens per training row; longer chats dropped")
     micro_batch: int = Field(8, ge=1, description="rows per rank per forward/backward")
@@ -1124,6 +1188,35 @@ class SftSection(Section):
     optimizer: SftOptimizerSection = Field(default_factory=SftOptimizerSection)
     checkpoint: SftCheckpointSection = Field(default_factory=SftCheckpointSection)
     logging: SftLoggingSection = Field(default_factory=SftLoggingSection)
+
+    @model_validator(mode="after")
+    def _one_data_layout(self) -> SftSection:
+        if self.sources and self.data:
+            raise ValueError(
+                "sft.data and [[sft.sources]] are both set: sft.data is the one-source "
+                "shorthand; list it among the sources, or drop the sources"
+            )
+        names = [s.name for s in self.sources]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"[[sft.sources]] names {', '.join(repeated)} more than once")
+        weighted = [s.weight is not None for s in self.sources]
+        if any(weighted) and not all(weighted):
+            bare = ", ".join(s.name for s in self.sources if s.weight is None)
+            raise ValueError(
+                f"sft source(s) {bare} have no weight while others do: give every source a "
+                "weight, or none (each conversation once)"
+            )
+        weights = [s.weight for s in self.sources if s.weight is not None]
+        if weights and abs(sum(weights) - 1.0) > WEIGHT_TOLERANCE:
+            raise ValueError(f"the sft source weights sum to {sum(weights):.4g}, not 1")
+        return self
+
+    def source_list(self) -> list[SftSourceSection]:
+        """The sources; `data` as one source named "chat"; [] for the demo world's chats."""
+        if self.sources:
+            return list(self.sources)
+        return [SftSourceSection(name="chat", inputs=[self.data])] if self.data else []
 
     @model_validator(mode="after")
     def _whole_micro_batches(self) -> SftSection:
@@ -1619,6 +1712,10 @@ def load_config(
     if "corpus.inputs" in set_by and "corpus.sources" not in set_by:
         # inputs given on the command line replace the file's sources, as any flag its key
         data.get("corpus", {}).pop("sources", None)
+    if "sft.data" in set_by and "sft.sources" not in set_by:
+        data.get("sft", {}).pop("sources", None)  # the same for the chat data, both ways
+    if "sft.sources" in set_by and "sft.data" not in set_by:
+        data.get("sft", {}).pop("data", None)
     apply_overrides(data, values or {})
     apply_overrides(data, overrides or [])
     try:

@@ -10,7 +10,8 @@ pretraining: hours in. `hanlm run` now checks every input of the stages it will 
 - decontam: each benchmark file (the demo world's is the run's own);
 - eval: each task (known to hanlm, a task file or lm-evaluation-harness's registry) and its
   data file;
-- sft: the conversations file (every conversation parses) and `sft.model`;
+- sft: each chat data source's inputs (they resolve, and the first row is a conversation in
+  the source's format) and `sft.model`;
 - pretraining with distillation: the teacher model.
 
 Each check is the one the stage itself makes, called early; nothing is read whole here.
@@ -56,8 +57,10 @@ def problems(cfg: Config, stages: Iterable[str]) -> list[str]:
         for spec in cfg.eval.tasks:
             check(f"eval.tasks {spec!r}", lambda spec=spec: _eval_task(spec))
     if "sft" in stages:
-        if cfg.sft.data:
-            check(f"sft.data {cfg.sft.data!r}", lambda: _conversations(Path(cfg.sft.data)))
+        for source in cfg.sft.source_list():
+            for spec in source.inputs:
+                check(f"sft source {source.name!r} input {spec!r}",
+                      lambda spec=spec, source=source: _chat_input(spec, source))  # fmt: skip
         if cfg.sft.model:
             check(f"sft.model {cfg.sft.model!r}", lambda: _model(cfg.sft.model))
     if "pretrain" in stages and cfg.distill.enabled and cfg.distill.teacher:
@@ -165,10 +168,28 @@ def _hf_split(spec: str) -> None:
         dataset_repo.parse_hf(spec)
 
 
-def _conversations(path: Path) -> None:
-    from hanlm.data import chat_data  # deferred: the SFT stage's reader
+def _chat_input(spec: str, source) -> None:
+    """A chat data input resolves (files, a snapshot's split, a Hub id online) and its first
+    row is a conversation in the source's format (the rest is read, and counted, by SFT)."""
+    from hanlm.data import chat_sources  # deferred: the SFT stage's reader
 
-    chat_data.read_conversations(path)  # the whole file, as the stage reads it: the first bad line
+    if dataset_repo.is_hf_id(spec) and dataset_repo.snapshot_folder(spec) is None:
+        _hf_split(spec)
+        return
+    first = next(iter(chat_sources.rows(spec)), None)
+    if first is None:
+        raise UserError(f"{spec} holds no rows")
+    where, _, row = first
+    fmt = source.format if source.format != "auto" else chat_sources.detect(row)
+    if isinstance(row, chat_sources.BadRow) or fmt is None:
+        detail = row.detail if isinstance(row, chat_sources.BadRow) else "no known format"
+        raise UserError(f"its first row cannot be read ({detail})", where=where)
+    keys = {**chat_sources.FORMAT_KEYS[fmt], **source.fields}
+    try:
+        chat_sources.to_messages(row, fmt, keys)
+    except chat_sources.BadRow as e:
+        what = f"its first row is not a {fmt} conversation ({e.detail})"
+        raise UserError(what, where=where) from None
 
 
 def _model(spec: str) -> None:

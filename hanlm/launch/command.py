@@ -15,6 +15,7 @@ from rich.table import Table
 from hanlm import __version__
 from hanlm.config import Config, config_to_toml
 from hanlm.console import console, info, warn
+from hanlm.data import dataset_repo
 from hanlm.data.readers import is_demo
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_text
@@ -85,12 +86,23 @@ def _glob_root(spec: str) -> Path:
 
 
 def remote_inputs(cfg: Config) -> tuple[Config, dict[str, str]]:
-    """The recipe with its local files (corpus inputs, sft.data, decontam.benchmarks and
-    eval.tasks paths) at the paths the hosts get them at, and the file mounts that copy them
+    """The recipe with its local files (corpus inputs, sft data, local snapshots named by hf:,
+    decontam.benchmarks and eval.tasks paths) at the paths the hosts get them at, and the file mounts that copy them
     there (remote folder -> local folder)."""
     mounts: dict[str, str] = {}
 
+    def mounted(root: Path) -> str:
+        target = next((r for r, local in mounts.items() if local == str(root)), None)
+        if target is None:
+            target = f"{skypilot.INPUTS}/{len(mounts)}-{root.name or 'root'}"
+            mounts[target] = str(root)
+        return target
+
     def remote(spec: str, key: str) -> str:
+        folder = dataset_repo.snapshot_folder(spec) if dataset_repo.is_hf_id(spec) else None
+        if folder is not None:  # a local snapshot travels as a folder; its name follows it
+            name = dataset_repo.parse_hf(spec)[0]
+            return "hf:" + mounted(folder.expanduser().absolute()) + spec[len("hf:") + len(name) :]
         if spec.startswith("hf:") or is_demo(spec):
             return spec
         root = _glob_root(spec)
@@ -102,12 +114,8 @@ def remote_inputs(cfg: Config) -> tuple[Config, dict[str, str]]:
                 fix="run `hanlm launch` where the inputs are, or give them as hf: ids the "
                 "hosts download",
             )
-        target = next((r for r, local in mounts.items() if local == str(root)), None)
-        if target is None:
-            target = f"{skypilot.INPUTS}/{len(mounts)}-{root.name or 'root'}"
-            mounts[target] = str(root)
         local = Path(spec).expanduser().absolute()
-        return str(Path(target) / local.relative_to(root))
+        return str(Path(mounted(root)) / local.relative_to(root))
 
     data = cfg.model_dump(mode="json")
     if cfg.corpus.sources:
@@ -119,6 +127,9 @@ def remote_inputs(cfg: Config) -> tuple[Config, dict[str, str]]:
         data["corpus"]["inputs"] = [remote(i, "corpus.inputs") for i in data["corpus"]["inputs"]]
     if cfg.sft.data:
         data["sft"]["data"] = remote(cfg.sft.data, "sft.data")
+    for source in data["sft"]["sources"]:
+        key = f"sft source {source['name']!r} input"
+        source["inputs"] = [remote(i, key) for i in source["inputs"]]
 
     def named(spec: str, key: str) -> str:  # TASK=PATH
         task, sep, path = spec.partition("=")

@@ -190,8 +190,10 @@ def read_facts(
     corpus = (recipe or {}).get("corpus") or {}
     sources = corpus.get("sources") or [{"inputs": corpus.get("inputs") or []}]
     corpus_inputs = list(dict.fromkeys(i for s in sources for i in s.get("inputs") or []))
-    sft_data = ((recipe or {}).get("sft") or {}).get("data")
-    trained_on = corpus_inputs + ([sft_data] if kind == "chat" and sft_data else [])
+    sft = (recipe or {}).get("sft") or {}
+    chat = [sft["data"]] if sft.get("data") else []
+    chat += [i for s in sft.get("sources") or [] for i in s.get("inputs") or []]
+    trained_on = corpus_inputs + (chat if kind == "chat" else [])
     plots = sorted(p.name for p in files.plots.glob("*.png")) if files.plots.is_dir() else []
     report = files.report.read_text(encoding="utf-8") if files.report.is_file() else None
     return model_card.CardFacts(

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from hanlm.config import Config
-from hanlm.data import chat_data
+from hanlm.config import Config, SftSourceSection
+from hanlm.data import chat_sources
 from hanlm.data.shards import ShardsManifest
 from hanlm.errors import UserError
 from hanlm.files import file_sha256, fingerprint
@@ -102,10 +102,12 @@ def with_model_config(cfg: Config, source: sft_lib.SftSource, run: RunDir):
     return dataclasses.replace(source, model_config=config)
 
 
-def data_path(cfg: Config, run: RunDir) -> Path:
-    if cfg.sft.data:
-        return Path(cfg.sft.data)
-    return run.demo_file("chat")
+def data_sources(cfg: Config, run: RunDir) -> list[SftSourceSection]:
+    """The chat data's sources: [[sft.sources]], sft.data as one, else the demo world's."""
+    sources = cfg.sft.source_list()
+    if sources:
+        return sources
+    return [SftSourceSection(name="chat", inputs=[str(run.demo_file("chat"))], format="messages")]
 
 
 # --- the stage ------------------------------------------------------------------------------------
@@ -141,21 +143,25 @@ STAGE = Stage(
     # is an input by identity (a run's checkpoint or export, or sft.model)
     writes="in_place",
     all_ranks=True,
-    uses_demo=lambda cfg, options: not cfg.sft.data,
+    uses_demo=lambda cfg, options: not cfg.sft.source_list(),
 )
 
 
 def validate(cfg: Config, run: RunDir, options: dict) -> None:
-    """Its conversations must be there, and a model to start from."""
-    if cfg.sft.data:
-        chat_data.read_conversations(Path(cfg.sft.data))  # names the first bad line
+    """Its conversations' inputs must be there, and a model to start from."""
+    for source in cfg.sft.source_list():
+        for spec in source.inputs:
+            chat_sources.input_files(spec)  # no match, an unsupported file: its UserError
     source_of(cfg, run)
 
 
 def inputs(cfg: Config, run: RunDir, options: dict) -> list:
-    """The model it starts from and its conversations, by identity."""
+    """The model it starts from and its conversations, by identity (the demo world's by
+    content: it lives in the run)."""
     source = source_of(cfg, run)
-    return [source.fingerprint, file_sha256(data_path(cfg, run))]
+    if not cfg.sft.source_list():
+        return [source.fingerprint, file_sha256(run.demo_file("chat"))]
+    return [source.fingerprint, chat_sources.identity(cfg.sft.source_list())]
 
 
 def damage(run: RunDir) -> str | None:
@@ -166,15 +172,16 @@ def damage(run: RunDir) -> str | None:
 def build(ctx: StageContext) -> SftSummary:
     cfg, run = ctx.cfg, ctx.run
     source = source_of(cfg, run)
-    data_file = data_path(cfg, run)
-    conversations = chat_data.read_conversations(data_file)
+    conversations, reports = chat_sources.read_all(
+        data_sources(cfg, run), strict=cfg.sft.strict, seed=cfg.run.seed
+    )
     trackers.check(cfg.logging)  # on every rank, before the model is loaded
     return sft_lib.fine_tune(
         cfg,
         source=with_model_config(cfg, source, run),
         conversations=conversations,
-        data_file=data_file,
-        data_fp=file_sha256(data_file),
+        sources=reports,
+        data_fp=fingerprint(conversations),
         index=load_run_index(run),
         outputs=run.sft,
         settings_fp=ctx.fingerprint,

@@ -45,6 +45,7 @@ from hanlm.chat import closure, tokens
 from hanlm.config import Config, SftSection, SftVariant
 from hanlm.console import info, warn
 from hanlm.data import chat_data
+from hanlm.data.chat_sources import REPEAT
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, fingerprint, read_json
 from hanlm.plan.catalogue import device_peak_flops
@@ -167,16 +168,20 @@ def decontaminate(conversations: list[dict], index: BenchmarkIndex | None, sft_c
 
 
 def split_heldout(conversations: list[dict], count: int, seed: int) -> tuple[list, list]:
-    if len(conversations) < 2:
+    """(train, held out): `count` conversations held out for the closure check, and every
+    repeat of them (a mix's `ID#repeat2`, ...) out of training too: it never saw what it is asked."""
+    base = [c["id"].split(REPEAT, 1)[0] for c in conversations]
+    distinct = list(dict.fromkeys(base))
+    if len(distinct) < 2:
         raise UserError(
-            f"SFT needs at least 2 conversations, the data has {len(conversations)}",
+            f"SFT needs at least 2 conversations, the data has {len(distinct)}",
             fix="give more conversations",
         )
-    count = min(count, len(conversations) // 2)
-    order = np.random.default_rng([seed, HELDOUT_SEED]).permutation(len(conversations))
-    held = set(order[:count].tolist())
-    train = [c for i, c in enumerate(conversations) if i not in held]
-    heldout = [conversations[i] for i in sorted(held)]
+    count = min(count, len(distinct) // 2)
+    order = np.random.default_rng([seed, HELDOUT_SEED]).permutation(len(distinct))
+    held = {distinct[i] for i in order[:count].tolist()}
+    train = [c for c, b in zip(conversations, base, strict=True) if b not in held]
+    heldout = [c for c, b in zip(conversations, base, strict=True) if b in held and b == c["id"]]
     return train, heldout
 
 
@@ -622,7 +627,7 @@ def fine_tune(
     *,
     source: SftSource,
     conversations: list[dict],
-    data_file: Path,
+    sources: dict[str, dict],
     data_fp: str,
     index: BenchmarkIndex | None,
     outputs: SftOutputs,
@@ -643,7 +648,7 @@ def fine_tune(
     special = tokens.load_special_tokens(source.tokenizer_dir)
     eot, pad, eod = (special[k]["id"] for k in ("eot", "pad", "eod"))
     rows, data_report, heldout = _rows(tokenizer, train_conversations, heldout, sft_cfg, eot, pad)
-    data_report.update({"file": str(data_file), "sha256": data_fp, "contamination": contamination})
+    data_report.update({"sources": sources, "fingerprint": data_fp, "contamination": contamination})
     audit = _audit(source, special)
     _guard_untrained_rows(variants, audit)  # refused: nothing written
     atomic_write_json(outputs.audit, audit)

@@ -213,3 +213,28 @@ def test_slurm_time_limit_format():
     assert slurm.time_limit(30) == "1-06:00:00"
     assert command.job_name(Path("/x/My Run_2")) == "hanlm-my-run-2"
     assert json.loads(json.dumps(slurm.time_limit(1.5))) == "0-01:30:00"
+
+
+def test_a_local_snapshot_and_chat_sources_travel_to_the_hosts(tmp_path):
+    """hf:FOLDER:CONFIG:SPLIT names a folder on this machine: the launch mounts the folder and
+    the hosts' recipe names it where it lands, config and split kept; chat sources' files too."""
+    from hanlm.config import load_config
+    from hanlm.launch.command import remote_inputs
+
+    snapshot = tmp_path / "fineweb-2"
+    (snapshot / "data").mkdir(parents=True)
+    (snapshot / "data" / "train-0.parquet").write_bytes(b"")
+    (tmp_path / "chat.jsonl").write_text("{}\n")
+    cfg = load_config(values={
+        "corpus.sources": [{"name": "web", "inputs": [f"hf:{snapshot}:kor_Hang:train",
+                                                      "hf:someone/ko:train"]}],
+        "sft.sources": [{"name": "chat", "inputs": [str(tmp_path / "chat.jsonl")]}],
+    })  # fmt: skip
+    remote, mounts = remote_inputs(cfg)
+    local_snapshot, hub = remote.corpus.sources[0].inputs
+    assert hub == "hf:someone/ko:train"  # the hosts read it from the Hub
+    assert local_snapshot.startswith("hf:") and local_snapshot.endswith(":kor_Hang:train")
+    folder = local_snapshot.removeprefix("hf:").removesuffix(":kor_Hang:train")
+    assert mounts[folder] == str(snapshot)
+    chat = remote.sft.sources[0].inputs[0]
+    assert Path(mounts[str(Path(chat).parent)]) == tmp_path

@@ -51,7 +51,7 @@ def test_every_missing_input_in_one_error_before_anything_is_written(tmp_path, c
     for needle in ("none/*.jsonl' matches no file", "no string field 'text'", "broken.parquet",
                    "hf:someone/korean-web:train cannot be streamed", "hf download someone/korean-web",
                    "has no data files for split 'train'", "benchmark file for kobest_boolq not found",
-                   "chat data file", "no-model"):  # fmt: skip
+                   "sft source 'chat' input", "matches no file", "no-model"):  # fmt: skip
         assert needle in err, needle
     assert "good.jsonl" not in err
     assert not run_dir.exists()  # nothing written, not even the folder
@@ -60,7 +60,7 @@ def test_every_missing_input_in_one_error_before_anything_is_written(tmp_path, c
 def test_only_the_stages_that_will_run_are_asked(demo_run, tmp_path, cli):
     cfg = load_config(values={**DEMO_RUN_VALUES, "sft.data": str(tmp_path / "chat.jsonl")})
     assert [p.split(":")[0] for p in problems(cfg, ["sft"])] == [
-        f"sft.data '{tmp_path}/chat.jsonl'"
+        f"sft source 'chat' input '{tmp_path}/chat.jsonl'"
     ]
     assert problems(cfg, ["corpus", "decontam", "tokenizer", "shards"]) == []
     # a finished data run whose raw inputs are gone: --until shards asks nothing of them

@@ -507,3 +507,31 @@ def test_sft_under_fsdp_moves_the_new_rows_as_one_process(pretrained, tmp_path):
         torch.testing.assert_close(
             two[name], weight, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
         )
+
+
+def test_chat_data_in_two_shapes_mixed_by_weight(pretrained, tmp_path):
+    """[[sft.sources]]: the demo's chats as ShareGPT rows and as Alpaca rows (their single-turn
+    ones), mixed 70/30; the SFT data report says each source's format, rows and share, and the
+    benchmark check ran over the mix."""
+    chats = chat_data.read_conversations(pretrained / "chat_plain.jsonl")
+    sharegpt = [{"id": c["id"], "conversations": [
+        {"from": {"user": "human", "assistant": "gpt"}.get(m["role"], m["role"]),
+         "value": m["content"]} for m in c["messages"]]} for c in chats]  # fmt: skip
+    alpaca = [{"instruction": c["messages"][-2]["content"], "output": c["messages"][-1]["content"]}
+              for c in chats if [m["role"] for m in c["messages"][-2:]] == ["user", "assistant"]]  # fmt: skip
+    sources = [
+        {"name": "dialogs", "inputs": [str(write_jsonl(tmp_path / "sg.jsonl", sharegpt))], "weight": 0.7},
+        {"name": "tasks", "inputs": [str(write_jsonl(tmp_path / "al.jsonl", alpaca))], "weight": 0.3,
+         "max_epochs": 10},
+    ]  # fmt: skip
+    run_dir = copy_of(pretrained, tmp_path / "run")
+    summary = run_stage("sft", config(run_dir, **{"sft.sources": sources, "sft.max_steps": 4}),
+                        run_dir)  # fmt: skip
+    report = json.loads((run_dir / "sft" / "data.json").read_text())
+    total = len(sharegpt) + len(alpaca)
+    assert report["sources"]["dialogs"]["format"] == "sharegpt"
+    assert report["sources"]["tasks"]["format"] == "alpaca"
+    assert report["sources"]["dialogs"]["format_detected"]
+    assert report["sources"]["tasks"]["taken"] == round(0.3 * total)
+    assert sum(s["taken"] for s in report["sources"].values()) == total
+    assert report["contamination"]["checked"] and summary.step == 4
