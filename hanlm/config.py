@@ -159,6 +159,28 @@ class CorpusQualitySection(Section):
 
 
 SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def plain_source_name(name: str) -> str:
+    """A source's name as every table and file name shows it (corpus and chat sources alike)."""
+    if not SOURCE_NAME.fullmatch(name):
+        raise ValueError(
+            f"source name {name!r} must be 1-64 letters, digits, '_', '.' or '-', starting "
+            "with a letter or digit"
+        )
+    return name
+
+
+SourceName = Annotated[str, AfterValidator(plain_source_name)]
+
+
+def _names_once(table: str, sources: list) -> None:
+    names = [s.name for s in sources]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"{table} names {', '.join(repeated)} more than once")
+
+
 DEFAULT_SOURCE = "corpus"  # the one source that a flat corpus.inputs list is
 WEIGHT_TOLERANCE = 1e-3  # weights are shares: they must sum to 1 within this
 EPOCHS_WARNING = 4.0  # past ~4 epochs repeated tokens are worth much less (Muennighoff et al. 2023)
@@ -179,7 +201,9 @@ class CorpusSourceSection(Section):
     training tokens. Either every source has a weight or a token count, or none has (then the
     corpus is one pile, each document read once per pass, as with a flat `inputs`)."""
 
-    name: str = Field(description="the source's name in every table (letters, digits, _ . -)")
+    name: SourceName = Field(
+        description="the source's name in every table (letters, digits, _ . -)"
+    )
     inputs: list[str] = Field(
         min_length=1,
         description="globs, hf:NAME[@REVISION][:CONFIG]:SPLIT ids or `demo`, as corpus.inputs",
@@ -230,16 +254,6 @@ class CorpusSourceSection(Section):
         "row groups or byte ranges in a seeded order across its files (the demo world and a "
         "source without a share are read whole)",
     )
-
-    @field_validator("name")
-    @classmethod
-    def _plain_name(cls, name: str) -> str:
-        if not SOURCE_NAME.fullmatch(name):
-            raise ValueError(
-                f"source name {name!r} must be 1-64 letters, digits, '_', '.' or '-', starting "
-                "with a letter or digit"
-            )
-        return name
 
     @model_validator(mode="after")
     def _one_share(self) -> CorpusSourceSection:
@@ -333,10 +347,7 @@ class CorpusSection(Section):
                 "corpus.inputs and [[corpus.sources]] are both set: list the inputs in the "
                 "sources (each source has its own inputs), or drop the sources"
             )
-        names = [s.name for s in self.sources]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"[[corpus.sources]] names {', '.join(repeated)} more than once")
+        _names_once("[[corpus.sources]]", self.sources)
         mixed = [s.mixed for s in self.sources]
         if any(mixed) and not all(mixed):
             bare = ", ".join(s.name for s in self.sources if not s.mixed)
@@ -1070,7 +1081,7 @@ CHAT_FORMATS = ("messages", "sharegpt", "alpaca")
 class SftSourceSection(Section):
     """One `[[sft.sources]]` table: a named set of chat data, its shape and its share."""
 
-    name: str = Field(description="the source's name in the SFT data report")
+    name: SourceName = Field(description="the source's name in the SFT data report")
     inputs: list[str] = Field(
         min_length=1,
         description="globs of .jsonl/.json/.parquet files (optionally .gz/.zst) or "
@@ -1103,16 +1114,6 @@ class SftSourceSection(Section):
         "sharegpt: conversations, from, value, system; alpaca: instruction, input, output, "
         "system; any: id)",
     )
-
-    @field_validator("name")
-    @classmethod
-    def _plain_name(cls, name: str) -> str:
-        if not SOURCE_NAME.fullmatch(name):
-            raise ValueError(
-                f"source name {name!r} must be 1-64 letters, digits, '_', '.' or '-', starting "
-                "with a letter or digit"
-            )
-        return name
 
 
 class SftSection(Section):
@@ -1196,10 +1197,7 @@ class SftSection(Section):
                 "sft.data and [[sft.sources]] are both set: sft.data is the one-source "
                 "shorthand; list it among the sources, or drop the sources"
             )
-        names = [s.name for s in self.sources]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"[[sft.sources]] names {', '.join(repeated)} more than once")
+        _names_once("[[sft.sources]]", self.sources)
         weighted = [s.weight is not None for s in self.sources]
         if any(weighted) and not all(weighted):
             bare = ", ".join(s.name for s in self.sources if s.weight is None)

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from rich.table import Table
 
+from hanlm.chat import foreign
 from hanlm.chat_template import SPECIAL_TOKENS_FILE
 from hanlm.console import console
 from hanlm.errors import UserError
@@ -59,13 +60,14 @@ COVARIANCE_SCALE = 1e-5  # transformers' mean_resizing
 
 
 def load_special_tokens(tokenizer_dir: Path) -> dict:
+    """A hanlm tokenizer's special_tokens.json; for another model's tokenizer, the same read
+    from its chat template (hanlm.chat.foreign)."""
     path = Path(tokenizer_dir) / SPECIAL_TOKENS_FILE
-    if not path.is_file():
-        raise UserError(
-            f"{path.parent} has no special_tokens.json",
-            fix="give a hanlm tokenizer or exported model folder (hanlm export writes it)",
-        )
-    return read_json(path)
+    if path.is_file():
+        return read_json(path)
+    from hanlm.inference import load_tokenizer  # deferred: transformers, for a foreign folder
+
+    return foreign.special_tokens_of(load_tokenizer(tokenizer_dir), str(tokenizer_dir))
 
 
 def is_tied(model) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from hanlm.chat import foreign
 from hanlm.chat_template import ASSISTANT, END_OF_TURN, SYSTEM, USER
 from hanlm.data import packing as packing_lib
 from hanlm.data.loader import position_state
@@ -118,13 +119,16 @@ def tokenize(tokenizer, messages: Sequence[Mapping], end_of_turn_id: int) -> tup
     Checked: every assistant turn's end-of-turn token is in the mask and no other end-of-turn
     is, so no user or system token is ever trained on.
     """
-    out = tokenizer.apply_chat_template(
-        list(messages),
-        tokenize=True,
-        return_dict=True,
-        return_assistant_tokens_mask=True,
-    )
-    ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+    if foreign.has_generation_block(tokenizer.chat_template):
+        out = tokenizer.apply_chat_template(
+            list(messages),
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+        ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+    else:  # another model's template: the assistant's tokens, turn by turn
+        ids, mask = foreign.tokenize_by_turns(tokenizer, messages, end_of_turn_id)
     turns = sum(m["role"] == "assistant" for m in messages)
     ends = [i for i, t in enumerate(ids) if t == end_of_turn_id]
     trained_ends = sum(mask[i] for i in ends)

@@ -30,6 +30,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from transformers import GenerationConfig
 
+from hanlm.chat import tokens
 from hanlm.chat_template import SPECIAL_TOKENS_FILE, TOKENIZER_CONFIG_FILE
 from hanlm.data.tokenizer import TOKENIZER_FILE
 from hanlm.errors import UserError
@@ -236,14 +237,18 @@ def _check_ties(
 
 
 def _special_tokens(tokenizer_dir: Path) -> dict:
-    missing = [name for name in TOKENIZER_FILES if not (tokenizer_dir / name).is_file()]
+    """A hanlm tokenizer's special_tokens.json; another model's, read from its chat template
+    (hanlm.chat.foreign): its tokenizer files travel unchanged."""
+    required = TOKENIZER_FILES if (tokenizer_dir / SPECIAL_TOKENS_FILE).is_file() else (
+        TOKENIZER_FILE, TOKENIZER_CONFIG_FILE)  # fmt: skip
+    missing = [name for name in required if not (tokenizer_dir / name).is_file()]
     if missing:
         raise UserError(
             f"the tokenizer folder lacks {', '.join(missing)}",
             where=str(tokenizer_dir),
             fix="run `hanlm tokenizer` for this run first (its folder holds all three files)",
         )
-    return read_json(tokenizer_dir / SPECIAL_TOKENS_FILE)
+    return tokens.load_special_tokens(tokenizer_dir)
 
 
 def token_ids(special: dict, eos_token_ids: list[int] | None, vocab_size: int) -> dict[str, Any]:
@@ -260,13 +265,13 @@ def token_ids(special: dict, eos_token_ids: list[int] | None, vocab_size: int) -
             raise UserError(
                 f"end-of-sequence token id {token_id!r} is not in the vocabulary (0..{vocab_size - 1})"
             )
-    if pad in eos:
+    if pad in eos and pad != special["eod"]["id"]:  # another model may pad with its eos (Qwen)
         raise UserError(
             f"the padding token id {pad} is also given as an end-of-sequence token",
             fix="leave <|pad|> out of the end tokens",
         )
     return {
-        "bos_token_id": special["bos"]["id"],
+        "bos_token_id": special["bos"]["id"] if "bos" in special else None,
         "eos_token_id": eos[0] if len(eos) == 1 else eos,
         "pad_token_id": pad,
     }

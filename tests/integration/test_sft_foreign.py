@@ -1,0 +1,43 @@
+"""SFT of a model hanlm did not make: a Qwen2-shaped model with its own ChatML tokenizer (no
+special_tokens.json, no generation block). Its template's tokens are read from the template,
+the assistant's tokens are found turn by turn, and the export keeps its tokenizer and template
+unchanged and loads in transformers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from foreign_models import chats, qwen2_model
+
+from conftest import write_jsonl
+from hanlm.config import load_config
+from hanlm.pipeline import run_stage
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_a_qwen2_shaped_model_is_fine_tuned_with_its_own_template(tmp_path, method):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = qwen2_model(tmp_path / "qwen")
+    data = write_jsonl(tmp_path / "chat.jsonl", chats())
+    cfg = load_config(values={
+        "sft.model": str(base), "sft.data": str(data), "sft.method": method,
+        "sft.max_steps": 3, "sft.heldout": 4, "sft.seq_len": 128, "sft.compare": [],
+        "decontam.enabled": False,
+    })  # fmt: skip
+    summary = run_stage("sft", cfg, tmp_path / "run")
+    assert summary.step == 3
+    audit = json.loads((tmp_path / "run" / "sft" / "audit.json").read_text())
+    assert {t["name"]: t["token"] for t in audit["tokens"] if t["template"]} == {
+        "system": "<|im_start|>", "user": "<|im_start|>", "assistant": "<|im_start|>",
+        "eot": "<|im_end|>"}  # fmt: skip
+    out = tmp_path / "run" / "sft" / "hf"
+    assert (out / "chat_template.jinja").read_text() == (base / "chat_template.jinja").read_text()
+    assert (out / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
+    assert not (out / "special_tokens.json").exists()
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    tok = AutoTokenizer.from_pretrained(out)
+    ends = tok.convert_ids_to_tokens(model.generation_config.eos_token_id)
+    assert ends == ["<|im_end|>", "<|endoftext|>"]  # a turn ends, or the text: as Qwen's own

@@ -1,0 +1,80 @@
+"""Small models of other families, built in the test with their own BPE tokenizers (no network):
+a Qwen2-shaped one whose chat template is ChatML (`<|im_start|>` / `<|im_end|>`, no generation
+block), for SFT and the audit on a model hanlm did not make."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+QWEN_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+]
+KOREAN = [
+    "서울은 대한민국의 수도이며 한강이 도시를 가로지른다.",
+    "부산은 바다를 끼고 있는 항구 도시로 해운대가 유명하다.",
+    "제주도는 화산섬이며 한라산이 섬의 가운데에 있다.",
+    "한국어는 한글로 적으며 세종대왕이 한글을 만들었다.",
+    "김치는 배추와 고춧가루로 담그는 한국의 전통 음식이다.",
+    "user assistant system 질문 답변 안녕하세요 감사합니다",
+]
+
+
+def qwen2_tokenizer(folder: Path, *, template: str | None = CHATML, vocab_size: int = 400):
+    """A byte-level BPE tokenizer with Qwen2's special tokens, saved in `folder`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=QWEN_SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    tok.train_from_iterator(KOREAN * 20, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+        additional_special_tokens=QWEN_SPECIALS[1:],
+    )  # fmt: skip
+    if template is not None:
+        fast.chat_template = template
+    folder.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(folder)
+    return fast
+
+
+def qwen2_model(folder: Path, *, seed: int = 0) -> Path:
+    """A 2-layer Qwen2ForCausalLM (biased q/k/v, tied embeddings) with the ChatML tokenizer,
+    saved as any Hugging Face model folder: safetensors weights, no hanlm file."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = qwen2_tokenizer(folder)
+    config = Qwen2Config(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def chats(count: int = 40) -> list[dict]:
+    """Korean question-and-answer conversations over the sentences above."""
+    return [
+        {"id": f"c{i}", "messages": [
+            {"role": "user", "content": KOREAN[i % 5] + " 다음 문장은?"},
+            {"role": "assistant", "content": KOREAN[(i + 1) % 5]}]}
+        for i in range(count)
+    ]  # fmt: skip
