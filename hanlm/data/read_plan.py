@@ -20,7 +20,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from hanlm.config import Config, CorpusSection
+from hanlm.config import Config, CorpusSection, CorpusSourceSection
 from hanlm.data import readers
 from hanlm.data.corpus import SourceRead
 from hanlm.data.mixture import token_shares
@@ -54,12 +54,17 @@ def needed_characters(cfg: Config) -> dict[str, int | None]:
     return needs
 
 
-def why(source_read: str | int, needed: int | None, corpus: CorpusSection) -> str:
+def why(source: CorpusSourceSection, needed: int | None, corpus: CorpusSection) -> str:
     if needed is None:
-        return "read whole: " + (
-            'read = "all"' if source_read == "all" else "no share of a training budget to size it"
-        )
-    tokens = f"{source_read:,} tokens (read = N)" if isinstance(source_read, int) else "its share"
+        if source.read == "all":
+            reason = 'read = "all"'
+        elif any(map(readers.is_demo, source.inputs)):
+            reason = "the demo world, made to demo.size_mb"
+        else:
+            reason = "no share of a training budget to size it"
+        return f"read whole: {reason}"
+    read = source.read
+    tokens = f"{read:,} tokens (read = N)" if isinstance(read, int) else "its share"
     return (
         f"{tokens} x {corpus.chars_per_token:g} chars/token (corpus.chars_per_token) x "
         f"{corpus.read_margin:g} (corpus.read_margin) = {needed:,} characters"
@@ -101,9 +106,9 @@ def select(
         chosen.update(index[id(u)] for u in taken)
         read_bytes = sum(u.nbytes for u in taken)
         reads[name] = SourceRead(
-            asked=specs[name].read if name in specs else "all",
+            asked=specs[name].read,
             needed_characters=need,
-            why=why(specs[name].read if name in specs else "all", need, corpus),
+            why=why(specs[name], need, corpus),
             tasks_read=len(taken),
             tasks=len(own),
             bytes_read=read_bytes,
