@@ -54,19 +54,23 @@ def special_tokens_of(tokenizer, where: str) -> dict:
             f"the tokenizer in {where} has no chat template",
             fix="give a chat model's folder, or a base model whose tokenizer carries a template",
         )
-    messages = [{"role": role, "content": text} for role, text in PROBE.items()]
+    probe = dict(PROBE)
     try:
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False)
-    except Exception as e:  # a template that refuses a system turn, or fails
-        raise UserError(
-            f"the chat template of {where} cannot render a system, user and assistant turn "
-            f"({type(e).__name__}: {e})",
-            where=f"{where}/tokenizer_config.json chat_template",
-        ) from None
+        rendered = _render(tokenizer, probe)
+    except Exception:  # a template without a system role (Gemma's): the other two turns
+        del probe["system"]
+        try:
+            rendered = _render(tokenizer, probe)
+        except Exception as e:
+            raise UserError(
+                f"the chat template of {where} cannot render a user and an assistant turn "
+                f"({type(e).__name__}: {e})",
+                where=f"{where}/tokenizer_config.json chat_template",
+            ) from None
     specials = _special_tokens(tokenizer)
     out: dict = {}
     position = 0
-    for role, text in PROBE.items():
+    for role, text in probe.items():
         start = rendered.find(text, position)
         if start < 0:
             raise UserError(
@@ -110,6 +114,11 @@ def special_tokens_of(tokenizer, where: str) -> dict:
         "rows (hanlm's own tokenizers reserve such tokens for this)"
     )
     return out
+
+
+def _render(tokenizer, probe: Mapping[str, str]) -> str:
+    messages = [{"role": role, "content": text} for role, text in probe.items()]
+    return tokenizer.apply_chat_template(messages, tokenize=False)
 
 
 def _last_special(text: str, specials: Mapping[str, int]) -> str | None:

@@ -60,3 +60,16 @@ def test_templates_it_cannot_read_are_refused(tmp_path):
     bare = qwen2_tokenizer(tmp_path / "bare", template=None)
     with pytest.raises(UserError, match="has no chat template"):
         foreign.special_tokens_of(bare, "bare")
+
+
+def test_a_template_without_a_system_role_gives_the_other_turns(tmp_path):
+    no_system = (
+        "{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}"
+        "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    tok = qwen2_tokenizer(tmp_path / "gemma-like", template=no_system)
+    special = foreign.special_tokens_of(tok, "gemma-like")
+    assert "system" not in special and special["user"]["token"] == "<|im_start|>"
+    assert special["eot"]["token"] == "<|im_end|>"
