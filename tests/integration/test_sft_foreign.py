@@ -41,3 +41,29 @@ def test_a_qwen2_shaped_model_is_fine_tuned_with_its_own_template(tmp_path, meth
     tok = AutoTokenizer.from_pretrained(out)
     ends = tok.convert_ids_to_tokens(model.generation_config.eos_token_id)
     assert ends == ["<|im_end|>", "<|endoftext|>"]  # a turn ends, or the text: as Qwen's own
+
+
+@pytest.mark.slow
+def test_lora_on_the_foreign_model_under_two_rank_fsdp2(tmp_path):
+    """The same model under FSDP2 on 2 CPU ranks (its own Qwen2DecoderLayers the units)."""
+    import os
+    import subprocess
+    import sys
+
+    base = qwen2_model(tmp_path / "qwen")
+    data = write_jsonl(tmp_path / "chat.jsonl", chats())
+    settings = {"sft.max_steps": 3, "sft.heldout": 4, "sft.seq_len": 128, "sft.batch_rows": 4,
+                "sft.method": "lora", "decontam.enabled": "false", "parallel.mode": "fsdp"}  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "hanlm", "sft", "--run-dir", str(tmp_path / "run"), "--model", str(base),
+           "--data", str(data), "--set", "sft.compare=[]"]  # fmt: skip
+    for key, value in settings.items():
+        cmd += ["--set", f"{key}={value}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "sft" / "summary.json").read_text())
+    assert summary["step"] == 3
+    assert (tmp_path / "run" / "sft" / "hf" / "adapter").is_dir()
+    out = tmp_path / "run" / "sft" / "hf"
+    assert (out / "chat_template.jinja").read_text() == (base / "chat_template.jinja").read_text()
