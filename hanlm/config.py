@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     ValidationError,
     field_validator,
     model_validator,
@@ -174,6 +175,19 @@ def plain_source_name(name: str) -> str:
 SourceName = Annotated[str, AfterValidator(plain_source_name)]
 
 
+def _read_amount(value: Any) -> str | int:
+    if value in ("needed", "all") or (
+        isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    ):
+        return value
+    raise ValueError(
+        f'read must be "needed", "all" or a whole number of training tokens >= 1, not {value!r}'
+    )
+
+
+ReadAmount = Annotated[str | int, PlainValidator(_read_amount)]
+
+
 def _names_once(table: str, sources: list) -> None:
     names = [s.name for s in sources]
     repeated = sorted({n for n in names if names.count(n) > 1})
@@ -246,7 +260,7 @@ class CorpusSourceSection(Section):
     quality: bool | None = Field(
         None, description="corpus.quality.enabled for this source (e.g. off for Wikipedia)"
     )
-    read: Literal["needed", "all"] | Annotated[int, Field(ge=1)] = Field(
+    read: ReadAmount = Field(
         "needed",
         description='how much of it the corpus stage reads: "needed" (its share of the '
         "training tokens in one pass, times corpus.read_margin, at corpus.chars_per_token; "

@@ -148,3 +148,12 @@ def test_the_plan_says_what_each_source_holds_and_reads(tmp_path, cli):
     size, basis, _ = data_rates.read_size(cfg)
     assert "web" in basis and "wiki whole" in basis
     assert size < data_rates.source_bytes(cfg, cfg.corpus.sources[0]) + 10_000
+
+
+@pytest.mark.parametrize("bad", ["neded", 0, -5, 2.5, True])
+def test_a_bad_read_is_one_clear_error(bad):
+    from hanlm.errors import UserError
+
+    source = {"name": "web", "inputs": ["demo:web"], "weight": 1.0, "read": bad}
+    with pytest.raises(UserError, match=r"corpus\.sources\[0\] \('web'\)\.read: read must be"):
+        load_config(values={"corpus.sources": [source]})
