@@ -29,6 +29,20 @@ MODEL_FAILURE = "cannot load a causal language model from {path}"
 MODEL_FIX = "give a folder holding a decoder-only model's config.json and weights"
 
 
+def remote_code_refusal(path, error: Exception) -> UserError | None:
+    """The refusal of a folder that needs its own Python code to load (an `auto_map` in its
+    config or tokenizer config), or None for another failure: hanlm never runs a model's code."""
+    if "trust_remote_code" not in str(error):
+        return None
+    return UserError(
+        f"{path} needs its own Python code to load (remote code, named by `auto_map` in its "
+        "config): hanlm loads only the architectures transformers ships and runs no model's code",
+        where=str(path),
+        fix="use a model of an architecture transformers knows (Llama, Qwen2/3, Gemma, "
+        "EXAONE 4, ...), or one converted to it",
+    )
+
+
 @dataclass
 class LoadedModel:
     """A model in eval mode and its tokenizer (None when the caller asked for none)."""
@@ -85,7 +99,9 @@ def load_folder(
 
     def refuse(default_failure: str, default_fix: str, error: Exception) -> UserError:
         what = (failure or default_failure).format(path=path)
-        return UserError(f"{what}: {error}", fix=fix or default_fix)
+        return remote_code_refusal(path, error) or UserError(
+            f"{what}: {error}", fix=fix or default_fix
+        )
 
     loaded_tokenizer = None
     if tokenizer:
@@ -117,7 +133,9 @@ def load_tokenizer(path: str | Path) -> Any:
     try:
         return AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
-        raise UserError(f"{TOKENIZER_FAILURE.format(path=path)}: {e}", fix=TOKENIZER_FIX) from None
+        raise remote_code_refusal(path, e) or UserError(
+            f"{TOKENIZER_FAILURE.format(path=path)}: {e}", fix=TOKENIZER_FIX
+        ) from None
 
 
 def read_config(path: str | Path, *, failure: str | None = None, fix: str | None = None) -> Any:
@@ -129,7 +147,9 @@ def read_config(path: str | Path, *, failure: str | None = None, fix: str | None
         return AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
         what = (failure or "cannot read the model config in {path}").format(path=path)
-        raise UserError(f"{what}: {e}", fix=fix or MODEL_FIX) from None
+        raise remote_code_refusal(path, e) or UserError(
+            f"{what}: {e}", fix=fix or MODEL_FIX
+        ) from None
 
 
 def load(

@@ -67,3 +67,20 @@ def test_lora_on_the_foreign_model_under_two_rank_fsdp2(tmp_path):
     assert (tmp_path / "run" / "sft" / "hf" / "adapter").is_dir()
     out = tmp_path / "run" / "sft" / "hf"
     assert (out / "chat_template.jinja").read_text() == (base / "chat_template.jinja").read_text()
+
+
+def test_a_model_that_needs_its_own_code_is_refused_before_any_work(tmp_path, cli):
+    from conftest import assert_user_error
+
+    base = qwen2_model(tmp_path / "custom")
+    config = json.loads((base / "config.json").read_text())
+    config.update(model_type="my_custom", architectures=["MyCustomForCausalLM"],
+                  auto_map={"AutoConfig": "configuration_my.MyConfig",
+                            "AutoModelForCausalLM": "modeling_my.MyCustomForCausalLM"})  # fmt: skip
+    (base / "config.json").write_text(json.dumps(config))
+    (base / "modeling_my.py").write_text("raise SystemExit('remote code ran')\n")
+    data = write_jsonl(tmp_path / "chat.jsonl", chats())
+    result = cli("sft", "--run-dir", tmp_path / "run", "--model", base, "--data", data,
+                 "--set", "decontam.enabled=false")  # fmt: skip
+    assert_user_error(result, "needs its own Python code to load", "runs no model's code")
+    assert not (tmp_path / "run" / "sft" / "stage.json").exists()
