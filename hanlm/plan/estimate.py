@@ -64,9 +64,12 @@ DEFAULT_INTER_HOST_GBPS = 25.0  # a rented host's Ethernet, Gbit/s
 DEFAULT_LOSS_CHUNK_TOKENS = 1024  # [parallel] loss_chunk_tokens (hanlm.train.loss)
 
 # Realistic bf16 MFU by class (of the dense BF16 peak): NVLink boards with mature kernels reach
-# 40-50%; consumer and PCIe cards lose more to host overhead and slower links. FP8 GEMMs run at
-# twice the bf16 rate but the rest of the step does not (torchtitan reports ~1.3-1.5x end to end
-# on H100), so the FP8 default is 0.7x the bf16 MFU, against the FP8 peak.
+# 40-50%; consumer and PCIe cards lose more to host overhead and slower links. (hanlm measured 54%
+# for `1.3b` and 42% for `350m` on one H200, compiled, seq 2,048 x 16: benchmarks/gpu_train.py;
+# the planning figures stay below that for several GPUs.) FP8 GEMMs run at twice the bf16 rate but
+# the rest of the step does not: torchtitan reports ~1.3-1.5x end to end on H100 for 8B models;
+# hanlm measured 1.18x at `1.3b` and 1.01x at `350m` on one H200, whose matmuls are smaller. The
+# FP8 default is 0.6x the bf16 MFU against the FP8 peak (1.2x the bf16 tokens/s).
 DEFAULT_BF16_MFU = {
     "rtx4090": 0.35,
     "rtx5090": 0.40,  # the field report's planning figure
@@ -77,7 +80,7 @@ DEFAULT_BF16_MFU = {
     "h200": 0.40,
     "b200": 0.35,
 }
-FP8_MFU_FACTOR = 0.7
+FP8_MFU_FACTOR = 0.6
 CPU_MFU = 0.5  # against the measured matmul peak of this CPU
 
 
@@ -105,6 +108,7 @@ class Setup:
     precision: str = "bf16"
     parallel: str = "fsdp"
     recompute: str = "none"
+    compiled: bool = False  # parallel.compile: inductor saves less for backward than eager
     tokens: float | None = None
     global_batch_tokens: int | None = None
     price_per_gpu_hour: float | None = None
@@ -303,24 +307,37 @@ def checkpoint_staging_bytes(shapes: Shapes, setup: Setup) -> int:
 
 
 def _layer_activation_bytes(
-    shapes: Shapes, precision: str, recompute: str, bf16_params: bool
+    shapes: Shapes, precision: str, recompute: str, bf16_params: bool, compiled: bool = False
 ) -> int:
     """Bytes one decoder layer saves for backward, per token (Llama: RMSNorm, RoPE, SDPA, SwiGLU).
 
-    float32: each RMSNorm saves its input, its normalised output and the scaled output (3h);
-    attention saves the rotated q and k, v and SDPA's output (2q + 2kv); the MLP saves gate, up,
-    SiLU(gate) and their product (4f). Under bf16 autocast the residual stream stays float32:
+    Eager, float32: each RMSNorm saves its input, its normalised output and the scaled output
+    (3h); attention saves the rotated q and k, v and SDPA's output (2q + 2kv); the MLP saves gate,
+    up, SiLU(gate) and their product (4f). Under bf16 autocast the residual stream stays float32:
     a norm saves 8h bytes in float32 plus a bf16 cast of its output for each projection that
     reads it (q, k, v: 3; gate, up: 2); everything between the projections is bf16. With FSDP2's
     bf16 parameters the stream is bf16 and a norm saves 8h (float32 copy and bf16 outputs).
     Selective recomputation keeps the layer input and the matmul and attention outputs;
     full keeps the layer input alone. SDPA's log-sum-exp is 4 bytes per head.
+
+    Compiled (`parallel.compile`, bf16 or FP8 without recomputation): inductor's partitioner
+    saves the matmul and attention outputs and recomputes the element-wise work from them, so a
+    layer keeps its two residual-stream inputs (the layer's and the MLP's), q, k, v and SDPA's
+    output, and gate, up and their SiLU product (6f). With FP8 (torchao's Float8Linear) the
+    saved inputs of the projections are their FP8 casts (1 byte: 2h + q + f) and the MLP keeps
+    none of its bf16 products. Measured on an H200 (benchmarks/gpu_train.py, seq 2,048 x 16, torch
+    2.11): the bf16 rule within 4% of the activations at `350m` and `1.3b`, the FP8 one within 8%.
     """
     h, q, kv, f = shapes.hidden, shapes.query_width, shapes.kv_width, shapes.ffn
     lse = 4 * shapes.heads
     stream = 2 if bf16_params else 4  # bytes of a residual-stream element
     if recompute == "full":
         return stream * h
+    if compiled and recompute == "none" and precision != "fp32":
+        attention = 2 * (2 * q + 2 * kv)
+        if precision == "fp8":
+            return 2 * stream * h + attention + (2 * h + q + f) + lse
+        return 2 * stream * h + attention + 2 * 3 * f + lse
     if precision == "fp32":
         if recompute == "selective":
             return 4 * (3 * h + 2 * q + 2 * kv + 2 * f) + lse
@@ -335,7 +352,9 @@ def activation_bytes(shapes: Shapes, setup: Setup) -> dict[str, int]:
     """Bytes saved for backward per rank: the layers, and the embedding and final norm."""
     tokens = setup.seq_len * setup.micro_batch
     bf16_params = setup.parallel == "fsdp" and setup.world > 1 and setup.precision != "fp32"
-    per_layer = _layer_activation_bytes(shapes, setup.precision, setup.recompute, bf16_params)
+    per_layer = _layer_activation_bytes(
+        shapes, setup.precision, setup.recompute, bf16_params, setup.compiled
+    )
     if setup.precision == "fp32":
         final_norm = 12 * shapes.hidden
     else:
@@ -801,6 +820,7 @@ def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setu
         precision=precision,
         parallel=parallel,
         recompute=cfg.parallel.activation_checkpointing,
+        compiled=blocks_compile(precision, cfg.parallel.compile),
         tokens=tokens,
         global_batch_tokens=pretrain.global_batch_tokens,
         price_per_gpu_hour=plan.price_per_gpu_hour,
@@ -810,6 +830,12 @@ def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setu
         loss_chunk_tokens=cfg.parallel.loss_chunk_tokens,
         async_checkpoint=cfg.checkpoint.async_save,
     )
+
+
+def blocks_compile(precision: str, requested: bool | None) -> bool:
+    """Whether a run compiles its decoder blocks: as set, or when unset with FP8 (FP8 is fast
+    only compiled; hanlm.train.precision.compile_choice says why to the user)."""
+    return precision == "fp8" if requested is None else requested
 
 
 def step_profile(

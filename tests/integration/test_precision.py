@@ -306,11 +306,13 @@ def test_the_docs_recipe_table_is_the_data():
     assert precision.recipe_table() in docs
     rows = precision.FP8_RECIPE_EVIDENCE
     assert {r.recipe for r in rows} == {*precision.FP8_RECIPES, "both"}
-    measured_on_gpu = [r for r in rows if r.gpus != "CPU (fp8-emulate)"]
-    # no GPU figure of hanlm's own yet: the table must say so, not leave it blank
-    assert all(
-        r.hanlm in (precision.NOT_MEASURED, "refused before training") for r in measured_on_gpu
-    )
+    # every row says what hanlm saw, or that it has not measured it: never blank
+    assert all(r.hanlm.strip() for r in rows)
+    # hanlm's own figures name the script that measured them
+    measured = [
+        r for r in rows if r.hanlm not in (precision.NOT_MEASURED, "refused before training")
+    ]
+    assert all("benchmarks/" in r.source or "tests/" in r.source for r in measured)
 
 
 @pytest.mark.slow

@@ -240,6 +240,48 @@ def test_the_config_says_whether_saves_are_staged():
         assert plan.setup_from_config(cfg, with_data=False).async_checkpoint is async_save
 
 
+def test_the_config_says_whether_blocks_are_compiled():
+    from hanlm.config import load_config
+
+    for precision, compile_blocks, expected in (
+        ("bf16", None, False),
+        ("fp8", None, True),  # FP8 compiles unless told not to (hanlm.train.precision)
+        ("fp8", False, False),
+        ("bf16", True, True),
+    ):
+        values = {"plan.gpu": "h200", "precision.mode": precision}
+        if compile_blocks is not None:
+            values["parallel.compile"] = compile_blocks
+        cfg = load_config(values=values)
+        assert plan.setup_from_config(cfg, with_data=False).compiled is expected
+
+
+# Measured by benchmarks/gpu_train.py on one H200 (torch 2.11.0+cu130, torchao 0.17.0; seq 2,048,
+# vocab 65,536, micro-batch 16, compiled blocks, 2026-12-04): torch.cuda.max_memory_allocated.
+H200_ALLOCATED_GIB = {
+    ("1.3b", "bf16"): 70.87,
+    ("1.3b", "fp8"): 53.63,
+    ("350m", "bf16"): 30.65,
+    ("350m", "fp8"): 23.00,
+}
+
+
+@pytest.mark.parametrize("preset,precision", sorted(H200_ALLOCATED_GIB))
+def test_compiled_plan_within_10_percent_of_what_an_h200_allocated(preset, precision):
+    def planned(compiled: bool) -> float:
+        setup = plan.Setup(
+            model=preset, vocab_size=65536, seq_len=2048, micro_batch=16, gpu="h200",
+            precision=precision, parallel="single", compiled=compiled,
+        )  # fmt: skip
+        items = plan.memory(setup)["items"]
+        return sum(v for k, v in items.items() if k != "framework allowance") / plan.GIB
+
+    measured = H200_ALLOCATED_GIB[(preset, precision)]
+    assert abs(planned(True) / measured - 1) <= 0.10
+    # the eager rule would have planned far more than a compiled run holds
+    assert planned(False) / measured > 1.4
+
+
 # (model overrides, seq_len, micro_batch, precision, recompute, FSDP's bf16 parameters)
 ACTIVATION_CASES = [
     ({}, 128, 2, "fp32", "none", False),
