@@ -207,8 +207,11 @@ def row_norms(model, special: dict) -> dict:
 # --- the audit ------------------------------------------------------------------------------------
 
 
-def audit(model, special: dict, pretrain_counts: dict[str, int] | None) -> dict:
-    """A verdict per template token (and pad/eod/bos for information)."""
+def audit(
+    model, special: dict, pretrain_counts: dict[str, int] | None, added: Sequence[str] = ()
+) -> dict:
+    """A verdict per template token (and pad/eod/bos for information). `added`: tokens hanlm
+    added to the vocabulary itself (hanlm.chat.template_base), untrained by construction."""
     names = [n for n in (*TEMPLATE_TOKENS, *INFO_TOKENS) if n in special]
     ids = [special[n]["id"] for n in names]
     geo = geometry(model, ids, special)
@@ -229,7 +232,10 @@ def audit(model, special: dict, pretrain_counts: dict[str, int] | None) -> dict:
                 row[f"{matrix}_{key}"] = None if value is None else round(float(value), 4)
         flagged = geo["under_trained"][k]
         row["geometry_under_trained"] = flagged
-        if count is not None:
+        if token in added:
+            row["verdict"] = "untrained"
+            row["basis"] = "added to the vocabulary by hanlm"
+        elif count is not None:
             row["verdict"] = "untrained" if count == 0 else "trained"
             row["basis"] = "pretraining count"
         elif flagged is not None:

@@ -5,13 +5,17 @@ demo conversations (or `sft.data`) into sft/. hanlm.train.sft does the work.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
+from hanlm.chat import template_base
 from hanlm.config import Config, SftSourceSection
+from hanlm.console import info
 from hanlm.data import chat_sources
 from hanlm.data.shards import ShardsManifest
 from hanlm.errors import UserError
 from hanlm.files import file_sha256, fingerprint
+from hanlm.inference import load_tokenizer
 from hanlm.model import model_config
 from hanlm.model_folder import check_model_folder, export_damage, is_model_folder
 from hanlm.stages import shards as shards_stage
@@ -152,7 +156,11 @@ def validate(cfg: Config, run: RunDir, options: dict) -> None:
     for source in cfg.sft.source_list():
         for spec in source.inputs:
             chat_sources.input_files(spec)  # no match, an unsupported file: its UserError
-    source_of(cfg, run)
+    model = source_of(cfg, run)
+    if model.kind == "hf":
+        tokenizer = load_tokenizer(model.tokenizer_dir)
+        if not template_base.has_template(tokenizer):
+            template_base.check_can_add(tokenizer, str(model.tokenizer_dir))
 
 
 def inputs(cfg: Config, run: RunDir, options: dict) -> list:
@@ -169,9 +177,27 @@ def damage(run: RunDir) -> str | None:
     return export_damage(run.sft.export)
 
 
+def templated(source: sft_lib.SftSource, run: RunDir, seed: int) -> sft_lib.SftSource:
+    """The source itself, or, for a base model whose tokenizer has no chat template, its copy
+    with hanlm's template and tokens (hanlm.chat.template_base) in RUN/sft/base-FINGERPRINT:
+    rank 0 writes it once, the other ranks wait for it."""
+    if source.kind != "hf" or template_base.has_template(load_tokenizer(source.tokenizer_dir)):
+        return source
+    out = run.sft.root / f"base-{source.fingerprint[:12]}"
+    added = template_base.read_added(out)
+    if added is None:
+        if int(os.environ.get("RANK", "0")) == 0:
+            added = template_base.add_template(source.path, out, seed=seed)
+        else:
+            added = template_base.wait_for(out)
+    if int(os.environ.get("RANK", "0")) == 0:
+        info(added.line())
+    return dataclasses.replace(source, path=out, tokenizer_dir=out, added_tokens=added.tokens)
+
+
 def build(ctx: StageContext) -> SftSummary:
     cfg, run = ctx.cfg, ctx.run
-    source = source_of(cfg, run)
+    source = templated(source_of(cfg, run), run, cfg.run.seed)
     conversations, reports = chat_sources.read_all(
         data_sources(cfg, run), strict=cfg.sft.strict, seed=cfg.run.seed
     )

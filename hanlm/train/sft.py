@@ -17,7 +17,7 @@ This stage makes it impossible to miss:
    with checkpoints and resume in DIR/sft/checkpoints, in the run's precision as pretraining
    (fp8: the loaded model's large linear layers become Float8Linear, the blocks compiled; see
    hanlm.train.precision);
-6. export to DIR/sft/hf with generation_config.eos_token_id = [<|eot|>, <|endoftext|>];
+6. export to DIR/sft/hf with generation_config.eos_token_id = [end of turn, end of text];
 7. the closure check on the held-out prompts -> closure.json, and the `sft.min_closure` gate;
    beside it, why answers end or not: the template rows' norms against the trained rows', and
    the rank of <|eot|>'s logit where the held-out reference answers end, both before SFT (after
@@ -94,6 +94,8 @@ class SftSource:
     fingerprint: str
     pretrain_counts: dict[str, int] | None = None  # special-token counts of its pretraining data
     model_config: object | None = None  # kind checkpoint: the PretrainedConfig to load it into
+    # tokens hanlm added to its vocabulary (hanlm.chat.template_base): untrained by construction
+    added_tokens: tuple[str, ...] = ()
 
 
 # --- the source model -----------------------------------------------------------------------------
@@ -503,7 +505,7 @@ def _audit(source: SftSource, special: dict) -> dict:
         model = pretrained.with_token_matrices(model, source.kind, source.path)
     else:
         model, _ = load_source_model(source)
-    audit = tokens.audit(model, special, source.pretrain_counts)
+    audit = tokens.audit(model, special, source.pretrain_counts, added=source.added_tokens)
     audit["source"] = str(source.path)
     del model
     tokens.print_audit(audit)
@@ -527,7 +529,8 @@ def _export(
         adapters=adapters,
     )
     merged = "" if adapters is None else f"; LoRA merged, the adapter in {export.ADAPTER_FOLDER}/"
-    info(f"sft: exported {latest.name} -> {outputs.export} (eos: <|eot|>, <|endoftext|>{merged})")
+    ends = ", ".join(load_tokenizer(tokenizer_dir).convert_ids_to_tokens(eos_ids))
+    info(f"sft: exported {latest.name} -> {outputs.export} (eos: {ends}{merged})")
 
 
 def _diagnosis(model, tokenizer, heldout: list, special: dict) -> dict:

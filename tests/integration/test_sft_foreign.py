@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from foreign_models import chats, qwen2_model
+from foreign_models import chats, llama_model, qwen2_model
 
 from conftest import write_jsonl
 from hanlm.config import load_config
@@ -43,17 +43,90 @@ def test_a_qwen2_shaped_model_is_fine_tuned_with_its_own_template(tmp_path, meth
     assert ends == ["<|im_end|>", "<|endoftext|>"]  # a turn ends, or the text: as Qwen's own
 
 
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_a_base_model_without_a_template_gets_hanlms(tmp_path, method):
+    """A Llama-shaped base model whose tokenizer has no chat template: hanlm's template and its
+    four tokens are added, the embedding and the untied head grow, the new rows start untrained
+    and sft.init gives them their start; the export carries the grown vocabulary."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hanlm.chat_template import CHAT_TEMPLATE
+
+    base = llama_model(tmp_path / "llama")
+    rows = len(AutoTokenizer.from_pretrained(base))
+    data = write_jsonl(tmp_path / "chat.jsonl", chats())
+    cfg = load_config(values={
+        "sft.model": str(base), "sft.data": str(data), "sft.method": method,
+        "sft.max_steps": 3, "sft.heldout": 4, "sft.seq_len": 128, "sft.compare": [],
+        "decontam.enabled": False,
+    })  # fmt: skip
+    summary = run_stage("sft", cfg, tmp_path / "run")
+    assert summary.step == 3
+    audit = json.loads((tmp_path / "run" / "sft" / "audit.json").read_text())
+    by_name = {t["name"]: t for t in audit["tokens"]}
+    assert {n: by_name[n]["token"] for n in ("system", "user", "assistant", "eot")} == {
+        "system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>",
+        "eot": "<|eot|>"}  # fmt: skip
+    assert by_name["eod"]["token"] == "</s>" and by_name["bos"]["token"] == "<s>"
+    # hanlm added the four: untrained by construction, so sft.init gave them their start
+    assert audit["untrained_template_tokens"] == ["system", "user", "assistant", "eot"]
+    assert by_name["eot"]["basis"] == "added to the vocabulary by hanlm"
+    assert [by_name[n]["id"] for n in ("system", "user", "assistant", "eot")] == [
+        rows,
+        rows + 1,
+        rows + 2,
+        rows + 3,
+    ]
+    out = tmp_path / "run" / "sft" / "hf"
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.chat_template == CHAT_TEMPLATE and len(tok) == rows + 4
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    if method == "full":
+        assert model.get_input_embeddings().weight.shape[0] == rows + 4
+        assert model.get_output_embeddings().weight.shape[0] == rows + 4
+        assert not model.config.tie_word_embeddings
+    # the base model's own rows came through: those of a token no conversation holds are
+    # unchanged by LoRA (full SFT moves every row through the untied head's softmax)
+    with safe_open(str(base / "model.safetensors"), "pt") as f:
+        before = f.get_tensor("model.embed_tokens.weight")
+    unk = tok.convert_tokens_to_ids("<unk>")
+    after = model.get_input_embeddings().weight.detach()[:rows]
+    if method == "lora":
+        assert after[unk].equal(before[unk])
+    chat = [{"role": "user", "content": "서울은?"}]
+    prompt = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    assert prompt == "<|user|>\n서울은?<|eot|>\n<|assistant|>\n"
+
+
+def test_a_base_model_without_a_template_or_an_eos_is_refused_before_any_work(tmp_path, cli):
+    from conftest import assert_user_error
+
+    base = llama_model(tmp_path / "llama")
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    config.pop("eos_token", None)
+    (base / "tokenizer_config.json").write_text(json.dumps(config))
+    data = write_jsonl(tmp_path / "chat.jsonl", chats())
+    result = cli("sft", "--run-dir", tmp_path / "run", "--model", base, "--data", data,
+                 "--set", "decontam.enabled=false")  # fmt: skip
+    assert_user_error(result, "no chat template and no eos token", "eos_token")
+    assert not (tmp_path / "run" / "sft" / "stage.json").exists()
+
+
 @pytest.mark.slow
-def test_lora_on_the_foreign_model_under_two_rank_fsdp2(tmp_path):
-    """The same model under FSDP2 on 2 CPU ranks (its own Qwen2DecoderLayers the units)."""
+@pytest.mark.parametrize("family,method", [("qwen2", "lora"), ("llama", "full")])
+def test_foreign_models_under_two_rank_fsdp2(tmp_path, family, method):
+    """Both models under FSDP2 on 2 CPU ranks (their own decoder layers the units): ChatML's
+    with LoRA; the template-less Llama fully, rank 0 adding hanlm's template while rank 1 waits."""
     import os
     import subprocess
     import sys
 
-    base = qwen2_model(tmp_path / "qwen")
+    base = (qwen2_model if family == "qwen2" else llama_model)(tmp_path / family)
     data = write_jsonl(tmp_path / "chat.jsonl", chats())
     settings = {"sft.max_steps": 3, "sft.heldout": 4, "sft.seq_len": 128, "sft.batch_rows": 4,
-                "sft.method": "lora", "decontam.enabled": "false", "parallel.mode": "fsdp"}  # fmt: skip
+                "sft.method": method, "decontam.enabled": "false", "parallel.mode": "fsdp"}  # fmt: skip
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "hanlm", "sft", "--run-dir", str(tmp_path / "run"), "--model", str(base),
            "--data", str(data), "--set", "sft.compare=[]"]  # fmt: skip
@@ -64,9 +137,17 @@ def test_lora_on_the_foreign_model_under_two_rank_fsdp2(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "sft" / "summary.json").read_text())
     assert summary["step"] == 3
-    assert (tmp_path / "run" / "sft" / "hf" / "adapter").is_dir()
     out = tmp_path / "run" / "sft" / "hf"
-    assert (out / "chat_template.jinja").read_text() == (base / "chat_template.jinja").read_text()
+    assert (out / "adapter").is_dir() == (method == "lora")
+    if family == "qwen2":
+        assert (out / "chat_template.jinja").read_text() == (
+            base / "chat_template.jinja"
+        ).read_text()
+    else:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(out)
+        assert model.get_output_embeddings().weight.shape[0] == 304  # 300 and the template's 4
 
 
 def test_a_model_that_needs_its_own_code_is_refused_before_any_work(tmp_path, cli):

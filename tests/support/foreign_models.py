@@ -1,6 +1,7 @@
 """Small models of other families, built in the test with their own BPE tokenizers (no network):
 a Qwen2-shaped one whose chat template is ChatML (`<|im_start|>` / `<|im_end|>`, no generation
-block), for SFT and the audit on a model hanlm did not make."""
+block), and a Llama-shaped base model with no chat template at all (`<s>`, `</s>`, `<unk>`), for
+SFT and the audit on models hanlm did not make."""
 
 from __future__ import annotations
 
@@ -67,6 +68,43 @@ def qwen2_model(folder: Path, *, seed: int = 0) -> Path:
     )  # fmt: skip
     torch.manual_seed(seed)
     Qwen2ForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+LLAMA_SPECIALS = ["<unk>", "<s>", "</s>"]
+
+
+def llama_model(folder: Path, *, seed: int = 0, vocab_size: int = 300) -> Path:
+    """A 2-layer LlamaForCausalLM (untied head) whose tokenizer adds `<s>` and has no chat
+    template: a base model as most are published."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=LLAMA_SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    tok.train_from_iterator(KOREAN * 20, trainer)
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(folder)
+    config = LlamaConfig(
+        vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        tie_word_embeddings=False, bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(folder)
     return folder
 
 
