@@ -454,6 +454,18 @@ class TokenizerSection(Section):
     min_frequency: int = Field(2, ge=1)
     reserved_tokens: int = Field(32, ge=0, le=4096, description="spare special tokens")
     heldout_docs: int = Field(200, ge=1, description="documents kept out to measure compression")
+    extend: int = Field(
+        0,
+        ge=0,
+        le=1 << 16,
+        description="with model.init_from: new tokens trained on the corpus and added to the "
+        "model's tokenizer (0: its tokenizer as it is)",
+    )
+    extend_init: Literal["pieces", "mean"] = Field(
+        "pieces",
+        description="a new token's rows: the mean of the model's rows for the pieces its old "
+        "tokenizer splits the token's text into, or the mean of every ordinary row",
+    )
 
 
 class ShardsSection(Section):
@@ -497,6 +509,20 @@ class ModelSection(Section):
         description="model preset (tiny, demo, 125m, 350m, 1.3b) or a transformers config.json",
         json_schema_extra={"cli": {"aliases": ["model-config"]}},
     )
+    init_from: str | None = Field(
+        None,
+        description="continued pretraining: a Hugging Face causal LM (folder or Hub id) whose "
+        "weights, architecture and tokenizer pretraining starts from, instead of model.preset",
+    )
+
+    @model_validator(mode="after")
+    def _preset_or_init_from(self) -> ModelSection:
+        if self.init_from and "preset" in self.model_fields_set:
+            raise ValueError(
+                "model.preset and model.init_from are both set: init_from brings its own "
+                "architecture; drop model.preset (or init_from, to train from scratch)"
+            )
+        return self
 
 
 class OptimizerSection(Section):
@@ -1457,6 +1483,12 @@ class Config(Section):
                 f"decontam.action_sources names {', '.join(unknown)}, not a corpus source "
                 f"(the sources are {', '.join(names)})"
             )
+        if self.tokenizer.extend and not self.model.init_from:
+            raise ValueError(
+                "tokenizer.extend adds tokens to the tokenizer of the model pretraining starts "
+                "from, and model.init_from is not set: set model.init_from, or drop "
+                "tokenizer.extend (a new tokenizer is trained to tokenizer.vocab_size)"
+            )
         if self.distill.enabled and not self.distill.teacher:
             raise ValueError(
                 "distill.enabled is true but distill.teacher is not set: give distill.teacher "
@@ -1728,6 +1760,10 @@ def load_config(
         data.get("sft", {}).pop("sources", None)  # the same for the chat data, both ways
     if "sft.sources" in set_by and "sft.data" not in set_by:
         data.get("sft", {}).pop("data", None)
+    if "model.init_from" in set_by and "model.preset" not in set_by:
+        data.get("model", {}).pop("preset", None)  # the model given replaces the file's preset
+    if "model.preset" in set_by and "model.init_from" not in set_by:
+        data.get("model", {}).pop("init_from", None)
     apply_overrides(data, values or {})
     apply_overrides(data, overrides or [])
     try:
@@ -1742,6 +1778,8 @@ def config_to_toml(cfg: Config) -> str:
     data = cfg.model_dump(mode="json", exclude_none=True)
     if cfg.corpus.sources:  # the sources hold the inputs; both set is an error when read back
         del data["corpus"]["inputs"]
+    if cfg.model.init_from:  # likewise: the model brings its architecture
+        del data["model"]["preset"]
     return tomli_w.dumps(data)
 
 

@@ -76,6 +76,18 @@ def model_config(spec: str, *, vocab_size: int, seq_len: int) -> PretrainedConfi
     return config
 
 
+def run_model_config(model_section, *, vocab_size: int, seq_len: int) -> PretrainedConfig:
+    """The run's model ([model]): its preset's (or config.json's) for the run's tokenizer, or,
+    for continued pretraining (`model.init_from`), the model's own config with its vocabulary
+    grown to hold the run's tokenizer where that has more tokens (never shrunk: a model's
+    padded spare rows stay)."""
+    if not model_section.init_from:
+        return model_config(model_section.preset, vocab_size=vocab_size, seq_len=seq_len)
+    base = model_folder.check_model_folder(model_section.init_from)
+    own = model_folder.vocab_rows(base)
+    return model_config(str(base), vocab_size=max(own, vocab_size), seq_len=seq_len)
+
+
 def _looks_like_path(spec: str) -> bool:
     return "/" in spec or "\\" in spec or spec.endswith(".json") or Path(spec).exists()
 

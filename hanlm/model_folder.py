@@ -320,3 +320,16 @@ def _check_tokenizer(folder: Path, what: str = "the model folder") -> None:
     for name in TOKENIZER_JSON:
         if (folder / name).is_file():
             _read_json(folder / name, name)
+
+
+def vocab_rows(path: Path) -> int:
+    """The vocabulary rows the config.json of model folder `path` names (a multimodal model's
+    in its text_config)."""
+    config = _read_json(Path(path) / CONFIG, "the model's config")
+    text = config.get("text_config") if "vocab_size" not in config else config
+    try:
+        return int(text["vocab_size"])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(
+            f"the model's {CONFIG} names no vocab_size", where=str(Path(path) / CONFIG)
+        ) from None

@@ -33,7 +33,7 @@ from hanlm.console import info, warn
 from hanlm.data import engine
 from hanlm.data.corpus import STATS_FILE, corpus_parts, iter_part, part_sources
 from hanlm.data.loader import MANIFEST_FORMAT, MANIFEST_NAME
-from hanlm.data.tokenizer import END_OF_DOCUMENT, text_pieces
+from hanlm.data.tokenizer import text_pieces
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_json,
@@ -106,7 +106,8 @@ def _encoded(
     chars = 0
 
     def flush() -> Iterator[tuple[dict, list[np.ndarray], int]]:
-        encodings = tok.encode_batch_fast([d["text"] for d in batch])
+        # no token of the tokenizer's own (a BOS): encode_part places the document's ends
+        encodings = tok.encode_batch_fast([d["text"] for d in batch], add_special_tokens=False)
         nbytes = 0
         for doc, enc in zip(batch, encodings, strict=True):
             size = len(doc["text"].encode("utf-8"))
@@ -126,7 +127,7 @@ def _encoded(
             continue
         arrays, size = [], 0
         for piece in text_pieces(doc["text"], job["piece_chars"]):
-            ids = tok.encode_batch_fast([piece])[0].ids
+            ids = tok.encode_batch_fast([piece], add_special_tokens=False)[0].ids
             arrays.append(np.array(ids, dtype=dtype))
             nbytes = len(piece.encode("utf-8"))
             size += nbytes
@@ -250,6 +251,8 @@ def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = 
     files: dict[str, _TokenFile] = {}
     indexes: dict[str, _DocumentIndex] = {}
     end = np.array([eod], dtype=dtype)
+    # a model's own BOS where its tokenizer adds one (continued pretraining), else nothing
+    start = [] if job.get("start_id") is None else [np.array([job["start_id"]], dtype=dtype)]
     counts = {s: {"tokens": 0, "documents": 0, "bytes": 0} for s in SPLITS}
     first = job["first_of_source"]
     try:
@@ -264,9 +267,9 @@ def encode_part(tok: Tokenizer, job: dict, counter: engine.TaskCounter | None = 
             first = False  # a source's first document goes to val: each source has val loss
             split = "val" if val else "train"
             indexes[split].write(doc, counts[split]["tokens"])
-            files[split].write([*arrays, end])
+            files[split].write([*start, *arrays, end])
             split_counts = counts[split]
-            split_counts["tokens"] += sum(len(a) for a in arrays) + 1
+            split_counts["tokens"] += sum(len(a) for a in arrays) + len(start) + 1
             split_counts["documents"] += 1
             split_counts["bytes"] += size
         if counter is not None:
@@ -321,11 +324,21 @@ class EncodeParts(PipelineStep):
 # The stage's process
 
 
-def _special_tokens(tokenizer_dir: Path) -> dict[str, int]:
+def _special_tokens(tokenizer_dir: Path) -> tuple[dict[str, int], dict]:
+    """(every special token's id by its text, special_tokens.json): hanlm's own tokenizer's, or
+    the one continued pretraining keeps (hanlm.data.base_tokenizer)."""
     spec = read_json(tokenizer_dir / SPECIAL_TOKENS_FILE)
     names = {v["token"]: v["id"] for k, v in spec.items() if isinstance(v, dict) and "id" in v}
     names.update({r["token"]: r["id"] for r in spec["reserved"]})
-    return dict(sorted(names.items(), key=lambda kv: kv[1]))
+    return dict(sorted(names.items(), key=lambda kv: kv[1])), spec
+
+
+def document_ends(spec: dict) -> tuple[int, int | None]:
+    """(the token that ends a document, the one that begins it or None): hanlm's tokenizers
+    end with <|endoftext|> and begin with nothing; a model's own, with its eos, and its BOS
+    where its tokenizer adds one."""
+    start = spec.get("document_start")
+    return spec["eod"]["id"], None if start is None else start["id"]
 
 
 def _reusable_part(encoded: Path, index: int, sha: str) -> dict | None:
@@ -442,7 +455,7 @@ SOURCE_KEYS = tuple(f"{split}_{what}" for split in SPLITS for what in ("tokens",
 
 
 def _manifest(
-    sidecars: list[dict], vocab_size: int, dtype: np.dtype, sha: str, special: dict
+    sidecars: list[dict], vocab_size: int, dtype: np.dtype, sha: str, special: dict, spec: dict
 ) -> dict:
     splits = {}
     for split in SPLITS:
@@ -463,7 +476,7 @@ def _manifest(
         "dtype": dtype.name,
         "vocab_size": vocab_size,
         "tokenizer_sha256": sha,
-        "eod_id": special[END_OF_DOCUMENT],
+        "eod_id": document_ends(spec)[0],
         "splits": splits,
         "sources": sources,
         "special_token_counts": {t: int(n) for t, n in zip(special, totals, strict=True)},
@@ -498,8 +511,9 @@ def encode_corpus(
     parts = corpus_parts(corpus_dir)
     if not parts:
         raise UserError(f"no corpus parts in {corpus_dir}", fix="run `hanlm corpus` first")
-    special = _special_tokens(tokenizer_dir)
-    vocab_size = read_json(tokenizer_dir / SPECIAL_TOKENS_FILE)["vocab_size"]
+    special, spec = _special_tokens(tokenizer_dir)
+    vocab_size = spec["vocab_size"]
+    eod, document_start = document_ends(spec)
     dtype = token_dtype(vocab_size)
     encoded = Path(work) / ENCODE
     source_of = part_sources(corpus_dir)
@@ -511,7 +525,8 @@ def encode_corpus(
             "source": source_of[p.name],
             "first_of_source": firsts[source_of[p.name]] == i,
             "out_dir": str(encoded),
-            "eod_id": special[END_OF_DOCUMENT],
+            "eod_id": eod,
+            "start_id": document_start,
             "dtype": dtype.name,
             "val_fraction": shards_cfg.val_fraction,
             "seed": seed,
@@ -534,7 +549,7 @@ def encode_corpus(
             return None
     seconds = time.perf_counter() - started
     sidecars = [read_json(encoded / sidecar_name(i)) for i in range(len(jobs))]
-    manifest = _manifest(sidecars, vocab_size, dtype, sha, special)
+    manifest = _manifest(sidecars, vocab_size, dtype, sha, special, spec)
     if manifest["splits"]["train"]["tokens"] == 0:
         raise UserError(f"no training tokens from {corpus_dir}", fix="give the corpus more text")
     manifest["seconds"] = round(seconds, 3)

@@ -192,7 +192,7 @@ def llama_cpp_pre_type(tokenizer_json: dict) -> str | None:
     return None
 
 
-def _sample(corpus_dir: Path, cfg: Config) -> tuple[list[str], list[str], int]:
+def sample_texts(corpus_dir: Path, cfg: Config) -> tuple[list[str], list[str], int]:
     """Seeded sample of documents: held-out ones (for compression figures) and training text."""
     tokenizer_cfg = cfg.tokenizer
     stats_path = corpus_dir / corpus_lib.STATS_FILE
@@ -295,10 +295,11 @@ def _portable_config(path: Path) -> None:
     atomic_write_json(path, config)
 
 
-def compression(tok, texts: list[str]) -> dict:
+def compression(tok, texts: list[str], *, add_special_tokens: bool = True) -> dict:
     tokens = 0
     for batch in _batches(pieces_of(texts), PIECE_CHARS):  # bounded memory, the same counts
-        tokens += sum(len(e.ids) for e in tok.encode_batch_fast(batch))
+        encoded = tok.encode_batch_fast(batch, add_special_tokens=add_special_tokens)
+        tokens += sum(len(e.ids) for e in encoded)
     chars = sum(len(t) for t in texts)
     nbytes = sum(len(t.encode("utf-8")) for t in texts)
     return {
@@ -345,13 +346,18 @@ class TokenizerStats(Result):
     heldout: Compression
     tokenizer_sha256: str
     seconds: float
+    # continued pretraining (hanlm.data.base_tokenizer): the model whose tokenizer this is, the
+    # tokens added to it and its held-out compression before they were
+    base_model: str | None = None
+    added_tokens: int = 0
+    heldout_before: Compression | None = None
 
 
 def build(corpus_dir: Path, cfg: Config, out: Path) -> TokenizerStats:
     """Train on a sample of the corpus folder and save it into `out`; its stats (which the
     pipeline keeps as stats.json)."""
     started = time.perf_counter()
-    texts, heldout, sample_chars = _sample(corpus_dir, cfg)
+    texts, heldout, sample_chars = sample_texts(corpus_dir, cfg)
     tokenizer_cfg = cfg.tokenizer
     tok = train(
         texts, tokenizer_cfg.vocab_size, tokenizer_cfg.min_frequency, tokenizer_cfg.reserved_tokens
@@ -393,8 +399,16 @@ def token_byte_lengths(tok) -> list[int]:
     In byte-level BPE every character of a token's string is exactly one byte of text.
     """
     vocab = tok.get_vocab(with_added_tokens=True)
-    special = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
+    added = tok.get_added_tokens_decoder().values()
+    special = {t.content for t in added if t.special}
+    # tokens added whole (a vocabulary extension) are matched in raw text: their UTF-8 bytes
+    raw = {t.content for t in added if not t.special}
     lengths = [0] * tok.get_vocab_size(with_added_tokens=True)
     for token, i in vocab.items():
-        lengths[i] = 0 if token in special else len(token)
+        if token in special:
+            lengths[i] = 0
+        elif token in raw:
+            lengths[i] = len(token.encode("utf-8"))
+        else:
+            lengths[i] = len(token)
     return lengths

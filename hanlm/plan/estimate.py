@@ -809,9 +809,16 @@ def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setu
     if parallel == "auto" or (parallel == "ddp" and world == 1):
         parallel = "single" if world == 1 else "fsdp"
     precision = "fp8" if cfg.precision.mode == "fp8-emulate" else cfg.precision.mode
+    model, vocab_size = cfg.model.preset, cfg.tokenizer.vocab_size
+    if cfg.model.init_from:  # continued pretraining: the model's own, with the tokens added
+        from hanlm.model_folder import check_model_folder, vocab_rows
+
+        base = check_model_folder(cfg.model.init_from)
+        # spare rows may take some added tokens: at most this many
+        model, vocab_size = str(base), vocab_rows(base) + cfg.tokenizer.extend
     return Setup(
-        model=cfg.model.preset,
-        vocab_size=cfg.tokenizer.vocab_size,
+        model=model,
+        vocab_size=vocab_size,
         seq_len=pretrain.seq_len,
         micro_batch=pretrain.micro_batch,
         gpu=plan.gpu,

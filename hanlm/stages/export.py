@@ -20,7 +20,7 @@ from hanlm.config import Config
 from hanlm.console import info
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_text, claim_output_file, read_json, stage_fingerprint
-from hanlm.model import model_config
+from hanlm.model import run_model_config
 from hanlm.model_folder import export_damage, is_model_folder
 from hanlm.share import gguf as gguf_lib
 from hanlm.stages import shards as shards_stage
@@ -128,9 +128,7 @@ def damage(run: RunDir) -> str | None:
 
 def _model_config(cfg: Config, run: RunDir):
     manifest = shards_stage.load_manifest(run)
-    return model_config(
-        cfg.model.preset, vocab_size=manifest.vocab_size, seq_len=cfg.pretrain.seq_len
-    )
+    return run_model_config(cfg.model, vocab_size=manifest.vocab_size, seq_len=cfg.pretrain.seq_len)
 
 
 def build(ctx: StageContext) -> ExportRecord:

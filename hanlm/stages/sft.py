@@ -16,7 +16,7 @@ from hanlm.data.shards import ShardsManifest
 from hanlm.errors import UserError
 from hanlm.files import file_sha256, fingerprint
 from hanlm.inference import load_tokenizer
-from hanlm.model import model_config
+from hanlm.model import run_model_config
 from hanlm.model_folder import check_model_folder, export_damage, is_model_folder
 from hanlm.stages import shards as shards_stage
 from hanlm.stages.decontam import load_run_index
@@ -102,7 +102,7 @@ def with_model_config(cfg: Config, source: sft_lib.SftSource, run: RunDir):
         return source
     manifest = shards_stage.load_manifest(run.root)
     seq_len = max(cfg.pretrain.seq_len, cfg.sft.seq_len)
-    config = model_config(cfg.model.preset, vocab_size=manifest.vocab_size, seq_len=seq_len)
+    config = run_model_config(cfg.model, vocab_size=manifest.vocab_size, seq_len=seq_len)
     return dataclasses.replace(source, model_config=config)
 
 
@@ -161,6 +161,13 @@ def validate(cfg: Config, run: RunDir, options: dict) -> None:
         tokenizer = load_tokenizer(model.tokenizer_dir)
         if not template_base.has_template(tokenizer):
             template_base.check_can_add(tokenizer, str(model.tokenizer_dir))
+    elif cfg.model.init_from and not template_base.has_template(load_tokenizer(run.tokenizer)):
+        raise UserError(
+            f"the run continued pretraining {cfg.model.init_from}, whose tokenizer has no chat "
+            "template: its checkpoints cannot take one in place",
+            fix=f"export it (`hanlm export --run {run.root}`) and fine-tune the export: "
+            f"`hanlm sft --run {run.root} --model {run.pretrain.export}` adds hanlm's template",
+        )
 
 
 def inputs(cfg: Config, run: RunDir, options: dict) -> list:

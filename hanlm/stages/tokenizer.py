@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hanlm.config import Config
 from hanlm.console import info
-from hanlm.data import tokenizer
+from hanlm.data import base_tokenizer, tokenizer
+from hanlm.files import file_sha256
+from hanlm.model_folder import check_model_folder
 from hanlm.stages.corpus import checked_corpus, training_corpus_dir
 from hanlm.stages.rundir import RunDir, finished_output
 from hanlm.stages.stage import Stage, StageContext
@@ -16,7 +19,7 @@ STAGE = Stage(
     version=1,
     output=lambda run: run.tokenizer,
     result=tokenizer.TokenizerStats,
-    reads=("tokenizer", "run.seed"),
+    reads=("tokenizer", "model.init_from", "run.seed"),
     after=("corpus", "decontam"),  # the decontaminated corpus when that stage wrote one
 )
 
@@ -25,8 +28,38 @@ def damage(run: RunDir) -> str | None:
     return tokenizer.damage(run.tokenizer)
 
 
+def validate(cfg: Config, run: RunDir, options: dict) -> None:
+    """The model whose tokenizer continued pretraining keeps must be there and loadable."""
+    if cfg.model.init_from:
+        from hanlm.inference import load_tokenizer
+
+        load_tokenizer(base_model(cfg))
+
+
+def inputs(cfg: Config, run: RunDir, options: dict) -> list:
+    """Continued pretraining: the model's tokenizer files by content."""
+    if not cfg.model.init_from:
+        return []
+    base = base_model(cfg)
+    return [
+        file_sha256(f) for f in sorted(base.glob("tokenizer*.json")) + sorted(base.glob("*.jinja"))
+    ]
+
+
 def build(ctx: StageContext) -> tokenizer.TokenizerStats:
     corpus_dir = checked_corpus(ctx.run, training_corpus_dir(ctx.run))
+    if ctx.cfg.model.init_from:
+        base = base_model(ctx.cfg)
+        stats = base_tokenizer.adopt(base, corpus_dir, ctx.cfg, ctx.out)
+        before = stats.heldout_before
+        grown = (
+            f"; {stats.added_tokens:,} tokens added ({ctx.cfg.tokenizer.extend_init} rows): "
+            f"held-out {before.chars_per_token} -> {stats.heldout.chars_per_token} chars/token"
+            if stats.added_tokens
+            else f"; held-out {stats.heldout.chars_per_token} chars/token"
+        )
+        info(f"tokenizer: {base}'s own, {stats.vocab_size:,} tokens{grown} -> {ctx.run.tokenizer}")
+        return stats
     stats = tokenizer.build(corpus_dir, ctx.cfg, ctx.out)
     heldout = stats.heldout
     info(
@@ -34,6 +67,11 @@ def build(ctx: StageContext) -> tokenizer.TokenizerStats:
         f"chars/token, {heldout.bytes_per_token} bytes/token -> {ctx.run.tokenizer}"
     )
     return stats
+
+
+def base_model(cfg: Config) -> Path:
+    """The folder of `model.init_from` (a Hub id: its snapshot in the Hub cache)."""
+    return check_model_folder(cfg.model.init_from)
 
 
 def finished_path(run: RunDir | Path) -> Path:

@@ -192,6 +192,7 @@ def parallelize_loaded(
     compute_dtype: torch.dtype = torch.float32,
     compile_blocks: bool = False,
     convert: Callable[[torch.nn.Module], None] | None = None,
+    activation_checkpointing: bool | str = False,
 ) -> torch.nn.Module:
     """`parallelize` for a model whose weights come from elsewhere (SFT's pretrained model),
     built on the meta device: it is placed first (under FSDP2 sharded, each rank allocating
@@ -200,7 +201,11 @@ def parallelize_loaded(
     them. `convert` swaps modules in place (FP8's Float8Linear keeps the parameter names and
     shapes): before sharding under FSDP2, else once the weights are in."""
     owners = model_init.buffer_owners(model)  # ValueError: a buffer the build cannot redo
-    options = {"compute_dtype": compute_dtype, "compile_blocks": compile_blocks}
+    options = {
+        "compute_dtype": compute_dtype,
+        "compile_blocks": compile_blocks,
+        "activation_checkpointing": activation_checkpointing,
+    }
     if mode == "fsdp":
         if convert is not None:
             convert(model)
@@ -227,6 +232,7 @@ def parallelize_whole(
     compute_dtype: torch.dtype = torch.float32,
     compile_blocks: bool = False,
     convert: Callable[[torch.nn.Module], None] | None = None,
+    activation_checkpointing: bool | str = False,
 ) -> torch.nn.Module:
     """`parallelize` for a model loaded whole on the host: moved to the device whole, then
     converted and parallelized (FSDP2 shards it there)."""
@@ -234,8 +240,9 @@ def parallelize_whole(
     if convert is not None:
         convert(model)
     return parallelize(
-        model, dist, mode, compute_dtype=compute_dtype, compile_blocks=compile_blocks
-    )
+        model, dist, mode, compute_dtype=compute_dtype, compile_blocks=compile_blocks,
+        activation_checkpointing=activation_checkpointing,
+    )  # fmt: skip
 
 
 def write_full_value(param: torch.nn.Parameter, value: torch.Tensor) -> None:

@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 
 from hanlm import model as model_lib
-from hanlm import model_init
+from hanlm import model_folder, model_init
 from hanlm.config import EPOCHS_WARNING, Config, PretrainSection
 from hanlm.console import info, warn
 from hanlm.data import mixture as mixture_lib
@@ -24,7 +24,7 @@ from hanlm.data.mixture import Mixture
 from hanlm.errors import UserError
 from hanlm.files import fingerprint
 from hanlm.plan.catalogue import device_peak_flops
-from hanlm.train import document_attention, parallel, precision
+from hanlm.train import document_attention, init_from, parallel, precision
 from hanlm.train.build import (
     Components,
     Placement,
@@ -60,7 +60,8 @@ def total_steps(pretrain_cfg: PretrainSection) -> int:
 
 def model_fingerprint(cfg: Config, shards_fp: str | None) -> str:
     """What a checkpoint must match to be resumed: the model, the data and the seed."""
-    return fingerprint("model", cfg.model.preset, cfg.pretrain.seq_len, shards_fp, cfg.run.seed)
+    model = cfg.model.init_from or cfg.model.preset
+    return fingerprint("model", model, cfg.pretrain.seq_len, shards_fp, cfg.run.seed)
 
 
 @dataclass(frozen=True)
@@ -115,13 +116,15 @@ def _loaders(
     return train_loader, val_loader
 
 
-def _built_model(cfg: Config, vocab_size: int, at: Placement):
-    """(the model config, the new model converted to FP8 where asked and parallelised, the
-    names of the layers converted)."""
+def _built_model(cfg: Config, vocab_size: int, at: Placement, tokenizer_dir: Path):
+    """(the model config, the model converted to FP8 where asked and parallelised, the names
+    of the layers converted): new, or with the weights of `model.init_from`."""
     par = cfg.parallel
-    mconfig = model_lib.model_config(
-        cfg.model.preset, vocab_size=vocab_size, seq_len=cfg.pretrain.seq_len
+    mconfig = model_lib.run_model_config(
+        cfg.model, vocab_size=vocab_size, seq_len=cfg.pretrain.seq_len
     )
+    if cfg.model.init_from:
+        return _continued_model(cfg, mconfig, at, tokenizer_dir)
     model, meta_init = _new_model(mconfig, cfg.run.seed, at)
     if cfg.pretrain.document_masking:
         document_attention.prepare(
@@ -149,6 +152,37 @@ def _built_model(cfg: Config, vocab_size: int, at: Placement):
             store=parallel.write_full_value,
             root=model,
         )
+    return mconfig, model, converted
+
+
+def _continued_model(cfg: Config, mconfig, at: Placement, tokenizer_dir: Path):
+    """`_built_model` for continued pretraining (hanlm.train.init_from)."""
+    par = cfg.parallel
+    converted: list[str] = []
+
+    def to_fp8(module) -> None:
+        converted[:] = precision.apply_fp8(
+            module, at.numerics, fsdp_float8_all_gather=par.fsdp_float8_all_gather
+        )
+
+    def prepare(model) -> None:
+        if cfg.pretrain.document_masking:
+            document_attention.prepare(
+                model, at.dist.device, par.document_attention, setting="pretrain.document_masking"
+            )
+
+    options = {
+        "compute_dtype": at.numerics.compute_dtype,
+        "compile_blocks": precision.blocks_compiled(
+            at.numerics, par.compile, announce=at.dist.is_main
+        ),
+        "activation_checkpointing": par.activation_checkpointing,
+        "convert": to_fp8,
+    }
+    base = model_folder.check_model_folder(cfg.model.init_from)
+    model = init_from.placed(
+        base, mconfig, tokenizer_dir, at.dist, at.mode, prepare=prepare, options=options
+    )
     return mconfig, model, converted
 
 
@@ -198,7 +232,7 @@ def pretrain(
             start_fresh(dist, [outputs.checkpoints])
 
         mconfig, model, converted = _built_model(
-            cfg, data.vocab_size, Placement(dist, mode, numerics)
+            cfg, data.vocab_size, Placement(dist, mode, numerics), data.tokenizer_dir
         )
         train_loader, val_loader = _loaders(cfg, data, dist, mixture)
         peak, peak_source = device_peak_flops(dist.device, cfg.precision.mode)

@@ -112,7 +112,7 @@ def test_heldout_documents_not_in_the_sample(demo_run, tmp_path):
     from hanlm.stages.rundir import load_run_config
 
     cfg = load_run_config(demo_run)
-    texts, heldout, _ = tokenizer._sample(demo_run / "corpus", cfg)
+    texts, heldout, _ = tokenizer.sample_texts(demo_run / "corpus", cfg)
     assert heldout and not set(heldout) & set(texts)
     assert len(texts) + len(heldout) <= sum(1 for _ in iter_corpus(demo_run / "corpus"))
 
@@ -121,7 +121,7 @@ def test_deterministic(demo_run):
     from hanlm.stages.rundir import load_run_config
 
     cfg = load_run_config(demo_run)
-    texts, _, _ = tokenizer._sample(demo_run / "corpus", cfg)
+    texts, _, _ = tokenizer.sample_texts(demo_run / "corpus", cfg)
     a = tokenizer.train(texts[:300], 512, 2, 8).to_str()
     b = tokenizer.train(texts[:300], 512, 2, 8).to_str()
     assert a == b
