@@ -173,3 +173,30 @@ def test_preset_and_init_from_together_are_refused(tmp_path, cli):
 def test_extend_without_init_from_is_refused(tmp_path, cli):
     result = cli("tokenizer", "--run-dir", tmp_path / "run", "--set", "tokenizer.extend=8")
     assert_user_error(result, "tokenizer.extend", "model.init_from")
+
+
+@pytest.mark.slow
+def test_two_rank_fsdp2_starts_from_the_same_weights_as_one_process(demo_run, tmp_path):
+    """Under FSDP2 each rank reads only its shards of the model's safetensors: its losses are
+    one process's on the same batches (one process accumulates what two ranks share)."""
+    import os
+    import subprocess
+    import sys
+
+    base = qwen2_model(tmp_path / "qwen2")
+    values = {**CONTINUED, "model.init_from": str(base), "pretrain.global_batch_tokens": 512}
+    single = _corpus_run(demo_run, tmp_path / "single")
+    cfg = load_run_config(single, values=values)
+    for stage in ("tokenizer", "shards", "pretrain"):
+        run_stage(stage, cfg, single)
+    ranks = shutil.copytree(single, tmp_path / "ranks", ignore=shutil.ignore_patterns("pretrain"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "hanlm", "pretrain", "--run-dir", str(ranks), "--set", "parallel.mode=fsdp"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    one = {r["step"]: r["loss"] for r in metrics(single) if "loss" in r}
+    two = {r["step"]: r["loss"] for r in metrics(ranks) if "loss" in r}
+    assert one.keys() == two.keys() == {1, 2}
+    for step in one:
+        assert two[step] == pytest.approx(one[step], rel=1e-5)
