@@ -550,6 +550,24 @@ class OptimizerSection(Section):
         description="steps in a row with a non-finite (NaN/inf) loss or gradient norm before "
         "training stops with the diagnosis; each such step's update is skipped",
     )
+    name: Literal["adamw", "muon"] = Field(
+        "adamw",
+        description="adamw: AdamW on every parameter; muon: Muon on the decoder blocks' "
+        "matrices and AdamW (lr, weight_decay, betas) on the embedding, head, norms and biases",
+    )
+    muon_lr: float | None = Field(
+        None, gt=0, description="Muon's peak learning rate (unset: lr), on the same schedule"
+    )
+    muon_weight_decay: float | None = Field(
+        None, ge=0, description="Muon's decoupled weight decay (unset: weight_decay)"
+    )
+    muon_momentum: float = Field(0.95, ge=0, lt=1, description="Muon's Nesterov momentum")
+    muon_adjust_lr: Literal["match_rms_adamw", "original"] = Field(
+        "match_rms_adamw",
+        description="Muon's step per matrix: lr x 0.2 sqrt(max(rows, cols)) (Moonlight's: "
+        "AdamW's lr and weight decay carry over), or lr x sqrt(max(1, rows/cols)) (Jordan's)",
+    )
+    muon_ns_steps: int = Field(5, ge=1, le=20, description="Muon's Newton-Schulz iterations")
 
 
 class SftOptimizerSection(OptimizerSection):
@@ -1482,6 +1500,12 @@ class Config(Section):
             raise ValueError(
                 f"decontam.action_sources names {', '.join(unknown)}, not a corpus source "
                 f"(the sources are {', '.join(names)})"
+            )
+        if self.sft.optimizer.name == "muon" and self.sft.method == "lora":
+            raise ValueError(
+                'sft.optimizer.name = "muon" with sft.method = "lora": LoRA\'s adapters are '
+                "low-rank factors, not the matrices Muon orthogonalises (compared LoRA variants "
+                'train with AdamW); use sft.optimizer.name = "adamw", or sft.method = "full"'
             )
         if self.tokenizer.extend and not self.model.init_from:
             raise ValueError(

@@ -26,9 +26,10 @@ from hanlm.config import (
     OptimizerSection,
     ParallelSection,
 )
-from hanlm.train import checkpoint, distill, parallel, trackers
+from hanlm.console import info
+from hanlm.train import checkpoint, distill, muon, parallel, trackers
 from hanlm.train.loss import TokenLoss
-from hanlm.train.optim import adamw
+from hanlm.train.optim import adamw, adamw_over
 from hanlm.train.precision import Numerics
 from hanlm.train.preemption import Preempted, PreemptionWatch
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
@@ -76,10 +77,42 @@ class Placement:
     numerics: Numerics
 
 
-def build_optimizer(section: OptimizerSection, model: torch.nn.Module, device) -> torch.optim.AdamW:
+def build_optimizer(
+    section: OptimizerSection, model: torch.nn.Module, device, *, announce: bool = False
+):
+    """AdamW on every trainable parameter, or (`name = "muon"`) Muon on the decoder blocks'
+    matrices and AdamW on the rest (hanlm.train.muon), said at start when `announce`."""
     betas = (section.beta1, section.beta2)
     wd = section.weight_decay
-    return adamw(model, lr=section.lr, weight_decay=wd, betas=betas, eps=section.eps, device=device)
+    # LoRA's adapters are low-rank factors: a compared LoRA variant trains with AdamW
+    lora = hasattr(parallel.unwrap(model), "peft_config")
+    if section.name == "adamw" or lora:
+        return adamw(
+            model, lr=section.lr, weight_decay=wd, betas=betas, eps=section.eps, device=device
+        )
+    return muon_adamw(section, model, device, announce=announce)
+
+
+def muon_adamw(section: OptimizerSection, model: torch.nn.Module, device, *, announce: bool):
+    plain = parallel.unwrap(model)
+    parts = muon.split(plain, parallel.decoder_layers(plain))
+    muon_lr = section.muon_lr or section.lr
+    muon_wd = (
+        section.weight_decay if section.muon_weight_decay is None else section.muon_weight_decay
+    )
+    if announce:
+        info(parts.describe(muon_lr, section.lr))
+    rest = adamw_over(
+        [p for _, p in parts.adamw], lr=section.lr, weight_decay=section.weight_decay,
+        betas=(section.beta1, section.beta2), eps=section.eps,
+    )  # fmt: skip
+    matrices = muon.Muon(
+        [{"params": [p for _, p in parts.muon], "lr_scale": muon_lr / section.lr}],
+        ns_dtype=torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16,
+        lr=muon_lr, weight_decay=muon_wd, momentum=section.muon_momentum, nesterov=True,
+        ns_steps=section.muon_ns_steps, adjust_lr_fn=section.muon_adjust_lr,
+    )  # fmt: skip
+    return muon.MuonAdamW(rest, matrices)
 
 
 def build_schedule(section: OptimizerSection, total_steps: int) -> Schedule:
@@ -177,7 +210,7 @@ def build_trainer(
     model: torch.nn.Module, job: TrainingJob, at: Placement, components: Components
 ) -> Trainer:
     """The Trainer of a model already placed and parallelised, from its components' sections."""
-    adam = build_optimizer(components.optimizer, model, at.dist.device)
+    adam = build_optimizer(components.optimizer, model, at.dist.device, announce=at.dist.is_main)
     if job.configure_optimizer is not None:
         job.configure_optimizer(adam)
     vocab_size = parallel.unwrap(model).config.get_text_config().vocab_size

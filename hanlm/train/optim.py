@@ -7,10 +7,10 @@ import math
 import torch
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+def param_groups(params, weight_decay: float) -> list[dict]:
     """Weight decay on matrices (linear and embedding weights), never on norms and biases."""
     decay, no_decay = [], []
-    for _, param in model.named_parameters():
+    for param in params:
         if not param.requires_grad:
             continue
         (decay if param.ndim >= 2 else no_decay).append(param)
@@ -23,8 +23,17 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 def adamw(
     model: torch.nn.Module, *, lr: float, weight_decay: float, betas: tuple, eps: float, device
 ) -> torch.optim.AdamW:
+    """AdamW over every trainable parameter of the model."""
+    return adamw_over(
+        list(model.parameters()), lr=lr, weight_decay=weight_decay, betas=betas, eps=eps
+    )
+
+
+def adamw_over(
+    params: list, *, lr: float, weight_decay: float, betas: tuple, eps: float
+) -> torch.optim.AdamW:
     """Fused AdamW where the device has the kernel (CUDA, and CPU in recent torch)."""
-    groups = param_groups(model, weight_decay)
+    groups = param_groups(params, weight_decay)
     try:
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
     except (RuntimeError, TypeError):

@@ -38,9 +38,9 @@ SETTINGS = {
 SLOW_DISK = {"HANLM_FAULT_WRITE_DELAY_S": "0.4"}  # a save stays in flight long enough to be hit
 
 
-def _command(run_dir: Path, mode: str) -> list[str]:
+def _command(run_dir: Path, mode: str, optimizer: str) -> list[str]:
     args = ["-m", "hanlm", "pretrain", "--run-dir", str(run_dir)]
-    for key, value in SETTINGS.items():
+    for key, value in {**SETTINGS, "optimizer.name": optimizer}.items():
         args += ["--set", f"{key}={json.dumps(value)}"]
     if mode == "single":
         return [sys.executable, *args]
@@ -48,11 +48,11 @@ def _command(run_dir: Path, mode: str) -> list[str]:
     return [sys.executable, *launcher, *args, "--parallel", mode]
 
 
-def _start(run_dir: Path, mode: str, log: Path, extra_env: dict | None = None):
+def _start(run_dir: Path, mode: str, optimizer: str, log: Path, extra_env: dict | None = None):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **(extra_env or {})}
     with open(log, "a") as out:
         return subprocess.Popen(
-            _command(run_dir, mode), stdout=out, stderr=subprocess.STDOUT, env=env,
+            _command(run_dir, mode, optimizer), stdout=out, stderr=subprocess.STDOUT, env=env,
             start_new_session=True,
         )  # fmt: skip
 
@@ -84,25 +84,32 @@ def _kill_while_saving(run_dir: Path, process: subprocess.Popen, after: int, log
     pytest.fail(f"no save was caught in flight:\n{log.read_text()[-3000:]}")
 
 
-def _finish(run_dir: Path, mode: str, log: Path) -> None:
-    process = _start(run_dir, mode, log)
+def _finish(run_dir: Path, mode: str, optimizer: str, log: Path) -> None:
+    process = _start(run_dir, mode, optimizer, log)
     assert process.wait(timeout=300) == 0, log.read_text()[-3000:]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["single", "ddp", "fsdp"])
-def test_a_run_killed_while_saving_resumes_to_the_same_bits(demo_run, tmp_path, mode):
+@pytest.mark.parametrize(
+    "mode,optimizer",
+    # Muon's state (a momentum buffer per block matrix, sharded as its weight) under FSDP2
+    [("single", "adamw"), ("ddp", "adamw"), ("fsdp", "adamw"), ("fsdp", "muon")],
+)
+def test_a_run_killed_while_saving_resumes_to_the_same_bits(demo_run, tmp_path, mode, optimizer):
     whole = copy_data_run(demo_run, tmp_path / "whole")
-    _finish(whole, mode, tmp_path / "whole.log")
+    _finish(whole, mode, optimizer, tmp_path / "whole.log")
 
     run_dir = copy_data_run(demo_run, tmp_path / "killed")
     log = tmp_path / "killed.log"
     after = random.Random(mode).choice([EVERY, 2 * EVERY])  # which save the kill lands in
-    killed_at = _kill_while_saving(run_dir, _start(run_dir, mode, log, SLOW_DISK), after, log)
+    process = _start(run_dir, mode, optimizer, log, SLOW_DISK)
+    killed_at = _kill_while_saving(run_dir, process, after, log)
     newest = latest(run_dir / "pretrain" / "checkpoints")
     assert newest is not None and verify(newest) is None
     assert after <= killed_at < STEPS
-    _finish(run_dir, mode, log)
+    _finish(run_dir, mode, optimizer, log)
+    if optimizer == "muon":
+        assert "optimizer: Muon on the blocks' 14 matrices" in log.read_text()  # 2 layers x 7
 
     expected, got = losses(whole), losses(run_dir)
     assert sorted(expected) == list(range(1, STEPS + 1))
