@@ -12,6 +12,7 @@ measured against `hanlm plan`'s prediction for the same setup, and per preset FP
     python benchmarks/gpu_train.py                   # one GPU, all four configurations, < 8 min
     python benchmarks/gpu_train.py --nproc 8         # FSDP2 over this host's 8 GPUs
     python benchmarks/gpu_train.py --smoke           # CPU, tiny preset, seconds: the tests run it
+    python benchmarks/gpu_train.py --presets 1.3b --precisions bf16 --optimizers adamw,muon
 
 Targets (issue 18) on an H100/H200-class GPU: 1.3b bf16 >= 45% MFU; FP8 with compile >= 1.2x
 bf16 tokens/s at 1.3b; measured peak memory within 10% of the plan.
@@ -64,6 +65,7 @@ class Run:
 
     preset: str
     precision: str
+    optimizer: str  # adamw, or muon (hanlm.train.muon)
     compile_blocks: bool
     micro_batch: int | None  # None: the largest the plan fits on the device
     seq_len: int
@@ -79,7 +81,8 @@ class Run:
 
     @property
     def name(self) -> str:
-        return f"{self.preset} {self.precision}{' compiled' if self.compile_blocks else ''}"
+        muon = " muon" if self.optimizer == "muon" else ""
+        return f"{self.preset} {self.precision}{' compiled' if self.compile_blocks else ''}{muon}"
 
 
 # --- the worker: one configuration, in its own process (every rank under torchrun) ----------
@@ -123,6 +126,7 @@ def _recipe(sp, run: Run, micro_batch: int, world: int):
         parallel=run.parallel,
         device=run.device,
         log_every=run.warmup_steps,
+        optimizer=run.optimizer,
     )
 
 
@@ -329,16 +333,35 @@ def _row(run: Run, folder: Path, code: int | None, seconds: float, log: Path) ->
 
 
 def _ratios(rows: list[dict]) -> dict[str, float]:
-    """FP8 over bf16 tokens/s per preset, where both ran."""
+    """FP8 over bf16 tokens/s per preset (AdamW), where both ran."""
     rate = {
         (r["run"]["preset"], r["run"]["precision"]): r["throughput"]["tokens_per_s"]
         for r in rows
-        if r.get("status") == "ok"
+        if r.get("status") == "ok" and r["run"]["optimizer"] == "adamw"
     }
     out = {}
     for (preset, precision), tps in rate.items():
         if precision.startswith("fp8") and (preset, "bf16") in rate:
             out[preset] = tps / rate[(preset, "bf16")]
+    return out
+
+
+def _muon_ratios(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Muon over AdamW per preset and precision, where both ran: tokens/s and peak memory."""
+    ran = {
+        (r["run"]["preset"], r["run"]["precision"], r["run"]["optimizer"]): r
+        for r in rows
+        if r.get("status") == "ok"
+    }
+    out = {}
+    for (preset, precision, optimizer), r in ran.items():
+        adamw = ran.get((preset, precision, "adamw"))
+        if optimizer == "muon" and adamw is not None:
+            out[f"{preset} {precision}"] = {
+                "tokens_per_s": r["throughput"]["tokens_per_s"]
+                / adamw["throughput"]["tokens_per_s"],
+                "peak_memory": r["measured_bytes"] / adamw["measured_bytes"],
+            }
     return out
 
 
@@ -349,7 +372,9 @@ def _targets(rows: list[dict], ratios: dict[str, float]) -> list[dict] | None:
         return None
     checks = []
     for r in ran:
-        if r["run"]["preset"] == "1.3b" and r["run"]["precision"] == "bf16":
+        if (r["run"]["preset"], r["run"]["precision"], r["run"]["optimizer"]) == (
+            "1.3b", "bf16", "adamw"
+        ):  # fmt: skip
             mfu = r["throughput"]["mfu"]
             checks.append({"target": "1.3b bf16 MFU >= 45%", "value": mfu, "met": mfu >= 0.45})
     if "1.3b" in ratios:
@@ -406,11 +431,22 @@ def _print_table(rows: list[dict], ratios: dict[str, float], header: str) -> Non
     console.print(table)
     for preset, ratio in ratios.items():
         console.print(f"{preset}: FP8/bf16 tokens/s = {ratio:.2f}x")
+    for setup, ratio in _muon_ratios(rows).items():
+        console.print(
+            f"{setup}: Muon/AdamW tokens/s = {ratio['tokens_per_s']:.2f}x, peak memory = "
+            f"{ratio['peak_memory']:.2f}x"
+        )
 
 
-def _configs(args) -> list[tuple[str, str]]:
+def _configs(args) -> list[tuple[str, str, str]]:
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    optimizers = [p.strip() for p in args.optimizers.split(",") if p.strip()]
+    for optimizer in optimizers:
+        if optimizer not in ("adamw", "muon"):
+            raise UserError(
+                f"unknown optimizer {optimizer!r}", where="--optimizers", fix="use adamw, muon"
+            )
     from typing import get_args
 
     from hanlm.config import PrecisionSection
@@ -432,11 +468,18 @@ def _configs(args) -> list[tuple[str, str]]:
                 where="--precisions",
                 fix="use some of bf16, fp8, fp8-emulate, fp32",
             )
-    if not presets or not precisions:
+    if not presets or not precisions or not optimizers:
         raise UserError(
-            "nothing to run", where="--presets/--precisions", fix="name at least one of each"
+            "nothing to run",
+            where="--presets/--precisions/--optimizers",
+            fix="name at least one of each",
         )
-    return [(preset, precision) for preset in presets for precision in precisions]
+    return [
+        (preset, precision, optimizer)
+        for preset in presets
+        for precision in precisions
+        for optimizer in optimizers
+    ]
 
 
 def _micro_batches(text: str) -> dict[str, int | None]:
@@ -467,6 +510,7 @@ def _micro_batches(text: str) -> dict[str, int | None]:
 DEFAULTS = {
     "presets": ",".join(PRESETS),
     "precisions": ",".join(PRECISIONS),
+    "optimizers": "adamw",
     "compile": "all",
     "seq_len": 2048,
     "vocab": 65536,
@@ -477,6 +521,7 @@ DEFAULTS = {
 SMOKE_DEFAULTS = {
     "presets": "tiny",
     "precisions": "bf16,fp8-emulate",
+    "optimizers": "adamw",
     "compile": "none",
     "seq_len": 64,
     "vocab": 512,
@@ -496,6 +541,7 @@ def _parse(argv: list[str] | None):
 
     option("--presets", "comma-separated presets")
     option("--precisions", "comma-separated: bf16, fp8, fp8-emulate (CPU), fp32")
+    option("--optimizers", "comma-separated: adamw, muon (Muon on the blocks' matrices)")
     option("--compile", "which configurations compile each block", choices=("all", "fp8", "none"))
     option("--seq-len", "tokens per sequence", type=int)
     option("--vocab", "vocabulary size", type=int)
@@ -572,7 +618,7 @@ def drive(args) -> dict[str, Any]:
     work = args.out.with_name(args.out.stem + "-logs")
     work.mkdir(parents=True, exist_ok=True)
     # enough random tokens for the largest micro-batch: every sample is seen once
-    auto = any(micro.get(preset, micro.get("*")) is None for preset, _ in configs)
+    auto = any(micro.get(preset, micro.get("*")) is None for preset, _, _ in configs)
     largest = max([*micro.values(), *(AUTO_MICRO_BATCHES if auto else ())])
     shards = sp.write_random_shards(
         work / "shards",
@@ -580,12 +626,13 @@ def drive(args) -> dict[str, Any]:
         tokens=(window + timed + 2) * largest * args.nproc * args.seq_len + 1,
     )
     started, rows = time.perf_counter(), []
-    for i, (preset, precision) in enumerate(configs):
+    for i, (preset, precision, optimizer) in enumerate(configs):
         compiled = args.compile == "all" or (args.compile == "fp8" and precision.startswith("fp8"))
-        folder = work / f"{i}-{preset}-{precision}"
+        folder = work / f"{i}-{preset}-{precision}-{optimizer}"
         run = Run(
             preset=preset,
             precision=precision,
+            optimizer=optimizer,
             compile_blocks=compiled,
             micro_batch=micro.get(preset, micro.get("*")),
             seq_len=args.seq_len,
@@ -636,6 +683,7 @@ def drive(args) -> dict[str, Any]:
         "total_s": time.perf_counter() - started,
         "configs": rows,
         "fp8_over_bf16": ratios,
+        "muon_over_adamw": _muon_ratios(rows),
         "targets": _targets(rows, ratios),
     }
 

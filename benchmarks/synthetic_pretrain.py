@@ -62,6 +62,7 @@ def recipe(
     log_every: int,
     checkpoint_every: int = 0,
     seed: int = 0,
+    optimizer: str = "adamw",
 ):
     """The Config of a pretraining run: one micro-step per optimizer step on every rank."""
     from hanlm.config import Config
@@ -78,6 +79,7 @@ def recipe(
                 "max_steps": total_steps,
             },
             "precision": {"mode": precision},
+            "optimizer": {"name": optimizer},
             "parallel": {
                 "mode": parallel,
                 "device": device,

@@ -60,6 +60,16 @@ RECOMPUTE_MODES = tuple(RECOMPUTE_COST)
 PARALLEL_MODES = ("single", "ddp", "fsdp")
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activation dtype; FP8 saves bf16 inputs
 PARAM_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # FSDP2's gathered parameters and their gradients
+# The token budget is the recipe's whatever the optimizer: a token-efficiency factor is applied
+# only where one was measured at the scale planned, and none is (benchmarks/README.md, optimizer).
+MUON_TOKENS_NOTE = (
+    "Muon: the tokens as given, no token-efficiency factor (benchmarks/optimizer.py measured "
+    "only 1-4M-parameter models; Wen et al. 2025 found ~1.1x at 1.2B)"
+)
+OPTIMIZER_ITEM = {
+    "adamw": "optimizer (AdamW m, v)",
+    "muon": "optimizer (Muon momentum; AdamW m, v)",
+}
 DEFAULT_INTER_HOST_GBPS = 25.0  # a rented host's Ethernet, Gbit/s
 DEFAULT_LOSS_CHUNK_TOKENS = 1024  # [parallel] loss_chunk_tokens (hanlm.train.loss)
 
@@ -109,6 +119,7 @@ class Setup:
     parallel: str = "fsdp"
     recompute: str = "none"
     compiled: bool = False  # parallel.compile: inductor saves less for backward than eager
+    optimizer: str = "adamw"  # optimizer.name: "muon" keeps one buffer for the blocks' matrices
     tokens: float | None = None
     global_batch_tokens: int | None = None
     price_per_gpu_hour: float | None = None
@@ -170,6 +181,11 @@ class Shapes:
     # a block's linear layer name -> (in, out) of each of them (LoRA's adapters)
     linears: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
+    @property
+    def matmul_weights_in_blocks(self) -> int:
+        """The elements of the decoder blocks' linear weights (Muon's matrices)."""
+        return sum(fan_in * out for pairs in self.linears.values() for fan_in, out in pairs)
+
 
 def model_shapes(model: str, *, vocab_size: int, seq_len: int) -> Shapes:
     from hanlm import model as model_lib  # deferred: torch and transformers; the plan runs without
@@ -229,11 +245,15 @@ def model_state_bytes(
     parallel: str,
     lora: LoraPlan | None = None,
     precision: str = "fp32",
+    optimizer: str = "adamw",
 ) -> dict[str, int]:
-    """Bytes of the float32 weights, gradients and AdamW states one rank holds after a step.
+    """Bytes of the float32 weights, gradients and optimizer states one rank holds after a step.
 
     AdamW (fused or not) keeps exp_avg and exp_avg_sq like the parameter and a float32 `step`
-    scalar per tensor. FSDP2 shards every tensor's first dimension, padded to equal shards.
+    scalar per tensor. Muon (`optimizer = "muon"`, hanlm.train.muon) keeps one momentum buffer
+    per block matrix, AdamW's two moments elsewhere, and gathers one whole matrix at a time for
+    Newton-Schulz (its float32 update and three bfloat16 iterates: the largest matrix's).
+    FSDP2 shards every tensor's first dimension, padded to equal shards.
     With LoRA the model's weights stay (frozen: no gradient, no AdamW state) and only the
     adapters and the trained rows have both; below fp32 the blocks' frozen linear layers are
     held in the compute dtype (hanlm.train.lora.hold_frozen_linears).
@@ -259,6 +279,17 @@ def model_state_bytes(
             "gradients": 4 * trained,
             "optimizer": 8 * trained + 4 * tensors,
         }
+    if optimizer == "muon":
+        blocks = [(out, fan_in) for pairs in shapes.linears.values() for fan_in, out in pairs]
+        matrices = sum(local(shape) for shape in blocks)
+        largest = max((math.prod(shape) for shape in blocks), default=0)
+        adamw_tensors = len(shapes.params) - len(blocks)
+        return {
+            "weights": 4 * elements,
+            "gradients": 4 * elements,
+            "optimizer": 4 * matrices + 8 * (elements - matrices) + 4 * adamw_tensors
+            + (4 + 3 * 2) * largest,
+        }  # fmt: skip
     return {
         "weights": 4 * elements,
         "gradients": 4 * elements,
@@ -302,7 +333,12 @@ def checkpoint_staging_bytes(shapes: Shapes, setup: Setup) -> int:
     DDP rank 0 alone stages the one replica, so the worst rank holds it all)."""
     if not setup.async_checkpoint:
         return 0
-    state = model_state_bytes(shapes, setup.world, setup.parallel)
+    state = model_state_bytes(
+        shapes,
+        setup.world,
+        setup.parallel,
+        optimizer=setup.optimizer if not setup.lora else "adamw",
+    )
     return state["weights"] + state["optimizer"]
 
 
@@ -402,7 +438,9 @@ def full_logits_bytes(shapes: Shapes, setup: Setup) -> int:
 def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
     """Itemised bytes per GPU, their total with the framework allowance, and the verdict."""
     shapes = shapes or model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
-    state = model_state_bytes(shapes, setup.world, setup.parallel, setup.lora, setup.precision)
+    state = model_state_bytes(
+        shapes, setup.world, setup.parallel, setup.lora, setup.precision, setup.optimizer
+    )
     acts = activation_bytes(shapes, setup)
     logits = logits_bytes(shapes, setup)
     items = {
@@ -410,7 +448,7 @@ def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
             "weights"
         ],
         "gradients (fp32)": state["gradients"],
-        "optimizer (AdamW m, v)": state["optimizer"],
+        OPTIMIZER_ITEM[setup.optimizer if not setup.lora else "adamw"]: state["optimizer"],
         "working copies (casts, FSDP2 gathers)": working_copy_bytes(shapes, setup),
         "gradients before reduce-scatter": fsdp_gradient_bytes(shapes, setup),
         f"activations ({setup.recompute} recompute)": sum(acts.values()),
@@ -495,7 +533,10 @@ def comm_bytes_per_step(shapes: Shapes, setup: Setup, accumulation: int) -> floa
     param_bytes = 4 if setup.precision == "fp32" else 2
     # per micro-step: parameters gathered for forward and again for backward, float32
     # gradients reduce-scattered
-    return accumulation * share * (2 * param_bytes * shapes.n_params + 4 * shapes.n_params)
+    per_step = accumulation * share * (2 * param_bytes * shapes.n_params + 4 * shapes.n_params)
+    if setup.optimizer == "muon" and not setup.lora:  # each block matrix's update gathered whole
+        per_step += share * 4 * shapes.matmul_weights_in_blocks
+    return per_step
 
 
 def throughput(setup: Setup, shapes: Shapes) -> dict[str, Any]:
@@ -529,6 +570,8 @@ def throughput(setup: Setup, shapes: Shapes) -> dict[str, Any]:
         "step_s": step_s,
         "tokens_per_s": tokens_per_step / step_s,
     }
+    if setup.optimizer == "muon" and not setup.lora:
+        out["optimizer_note"] = MUON_TOKENS_NOTE
     if setup.tokens:
         steps = setup.tokens / tokens_per_step
         wall_s = steps * step_s
@@ -611,6 +654,7 @@ class TimePlan(Part):
     gpu_hours_with_attention: float | None = None
     cost: float | None = None
     cost_with_attention: float | None = None
+    optimizer_note: str | None = None  # what the token budget assumes of the optimizer
 
 
 class PlanOption(Part):
@@ -828,6 +872,7 @@ def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setu
         parallel=parallel,
         recompute=cfg.parallel.activation_checkpointing,
         compiled=blocks_compile(precision, cfg.parallel.compile),
+        optimizer=cfg.optimizer.name,
         tokens=tokens,
         global_batch_tokens=pretrain.global_batch_tokens,
         price_per_gpu_hour=plan.price_per_gpu_hour,
@@ -863,7 +908,7 @@ def step_profile(
         * RECOMPUTE_COST[setup.recompute]
         / (world_size * peak_flops * mfu)
     )
-    state = model_state_bytes(shapes, 1, "single")
+    state = model_state_bytes(shapes, 1, "single", optimizer=setup.optimizer)
     return {
         "tokens_per_step": tokens_per_step,
         "compute_s": compute_s,

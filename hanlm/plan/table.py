@@ -160,6 +160,8 @@ def _print_time(plan: dict[str, Any]) -> None:
             "GPU-hours counting attention",
             f"{timing['gpu_hours_with_attention']:,.1f} (+{timing['attention_adds']:.0%})",
         )
+    if timing.get("optimizer_note"):
+        table.add_row("optimizer", timing["optimizer_note"])
     if "cost" in timing:
         table.add_row(
             "cost",

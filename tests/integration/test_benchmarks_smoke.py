@@ -59,6 +59,26 @@ def test_smoke_trains_each_precision_and_compares_with_the_plan(tmp_path):
     assert "FP8/bf16 tokens/s" in result.stdout
 
 
+@pytest.mark.slow
+def test_smoke_compares_muon_with_adamw(tmp_path):
+    result = gpu_train(tmp_path, "--smoke", "--precisions", "bf16", "--optimizers", "adamw,muon")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    report = json.loads((tmp_path / "figures.json").read_text())
+    rows = report["configs"]
+    assert [r["config"] for r in rows] == ["tiny bf16", "tiny bf16 muon"]
+    assert all(r["status"] == "ok" for r in rows)
+    # the plan of the Muon row counts Muon's state: one buffer for the blocks' matrices
+    items = rows[1]["plan"]["items"]
+    assert "optimizer (Muon momentum; AdamW m, v)" in items
+    assert items["optimizer (Muon momentum; AdamW m, v)"] < rows[0]["plan"]["items"][
+        "optimizer (AdamW m, v)"
+    ]
+    ratio = report["muon_over_adamw"]["tiny bf16"]
+    assert ratio["tokens_per_s"] > 0 and ratio["peak_memory"] > 0
+    assert report["fp8_over_bf16"] == {}
+    assert "Muon/AdamW tokens/s" in result.stdout
+
+
 def test_time_limit_skips_what_has_not_started(tmp_path):
     result = gpu_train(tmp_path, "--smoke", "--max-minutes", "0")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -81,6 +101,7 @@ def test_time_limit_stops_a_running_configuration(tmp_path):
         (("--smoke", "--presets", "nope"), "unknown preset 'nope'"),
         (("--smoke", "--micro-batch", "big"), "cannot read --micro-batch 'big'"),
         (("--smoke", "--steps", "0"), "--steps must be at least 1"),
+        (("--smoke", "--optimizers", "lion"), "unknown optimizer 'lion'"),
     ],
 )
 def test_bad_flags_are_refused_before_anything_runs(tmp_path, args, message):

@@ -4,6 +4,7 @@ against PyTorch's memory tracker, and the command's answers to incomplete or wro
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -37,14 +38,12 @@ def test_one_rtx5090_cannot_train_the_field_model(field_shapes):
 
 @pytest.mark.parametrize("gpus", [4, 8])
 def test_fsdp_over_four_or_eight_fits(field_shapes, gpus):
-    from dataclasses import replace
 
     mem = plan.memory(replace(FIELD, gpus=gpus, parallel="fsdp"), field_shapes)
     assert mem["fits"] and mem["margin"] > 2 * GIB
 
 
 def test_field_report_gpu_hours_and_cost(field_shapes):
-    from dataclasses import replace
 
     t = plan.throughput(replace(FIELD, gpus=8, parallel="fsdp"), field_shapes)
     assert t["gpu_hours"] == pytest.approx(590, rel=0.01)
@@ -55,7 +54,6 @@ def test_field_report_gpu_hours_and_cost(field_shapes):
 
 
 def test_recommendation_is_the_cheapest_fitting_option(field_shapes):
-    from dataclasses import replace
 
     rec = plan.recommend(replace(FIELD, gpus=8, parallel="fsdp"), field_shapes)
     best = rec["best"]
@@ -103,6 +101,38 @@ def test_model_state_bytes_equal_the_real_tensors_after_a_step(precision):
     assert expected["gradients"] == _tensor_bytes(p.grad for p in params)
     states = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
     assert expected["optimizer"] == _tensor_bytes(states)
+
+
+def test_muon_state_bytes_equal_the_real_tensors_after_a_step():
+    """Muon keeps one buffer per block matrix and AdamW's two moments (and step) elsewhere; the
+    plan adds the one whole matrix Newton-Schulz works on at a time."""
+    from hanlm.config import OptimizerSection
+    from hanlm.train.build import build_optimizer
+
+    model = build_model(model_config("tiny", vocab_size=512, seq_len=32))
+    optimizer = build_optimizer(OptimizerSection(name="muon"), model, "cpu")
+    ids = torch.randint(0, 512, (2, 32))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    shapes = plan.model_shapes("tiny", vocab_size=512, seq_len=32)
+    expected = plan.model_state_bytes(shapes, world=1, parallel="single", optimizer="muon")
+    states = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+    largest = max(p.numel() for p in optimizer.muon.param_groups[0]["params"])
+    assert expected["optimizer"] == _tensor_bytes(states) + (4 + 3 * 2) * largest
+    adamw_state = plan.model_state_bytes(shapes, world=1, parallel="single")["optimizer"]
+    assert expected["optimizer"] < adamw_state
+
+
+def test_the_field_setup_with_muon_needs_less_memory():
+    muon = replace(FIELD, optimizer="muon")
+    items = plan.memory(muon)["items"]
+    assert (
+        items[plan.OPTIMIZER_ITEM["muon"]]
+        < 0.6 * plan.memory(FIELD)["items"][plan.OPTIMIZER_ITEM["adamw"]]
+    )
+    assert plan.memory(muon)["total"] < plan.memory(FIELD)["total"]
+    timing = plan.throughput(muon, plan.model_shapes("1.3b", vocab_size=65536, seq_len=2048))
+    assert "no token-efficiency factor" in timing["optimizer_note"]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -258,28 +288,32 @@ def test_the_config_says_whether_blocks_are_compiled():
 
 # Measured by benchmarks/gpu_train.py on one H200 (torch 2.11.0+cu130, torchao 0.17.0; seq 2,048,
 # vocab 65,536, micro-batch 16, compiled blocks, 2026-12-04): torch.cuda.max_memory_allocated.
+# The rule was fitted on the 1.3b and 350m AdamW runs; 125m and Muon were measured after it.
 H200_ALLOCATED_GIB = {
-    ("1.3b", "bf16"): 70.87,
-    ("1.3b", "fp8"): 53.63,
-    ("350m", "bf16"): 30.65,
-    ("350m", "fp8"): 23.00,
+    ("1.3b", "bf16", "adamw"): 70.87,
+    ("1.3b", "fp8", "adamw"): 53.63,
+    ("350m", "bf16", "adamw"): 30.65,
+    ("350m", "fp8", "adamw"): 23.00,
+    ("125m", "bf16", "adamw"): 11.87,
+    ("125m", "fp8", "adamw"): 9.10,
+    ("1.3b", "bf16", "muon"): 66.37,
 }
 
 
-@pytest.mark.parametrize("preset,precision", sorted(H200_ALLOCATED_GIB))
-def test_compiled_plan_within_10_percent_of_what_an_h200_allocated(preset, precision):
+@pytest.mark.parametrize("preset,precision,optimizer", sorted(H200_ALLOCATED_GIB))
+def test_compiled_plan_within_10_percent_of_what_an_h200_allocated(preset, precision, optimizer):
     def planned(compiled: bool) -> float:
         setup = plan.Setup(
             model=preset, vocab_size=65536, seq_len=2048, micro_batch=16, gpu="h200",
-            precision=precision, parallel="single", compiled=compiled,
+            precision=precision, parallel="single", compiled=compiled, optimizer=optimizer,
         )  # fmt: skip
         items = plan.memory(setup)["items"]
         return sum(v for k, v in items.items() if k != "framework allowance") / plan.GIB
 
-    measured = H200_ALLOCATED_GIB[(preset, precision)]
+    measured = H200_ALLOCATED_GIB[(preset, precision, optimizer)]
     assert abs(planned(True) / measured - 1) <= 0.10
     # the eager rule would have planned far more than a compiled run holds
-    assert planned(False) / measured > 1.4
+    assert planned(False) / measured > 1.3
 
 
 # (model overrides, seq_len, micro_batch, precision, recompute, FSDP's bf16 parameters)
@@ -336,7 +370,6 @@ def test_activation_estimate_within_15_percent_of_memtracker(
 
 
 def test_the_loss_line_counts_one_chunk_of_logits_not_the_whole(field_shapes):
-    from dataclasses import replace
 
     setup = replace(FIELD, micro_batch=8)  # vocab 65,536 x seq 2,048 x micro-batch 8
     line = plan.memory(setup, field_shapes)["items"]["loss (chunked logits)"]
@@ -376,8 +409,6 @@ def _traced_loss_bytes(tokens, vocab, hidden, chunk, *, autocast, bf16_head) -> 
     "precision,fsdp", [("fp32", False), ("bf16", False), ("bf16", True)], ids=str
 )
 def test_loss_bytes_equal_the_memory_tracker(tmp_path, precision, fsdp):
-    from dataclasses import replace
-
     setup = plan.Setup(
         model="tiny", vocab_size=4096, seq_len=512, micro_batch=4, gpu="h100",
         gpus=2 if fsdp else 1, parallel="fsdp" if fsdp else "single", precision=precision,
