@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokenizers import AddedToken
+
 from hanlm.chat_template import ASSISTANT, CHAT_TEMPLATE, END_OF_TURN, SYSTEM, USER
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, read_json
@@ -66,18 +68,17 @@ def check_can_add(tokenizer, where: str) -> None:
 
 def add_template(source: Path, out: Path, *, seed: int) -> Added:
     """Write `out`: the model and tokenizer of `source` with hanlm's template and its tokens."""
+    # deferred: torch and transformers load only when a base model needs the template
     import torch
     from transformers import AutoModelForCausalLM
 
-    from hanlm.inference import load_tokenizer
+    from hanlm.inference import load_tokenizer  # deferred: transformers, as above
 
     tokenizer = load_tokenizer(source)
     check_can_add(tokenizer, str(source))
     vocab = tokenizer.get_vocab()
     new = tuple(t for t in TEMPLATE_TOKENS if t not in vocab)
     if new:
-        from tokenizers import AddedToken
-
         tokenizer.add_tokens([AddedToken(t, special=True) for t in new], special_tokens=True)
     tokenizer.chat_template = CHAT_TEMPLATE
     model = AutoModelForCausalLM.from_pretrained(

@@ -22,6 +22,9 @@ import shutil
 import time
 from pathlib import Path
 
+from tokenizers import AddedToken
+
+from hanlm.chat import foreign
 from hanlm.chat_template import SPECIAL_TOKENS_FILE
 from hanlm.config import Config
 from hanlm.data.tokenizer import (
@@ -52,8 +55,6 @@ def special_tokens(tokenizer, where: str) -> dict:
     """special_tokens.json for a model's tokenizer: end of document (its eos), padding, the BOS
     that starts documents where it adds one, its chat template's tokens where it has one, and
     its other special tokens as the audit's reference rows."""
-    from hanlm.chat import foreign
-
     if tokenizer.eos_token is None:
         raise UserError(
             f"the tokenizer of {where} has no eos token: documents need an end",
@@ -109,9 +110,7 @@ def new_tokens(base, texts: list[str], count: int) -> list[str]:
 
 def adopt(base_dir: Path, corpus_dir: Path, cfg: Config, out: Path) -> TokenizerStats:
     """Write the model's tokenizer (extended with `tokenizer.extend` tokens) into `out`."""
-    from tokenizers import AddedToken
-
-    from hanlm.inference import load_tokenizer
+    from hanlm.inference import load_tokenizer  # deferred: transformers, for this stage only
 
     started = time.perf_counter()
     tokenizer = load_tokenizer(base_dir)

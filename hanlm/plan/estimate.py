@@ -733,7 +733,15 @@ def sft_memory(cfg, setup: Setup) -> dict[str, Any]:
         "precision": base.precision,
         "lora_precision": lora_precision,
         "full": memory(base, shapes),
-        "lora": memory(replace(base, lora=plan, precision=lora_precision), shapes),
+        "lora": memory(
+            replace(
+                base,
+                lora=plan,
+                precision=lora_precision,
+                compiled=blocks_compile(lora_precision, cfg.parallel.compile),
+            ),
+            shapes,
+        ),
     }
 
 

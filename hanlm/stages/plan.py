@@ -25,7 +25,9 @@ STAGE = Stage(
         "precision.mode",
         "parallel",
         "checkpoint.async_save",
+        "optimizer.name",  # Muon's state is smaller than AdamW's
         "tokenizer.vocab_size",
+        "tokenizer.extend",  # continued pretraining: the rows added to the model's vocabulary
         "corpus",
         "data_engine",
         "decontam.enabled",

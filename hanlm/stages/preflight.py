@@ -30,6 +30,8 @@ STAGE = Stage(
         "plan",
         "data_engine",
         "tokenizer.vocab_size",
+        "tokenizer.extend",  # continued pretraining: the model's rows and the ones added
+        "optimizer.name",  # the step's state: Muon's is smaller than AdamW's
         "logging",
         "run.seed",
     ),

@@ -31,7 +31,7 @@ def damage(run: RunDir) -> str | None:
 def validate(cfg: Config, run: RunDir, options: dict) -> None:
     """The model whose tokenizer continued pretraining keeps must be there and loadable."""
     if cfg.model.init_from:
-        from hanlm.inference import load_tokenizer
+        from hanlm.inference import load_tokenizer  # deferred: transformers, for init_from only
 
         load_tokenizer(base_model(cfg))
 

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.tensor import distribute_tensor
 
 ADJUST_LR = ("original", "match_rms_adamw")
 # torch.optim.Muon's quintic coefficients and its norm floor (torch/optim/_muon.py), whose
@@ -67,8 +68,6 @@ def _is_dtensor(t: torch.Tensor) -> bool:
 
 def _own_rows(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """`full` as a DTensor placed as `like` (each rank keeps its own part; nothing is sent)."""
-    from torch.distributed.tensor import distribute_tensor
-
     return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None)
 
 

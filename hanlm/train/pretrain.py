@@ -116,7 +116,7 @@ def _loaders(
     return train_loader, val_loader
 
 
-def _built_model(cfg: Config, vocab_size: int, at: Placement, tokenizer_dir: Path):
+def _built_model(cfg: Config, vocab_size: int, at: Placement, tokenizer_dir: Path | None = None):
     """(the model config, the model converted to FP8 where asked and parallelised, the names
     of the layers converted): new, or with the weights of `model.init_from`."""
     par = cfg.parallel

@@ -70,9 +70,10 @@ def test_smoke_compares_muon_with_adamw(tmp_path):
     # the plan of the Muon row counts Muon's state: one buffer for the blocks' matrices
     items = rows[1]["plan"]["items"]
     assert "optimizer (Muon momentum; AdamW m, v)" in items
-    assert items["optimizer (Muon momentum; AdamW m, v)"] < rows[0]["plan"]["items"][
-        "optimizer (AdamW m, v)"
-    ]
+    assert (
+        items["optimizer (Muon momentum; AdamW m, v)"]
+        < rows[0]["plan"]["items"]["optimizer (AdamW m, v)"]
+    )
     ratio = report["muon_over_adamw"]["tiny bf16"]
     assert ratio["tokens_per_s"] > 0 and ratio["peak_memory"] > 0
     assert report["fp8_over_bf16"] == {}

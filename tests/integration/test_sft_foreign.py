@@ -100,6 +100,22 @@ def test_a_base_model_without_a_template_gets_hanlms(tmp_path, method):
     assert prompt == "<|user|>\n서울은?<|eot|>\n<|assistant|>\n"
 
 
+def test_full_sft_with_muon(tmp_path):
+    """[sft.optimizer] name = "muon": the blocks' matrices by Muon, the token rows by AdamW
+    (where SFT's row step scale hooks), the compared LoRA variant by AdamW."""
+    base = qwen2_model(tmp_path / "qwen")
+    data = write_jsonl(tmp_path / "chat.jsonl", chats())
+    cfg = load_config(values={
+        "sft.model": str(base), "sft.data": str(data), "sft.optimizer.name": "muon",
+        "sft.max_steps": 3, "sft.heldout": 4, "sft.seq_len": 128, "decontam.enabled": False,
+        "sft.compare": [{"method": "lora", "init": "none", "train_new_token_rows": False}],
+    })  # fmt: skip
+    summary = run_stage("sft", cfg, tmp_path / "run")
+    assert summary.step == 3
+    by_variant = json.loads((tmp_path / "run" / "sft" / "closure_by_variant.json").read_text())
+    assert set(by_variant) == {"full-mean", "lora-none-frozen"}
+
+
 def test_a_base_model_without_a_template_or_an_eos_is_refused_before_any_work(tmp_path, cli):
     from conftest import assert_user_error
 
