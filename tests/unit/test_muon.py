@@ -118,3 +118,26 @@ def test_the_builder_gives_muon_its_own_rate_and_decay_and_adamw_the_rest():
 def test_bad_settings_are_clear_errors_before_any_work(values, message):
     with pytest.raises(UserError, match=message):
         load_config(values=values)
+
+
+def test_muon_steps_fp8_layers():
+    """torchao's Float8Linear keeps its weight a plain high-precision parameter: Muon updates
+    it as any block matrix (fp8-emulate: the FP8 path on a CPU)."""
+    from hanlm.train import precision
+
+    model = tiny()
+    numerics = precision.resolve("fp8-emulate", "cpu")
+    converted = precision.apply_fp8(model, numerics, min_features=16)
+    assert converted
+    optimizer = build_optimizer(OptimizerSection(name="muon", lr=1e-2), model, "cpu")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
+    with numerics.autocast_context("cpu"):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    optimizer.step()
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    muon_names = {n for n, p in model.named_parameters() if any(
+        p is q for q in optimizer.muon.param_groups[0]["params"])}  # fmt: skip
+    assert muon_names and muon_names <= moved
+    assert all(torch.isfinite(p).all() for p in model.parameters())
