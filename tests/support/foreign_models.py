@@ -30,19 +30,26 @@ KOREAN = [
 ]
 
 
-def qwen2_tokenizer(folder: Path, *, template: str | None = CHATML, vocab_size: int = 400):
-    """A byte-level BPE tokenizer with Qwen2's special tokens, saved in `folder`."""
+def _byte_level_bpe(specials: list[str], vocab_size: int, unk: str | None = None):
+    """A byte-level BPE `tokenizers.Tokenizer` trained on the sentences above."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
+    tok = Tokenizer(models.BPE(unk_token=unk))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=QWEN_SPECIALS,
+        vocab_size=vocab_size, special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )  # fmt: skip
     tok.train_from_iterator(KOREAN * 20, trainer)
+    return tok
+
+
+def qwen2_tokenizer(folder: Path, *, template: str | None = CHATML, vocab_size: int = 400):
+    """A byte-level BPE tokenizer with Qwen2's special tokens, saved in `folder`."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = _byte_level_bpe(QWEN_SPECIALS, vocab_size)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
         additional_special_tokens=QWEN_SPECIALS[1:],
@@ -78,17 +85,10 @@ def llama_model(folder: Path, *, seed: int = 0, vocab_size: int = 300) -> Path:
     """A 2-layer LlamaForCausalLM (untied head) whose tokenizer adds `<s>` and has no chat
     template: a base model as most are published."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=LLAMA_SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
-    tok.train_from_iterator(KOREAN * 20, trainer)
+    tok = _byte_level_bpe(LLAMA_SPECIALS, vocab_size, unk="<unk>")
     bos = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
