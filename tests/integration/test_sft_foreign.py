@@ -15,19 +15,23 @@ from hanlm.config import load_config
 from hanlm.pipeline import run_stage
 
 
+def fine_tune(tmp_path, base, method: str, **values):
+    """Three steps of SFT of the model folder `base` on the built-in chats into tmp_path/run."""
+    data = write_jsonl(tmp_path / "chat.jsonl", chats())
+    cfg = load_config(values={
+        "sft.model": str(base), "sft.data": str(data), "sft.method": method,
+        "sft.max_steps": 3, "sft.heldout": 4, "sft.seq_len": 128, "sft.compare": [],
+        "decontam.enabled": False, **values,
+    })  # fmt: skip
+    return run_stage("sft", cfg, tmp_path / "run")
+
+
 @pytest.mark.parametrize("method", ["full", "lora"])
 def test_a_qwen2_shaped_model_is_fine_tuned_with_its_own_template(tmp_path, method):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = qwen2_model(tmp_path / "qwen")
-    data = write_jsonl(tmp_path / "chat.jsonl", chats())
-    cfg = load_config(values={
-        "sft.model": str(base), "sft.data": str(data), "sft.method": method,
-        "sft.max_steps": 3, "sft.heldout": 4, "sft.seq_len": 128, "sft.compare": [],
-        "decontam.enabled": False,
-    })  # fmt: skip
-    summary = run_stage("sft", cfg, tmp_path / "run")
-    assert summary.step == 3
+    assert fine_tune(tmp_path, base, method).step == 3
     audit = json.loads((tmp_path / "run" / "sft" / "audit.json").read_text())
     assert {t["name"]: t["token"] for t in audit["tokens"] if t["template"]} == {
         "system": "<|im_start|>", "user": "<|im_start|>", "assistant": "<|im_start|>",
@@ -55,14 +59,7 @@ def test_a_base_model_without_a_template_gets_hanlms(tmp_path, method):
 
     base = llama_model(tmp_path / "llama")
     rows = len(AutoTokenizer.from_pretrained(base))
-    data = write_jsonl(tmp_path / "chat.jsonl", chats())
-    cfg = load_config(values={
-        "sft.model": str(base), "sft.data": str(data), "sft.method": method,
-        "sft.max_steps": 3, "sft.heldout": 4, "sft.seq_len": 128, "sft.compare": [],
-        "decontam.enabled": False,
-    })  # fmt: skip
-    summary = run_stage("sft", cfg, tmp_path / "run")
-    assert summary.step == 3
+    assert fine_tune(tmp_path, base, method).step == 3
     audit = json.loads((tmp_path / "run" / "sft" / "audit.json").read_text())
     by_name = {t["name"]: t for t in audit["tokens"]}
     assert {n: by_name[n]["token"] for n in ("system", "user", "assistant", "eot")} == {
@@ -104,13 +101,10 @@ def test_full_sft_with_muon(tmp_path):
     """[sft.optimizer] name = "muon": the blocks' matrices by Muon, the token rows by AdamW
     (where SFT's row step scale hooks), the compared LoRA variant by AdamW."""
     base = qwen2_model(tmp_path / "qwen")
-    data = write_jsonl(tmp_path / "chat.jsonl", chats())
-    cfg = load_config(values={
-        "sft.model": str(base), "sft.data": str(data), "sft.optimizer.name": "muon",
-        "sft.max_steps": 3, "sft.heldout": 4, "sft.seq_len": 128, "decontam.enabled": False,
-        "sft.compare": [{"method": "lora", "init": "none", "train_new_token_rows": False}],
-    })  # fmt: skip
-    summary = run_stage("sft", cfg, tmp_path / "run")
+    compare = [{"method": "lora", "init": "none", "train_new_token_rows": False}]
+    summary = fine_tune(
+        tmp_path, base, "full", **{"sft.optimizer.name": "muon", "sft.compare": compare}
+    )
     assert summary.step == 3
     by_variant = json.loads((tmp_path / "run" / "sft" / "closure_by_variant.json").read_text())
     assert set(by_variant) == {"full-mean", "lora-none-frozen"}
