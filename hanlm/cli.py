@@ -64,15 +64,17 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
         "logging",
     ),
     # SFT logs to [logging]'s trackers, at [sft.logging]'s cadence
-    "sft": ("sft", "logging.trackers", "logging.name", "logging.wandb", "logging.trackio"),
-    "eval": ("eval",),
+    "sft": ("sft", "model.trust_remote_code", "logging.trackers", "logging.name", "logging.wandb", "logging.trackio"),
+    "eval": ("eval", "model.trust_remote_code"),
     "preflight": ("preflight",),
     "launch": ("launch", "plan.gpu", "plan.gpus", "plan.hosts", "plan.price_per_gpu_hour"),
-    "generate": ("generate",),
+    "generate": ("generate", "model.trust_remote_code"),
     "publish": ("publish",),
-    "chat": ("generate", "-generate.batch_size"),  # one conversation: nothing to batch
+    "chat": ("generate", "-generate.batch_size", "model.trust_remote_code"),  # one conversation: nothing to batch
     # the server's defaults; the engine batches and places the model itself
-    "serve": ("generate", "-generate.batch_size", "-generate.device", "serve"),
+    "serve": (
+        "generate", "-generate.batch_size", "-generate.device", "serve", "model.trust_remote_code"
+    ),
     "plan": (
         "plan",
         "model.preset",
@@ -590,9 +592,12 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _load(args: argparse.Namespace):
+    from hanlm import remote_code
     from hanlm.stages.rundir import load_run_config
 
-    return load_run_config(args.run, args.config, args.overrides, _flag_values(args))
+    cfg = load_run_config(args.run, args.config, args.overrides, _flag_values(args))
+    remote_code.allow(cfg.model.trust_remote_code)  # for this command (its remote_code.scope)
+    return cfg
 
 
 def _save(cfg, run: Path) -> None:
@@ -1039,7 +1044,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_command(argv: list[str], as_program: bool) -> int:
     args = build_parser().parse_args(argv)
-    from hanlm import run_lock
+    from hanlm import remote_code, run_lock
 
     previous_handlers = {}
     if threading.current_thread() is threading.main_thread():
@@ -1048,7 +1053,10 @@ def _run_command(argv: list[str], as_program: bool) -> int:
     folder = _folder_to_lock(args)
     stopped = False
     try:
-        with run_lock.hold(folder) if folder is not None else contextlib.nullcontext():
+        with (
+            run_lock.hold(folder) if folder is not None else contextlib.nullcontext(),
+            remote_code.scope(),
+        ):
             return args.func(args)
     except PreflightNoGo as e:
         stopped = _ignore_stop_signals(previous_handlers)  # every rank leaves with 69

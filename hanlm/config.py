@@ -514,6 +514,12 @@ class ModelSection(Section):
         description="continued pretraining: a Hugging Face causal LM (folder or Hub id) whose "
         "weights, architecture and tokenizer pretraining starts from, instead of model.preset",
     )
+    trust_remote_code: bool = Field(
+        False,
+        description="run the Python code a model folder names in its auto_map (an architecture "
+        "transformers does not ship), for init_from, sft.model and every model the run loads; "
+        "read that code first",
+    )
 
     @model_validator(mode="after")
     def _preset_or_init_from(self) -> ModelSection:

@@ -41,7 +41,7 @@ from transformers.models.auto.modeling_auto import (
 )
 from transformers.utils import logging as hf_logging
 
-from hanlm import model_folder
+from hanlm import model_folder, remote_code
 from hanlm.errors import UserError
 from hanlm.model_presets import PRESETS, preset_names
 
@@ -57,8 +57,8 @@ def model_config(spec: str, *, vocab_size: int, seq_len: int) -> PretrainedConfi
 
     vocab_size is the run's tokenizer's and replaces a file's; the context length
     (max_position_embeddings) is `seq_len` for a preset and at least `seq_len` for a file.
-    A file's custom code is never run (no trust_remote_code): its model_type must be one that
-    the installed transformers knows.
+    A file's own code (`auto_map`) runs only under `model.trust_remote_code` (hanlm.remote_code);
+    otherwise its model_type must be one that the installed transformers knows.
     """
     if spec in PRESETS:
         return LlamaConfig(**PRESETS[spec], vocab_size=vocab_size, max_position_embeddings=seq_len)
@@ -111,13 +111,22 @@ def _config_from_file(file: Path) -> PretrainedConfig:
             where=str(file),
             fix='add the model_type (e.g. "llama") or save the config with save_pretrained',
         )
+    if model_type not in CONFIG_MAPPING and _has_own_code(data) and remote_code.allowed():
+        return _config_with_own_code(file)
     if model_type not in CONFIG_MAPPING:
+        if _has_own_code(data):
+            raise UserError(
+                f"model config has model_type {model_type!r}, whose code is the model's own "
+                "(auto_map): hanlm runs a model's code only when the recipe trusts it",
+                where=str(file),
+                fix="read the model's code first; then set model.trust_remote_code = true "
+                "(--trust-remote-code), or use a model of an architecture transformers ships",
+            )
         raise UserError(
             f"model config has model_type {model_type!r}, which transformers "
             f"{transformers.__version__} does not know",
             where=str(file),
-            fix="give the config of a model built into transformers (llama, mistral, qwen2, ...); "
-            "hanlm never runs a model's own code (trust_remote_code)",
+            fix="give the config of a model built into transformers (llama, mistral, qwen2, ...)",
         )
     if not _is_decoder_only_lm(data):
         raise UserError(
@@ -131,6 +140,25 @@ def _config_from_file(file: Path) -> PretrainedConfig:
     # StrictDataclassError: no common base but Exception, and nothing else runs here
     except Exception as e:
         raise UserError(f"transformers rejects the model config: {e}", where=str(file)) from e
+
+
+def _has_own_code(data: dict[str, Any]) -> bool:
+    auto_map = data.get("auto_map")
+    return isinstance(auto_map, dict) and "AutoModelForCausalLM" in auto_map
+
+
+def _config_with_own_code(file: Path) -> PretrainedConfig:
+    """The config of a model whose code is its own (trusted by the recipe), built by that code."""
+    from transformers import AutoConfig  # deferred: only for a model with its own code
+
+    try:
+        return AutoConfig.from_pretrained(
+            file.parent, trust_remote_code=True, local_files_only=True
+        )
+    except Exception as e:  # the model's own code may raise anything
+        raise UserError(
+            f"the model's own config code failed: {type(e).__name__}: {e}", where=str(file)
+        ) from e
 
 
 def _read_json_object(file: Path) -> dict[str, Any]:
@@ -179,7 +207,10 @@ def build_model(
     device = torch.device(device)
     with _seeded_rng(seed, device), device:
         model = AutoModelForCausalLM.from_config(
-            config, **_attention_keywords(config), **{_dtype_keyword(): dtype}
+            config,
+            **_attention_keywords(config),
+            **{_dtype_keyword(): dtype},
+            trust_remote_code=remote_code.allowed(),
         )
     return model.train()
 
@@ -222,6 +253,8 @@ def enable_activation_checkpointing(model: torch.nn.Module, mode: str) -> None:
 
 def _attention_keywords(config: PretrainedConfig) -> dict[str, str]:
     # transformers refuses "sdpa" for a model without it (Mamba has no attention at all)
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        return {}  # a model with its own code (model.trust_remote_code): its own default
     model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
     return {"attn_implementation": "sdpa"} if getattr(model_class, "_supports_sdpa", False) else {}
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
+from hanlm import remote_code
 from hanlm.errors import UserError
 from hanlm.files import file_mismatch
 
@@ -110,7 +111,9 @@ def from_hub(repo: str) -> Path:
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo, allow_patterns=HUB_FILES))
+        # a model's own code comes only where the recipe trusts it (hanlm.remote_code)
+        patterns = HUB_FILES + ["*.py"] if remote_code.allowed() else HUB_FILES
+        return Path(snapshot_download(repo, allow_patterns=patterns))
     except LocalEntryNotFoundError:
         raise UserError(
             f"no folder {repo} here, and the Hugging Face model {repo} is not in the Hub cache "

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hanlm import __version__, run_inputs, run_lock
+from hanlm import __version__, remote_code, run_inputs, run_lock
 from hanlm.config import Config
 from hanlm.console import info, warn
 from hanlm.errors import UserError
@@ -270,7 +270,13 @@ def _run_on_ranks(
 ) -> StageOutcome:
     """Run a stage on every rank if it declares so, else on rank 0 alone while the others wait
     on `key` (default: the stage's name; a launch that runs a stage twice names each run)."""
-    key = key or name
+    with remote_code.trusting(cfg.model.trust_remote_code):
+        return _run_here_or_on_rank_zero(name, cfg, run, force, options, key or name)
+
+
+def _run_here_or_on_rank_zero(
+    name: str, cfg: Config, run: RunDir, force: bool, options: dict, key: str
+) -> StageOutcome:
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or declaration(name).all_ranks:
         return _run(name, cfg, run, force, options)
     store = _pipeline_store()

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -32,6 +33,8 @@ sys.path.insert(0, str(SUPPORT))
 # Tests never reach the network: a `hf:` input must fail fast with its offline message.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# a trusted model's own code is copied into transformers' modules cache: the session's, not ~'s
+os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="hanlm-hf-modules-"))
 # SkyPilot lives in an environment of its own (scripts/setup.sh --dev makes .venv-sky): the
 # launch tests check their tasks with its parser
 if (ROOT / ".venv-sky" / "bin" / "python").is_file():

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken
 
+from hanlm import remote_code
 from hanlm.chat_template import ASSISTANT, CHAT_TEMPLATE, END_OF_TURN, SYSTEM, USER
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_json, read_json
@@ -82,7 +83,10 @@ def add_template(source: Path, out: Path, *, seed: int) -> Added:
         tokenizer.add_tokens([AddedToken(t, special=True) for t in new], special_tokens=True)
     tokenizer.chat_template = CHAT_TEMPLATE
     model = AutoModelForCausalLM.from_pretrained(
-        source, trust_remote_code=False, local_files_only=True, dtype="auto"
+        source,
+        trust_remote_code=remote_code.allowed(),
+        local_files_only=True,
+        dtype="auto",
     )
     rows = model.get_input_embeddings().weight.shape[0]
     if len(tokenizer) > rows:

@@ -2,7 +2,8 @@
 
 Every model hanlm loads (generate, chat, eval, doctor, SFT's closure check, a distillation
 teacher) comes through `load_folder`: the folder is checked first (hanlm.model_folder: config,
-safetensors weights, tokenizer files), transformers loads it with `trust_remote_code=False` and
+safetensors weights, tokenizer files), transformers loads it without running the model's own code
+(unless the recipe sets `model.trust_remote_code`: hanlm.remote_code) and
 `use_safetensors=True` from the local folder only (`local_files_only`: nothing is downloaded), and a failure is one UserError.
 `load_tokenizer` (a tokenizer folder alone) and `read_config` (a model folder's config, no
 weights loaded) follow the same rules.
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from hanlm import remote_code
 from hanlm.chat_template import END_OF_TURN
 from hanlm.errors import UserError
 from hanlm.inference.devices import resolve_device, resolve_dtype
@@ -31,15 +33,17 @@ MODEL_FIX = "give a folder holding a decoder-only model's config.json and weight
 
 def remote_code_refusal(path, error: Exception) -> UserError | None:
     """The refusal of a folder that needs its own Python code to load (an `auto_map` in its
-    config or tokenizer config), or None for another failure: hanlm never runs a model's code."""
-    if "trust_remote_code" not in str(error):
+    config or tokenizer config), or None for another failure: hanlm runs a model's code only
+    when the recipe trusts it (model.trust_remote_code)."""
+    if "trust_remote_code" not in str(error) or remote_code.allowed():
         return None
     return UserError(
         f"{path} needs its own Python code to load (remote code, named by `auto_map` in its "
-        "config): hanlm loads only the architectures transformers ships and runs no model's code",
+        "config): hanlm runs a model's own code only when the recipe trusts it",
         where=str(path),
         fix="use a model of an architecture transformers knows (Llama, Qwen2/3, Gemma, "
-        "EXAONE 4, ...), or one converted to it",
+        "EXAONE 4, ...); or read its code and set model.trust_remote_code = true "
+        "(--trust-remote-code)",
     )
 
 
@@ -107,7 +111,7 @@ def load_folder(
     if tokenizer:
         try:
             loaded_tokenizer = AutoTokenizer.from_pretrained(
-                path, trust_remote_code=False, local_files_only=True
+                path, trust_remote_code=remote_code.allowed(), local_files_only=True
             )
         except (OSError, ValueError, KeyError) as e:
             raise refuse(TOKENIZER_FAILURE, TOKENIZER_FIX, e) from None
@@ -116,7 +120,7 @@ def load_folder(
         with no_progress_bars() if quiet else contextlib.nullcontext():
             model = AutoModelForCausalLM.from_pretrained(
                 path,
-                trust_remote_code=False,
+                trust_remote_code=remote_code.allowed(),
                 use_safetensors=True,
                 local_files_only=True,
                 **keywords,
@@ -131,7 +135,7 @@ def load_tokenizer(path: str | Path) -> Any:
     files only and without remote code; a failure is a UserError."""
     path = check_tokenizer_folder(path)
     try:
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code.allowed(), local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
         raise remote_code_refusal(path, e) or UserError(
             f"{TOKENIZER_FAILURE.format(path=path)}: {e}", fix=TOKENIZER_FIX
@@ -144,7 +148,7 @@ def read_config(path: str | Path, *, failure: str | None = None, fix: str | None
     reason" (`failure` may name {path}) with `fix`."""
     path = check_model_folder(path, tokenizer=False)
     try:
-        return AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+        return AutoConfig.from_pretrained(path, trust_remote_code=remote_code.allowed(), local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
         what = (failure or "cannot read the model config in {path}").format(path=path)
         raise remote_code_refusal(path, e) or UserError(

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hanlm import remote_code
 from hanlm.errors import UserError
 from hanlm.serve.gateway import API_KEY_ENV, SETTINGS_ENV
 
@@ -46,6 +47,8 @@ def command(folder: Path, name: str, host: str, port: int, api_key: str | None) 
     cmd += ["--middleware", "hanlm.serve.gateway.Gateway", "--generation-config", "vllm"]
     if api_key:
         cmd += ["--api-key", api_key]
+    if remote_code.allowed():  # the recipe's model.trust_remote_code reaches vLLM too
+        cmd += ["--trust-remote-code"]
     return cmd
 
 

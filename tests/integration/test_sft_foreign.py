@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from foreign_models import chats, llama_model, qwen2_model
+from foreign_models import chats, llama_model, qwen2_model, with_own_code
 
 from conftest import write_jsonl
 from hanlm.config import load_config
@@ -163,15 +163,24 @@ def test_foreign_models_under_two_rank_fsdp2(tmp_path, family, method):
 def test_a_model_that_needs_its_own_code_is_refused_before_any_work(tmp_path, cli):
     from conftest import assert_user_error
 
-    base = qwen2_model(tmp_path / "custom")
-    config = json.loads((base / "config.json").read_text())
-    config.update(model_type="my_custom", architectures=["MyCustomForCausalLM"],
-                  auto_map={"AutoConfig": "configuration_my.MyConfig",
-                            "AutoModelForCausalLM": "modeling_my.MyCustomForCausalLM"})  # fmt: skip
-    (base / "config.json").write_text(json.dumps(config))
-    (base / "modeling_my.py").write_text("raise SystemExit('remote code ran')\n")
+    base = with_own_code(
+        qwen2_model(tmp_path / "custom"), model_code="raise SystemExit('remote code ran')\n"
+    )
     data = write_jsonl(tmp_path / "chat.jsonl", chats())
     result = cli("sft", "--run-dir", tmp_path / "run", "--model", base, "--data", data,
                  "--set", "decontam.enabled=false")  # fmt: skip
-    assert_user_error(result, "needs its own Python code to load", "runs no model's code")
+    assert_user_error(result, "needs its own Python code to load", "model.trust_remote_code")
     assert not (tmp_path / "run" / "sft" / "stage.json").exists()
+
+
+def test_a_model_with_its_own_code_is_fine_tuned_when_the_recipe_trusts_it(tmp_path):
+    """model.trust_remote_code: the tokenizer, config, the model built on the meta device and its
+    weights all load through the folder's own classes; the export carries its code and loads."""
+    from transformers import AutoModelForCausalLM
+
+    base = with_own_code(qwen2_model(tmp_path / "custom"))
+    assert fine_tune(tmp_path, base, "full", **{"model.trust_remote_code": True}).step == 3
+    out = tmp_path / "run" / "sft" / "hf"
+    assert (out / "modeling_my.py").read_text() == (base / "modeling_my.py").read_text()
+    model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
+    assert type(model).__name__ == "MyCustomForCausalLM"

@@ -78,6 +78,38 @@ def qwen2_model(folder: Path, *, seed: int = 0) -> Path:
     return folder
 
 
+OWN_CONFIG_CODE = """from transformers import Qwen2Config
+
+
+class MyConfig(Qwen2Config):
+    model_type = "my_custom"
+"""
+OWN_MODEL_CODE = """from transformers import Qwen2ForCausalLM
+
+from .configuration_my import MyConfig
+
+
+class MyCustomForCausalLM(Qwen2ForCausalLM):
+    config_class = MyConfig
+"""
+
+
+def with_own_code(folder: Path, *, model_code: str = OWN_MODEL_CODE) -> Path:
+    """The Qwen2-shaped model in `folder` made one of an architecture transformers does not
+    ship: model_type `my_custom`, its config and model classes in the folder's own Python files,
+    named by `auto_map` (as a Hub model with remote code names them)."""
+    import json
+
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="my_custom", architectures=["MyCustomForCausalLM"],
+                  auto_map={"AutoConfig": "configuration_my.MyConfig",
+                            "AutoModelForCausalLM": "modeling_my.MyCustomForCausalLM"})  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "configuration_my.py").write_text(OWN_CONFIG_CODE)
+    (folder / "modeling_my.py").write_text(model_code)
+    return folder
+
+
 LLAMA_SPECIALS = ["<unk>", "<s>", "</s>"]
 
 

@@ -240,7 +240,7 @@ def test_missing_config_file_is_named(tmp_path):
         ('{"model_type": "llama",\n "hidden_size": 64,,}', "line 2"),
         ("[1, 2]", "not a JSON object"),
         ('{"hidden_size": 64}', "no model_type"),
-        ('{"model_type": "my-own-arch"}', "trust_remote_code"),
+        ('{"model_type": "my-own-arch"}', "does not know"),
         ('{"model_type": "llama", "hidden_size": 65, "num_attention_heads": 4}', "rejects"),
     ],
 )
@@ -250,6 +250,23 @@ def test_bad_config_files_are_user_errors(tmp_path, text, needle):
     with pytest.raises(UserError, match=needle) as info:
         model_config(str(file), vocab_size=1024, seq_len=64)
     assert str(file) in str(info.value)
+
+
+def test_a_config_with_its_own_code_runs_it_only_when_the_recipe_trusts_it(tmp_path):
+    from foreign_models import qwen2_model, with_own_code
+
+    from hanlm import remote_code
+
+    folder = with_own_code(qwen2_model(tmp_path / "custom"))
+    with pytest.raises(UserError, match="model.trust_remote_code") as info:
+        model_config(str(folder), vocab_size=1024, seq_len=64)
+    assert "auto_map" in str(info.value)
+    with remote_code.trusting(True):
+        config = model_config(str(folder), vocab_size=1024, seq_len=64)
+        model = build_model(config, device="meta")
+    assert type(config).__name__ == "MyConfig" and config.vocab_size == 1024
+    assert type(model).__name__ == "MyCustomForCausalLM"
+    assert not remote_code.allowed()  # the switch is the block's, not the process's
 
 
 @pytest.mark.parametrize("config", [BertConfig(), T5Config()], ids=["bert", "t5"])

@@ -11,6 +11,7 @@ import asyncio
 import json
 from pathlib import Path
 
+from hanlm import remote_code
 from hanlm.config import GenerateSection, ServeSection
 from hanlm.serve import REQUEST_LIMITS, gateway, settings, vllm_engine
 
@@ -293,3 +294,6 @@ def test_vllm_serves_the_folder_with_the_page_and_the_key():
     assert flags["--served-model-name"] == "x-chat" and flags["--port"] == "8001"
     assert flags["--middleware"] == "hanlm.serve.gateway.Gateway" and flags["--api-key"] == "sk-1"
     assert "--api-key" not in vllm_engine.command(Path("m"), "m", "127.0.0.1", 8000, None)
+    assert "--trust-remote-code" not in cmd
+    with remote_code.trusting(True):  # the recipe's model.trust_remote_code
+        assert "--trust-remote-code" in vllm_engine.command(Path("m"), "m", "h", 1, None)
