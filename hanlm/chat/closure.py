@@ -62,7 +62,8 @@ def check(
     examples: int = 5,
     init: str | None = None,
 ) -> dict:
-    """{closed, total, rate, init, max_new_tokens, examples} for greedy answers to the prompts."""
+    """{closed, total, rate, end_token, init, max_new_tokens, examples} for greedy answers to
+    the prompts (an answer is closed when it ends with `end_of_turn_id`, the template's)."""
     if not conversations:
         raise UserError("the closure check has no held-out conversations", fix="raise sft.heldout")
     was_training = model.training
@@ -108,6 +109,7 @@ def check(
         "closed": closed,
         "total": len(results),
         "rate": closed / len(results),
+        "end_token": tokenizer.convert_ids_to_tokens(end_of_turn_id),
         "interval": list(rate_interval(closed, len(results))),
         "unclosed_looping": sum(r["loops"] for r in results),
         "init": init,

@@ -745,7 +745,8 @@ def _gate(check: dict, sft_cfg: SftSection, where: Path) -> None:
     if sft_cfg.min_closure > 0 and check["rate"] < sft_cfg.min_closure:
         raise UserError(
             f"the SFT model ended {check['closed']} of {check['total']} held-out answers with "
-            f"<|eot|> (closure {check['rate']:.2f}), below sft.min_closure {sft_cfg.min_closure}",
+            f"{check['end_token']} (closure {check['rate']:.2f}), below sft.min_closure "
+            f"{sft_cfg.min_closure}",
             where=str(where),
             fix="look at audit.json: initialise the untrained template tokens (--init mean), "
             "train longer (--max-steps) or raise sft.closure_max_tokens",

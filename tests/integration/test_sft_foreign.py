@@ -5,19 +5,29 @@ unchanged and loads in transformers."""
 
 from __future__ import annotations
 
+import csv
 import json
+from pathlib import Path
 
 import pytest
-from foreign_models import chats, llama_model, qwen2_model, with_own_code
+from foreign_models import (
+    KOREAN,
+    chats,
+    llama_model,
+    pretrained_llama_model,
+    qwen2_model,
+    with_own_code,
+)
 
-from conftest import write_jsonl
+from conftest import korquad_contexts, write_jsonl
 from hanlm.config import load_config
 from hanlm.pipeline import run_stage
 
 
-def fine_tune(tmp_path, base, method: str, **values):
-    """Three steps of SFT of the model folder `base` on the built-in chats into tmp_path/run."""
-    data = write_jsonl(tmp_path / "chat.jsonl", chats())
+def fine_tune(tmp_path, base, method: str, *, conversations: int = 40, pairs=None, **values):
+    """Three steps of SFT of the model folder `base` on the built-in chats (or on `pairs`) into
+    tmp_path/run."""
+    data = write_jsonl(tmp_path / "chat.jsonl", chats(conversations, pairs))
     cfg = load_config(values={
         "sft.model": str(base), "sft.data": str(data), "sft.method": method,
         "sft.max_steps": 3, "sft.heldout": 4, "sft.seq_len": 128, "sft.compare": [],
@@ -26,12 +36,32 @@ def fine_tune(tmp_path, base, method: str, **values):
     return run_stage("sft", cfg, tmp_path / "run")
 
 
+def outside_world(shared: Path) -> dict:
+    """Text and chats from outside the repository (../shared/data): KorQuAD's Wikipedia
+    sentences for the base's tokenizer and pretraining, KoBEST COPA's premises and right
+    choices for the chats."""
+    sentences = [s.strip() + "." for c in korquad_contexts(shared)[:60] for s in c.split(". ")]
+    with open(shared / "kobest" / "COPA" / "train.tsv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))[:20]
+    pairs = [(f"{r['sentence']} 이것의 {r['question']}는?", r[r["Answer"]]) for r in rows]
+    return {"text": [s for s in sentences if len(s) > 10], "pairs": pairs, "vocab_size": 800}
+
+
+@pytest.fixture(params=["built-in", "outside"])
+def world(request) -> dict:
+    """The text the foreign base and its chats are made of: the built-in sentences, or text that
+    is not in the repository (skipped where ../shared/data is absent)."""
+    if request.param == "built-in":
+        return {"text": KOREAN, "pairs": None, "vocab_size": 300}
+    return outside_world(request.getfixturevalue("shared_data"))
+
+
 @pytest.mark.parametrize("method", ["full", "lora"])
-def test_a_qwen2_shaped_model_is_fine_tuned_with_its_own_template(tmp_path, method):
+def test_a_qwen2_shaped_model_is_fine_tuned_with_its_own_template(tmp_path, method, world):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    base = qwen2_model(tmp_path / "qwen")
-    assert fine_tune(tmp_path, base, method).step == 3
+    base = qwen2_model(tmp_path / "qwen", text=world["text"], vocab_size=world["vocab_size"])
+    assert fine_tune(tmp_path, base, method, pairs=world["pairs"]).step == 3
     audit = json.loads((tmp_path / "run" / "sft" / "audit.json").read_text())
     assert {t["name"]: t["token"] for t in audit["tokens"] if t["template"]} == {
         "system": "<|im_start|>", "user": "<|im_start|>", "assistant": "<|im_start|>",
@@ -184,3 +214,38 @@ def test_a_model_with_its_own_code_is_fine_tuned_when_the_recipe_trusts_it(tmp_p
     assert (out / "modeling_my.py").read_text() == (base / "modeling_my.py").read_text()
     model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
     assert type(model).__name__ == "MyCustomForCausalLM"
+
+
+# the closure lesson's settings: enough steps for the template to be learned, and the new rows
+# (the same initialisation as the rest at first) moving faster once sft.init gave them a start
+LESSON = {
+    "sft.max_steps": 40, "sft.heldout": 20, "sft.micro_batch": 8, "sft.batch_rows": 8,
+    "sft.optimizer.lr": 1e-2, "sft.optimizer.warmup_steps": 4, "sft.new_token_lr_scale": 3.0,
+    "sft.closure_max_tokens": 48,
+}  # fmt: skip
+
+
+def test_the_closure_lesson_holds_on_a_foreign_base(tmp_path, world):
+    """A pretrained Llama-shaped base with no template: hanlm's four tokens are added, untrained.
+    Initialised (sft.init mean, full SFT) its answers end; the field's setup (LoRA, the rows
+    frozen and not initialised) ends none as a compared variant and is refused as the run's own
+    before any work; sft.min_closure stops a run whose answers do not end."""
+    from hanlm.errors import UserError
+
+    base = pretrained_llama_model(tmp_path / "llama", text=world["text"],
+                                  vocab_size=world["vocab_size"])  # fmt: skip
+    fine_tune(tmp_path, base, "full", conversations=80, pairs=world["pairs"], **LESSON,
+              **{"sft.compare": [{"method": "lora", "init": "none",
+                                  "train_new_token_rows": False}]})  # fmt: skip
+    by_variant = json.loads((tmp_path / "run" / "sft" / "closure_by_variant.json").read_text())
+    assert by_variant["full-mean"] >= 0.9 and by_variant["lora-none-frozen"] <= 0.1, by_variant
+    closure = json.loads((tmp_path / "run" / "sft" / "closure.json").read_text())
+    assert closure["end_token"] == "<|eot|>" and closure["init"] == "mean"
+    with pytest.raises(UserError, match="were never trained, LoRA freezes their embedding rows"):
+        fine_tune(tmp_path / "field", base, "lora", conversations=80, **LESSON,
+                  **{"sft.init": "none", "sft.train_new_token_rows": False})  # fmt: skip
+    assert not (tmp_path / "field" / "run" / "sft" / "stage.json").exists()
+    # the gate names the end token the answers must reach: here the one hanlm added
+    with pytest.raises(UserError, match=r"ended 0 of 4 held-out answers with <\|eot\|>"):
+        fine_tune(tmp_path / "gated", base, "full", **{"sft.min_closure": 0.9,
+                                                       "sft.closure_max_tokens": 1})  # fmt: skip

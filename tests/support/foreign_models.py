@@ -30,8 +30,10 @@ KOREAN = [
 ]
 
 
-def _byte_level_bpe(specials: list[str], vocab_size: int, unk: str | None = None):
-    """A byte-level BPE `tokenizers.Tokenizer` trained on the sentences above."""
+def _byte_level_bpe(
+    specials: list[str], vocab_size: int, unk: str | None = None, text: list[str] = KOREAN
+):
+    """A byte-level BPE `tokenizers.Tokenizer` trained on `text` (the sentences above)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token=unk))
@@ -41,15 +43,18 @@ def _byte_level_bpe(specials: list[str], vocab_size: int, unk: str | None = None
         vocab_size=vocab_size, special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )  # fmt: skip
-    tok.train_from_iterator(KOREAN * 20, trainer)
+    tok.train_from_iterator(text * 20 if text is KOREAN else text, trainer)
     return tok
 
 
-def qwen2_tokenizer(folder: Path, *, template: str | None = CHATML, vocab_size: int = 400):
-    """A byte-level BPE tokenizer with Qwen2's special tokens, saved in `folder`."""
+def qwen2_tokenizer(
+    folder: Path, *, template: str | None = CHATML, vocab_size: int = 400, text: list[str] = KOREAN
+):
+    """A byte-level BPE tokenizer with Qwen2's special tokens, trained on `text`, saved in
+    `folder`."""
     from transformers import PreTrainedTokenizerFast
 
-    tok = _byte_level_bpe(QWEN_SPECIALS, vocab_size)
+    tok = _byte_level_bpe(QWEN_SPECIALS, vocab_size, text=text)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
         additional_special_tokens=QWEN_SPECIALS[1:],
@@ -61,13 +66,15 @@ def qwen2_tokenizer(folder: Path, *, template: str | None = CHATML, vocab_size: 
     return fast
 
 
-def qwen2_model(folder: Path, *, seed: int = 0) -> Path:
+def qwen2_model(
+    folder: Path, *, seed: int = 0, vocab_size: int = 400, text: list[str] = KOREAN
+) -> Path:
     """A 2-layer Qwen2ForCausalLM (biased q/k/v, tied embeddings) with the ChatML tokenizer,
     saved as any Hugging Face model folder: safetensors weights, no hanlm file."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tok = qwen2_tokenizer(folder)
+    tok = qwen2_tokenizer(folder, vocab_size=vocab_size, text=text)
     config = Qwen2Config(
         vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
@@ -113,14 +120,16 @@ def with_own_code(folder: Path, *, model_code: str = OWN_MODEL_CODE) -> Path:
 LLAMA_SPECIALS = ["<unk>", "<s>", "</s>"]
 
 
-def llama_model(folder: Path, *, seed: int = 0, vocab_size: int = 300) -> Path:
+def llama_model(
+    folder: Path, *, seed: int = 0, vocab_size: int = 300, text: list[str] = KOREAN
+) -> Path:
     """A 2-layer LlamaForCausalLM (untied head) whose tokenizer adds `<s>` and has no chat
     template: a base model as most are published."""
     import torch
     from tokenizers import processors
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    tok = _byte_level_bpe(LLAMA_SPECIALS, vocab_size, unk="<unk>")
+    tok = _byte_level_bpe(LLAMA_SPECIALS, vocab_size, unk="<unk>", text=text)
     bos = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
@@ -140,8 +149,42 @@ def llama_model(folder: Path, *, seed: int = 0, vocab_size: int = 300) -> Path:
     return folder
 
 
-def chats(count: int = 40) -> list[dict]:
-    """Korean question-and-answer conversations over the sentences above."""
+def pretrained_llama_model(
+    folder: Path, *, steps: int = 150, vocab_size: int = 300, text: list[str] = KOREAN
+) -> Path:
+    """`llama_model`, then pretrained on `text` (the first five sentences above; each ending
+    with `</s>`) with torch's own loop: a base that knows its text and has never seen a chat
+    token (seconds)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    llama_model(folder, vocab_size=vocab_size, text=text)
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    documents = KOREAN[:5] * 40 if text is KOREAN else text
+    data = torch.tensor([i for s in documents for i in tok(s)["input_ids"] + [tok.eos_token_id]])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        starts = torch.randint(0, len(data) - 65, (16,), generator=generator)
+        batch = torch.stack([data[s : s + 64] for s in starts.tolist()])
+        model(input_ids=batch, labels=batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(folder)
+    return folder
+
+
+def chats(count: int = 40, pairs: list[tuple[str, str]] | None = None) -> list[dict]:
+    """Korean question-and-answer conversations: `pairs` (question, answer) in turn, or over
+    the sentences above."""
+    if pairs is not None:
+        return [
+            {"id": f"c{i}", "messages": [
+                {"role": "user", "content": pairs[i % len(pairs)][0]},
+                {"role": "assistant", "content": pairs[i % len(pairs)][1]}]}
+            for i in range(count)
+        ]  # fmt: skip
     return [
         {"id": f"c{i}", "messages": [
             {"role": "user", "content": KOREAN[i % 5] + " 다음 문장은?"},
