@@ -64,16 +64,28 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
         "logging",
     ),
     # SFT logs to [logging]'s trackers, at [sft.logging]'s cadence
-    "sft": ("sft", "model.trust_remote_code", "logging.trackers", "logging.name", "logging.wandb", "logging.trackio"),
+    "sft": (
+        "sft",
+        "model.trust_remote_code",
+        "logging.trackers",
+        "logging.name",
+        "logging.wandb",
+        "logging.trackio",
+    ),
     "eval": ("eval", "model.trust_remote_code"),
     "preflight": ("preflight",),
     "launch": ("launch", "plan.gpu", "plan.gpus", "plan.hosts", "plan.price_per_gpu_hour"),
     "generate": ("generate", "model.trust_remote_code"),
     "publish": ("publish",),
-    "chat": ("generate", "-generate.batch_size", "model.trust_remote_code"),  # one conversation: nothing to batch
+    # one conversation: nothing to batch
+    "chat": ("generate", "-generate.batch_size", "model.trust_remote_code"),
     # the server's defaults; the engine batches and places the model itself
     "serve": (
-        "generate", "-generate.batch_size", "-generate.device", "serve", "model.trust_remote_code"
+        "generate",
+        "-generate.batch_size",
+        "-generate.device",
+        "serve",
+        "model.trust_remote_code",
     ),
     "plan": (
         "plan",

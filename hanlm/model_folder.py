@@ -112,7 +112,7 @@ def from_hub(repo: str) -> Path:
 
     try:
         # a model's own code comes only where the recipe trusts it (hanlm.remote_code)
-        patterns = HUB_FILES + ["*.py"] if remote_code.allowed() else HUB_FILES
+        patterns = [*HUB_FILES, "*.py"] if remote_code.allowed() else HUB_FILES
         return Path(snapshot_download(repo, allow_patterns=patterns))
     except LocalEntryNotFoundError:
         raise UserError(

@@ -135,7 +135,9 @@ def load_tokenizer(path: str | Path) -> Any:
     files only and without remote code; a failure is a UserError."""
     path = check_tokenizer_folder(path)
     try:
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code.allowed(), local_files_only=True)
+        return AutoTokenizer.from_pretrained(
+            path, trust_remote_code=remote_code.allowed(), local_files_only=True
+        )
     except (OSError, ValueError, KeyError) as e:
         raise remote_code_refusal(path, e) or UserError(
             f"{TOKENIZER_FAILURE.format(path=path)}: {e}", fix=TOKENIZER_FIX
@@ -148,7 +150,9 @@ def read_config(path: str | Path, *, failure: str | None = None, fix: str | None
     reason" (`failure` may name {path}) with `fix`."""
     path = check_model_folder(path, tokenizer=False)
     try:
-        return AutoConfig.from_pretrained(path, trust_remote_code=remote_code.allowed(), local_files_only=True)
+        return AutoConfig.from_pretrained(
+            path, trust_remote_code=remote_code.allowed(), local_files_only=True
+        )
     except (OSError, ValueError, KeyError) as e:
         what = (failure or "cannot read the model config in {path}").format(path=path)
         raise remote_code_refusal(path, e) or UserError(

@@ -258,7 +258,7 @@ def test_a_config_with_its_own_code_runs_it_only_when_the_recipe_trusts_it(tmp_p
     from hanlm import remote_code
 
     folder = with_own_code(qwen2_model(tmp_path / "custom"))
-    with pytest.raises(UserError, match="model.trust_remote_code") as info:
+    with pytest.raises(UserError, match=r"model\.trust_remote_code") as info:
         model_config(str(folder), vocab_size=1024, seq_len=64)
     assert "auto_map" in str(info.value)
     with remote_code.trusting(True):
