@@ -63,7 +63,7 @@ def main() -> None:
     from hanlm.config import load_config
     from hanlm.data import corpus
     from hanlm.pipeline import run_stage
-    from hanlm.stages import tokenizer as tokenizer_stage
+    from hanlm.stages import run_facts
 
     docs = korean_documents(args.source, args.mb)
     text_mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
@@ -94,7 +94,7 @@ def main() -> None:
 
         # Raw floor: one thread, like one shard worker.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-        tok = tokenizer_stage.load(run)
+        tok = run_facts.tokenizer(run)
 
         def raw_encode() -> int:
             n = 0

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from hanlm import __version__, config_flags, exit_status
+from hanlm import __version__, config_flags, exit_status, remote_code
 from hanlm.data import fact_statements
 from hanlm.errors import PeerLost, PreflightNoGo, Terminated, UserError, stop_on_sigterm
 from hanlm.files import (
@@ -604,7 +604,6 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _load(args: argparse.Namespace):
-    from hanlm import remote_code
     from hanlm.stages.rundir import load_run_config
 
     cfg = load_run_config(args.run, args.config, args.overrides, _flag_values(args))
@@ -1056,7 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_command(argv: list[str], as_program: bool) -> int:
     args = build_parser().parse_args(argv)
-    from hanlm import remote_code, run_lock
+    from hanlm import run_lock
 
     previous_handlers = {}
     if threading.current_thread() is threading.main_thread():

@@ -29,6 +29,7 @@ from hanlm.stages.rundir import RunDir, save_run_config
 from hanlm.stages.stage import (
     NotNeeded,
     OnRankZero,
+    Rerun,
     Stage,
     StageContext,
     StageOutcome,
@@ -68,7 +69,11 @@ def stage_module(name: str) -> ModuleType:
 
 
 def declaration(name: str) -> Stage:
-    return stage_module(name).STAGE
+    """Stage `name`'s declaration: its module's STAGE, checked to be one, and of that name."""
+    stage = getattr(stage_module(name), "STAGE", None)
+    if not isinstance(stage, Stage) or stage.name != name:
+        raise TypeError(f"{STAGES.get(name, DEMO)} must end with STAGE = Stage(name={name!r}, ...)")
+    return stage
 
 
 # --- fingerprints ----------------------------------------------------------------------------
@@ -80,9 +85,10 @@ def finished_fingerprint(name: str, run: RunDir) -> str | None:
 
 
 def upstream_of(stage: Stage, cfg: Config, options: dict | None = None) -> tuple[str, ...]:
-    """The stages whose outputs `stage` reads for `cfg`: its declared ones, and the demo world
-    when it reads it."""
-    return (*stage.after, *(("demo",) if stage.uses_demo(cfg, options or {}) else ()))
+    """The stages whose outputs `stage` reads for `cfg` (whole or its declared view): its
+    declared ones, and the demo world when it reads it."""
+    uses_demo = stage.uses_demo(declared_view(cfg, stage), options or {})
+    return (*stage.after, *(("demo",) if uses_demo else ()))
 
 
 def fingerprint_of(stage: Stage, cfg: Config, upstream: dict[str, str | None], inputs: Any) -> str:
@@ -97,11 +103,13 @@ def fingerprint_of(stage: Stage, cfg: Config, upstream: dict[str, str | None], i
 
 def current_fingerprint(name: str, cfg: Config, run: RunDir, options: dict | None = None) -> str:
     """The fingerprint stage `name` would finish with now in `run`."""
-    module, stage = stage_module(name), declaration(name)
-    upstream = {u: finished_fingerprint(u, run) for u in upstream_of(stage, cfg, options)}
-    view = declared_view(cfg, stage)
-    inputs = module.inputs(view, run, options or {}) if hasattr(module, "inputs") else None
-    return fingerprint_of(stage, cfg, upstream, inputs)
+    stage = declaration(name)
+    return _fingerprint(stage, cfg, declared_view(cfg, stage), run, options or {})
+
+
+def _fingerprint(stage: Stage, cfg: Config, view: Config, run: RunDir, options: dict) -> str:
+    upstream = {u: finished_fingerprint(u, run) for u in upstream_of(stage, view, options)}
+    return fingerprint_of(stage, cfg, upstream, stage.inputs(view, run, options))
 
 
 # --- running one stage -----------------------------------------------------------------------
@@ -149,7 +157,7 @@ def _write_marker(folder: Path, stage: Stage, fp: str) -> None:
     write_stage_marker(folder, stage.name, fp, version=stage.version, hanlm=__version__)
 
 
-def _reusable(stage: Stage, module: ModuleType, run: RunDir, out: Path, fp: str) -> StageOutcome:
+def _reusable(stage: Stage, run: RunDir, out: Path, fp: str) -> StageOutcome:
     """The finished result to return instead of building, or None to build. A folder made by
     another version of the stage is refused: it is never reused, nor replaced unasked."""
     marker = read_stage_marker(out)
@@ -159,7 +167,7 @@ def _reusable(stage: Stage, module: ModuleType, run: RunDir, out: Path, fp: str)
         raise earlier_layout(stage, out, marker, run)
     if marker["fingerprint"] != fp:
         return None
-    problem = module.damage(run) if hasattr(module, "damage") else None
+    problem = stage.damage(run)
     if problem is not None:
         warn(f"{stage.name}: {out} is damaged ({problem}); making it again")
         return None
@@ -174,12 +182,12 @@ def _reusable(stage: Stage, module: ModuleType, run: RunDir, out: Path, fp: str)
     )
 
 
-def _build(stage: Stage, module: ModuleType, ctx: StageContext, out: Path) -> StageOutcome:
+def _build(stage: Stage, ctx: StageContext, out: Path) -> StageOutcome:
     if stage.writes == "new_folder":
         try:
             with atomic_output_dir(out) as tmp:
                 ctx.out = tmp
-                result = _checked(stage, module.build(ctx))
+                result = _checked(stage, stage.build(ctx))
                 if _unfinished(result):
                     raise _NotFinished(_summary(result))
                 # once: a library whose file is also its folder's marker outside a run (eval
@@ -194,16 +202,17 @@ def _build(stage: Stage, module: ModuleType, ctx: StageContext, out: Path) -> St
     if _is_main():  # in place: not complete from here until the marker is written again
         (out / STAGE_MARKER).unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
-    result = _checked(stage, module.build(ctx))
+    result = _checked(stage, stage.build(ctx))
     if not _unfinished(result) and _is_main():
         _write_marker(out, stage, ctx.fingerprint)
     return _summary(result)
 
 
 def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> StageOutcome:
-    module, stage = stage_module(name), declaration(name)
+    stage = declaration(name)
     out = stage.output(run)
-    reason = module.not_needed(cfg) if hasattr(module, "not_needed") else None
+    view = declared_view(cfg, stage)
+    reason = stage.not_needed(view)
     if reason is not None:
         # a finished earlier output would otherwise be read by the stages after it; a folder
         # without hanlm's marker is not hanlm's to delete (and is never read as finished)
@@ -211,35 +220,32 @@ def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> Sta
             shutil.rmtree(out)
         info(f"{name}: {reason}; skipped")
         return NotNeeded(name, reason)
-    if hasattr(module, "validate"):
-        module.validate(declared_view(cfg, stage), run, options)
-    if stage.uses_demo(cfg, options):
+    stage.validate(view, run, options)
+    if stage.uses_demo(view, options):
         _run_on_ranks("demo", cfg, run, False, {})
     if stage.rerun is not None:
-        return _rerun(stage, module, cfg, run, force)
-    view = declared_view(cfg, stage)
+        return _rerun(stage, stage.rerun, cfg, run, force)
     derived = stage.derived(cfg) if stage.derived is not None else None
     if stage.writes == "always":
         ctx = StageContext(view, run, out, "", force, options, derived)
-        return _checked(stage, module.build(ctx))
-    fp = current_fingerprint(name, cfg, run, options)
-    asked = hasattr(module, "always_builds") and module.always_builds(options)
-    if not force and not asked:
-        reused = _reusable(stage, module, run, out, fp)
+        return _checked(stage, stage.build(ctx))
+    fp = _fingerprint(stage, cfg, view, run, options)
+    if not force and not stage.always_builds(options):
+        reused = _reusable(stage, run, out, fp)
         if reused is not None:
             return reused
-    return _build(stage, module, StageContext(view, run, out, fp, force, options, derived), out)
+    return _build(stage, StageContext(view, run, out, fp, force, options, derived), out)
 
 
-def _rerun(stage: Stage, module: ModuleType, cfg: Config, run: RunDir, force: bool) -> dict:
+def _rerun(stage: Stage, rerun: Rerun, cfg: Config, run: RunDir, force: bool) -> dict:
     """A stage that is the pipeline again, on a derived recipe in a run folder of its own."""
-    derived_cfg, sub = stage.rerun(cfg, run)
+    derived_cfg, sub = rerun.derive(cfg, run)
     if _is_main():
-        module.prepare(run, sub)
-    info(f"{stage.name}: {module.describe(sub)}")
+        rerun.prepare(run, sub)
+    info(f"{stage.name}: {rerun.describe(sub)}")
     results = {
         name: _run_on_ranks(name, derived_cfg, sub, force, {}, key=f"{stage.name}/{name}")
-        for name in stage.rerun_stages
+        for name in rerun.stages
     }
     return {"run": str(sub.root), "stages": sorted(results)}
 

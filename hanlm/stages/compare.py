@@ -23,7 +23,7 @@ from hanlm.config import Config
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.stages.rundir import RunDir
-from hanlm.stages.stage import Stage
+from hanlm.stages.stage import Rerun, Stage
 
 ACTION = "drop"
 SHARED = ("demo", "corpus")  # the run's folders the comparison reads as its own
@@ -111,6 +111,11 @@ STAGE = Stage(
     output=lambda run: run.comparison(ACTION).root,
     result=None,
     reads=("decontam", "eval"),
-    rerun=derived,
-    rerun_stages=("decontam", "tokenizer", "shards", "pretrain", "export", "eval"),
+    rerun=Rerun(
+        derive=derived,
+        stages=("decontam", "tokenizer", "shards", "pretrain", "export", "eval"),
+        prepare=prepare,
+        describe=describe,
+    ),
+    not_needed=not_needed,
 )

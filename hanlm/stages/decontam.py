@@ -30,8 +30,8 @@ from hanlm.data.decontam.scan import expand_corpus
 from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.tasks import lm_eval_registry, with_prompt_form
-from hanlm.files import file_sha256, fingerprint, stage_fingerprint
-from hanlm.stages.corpus import ENGINE_PLACEMENT, checked_corpus
+from hanlm.files import file_sha256, fingerprint
+from hanlm.stages.run_facts import ENGINE_PLACEMENT, checked_corpus, finished
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
 from hanlm.testsets import readers
@@ -41,24 +41,6 @@ def _uses_demo(cfg: Config, options: dict) -> bool:
     if options.get("standalone"):  # a benchmark of the demo world is refused there
         return False
     return any(spec.partition("=")[2].strip() == "demo" for spec in cfg.decontam.benchmarks)
-
-
-STAGE = Stage(
-    name="decontam",
-    version=3,  # 3: contamination by corpus source (2: index format 2)
-    output=lambda run: run.decontam,
-    result=outputs.DecontamReport,
-    reads=("decontam", "corpus.min_chars", "data_engine"),
-    # whether it runs, how its text is batched, and what the compare stage does change no output
-    unfingerprinted=(
-        "decontam.enabled",
-        "decontam.batch_bytes",
-        "decontam.compare_drop",
-        *ENGINE_PLACEMENT,
-    ),
-    after=("corpus",),
-    uses_demo=_uses_demo,
-)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +148,7 @@ def validate(cfg: Config, run: RunDir, options: dict) -> None:
     _check_thresholds(cfg)
     if options.get("standalone") or options.get("merge"):
         return
-    if stage_fingerprint(run.corpus) is None:
+    if not finished(run, "corpus"):
         raise UserError(
             f"no finished corpus in {run.corpus}", fix=f"run `hanlm corpus --run {run.root}` first"
         )
@@ -293,18 +275,25 @@ def _merge(ctx: StageContext, *, corpus_dir: Path | None) -> outputs.DecontamRep
     return report
 
 
-def load_run_index(run: RunDir | Path) -> BenchmarkIndex | None:
-    """The index the run's decontam stage saved, or None when the run has no decontam output."""
-    run = RunDir.of(run)
-    path = run.decontam_index
-    if stage_fingerprint(path.parent) is None or not path.is_file():
-        return None
-    problems = outputs.damaged_index(path)
-    if problems:
-        raise UserError(
-            f"the run's decontamination index is damaged: {problems[0]}",
-            where=str(path),
-            fix=f"run `hanlm decontam --run {run.root}` again (it scans anew when its output is "
-            "damaged)",
-        )
-    return BenchmarkIndex.load(path)
+STAGE = Stage(
+    name="decontam",
+    version=3,  # 3: contamination by corpus source (2: index format 2)
+    output=lambda run: run.decontam,
+    result=outputs.DecontamReport,
+    reads=("decontam", "corpus.min_chars", "data_engine"),
+    # whether it runs, how its text is batched, and what the compare stage does change no output
+    unfingerprinted=(
+        "decontam.enabled",
+        "decontam.batch_bytes",
+        "decontam.compare_drop",
+        *ENGINE_PLACEMENT,
+    ),
+    after=("corpus",),
+    uses_demo=_uses_demo,
+    build=build,
+    not_needed=not_needed,
+    validate=validate,
+    inputs=inputs,
+    damage=damage,
+    always_builds=always_builds,
+)

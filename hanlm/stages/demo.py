@@ -6,14 +6,6 @@ from __future__ import annotations
 from hanlm import demo
 from hanlm.stages.stage import Stage, StageContext
 
-STAGE = Stage(
-    name="demo",
-    version=1,
-    output=lambda run: run.demo,
-    result=None,
-    reads=("demo",),
-)
-
 
 def build(ctx: StageContext) -> dict:
     settings = ctx.cfg.demo
@@ -22,3 +14,13 @@ def build(ctx: StageContext) -> dict:
     )
     paths = demo.write(world, ctx.out)
     return {kind: path.name for kind, path in paths.items()}
+
+
+STAGE = Stage(
+    name="demo",
+    version=1,
+    output=lambda run: run.demo,
+    result=None,
+    reads=("demo",),
+    build=build,
+)

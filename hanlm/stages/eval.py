@@ -98,17 +98,6 @@ def _uses_demo(cfg: Config, options: dict) -> bool:
     return False
 
 
-STAGE = Stage(
-    name="eval",
-    version=1,
-    output=lambda run: run.eval,
-    result=EvalResults,
-    reads=("eval", "generate", "run.seed"),  # generate: the repetition task's penalties
-    after=("decontam",),  # its items' statuses split every score
-    uses_demo=_uses_demo,
-)
-
-
 def _models(cfg: Config, run: RunDir) -> list[Path]:
     models = [_in_run(run, model) for model in cfg.eval.models] or default_models(run)
     return [require_model_folder(model_folder(model)) for model in models]
@@ -149,3 +138,16 @@ def build(ctx: StageContext) -> EvalResults:
     write_results(ctx.out, evaluation)
     info(f"eval: results in {run.eval}")
     return evaluation.record
+
+
+STAGE = Stage(
+    name="eval",
+    version=1,
+    output=lambda run: run.eval,
+    result=EvalResults,
+    reads=("eval", "generate", "run.seed"),  # generate: the repetition task's penalties
+    after=("decontam",),  # its items' statuses split every score
+    uses_demo=_uses_demo,
+    build=build,
+    inputs=inputs,
+)

@@ -19,26 +19,15 @@ from hanlm.chat_template import TOKENIZER_CONFIG_FILE
 from hanlm.config import Config
 from hanlm.console import info
 from hanlm.errors import UserError
-from hanlm.files import atomic_write_text, claim_output_file, read_json, stage_fingerprint
-from hanlm.model import run_model_config
+from hanlm.files import atomic_write_text, claim_output_file, read_json
 from hanlm.model_folder import export_damage, is_model_folder
 from hanlm.share import gguf as gguf_lib
-from hanlm.stages import shards as shards_stage
-from hanlm.stages import tokenizer as tokenizer_stage
+from hanlm.stages import run_facts
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
 from hanlm.train import checkpoint as checkpoint_lib
 from hanlm.train import export
 from hanlm.train.results import ExportRecord
-
-STAGE = Stage(
-    name="export",
-    version=1,
-    output=lambda run: run.pretrain.export,
-    result=ExportRecord,
-    reads=("model", "pretrain.seq_len"),
-    after=("tokenizer", "shards", "pretrain"),
-)
 
 
 def resolve_checkpoint(run: RunDir, checkpoint: str | None) -> Path:
@@ -98,7 +87,7 @@ def _no_committed_checkpoint(run: RunDir) -> NoReturn:
             f"no checkpoint to export in {root}", fix=f"run `hanlm pretrain --run {run_dir}` first"
         )
     # a finished pretraining is skipped when run again: only --force trains (and saves) anew
-    force = " --force" if stage_fingerprint(run.pretrain.root) is not None else ""
+    force = " --force" if run_facts.finished(run, "pretrain") else ""
     raise UserError(
         f"no committed checkpoint to export in {root}: {', '.join(uncommitted)} "
         f"{'has' if len(uncommitted) == 1 else 'have'} no {checkpoint_lib.MANIFEST}, so the "
@@ -127,8 +116,7 @@ def damage(run: RunDir) -> str | None:
 
 
 def _model_config(cfg: Config, run: RunDir):
-    manifest = shards_stage.load_manifest(run)
-    return run_model_config(cfg.model, vocab_size=manifest.vocab_size, seq_len=cfg.pretrain.seq_len)
+    return run_facts.model_config(cfg.model, run, seq_len=cfg.pretrain.seq_len)
 
 
 def build(ctx: StageContext) -> ExportRecord:
@@ -140,7 +128,7 @@ def build(ctx: StageContext) -> ExportRecord:
         source,
         ctx.out,
         model_config=_model_config(ctx.cfg, run),
-        tokenizer_dir=tokenizer_stage.finished_path(run).parent,
+        tokenizer_dir=run_facts.tokenizer_path(run).parent,
     )
     info(
         f"export: {source.name} ({record.tokens:,} tokens seen) -> {run.pretrain.export} "
@@ -170,7 +158,7 @@ def export_chosen(
     replace = force or out is None
     out = Path(out) if out is not None else run.pretrain.export.with_name(f"hf-{source.name}")
     config = _model_config(cfg, run)
-    tokenizer_dir = tokenizer_stage.finished_path(run).parent
+    tokenizer_dir = run_facts.tokenizer_path(run).parent
     wanted = export.export_fingerprint(source, config, tokenizer_dir, None, torch.float32)
     if _record_fingerprint(out) == wanted and export_damage(out) is None:
         info(f"export: {out} already holds {source.name}, skipped")
@@ -256,3 +244,16 @@ def run_gguf(
         "modelfile": str(modelfile),
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+STAGE = Stage(
+    name="export",
+    version=1,
+    output=lambda run: run.pretrain.export,
+    result=ExportRecord,
+    reads=("model", "pretrain.seq_len"),
+    after=("tokenizer", "shards", "pretrain"),
+    build=build,
+    inputs=inputs,
+    damage=damage,
+)

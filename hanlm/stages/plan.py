@@ -13,6 +13,20 @@ from hanlm.plan.table import print_plan
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
 
+
+def inputs(cfg: Config, run: RunDir, options: dict) -> dict[str, Any]:
+    """The setup the plan is made from: it sizes the data stages' work from the local inputs'
+    sizes, which the settings alone do not give."""
+    return asdict(setup_from_config(cfg))
+
+
+def build(ctx: StageContext) -> Plan:
+    plan = plan_recipe(ctx.cfg)
+    print_plan(plan)
+    info(f"plan: written to {ctx.run.plan}")
+    return plan
+
+
 STAGE = Stage(
     name="plan",
     version=1,
@@ -37,17 +51,6 @@ STAGE = Stage(
         "sft.method",
         "sft.lora",
     ),
+    build=build,
+    inputs=inputs,
 )
-
-
-def inputs(cfg: Config, run: RunDir, options: dict) -> dict[str, Any]:
-    """The setup the plan is made from: it sizes the data stages' work from the local inputs'
-    sizes, which the settings alone do not give."""
-    return asdict(setup_from_config(cfg))
-
-
-def build(ctx: StageContext) -> Plan:
-    plan = plan_recipe(ctx.cfg)
-    print_plan(plan)
-    info(f"plan: written to {ctx.run.plan}")
-    return plan

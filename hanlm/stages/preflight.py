@@ -15,30 +15,6 @@ from hanlm.preflight.report import PreflightReport
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext, Unfinished
 
-STAGE = Stage(
-    name="preflight",
-    version=1,
-    output=lambda run: run.preflight.parent,
-    result=PreflightReport,
-    reads=(
-        "preflight",
-        "pretrain",
-        "checkpoint",
-        "model",
-        "precision",
-        "parallel",
-        "plan",
-        "data_engine",
-        "tokenizer.vocab_size",
-        "tokenizer.extend",  # continued pretraining: the model's rows and the ones added
-        "optimizer.name",  # the step's state: Muon's is smaller than AdamW's
-        "logging",
-        "run.seed",
-    ),
-    writes="in_place",
-    all_ranks=True,
-)
-
 
 def checkpoint_folder(cfg: Config, run: RunDir | Path, override: str | Path | None = None) -> Path:
     """Where training will save checkpoints: --checkpoint-dir, preflight.checkpoint_dir, or the
@@ -82,3 +58,30 @@ def build(ctx: StageContext) -> PreflightReport | Unfinished:
         raise preflight.no_go_error(report, ctx.out / PreflightReport.FILE)
     warn("preflight: NO-GO, going on as preflight.fail_on_no_go = false")
     return Unfinished(report)
+
+
+STAGE = Stage(
+    name="preflight",
+    version=1,
+    output=lambda run: run.preflight.parent,
+    result=PreflightReport,
+    reads=(
+        "preflight",
+        "pretrain",
+        "checkpoint",
+        "model",
+        "precision",
+        "parallel",
+        "plan",
+        "data_engine",
+        "tokenizer.vocab_size",
+        "tokenizer.extend",  # continued pretraining: the model's rows and the ones added
+        "optimizer.name",  # the step's state: Muon's is smaller than AdamW's
+        "logging",
+        "run.seed",
+    ),
+    writes="in_place",
+    all_ranks=True,
+    build=build,
+    inputs=inputs,
+)

@@ -9,26 +9,54 @@ from hanlm.config import Config
 from hanlm.data import mixture
 from hanlm.data.tokenizer import token_byte_lengths
 from hanlm.files import stage_fingerprint
-from hanlm.stages import shards as shards_stage
-from hanlm.stages import tokenizer as tokenizer_stage
+from hanlm.stages import run_facts
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext, Unfinished
 from hanlm.train import pretrain as pretrain_lib
 from hanlm.train import trackers
 from hanlm.train.results import PretrainSummary
 
-# What changes nothing a training computes: where it runs, how it logs and keeps checkpoints
-# (SFT's too).
-BOOKKEEPING = (
-    "parallel.device", "parallel.timeout_s",
-    "checkpoint.resume", "checkpoint.every_minutes", "checkpoint.async_save",
-    "checkpoint.keep_last", "checkpoint.keep_every", "checkpoint.retries", "checkpoint.backoff_s",
-    "checkpoint.max_consecutive_failures", "checkpoint.timeout_s", "checkpoint.mirror",
-    "logging.log_every", "logging.trackers", "logging.name", "logging.wandb", "logging.trackio",
-)  # fmt: skip
-# ... and when a diverging run gives up: a run that finished computed the same weights whatever
-# it is
-NOT_COMPUTED = (*BOOKKEEPING, "optimizer.max_nonfinite_steps")
+# What changes nothing pretraining computes: its bookkeeping, and when a diverging run gives up
+# (a run that finished computed the same weights whatever it is)
+NOT_COMPUTED = (*run_facts.TRAINING_BOOKKEEPING, "optimizer.max_nonfinite_steps")
+
+
+def validate(cfg: Config, run: RunDir, options: dict) -> None:
+    """A mix of corpus sources that the shards cannot give within their max_epochs stops the
+    stage before its folder is touched (the build checks the shards themselves)."""
+    if run_facts.finished(run, "shards"):
+        mixture.for_training(cfg, run.shards)
+
+
+def build(ctx: StageContext) -> PretrainSummary | Unfinished:
+    """The summary once the last step is checkpointed; Unfinished when it stopped before (its
+    checkpoints are resumed next time)."""
+    cfg, run = ctx.cfg, ctx.run
+    trackers.check(cfg.logging)  # on every rank, before the model is built
+    manifest = run_facts.shards_manifest(run)
+    if os.environ.get("RANK", "0") == "0":  # one reader hashes them; its refusal stops all
+        run_facts.check_shards_intact(run)
+    tokenizer = run_facts.tokenizer(run)
+    data = pretrain_lib.PretrainData(
+        shards_dir=run.shards,
+        shards_fingerprint=stage_fingerprint(run.shards),
+        vocab_size=manifest.vocab_size,
+        tokenizer_sha256=manifest.tokenizer_sha256,
+        tokenizer_dir=run.tokenizer,
+        token_byte_lengths=token_byte_lengths(tokenizer),
+    )
+    out = run.pretrain
+    summary = pretrain_lib.pretrain(
+        cfg,
+        data,
+        out,
+        settings_fp=ctx.fingerprint,
+        force=ctx.force,
+        stop_after_steps=ctx.options.get("stop_after_steps"),
+        on_complete=lambda summary: summary.write(out.summary),
+    )
+    return summary if summary.completed else Unfinished(summary)
+
 
 STAGE = Stage(
     name="pretrain",
@@ -51,41 +79,6 @@ STAGE = Stage(
     after=("tokenizer", "shards"),
     writes="in_place",
     all_ranks=True,
+    build=build,
+    validate=validate,
 )
-
-
-def validate(cfg: Config, run: RunDir, options: dict) -> None:
-    """A mix of corpus sources that the shards cannot give within their max_epochs stops the
-    stage before its folder is touched (the build checks the shards themselves)."""
-    if stage_fingerprint(run.shards) is not None:
-        mixture.for_training(cfg, run.shards)
-
-
-def build(ctx: StageContext) -> PretrainSummary | Unfinished:
-    """The summary once the last step is checkpointed; Unfinished when it stopped before (its
-    checkpoints are resumed next time)."""
-    cfg, run = ctx.cfg, ctx.run
-    trackers.check(cfg.logging)  # on every rank, before the model is built
-    manifest = shards_stage.load_manifest(run)
-    if os.environ.get("RANK", "0") == "0":  # one reader hashes them; its refusal stops all
-        shards_stage.check_intact(run)
-    tokenizer = tokenizer_stage.load(run)
-    data = pretrain_lib.PretrainData(
-        shards_dir=run.shards,
-        shards_fingerprint=stage_fingerprint(run.shards),
-        vocab_size=manifest.vocab_size,
-        tokenizer_sha256=manifest.tokenizer_sha256,
-        tokenizer_dir=run.tokenizer,
-        token_byte_lengths=token_byte_lengths(tokenizer),
-    )
-    out = run.pretrain
-    summary = pretrain_lib.pretrain(
-        cfg,
-        data,
-        out,
-        settings_fp=ctx.fingerprint,
-        force=ctx.force,
-        stop_after_steps=ctx.options.get("stop_after_steps"),
-        on_complete=lambda summary: summary.write(out.summary),
-    )
-    return summary if summary.completed else Unfinished(summary)

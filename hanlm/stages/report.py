@@ -9,16 +9,8 @@ from hanlm.report import card
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
 
+
 # Rebuilt every time: it only reads, and the stages before it may have changed.
-STAGE = Stage(
-    name="report",
-    version=1,
-    output=lambda run: run.root,
-    result=None,
-    writes="always",
-)
-
-
 def run_files(run: RunDir) -> card.RunFiles:
     """Where the report finds what each stage wrote in the run."""
     return card.RunFiles(
@@ -54,3 +46,13 @@ def build(ctx: StageContext) -> dict:
     plots = sorted(path.name for path in run.plots.glob("*.png"))
     info(f"report: {run.report} with {len(plots)} plots in {run.plots}")
     return {"report": str(run.report), "plots": plots}
+
+
+STAGE = Stage(
+    name="report",
+    version=1,
+    output=lambda run: run.root,
+    result=None,
+    writes="always",
+    build=build,
+)

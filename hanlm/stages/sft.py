@@ -16,11 +16,8 @@ from hanlm.data.shards import ShardsManifest
 from hanlm.errors import UserError
 from hanlm.files import file_sha256, fingerprint
 from hanlm.inference import load_tokenizer
-from hanlm.model import run_model_config
 from hanlm.model_folder import check_model_folder, export_damage, is_model_folder
-from hanlm.stages import shards as shards_stage
-from hanlm.stages.decontam import load_run_index
-from hanlm.stages.pretrain import BOOKKEEPING
+from hanlm.stages import run_facts
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
 from hanlm.train import checkpoint, trackers
@@ -100,9 +97,8 @@ def with_model_config(cfg: Config, source: sft_lib.SftSource, run: RunDir):
     length); a Hugging Face folder brings its own."""
     if source.kind != "checkpoint":
         return source
-    manifest = shards_stage.load_manifest(run.root)
     seq_len = max(cfg.pretrain.seq_len, cfg.sft.seq_len)
-    config = run_model_config(cfg.model, vocab_size=manifest.vocab_size, seq_len=seq_len)
+    config = run_facts.model_config(cfg.model, run, seq_len=seq_len)
     return dataclasses.replace(source, model_config=config)
 
 
@@ -120,35 +116,11 @@ def data_sources(cfg: Config, run: RunDir) -> list[SftSourceSection]:
 # validation (SFT has its own), SFT's own bookkeeping, and the closure it must reach to count as
 # finished (checked after training).
 NOT_COMPUTED = (
-    *BOOKKEEPING,
+    *run_facts.TRAINING_BOOKKEEPING,
     "logging.eval_every", "logging.eval_batches",
     "sft.checkpoint.resume", "sft.checkpoint.every_minutes", "sft.logging.log_every",
     "sft.optimizer.max_nonfinite_steps", "sft.min_closure",
 )  # fmt: skip
-
-STAGE = Stage(
-    name="sft",
-    version=1,
-    output=lambda run: run.sft.root,
-    result=SftSummary,
-    reads=(
-        "sft",
-        "model",
-        "precision",
-        "parallel",
-        "checkpoint",
-        "logging",
-        "distill",
-        "pretrain.seq_len",
-        "run.seed",
-    ),
-    unfingerprinted=NOT_COMPUTED,
-    after=("decontam",),  # the index its conversations are checked against; the source model
-    # is an input by identity (a run's checkpoint or export, or sft.model)
-    writes="in_place",
-    all_ranks=True,
-    uses_demo=lambda cfg, options: not cfg.sft.source_list(),
-)
 
 
 def validate(cfg: Config, run: RunDir, options: dict) -> None:
@@ -215,8 +187,37 @@ def build(ctx: StageContext) -> SftSummary:
         conversations=conversations,
         sources=reports,
         data_fp=fingerprint(conversations),
-        index=load_run_index(run),
+        index=run_facts.decontam_index(run),
         outputs=run.sft,
         settings_fp=ctx.fingerprint,
         force=ctx.force,
     )
+
+
+STAGE = Stage(
+    name="sft",
+    version=1,
+    output=lambda run: run.sft.root,
+    result=SftSummary,
+    reads=(
+        "sft",
+        "model",
+        "precision",
+        "parallel",
+        "checkpoint",
+        "logging",
+        "distill",
+        "pretrain.seq_len",
+        "run.seed",
+    ),
+    unfingerprinted=NOT_COMPUTED,
+    after=("decontam",),  # the index its conversations are checked against; the source model
+    # is an input by identity (a run's checkpoint or export, or sft.model)
+    writes="in_place",
+    all_ranks=True,
+    uses_demo=lambda cfg, options: not cfg.sft.source_list(),
+    build=build,
+    validate=validate,
+    inputs=inputs,
+    damage=damage,
+)

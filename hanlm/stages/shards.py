@@ -7,29 +7,18 @@ finished. Bad input (a UserError) throws the work away, since the input must cha
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from hanlm.console import info
 from hanlm.data import shards
-from hanlm.errors import UserError
 from hanlm.files import file_sha256
 from hanlm.stages import engine_output
-from hanlm.stages import tokenizer as tokenizer_stage
-from hanlm.stages.corpus import ENGINE_PLACEMENT, checked_corpus, training_corpus_dir
-from hanlm.stages.rundir import RunDir, finished_output
-from hanlm.stages.stage import Stage, StageContext
-
-STAGE = Stage(
-    name="shards",
-    version=3,  # 3: a document index beside each token file (provenance)
-    output=lambda run: run.shards,
-    result=shards.ShardsManifest,
-    reads=("shards", "data_engine", "run.seed"),
-    # how the encoding is batched changes no token (see data.shards._encoded)
-    unfingerprinted=("shards.batch_docs", "shards.piece_chars", *ENGINE_PLACEMENT),
-    after=("corpus", "decontam", "tokenizer"),
-    work=lambda run: run.shards_work,
+from hanlm.stages.run_facts import (
+    ENGINE_PLACEMENT,
+    checked_corpus,
+    tokenizer_path,
+    training_corpus_dir,
 )
+from hanlm.stages.rundir import RunDir
+from hanlm.stages.stage import Stage, StageContext
 
 
 def damage(run: RunDir) -> str | None:
@@ -40,7 +29,7 @@ def damage(run: RunDir) -> str | None:
 def build(ctx: StageContext) -> shards.ShardsManifest | None:
     """The shards' manifest; None when the tasks were submitted to a cluster and still run."""
     cfg, run = ctx.cfg, ctx.run
-    tokenizer_json = tokenizer_stage.finished_path(run)
+    tokenizer_json = tokenizer_path(run)
     sha = file_sha256(tokenizer_json)
     corpus_dir = checked_corpus(run, training_corpus_dir(run))
     work = engine_output.work_folder(run.shards_work, ctx.fingerprint, force=ctx.force)
@@ -60,35 +49,16 @@ def build(ctx: StageContext) -> shards.ShardsManifest | None:
     return manifest
 
 
-def check_intact(run: RunDir | Path) -> None:
-    """Before training reads them: the token files match the sizes and sha256 recorded when
-    they were written (a flipped token id would otherwise surface as an index error deep in
-    the model); a UserError naming the damage and the rebuild otherwise."""
-    run = RunDir.of(run)
-    problems = shards.damaged_outputs(run.shards)
-    if problems:
-        raise UserError(
-            f"the shards in {run.shards} are damaged ({'; '.join(problems[:3])})",
-            fix=f"make them again: `hanlm run --run {run.root}` checks every finished stage and "
-            f"redoes the damaged ones, or `hanlm shards --run {run.root} --force`",
-        )
-
-
-def load_manifest(run: RunDir | Path) -> shards.ShardsManifest:
-    """The run's shard manifest; a UserError when the shards were made with another tokenizer
-    than the run's (the token ids would mean other text)."""
-    run = RunDir.of(run)
-    path = finished_output(run.shards_manifest, "shards", f"run `hanlm shards --run {run.root}`")
-    manifest = shards.ShardsManifest.read(
-        path, fix=f"make them again with `hanlm shards --run {run.root} --force`"
-    )
-    made_with = manifest.tokenizer_sha256
-    sha = file_sha256(tokenizer_stage.finished_path(run))
-    if made_with != sha:
-        raise UserError(
-            f"the shards in {run.shards} were made with another tokenizer (sha256 "
-            f"{str(made_with)[:12]}…) than the run's ({sha[:12]}…)",
-            fix=f"make them again with `hanlm shards --run {run.root}` (or `hanlm run --from "
-            "tokenizer`)",
-        )
-    return manifest
+STAGE = Stage(
+    name="shards",
+    version=3,  # 3: a document index beside each token file (provenance)
+    output=lambda run: run.shards,
+    result=shards.ShardsManifest,
+    reads=("shards", "data_engine", "run.seed"),
+    # how the encoding is batched changes no token (see data.shards._encoded)
+    unfingerprinted=("shards.batch_docs", "shards.piece_chars", *ENGINE_PLACEMENT),
+    after=("corpus", "decontam", "tokenizer"),
+    work=lambda run: run.shards_work,
+    build=build,
+    damage=damage,
+)

@@ -1,25 +1,27 @@
 """What a stage declares, and what it is handed when it runs.
 
-A stage module holds one `STAGE = Stage(...)` and a `build(ctx)` that turns its inputs into its
-outputs and returns its result (of the `Result` type it declares: hanlm.results);
-`hanlm.pipeline` does everything else once for all of them: the
-fingerprint (from exactly the settings the stage declares it reads, the fingerprints of the
-stages it reads from, its version and the identity of its inputs outside the run), skipping a
-finished stage whose outputs are whole, the temporary folder renamed into place, the completion
-marker, and which ranks run it under torchrun.
+A stage module ends with one `STAGE = Stage(...)`: its name, version, output folder, result type,
+the settings it reads, the stages it reads from, and its functions: `build(ctx)`, which turns its
+inputs into its outputs and returns its result (of the `Result` type it declares:
+hanlm.results), and the optional hooks below. `hanlm.pipeline` does everything else once for all
+of them: the fingerprint (from exactly the settings the stage declares it reads, the fingerprints
+of the stages it reads from, its version and the identity of its inputs outside the run),
+skipping a finished stage whose outputs are whole, the temporary folder renamed into place, the
+completion marker, and which ranks run it under torchrun.
 
-Optional functions a stage module may define, each called by the pipeline:
-  prepare(run, sub), describe(sub)  for a stage that reruns the pipeline (Stage.rerun): what
-                                    the derived run folder shares with the run, and one line
+Every hook that takes the recipe gets the stage's declared view of it (`declared_view`): a
+section it did not declare raises. The hooks:
   not_needed(cfg) -> str | None     why the stage has nothing to do for this recipe (its earlier
                                     output is then removed, so no later stage reads it)
   validate(cfg, run, options)       refuse bad input (a UserError) before anything is made,
                                     the demo world included
+  uses_demo(cfg, options) -> bool   whether it reads the demo world
   inputs(cfg, run, options) -> Any  what it reads from outside the run folder (input files, a
                                     model folder), by identity, for its fingerprint
   damage(run) -> str | None         what is wrong with a finished output that would be reused
   always_builds(options) -> bool    the command asks for a build whatever is finished (one
                                     shard of a scan, a merge of the shards)
+A stage that is the pipeline run again declares a `Rerun` instead of a build.
 """
 
 from __future__ import annotations
@@ -42,6 +44,28 @@ from hanlm.stages.rundir import RunDir
 Writes = Literal["new_folder", "in_place", "always"]
 
 
+def _never(*args: Any) -> bool:
+    return False
+
+
+def _nothing(*args: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A stage that is the pipeline run again on a derived recipe, in a run folder of its own.
+    `derive` gets the whole recipe (the derived one is the whole recipe, changed), and gives it
+    with its folder; `stages` run there in order, each skipped when finished as the run's own
+    are; `prepare(run, sub)` (rank 0, before them) readies the folder; `describe(sub)` is the
+    line printed before them."""
+
+    derive: Callable[[Config, RunDir], tuple[Config, RunDir]]
+    stages: tuple[str, ...]
+    prepare: Callable[[RunDir, RunDir], None]
+    describe: Callable[[RunDir], str]
+
+
 @dataclass(frozen=True)
 class Stage:
     """A stage's declaration. `reads` names config sections (`"tokenizer"`) or single fields
@@ -49,7 +73,8 @@ class Stage:
     `unfingerprinted` (dotted names of fields that change nothing the stage computes, such as a
     batch size of the encoding or how often it logs). `after` names the stages whose outputs it
     reads, in the pipeline's order. `version` changes when the stage's outputs change meaning:
-    a folder made by another version is never reused silently."""
+    a folder made by another version is never reused silently. The hooks are the module
+    docstring's."""
 
     name: str
     version: int
@@ -57,6 +82,7 @@ class Stage:
     # the type of what build returns, kept in the output folder as `result.FILE` and read back
     # when the stage is skipped (None: its outputs are its files alone, as the demo world's)
     result: type[Result] | None
+    build: Callable[[StageContext], Any] | None = None  # None only for a Rerun
     reads: tuple[str, ...] = ()
     unfingerprinted: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
@@ -64,12 +90,13 @@ class Stage:
     # a folder its jobs keep between runs to resume in: removed once the stage is finished
     work: Callable[[RunDir], Path] | None = None
     all_ranks: bool = False  # under torchrun, every rank runs it (training, host checks)
-    # whether it reads the demo world for this recipe and the command's options
-    uses_demo: Callable[[Config, dict], bool] = field(default=lambda cfg, options: False)
-    # a stage that is the pipeline run again: (the derived recipe, its run folder), and the
-    # stages to run there, each skipped when finished as the run's own are
-    rerun: Callable[[Config, RunDir], tuple[Config, RunDir]] | None = None
-    rerun_stages: tuple[str, ...] = ()
+    not_needed: Callable[[Config], str | None] = _nothing
+    validate: Callable[[Config, RunDir, dict], None] = _nothing
+    uses_demo: Callable[[Config, dict], bool] = _never
+    inputs: Callable[[Config, RunDir, dict], Any] = _nothing
+    damage: Callable[[RunDir], str | None] = _nothing
+    always_builds: Callable[[dict], bool] = _never
+    rerun: Rerun | None = None
     # what the stage needs computed from sections it does not read whole, from the whole
     # recipe (the corpus: how far each source is read, from pretraining's budget): part of its
     # fingerprint, handed to build as ctx.derived, so the value and not the settings behind it
@@ -81,6 +108,8 @@ class Stage:
         for name in self.unfingerprinted:
             if name.split(".")[0] not in sections:
                 raise ValueError(f"{self.name}: {name} is not in a section the stage reads")
+        if (self.build is None) == (self.rerun is None):
+            raise ValueError(f"{self.name}: a stage has a build or a Rerun, and only one")
 
 
 @dataclass

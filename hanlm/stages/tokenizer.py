@@ -10,18 +10,9 @@ from hanlm.console import info
 from hanlm.data import base_tokenizer, tokenizer
 from hanlm.files import file_sha256
 from hanlm.model_folder import check_model_folder
-from hanlm.stages.corpus import checked_corpus, training_corpus_dir
-from hanlm.stages.rundir import RunDir, finished_output
+from hanlm.stages.run_facts import checked_corpus, training_corpus_dir
+from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
-
-STAGE = Stage(
-    name="tokenizer",
-    version=1,
-    output=lambda run: run.tokenizer,
-    result=tokenizer.TokenizerStats,
-    reads=("tokenizer", "model.init_from", "run.seed"),
-    after=("corpus", "decontam"),  # the decontaminated corpus when that stage wrote one
-)
 
 
 def damage(run: RunDir) -> str | None:
@@ -74,13 +65,15 @@ def base_model(cfg: Config) -> Path:
     return check_model_folder(cfg.model.init_from)
 
 
-def finished_path(run: RunDir | Path) -> Path:
-    """The run's tokenizer.json; a UserError when the tokenizer stage has not finished."""
-    run = RunDir.of(run)
-    fix = f"run `hanlm tokenizer --run {run.root}` first"
-    return finished_output(run.tokenizer_json, "tokenizer", fix)
-
-
-def load(run: RunDir | Path):
-    """The run's trained tokenizer as a `tokenizers.Tokenizer`."""
-    return tokenizer.load(finished_path(run))
+STAGE = Stage(
+    name="tokenizer",
+    version=1,
+    output=lambda run: run.tokenizer,
+    result=tokenizer.TokenizerStats,
+    reads=("tokenizer", "model.init_from", "run.seed"),
+    after=("corpus", "decontam"),  # the decontaminated corpus when that stage wrote one,
+    build=build,
+    validate=validate,
+    inputs=inputs,
+    damage=damage,
+)

@@ -34,8 +34,8 @@ from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.data.shards import ShardsManifest
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
-from hanlm.stages import corpus as corpus_stage
 from hanlm.stages import decontam as decontam_stage
+from hanlm.stages import run_facts
 from hanlm.stages.rundir import RunDir, load_run_config
 from hanlm.stages.stage import NotNeeded
 from hanlm.testsets import readers
@@ -474,7 +474,7 @@ def test_run_mode_finds_the_demo_plants_and_training_reads_the_clean_corpus(demo
         assert listed <= documents and len(listed) == min(len(documents), 5)
     assert max(r["coverage"] for i, r in rows.items() if i not in dirty) < 0.5
     # The decontaminated corpus: no planted document, every other one, and training reads it.
-    assert corpus_stage.training_corpus_dir(demo_run) == out / "corpus"
+    assert run_facts.training_corpus_dir(demo_run) == out / "corpus"
     clean_ids = {d["id"] for d in corpus_lib.iter_corpus(out / "corpus")}
     flagged = (out / "flagged.jsonl").read_text().splitlines()
     dropped = {json.loads(line)["document"] for line in flagged}
@@ -484,7 +484,7 @@ def test_run_mode_finds_the_demo_plants_and_training_reads_the_clean_corpus(demo
     assert stats["documents_out"] == len(clean_ids)
     splits = ShardsManifest.read(demo_run / "shards" / ShardsManifest.FILE).splits
     assert splits["train"].documents + splits["val"].documents == len(clean_ids)
-    assert decontam_stage.load_run_index(demo_run) is not None
+    assert run_facts.decontam_index(demo_run) is not None
     report = DecontamReport.read(out / DecontamReport.FILE)
     assert report.documents_dropped == len(dropped)
 
@@ -498,7 +498,7 @@ def test_cut_mode_removes_the_items_and_keeps_the_rest(data_copy):
     cfg = load_run_config(data_copy, values={"decontam.action": "cut"})
     report = run_stage("decontam", cfg, data_copy)
     assert report.documents_cut > 0
-    index = decontam_stage.load_run_index(data_copy)
+    index = run_facts.decontam_index(data_copy)
     texts = [d["text"] for d in corpus_lib.iter_corpus(data_copy / "decontam" / "corpus")]
     assert all(r["status"] == "clean" for r in index.check(texts))
     original = sum(1 for _ in corpus_lib.iter_corpus(data_copy / "corpus"))
@@ -512,10 +512,10 @@ def test_disabled_stage_trains_on_the_plain_corpus(data_copy):
     outcome = run_stage("decontam", cfg, data_copy)
     assert isinstance(outcome, NotNeeded) and outcome.reason.startswith("disabled")
     assert not (data_copy / "decontam").exists()
-    assert corpus_stage.training_corpus_dir(data_copy) == data_copy / "corpus"
+    assert run_facts.training_corpus_dir(data_copy) == data_copy / "corpus"
     # the tokenizer will be redone
     assert pipeline.current_fingerprint("tokenizer", cfg, run) != before
-    assert decontam_stage.load_run_index(data_copy) is None
+    assert run_facts.decontam_index(data_copy) is None
 
 
 def test_run_mode_shards_and_merge(data_copy, cli):
@@ -775,11 +775,11 @@ def test_a_damaged_index_is_refused_by_readers_and_rebuilt_by_a_rerun(data_copy,
     whole = index.read_bytes()
     index.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(UserError, match="decontamination index is damaged"):
-        decontam_stage.load_run_index(data_copy)
+        run_facts.decontam_index(data_copy)
     result = cli("decontam", "--run", data_copy)
     assert result.code == 0, result.err
     assert "index.npz cannot be read" in result.err and "making it again" in result.err
-    assert decontam_stage.load_run_index(data_copy) is not None
+    assert run_facts.decontam_index(data_copy) is not None
 
 
 def test_run_mode_without_corpus_is_a_user_error(tmp_path):

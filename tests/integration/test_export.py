@@ -15,7 +15,7 @@ from hanlm.errors import UserError
 from hanlm.model import build_model, model_config
 from hanlm.pipeline import run_stage
 from hanlm.stages import export as export_stage
-from hanlm.stages import tokenizer as tokenizer_stage
+from hanlm.stages import run_facts
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import export
 from hanlm.train.checkpoint import step_dir
@@ -81,7 +81,7 @@ def trained_model(run_dir, step: int):
 
 
 def batch(run_dir) -> torch.Tensor:
-    tok = tokenizer_stage.load(run_dir)
+    tok = run_facts.tokenizer(run_dir)
     texts = ["서울은 대한민국의 수도이다.", "한국어 모델을 처음부터 학습한다."]
     rows = [tok.encode(t).ids[:12] for t in texts]
     width = min(len(r) for r in rows)

@@ -20,7 +20,7 @@ from hanlm.data.decontam import BenchmarkIndex
 from hanlm.data.decontam import index as index_module
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
-from hanlm.stages import tokenizer as tokenizer_stage
+from hanlm.stages import run_facts
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import declared_settings
 from hanlm.testsets import readers
@@ -110,7 +110,7 @@ def test_shards_encode_a_document_over_piece_chars_to_the_tokens_of_the_whole(tm
     run_stage("corpus", cfg, run)
     run_stage("tokenizer", cfg, run)
     manifest = run_stage("shards", cfg, run)
-    tok = tokenizer_stage.load(run)
+    tok = run_facts.tokenizer(run)
     expected = {"train": [], "val": []}
     for i, doc in enumerate(iter_corpus(run / "corpus")):
         split = "val" if i == 0 or shards.is_val(doc["id"], cfg.run.seed, 0.1) else "train"

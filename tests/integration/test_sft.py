@@ -354,7 +354,7 @@ def test_contaminated_conversations_are_dropped_or_refused(pretrained, tmp_path)
 
 def test_real_decontam_index_when_available(pretrained):
     """With the run's real decontam index (when the decontam stage has run), the check runs."""
-    from hanlm.stages.decontam import load_run_index
+    from hanlm.stages.run_facts import decontam_index as load_run_index
 
     if load_run_index(pretrained) is None:
         pytest.skip("this run has no decontam index")

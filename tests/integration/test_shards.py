@@ -11,9 +11,8 @@ from hanlm.data.shards import ShardsManifest
 from hanlm.data.tokenizer import TokenizerStats
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
-from hanlm.stages import shards as shards_stage
-from hanlm.stages import tokenizer as tokenizer_stage
-from hanlm.stages.corpus import training_corpus_dir
+from hanlm.stages import run_facts
+from hanlm.stages.run_facts import training_corpus_dir
 from hanlm.stages.rundir import load_run_config
 
 
@@ -37,7 +36,7 @@ def first_documents(corpus_dir) -> set[str]:
 
 
 def test_totals_equal_direct_encoding(demo_run):
-    tok = tokenizer_stage.load(demo_run)
+    tok = run_facts.tokenizer(demo_run)
     m = manifest(demo_run)
     eod = m.eod_id
     expected = {"train": [], "val": []}
@@ -72,7 +71,7 @@ def test_manifest_fields(demo_run):
 def reference_files(run_dir) -> dict[str, bytes]:
     """Every token file as the encoder before the data engine wrote it: part by part, the first
     document of each source and the seeded coin's picks to val, each document ending in EOD."""
-    tok = tokenizer_stage.load(run_dir)
+    tok = run_facts.tokenizer(run_dir)
     m = manifest(run_dir)
     files = {}
     firsts = first_documents(training_corpus_dir(run_dir))
@@ -251,11 +250,11 @@ def test_rerun_skips_and_a_new_tokenizer_encodes_again(demo_run, tmp_path, cli):
     run_stage("tokenizer", cfg, run_dir)
     # until the shards are made again, training refuses them: their ids are another tokenizer's
     with pytest.raises(UserError, match="another tokenizer"):
-        shards_stage.load_manifest(run_dir)
+        run_facts.shards_manifest(run_dir)
     assert cli("shards", "--run", run_dir, "--set", "tokenizer.vocab_size=768").code == 0
     assert marker.read_text() != before  # the tokenizer is upstream: the shards are redone
     assert manifest(run_dir).vocab_size == 768
-    shards_stage.load_manifest(run_dir)
+    run_facts.shards_manifest(run_dir)
 
 
 def test_uint32_for_large_vocabularies():

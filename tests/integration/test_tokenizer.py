@@ -7,7 +7,7 @@ from conftest import assert_user_error, korquad_contexts
 from hanlm.data import tokenizer
 from hanlm.data.corpus import iter_corpus
 from hanlm.errors import UserError
-from hanlm.stages import tokenizer as tokenizer_stage
+from hanlm.stages import run_facts
 
 MIXED = [
     "대한민국의 수도는 서울이다.",
@@ -31,7 +31,7 @@ def hf_tokenizer(demo_run):
 
 
 def test_round_trip_is_exact(demo_run, hf_tokenizer):
-    tok = tokenizer_stage.load(demo_run)
+    tok = run_facts.tokenizer(demo_run)
     for text in MIXED:
         assert tok.decode(tok.encode(text).ids, skip_special_tokens=False) == text
         ids = hf_tokenizer.encode(text, add_special_tokens=False)
@@ -39,20 +39,20 @@ def test_round_trip_is_exact(demo_run, hf_tokenizer):
 
 
 def test_round_trip_on_real_text(demo_run, shared_data):
-    tok = tokenizer_stage.load(demo_run)
+    tok = run_facts.tokenizer(demo_run)
     for text in korquad_contexts(shared_data)[:200]:
         text = unicodedata.normalize("NFC", text)
         assert tok.decode(tok.encode(text).ids) == text
 
 
 def test_nfc_normaliser(demo_run):
-    tok = tokenizer_stage.load(demo_run)
+    tok = run_facts.tokenizer(demo_run)
     text = "한국어 토크나이저"
     assert tok.encode(unicodedata.normalize("NFD", text)).ids == tok.encode(text).ids
 
 
 def test_digits_split_one_by_one(demo_run):
-    tok = tokenizer_stage.load(demo_run)
+    tok = run_facts.tokenizer(demo_run)
     tokens = tok.encode("12345").tokens
     assert tokens == ["1", "2", "3", "4", "5"]
     pieces = [tok.decode([i]) for i in tok.encode("가격은 98765원, 전화 010-2345").ids]
@@ -63,7 +63,7 @@ def test_digits_split_one_by_one(demo_run):
 
 def test_special_tokens_reserved_and_single(demo_run):
     spec = json.loads((demo_run / "tokenizer" / "special_tokens.json").read_text())
-    tok = tokenizer_stage.load(demo_run)
+    tok = run_facts.tokenizer(demo_run)
     core = tokenizer.core_special_tokens()
     assert [spec[k]["id"] for k in core] == list(range(len(core)))
     assert spec["pad"]["id"] not in (spec["eod"]["id"], spec["eot"]["id"])

@@ -22,6 +22,7 @@ ORDER: tuple[str, ...] = (
     "files",
     "results",
     "run_lock",
+    "remote_code",
     "korean",
     "prompts",
     "chat_template",
@@ -242,3 +243,42 @@ def test_each_deferred_import_says_why(path: Path):
         if "#" not in context and "lazily" not in context:
             silent.append(f"line {node.lineno} in {func}(): {lines[node.lineno - 1].strip()}")
     assert not silent, "say why the import waits (# deferred: ...):\n" + "\n".join(silent)
+
+
+# --- the stages ---------------------------------------------------------------------------------
+
+STAGES = PACKAGE / "stages"
+# the stages' shared parts, which any stage may import: none of them is a stage
+STAGE_HELPERS = frozenset({"stage", "rundir", "run_facts", "engine_output", "__init__"})
+
+
+def stage_modules() -> list[Path]:
+    return sorted(p for p in STAGES.glob("*.py") if p.stem not in STAGE_HELPERS)
+
+
+@pytest.mark.parametrize("path", stage_modules(), ids=lambda p: p.stem)
+def test_no_stage_module_imports_another(path: Path):
+    """What a stage reads of another's output is asked of hanlm.stages.run_facts."""
+    wrong = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "hanlm.stages":
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hanlm.stages."):
+            names = [node.module.split(".")[2]]
+        else:
+            continue
+        wrong += [f"line {node.lineno}: {n}" for n in names if n not in STAGE_HELPERS]
+    assert not wrong, f"{path.stem} imports stage modules:\n" + "\n".join(wrong)
+
+
+def test_every_stage_is_one_declaration():
+    """The pipeline finds no hook by hasattr: each stage module ends in STAGE = Stage(...), which
+    names its build (or its Rerun) and its hooks."""
+    from hanlm import pipeline
+    from hanlm.stages.stage import Stage
+
+    assert "hasattr(" not in (PACKAGE / "pipeline.py").read_text()
+    for name in [*pipeline.STAGES, "demo"]:
+        stage = pipeline.declaration(name)
+        assert isinstance(stage, Stage) and stage.name == name
+        assert (stage.build is None) != (stage.rerun is None)
