@@ -27,11 +27,12 @@ from hanlm.data import dataset_repo
 from hanlm.errors import UserError
 
 if TYPE_CHECKING:  # the result types, for annotations only: the card reads their attributes
+    from hanlm.config import Config
     from hanlm.data.decontam.outputs import DecontamReport
     from hanlm.evals.results import TaskRecord, TaskScores
     from hanlm.plan.estimate import Plan
     from hanlm.preflight.report import PreflightReport
-    from hanlm.train.results import PretrainSummary, SftSummary
+    from hanlm.train.results import MetricsRecord, PretrainSummary, SftSummary
 
 TASK_TYPE = "text-generation"  # every hanlm task scores a causal LM's log-likelihoods or text
 TASK_NAME = "Text Generation"
@@ -56,12 +57,12 @@ class CardFacts:
     split_note: str | None = None  # results.json's contamination_splits
     datasets: list[str] = field(default_factory=list)  # Hub dataset ids trained on
     corpus_inputs: list[str] = field(default_factory=list)
-    recipe: dict | None = None  # the run's resolved configuration
+    recipe: Config | None = None  # the run's resolved configuration
     decontam: DecontamReport | None = None
     plan: Plan | None = None
     preflight: PreflightReport | None = None
     pretrain_summary: PretrainSummary | None = None
-    pretrain_metrics: list[dict] = field(default_factory=list)
+    pretrain_metrics: list[MetricsRecord] = field(default_factory=list)
     sft_summary: SftSummary | None = None
     report: str | None = None  # report.md
     plots: list[str] = field(default_factory=list)  # repo paths of the report's figures
@@ -358,8 +359,39 @@ def _dataset_line(source: str) -> str:
     return f"[{name}](https://huggingface.co/datasets/{name})" + (f" ({extra})" if extra else "")
 
 
+def _pretraining_rows(facts: CardFacts) -> list[list[Any]]:
+    """The pretraining table: from the recipe (when the run kept it), the summary and the log."""
+    recipe, summary = facts.recipe, facts.pretrain_summary
+    speeds = sorted(r.tokens_per_s for r in facts.pretrain_metrics if _finite(r.tokens_per_s))
+    val = [r.val_loss for r in facts.pretrain_metrics if _finite(r.val_loss)]
+    mode = summary.mode if summary else recipe.parallel.mode if recipe else None
+    optimizer = "-"
+    if recipe is not None:
+        opt = recipe.optimizer
+        name = "Muon (blocks' matrices) with AdamW" if opt.name == "muon" else "AdamW"
+        optimizer = (
+            f"{name}, lr {opt.lr}, {opt.schedule} schedule, {opt.warmup_steps} warm-up steps"
+        )
+    return [
+        ["preset", recipe.model.init_from or recipe.model.preset if recipe else None],
+        ["parameters", _num(facts.parameters)],
+        ["tokens seen", _num(summary.tokens if summary else None)],
+        ["steps", _num(summary.step if summary else None)],
+        ["sequence length", _num(recipe.pretrain.seq_len if recipe else None)],
+        ["global batch (tokens)", _num(recipe.pretrain.global_batch_tokens if recipe else None)],
+        ["precision", recipe.precision.mode if recipe else None],
+        [
+            "parallelism",
+            f"{mode}, {_num(summary.world_size if summary else None)} process(es)",
+        ],
+        ["optimizer", optimizer],
+        ["validation loss", _num(val[-1]) if val else "-"],
+        ["validation bits per byte", _num(summary.val_bpb if summary else None)],
+        ["median throughput (tokens/s)", _num(speeds[len(speeds) // 2], 0) if speeds else "-"],
+    ]
+
+
 def _training(facts: CardFacts) -> str:
-    recipe = facts.recipe or {}
     summary = facts.pretrain_summary
     out = ["## Training\n\n"]
     if facts.corpus_inputs:
@@ -374,35 +406,7 @@ def _training(facts: CardFacts) -> str:
                 "a pretraining summary (pretrain/summary.json)", "Run `hanlm run` to finish it."
             )
         )
-    metrics = facts.pretrain_metrics
-    speeds = sorted(
-        record["tokens_per_s"] for record in metrics if _finite(record.get("tokens_per_s"))
-    )
-    val = [record for record in metrics if _finite(record.get("val_loss"))]
-    rows = [
-        ["preset", _get(recipe, "model", "preset")],
-        ["parameters", _num(facts.parameters)],
-        ["tokens seen", _num(summary.tokens if summary else None)],
-        ["steps", _num(summary.step if summary else None)],
-        ["sequence length", _num(_get(recipe, "pretrain", "seq_len"))],
-        ["global batch (tokens)", _num(_get(recipe, "pretrain", "global_batch_tokens"))],
-        ["precision", _get(recipe, "precision", "mode")],
-        [
-            "parallelism",
-            f"{summary.mode if summary else _get(recipe, 'parallel', 'mode')}, "
-            f"{_num(summary.world_size if summary else None)} process(es)",
-        ],
-        [
-            "optimizer",
-            f"AdamW, lr {_get(recipe, 'optimizer', 'lr')}, "
-            f"{_get(recipe, 'optimizer', 'schedule')} schedule, "
-            f"{_get(recipe, 'optimizer', 'warmup_steps')} warm-up steps",
-        ],
-        ["validation loss", _num(val[-1]["val_loss"]) if val else "-"],
-        ["validation bits per byte", _num(summary.val_bpb if summary else None)],
-        ["median throughput (tokens/s)", _num(speeds[len(speeds) // 2], 0) if speeds else "-"],
-    ]
-    out.append(_table(["pretraining", "value"], rows))
+    out.append(_table(["pretraining", "value"], _pretraining_rows(facts)))
     sft = facts.sft_summary
     if facts.kind == "chat":
         out.append("\n")
@@ -457,11 +461,7 @@ def _hardware(facts: CardFacts) -> str:
     if _finite(price) and _finite(gpu_hours):
         rows.append(["planned cost (USD)", _num(price * gpu_hours, 2)])
     tokens = facts.pretrain_summary.tokens if facts.pretrain_summary else None
-    speeds = sorted(
-        record["tokens_per_s"]
-        for record in facts.pretrain_metrics
-        if _finite(record.get("tokens_per_s"))
-    )
+    speeds = sorted(r.tokens_per_s for r in facts.pretrain_metrics if _finite(r.tokens_per_s))
     if speeds and _finite(tokens):
         hours = tokens / speeds[len(speeds) // 2] / 3600
         gpus = (setup.gpus or 1) * (setup.hosts or 1)

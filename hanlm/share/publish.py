@@ -20,18 +20,18 @@ import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from hanlm.config import Config
 from hanlm.console import info
 from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.errors import UserError
 from hanlm.evals.results import EvalResults, TaskRecord, TaskScores
-from hanlm.files import atomic_output_dir, atomic_write_json, fingerprint, read_json, read_jsonl
+from hanlm.files import atomic_output_dir, atomic_write_json, fingerprint, read_json
 from hanlm.model_folder import check_model_folder, is_model_folder
 from hanlm.plan.estimate import Plan
 from hanlm.preflight.report import PreflightReport
 from hanlm.share import model_card
-from hanlm.train.results import PretrainSummary, SftSummary
+from hanlm.train.results import PretrainSummary, SftSummary, read_metrics
 
 STAGE = "publish"
 CARD = "README.md"
@@ -87,21 +87,6 @@ def choose_export(files: RunFiles, model: str | None) -> tuple[str, Path]:
             fix=files.fixes["chat" if model == "chat" else "export"] + also,
         )
     return model, check_model_folder(folder)
-
-
-def _read(path: Path) -> Any | None:
-    try:
-        return read_json(path)
-    except (OSError, ValueError):
-        return None
-
-
-def _jsonl(path: Path) -> list[dict]:
-    try:
-        rows = read_jsonl(path)  # a line cut by a crash is dropped: the card shows what was logged
-    except OSError:
-        return []
-    return [row for row in rows if isinstance(row, dict)]
 
 
 def _model_scores(
@@ -176,7 +161,7 @@ def read_facts(
     *,
     repo_id: str,
     license: str,
-    recipe: dict | None,
+    recipe: Config | None,
     gguf_name: str | None,
 ) -> model_card.CardFacts:
     """Read what the card needs; no eval results (or none of this model) is a UserError."""
@@ -187,12 +172,8 @@ def read_facts(
         )
     results = EvalResults.read(files.eval_results, fix=files.fixes["eval"])
     scores = _model_scores(results, folder, files.eval_results, files.fixes["eval"])
-    corpus = (recipe or {}).get("corpus") or {}
-    sources = corpus.get("sources") or [{"inputs": corpus.get("inputs") or []}]
-    corpus_inputs = list(dict.fromkeys(i for s in sources for i in s.get("inputs") or []))
-    sft = (recipe or {}).get("sft") or {}
-    chat = [sft["data"]] if sft.get("data") else []
-    chat += [i for s in sft.get("sources") or [] for i in s.get("inputs") or []]
+    corpus_inputs = list(dict.fromkeys(recipe.corpus.all_inputs())) if recipe else []
+    chat = [i for s in recipe.sft.source_list() for i in s.inputs] if recipe else []
     trained_on = corpus_inputs + (chat if kind == "chat" else [])
     plots = sorted(p.name for p in files.plots.glob("*.png")) if files.plots.is_dir() else []
     report = files.report.read_text(encoding="utf-8") if files.report.is_file() else None
@@ -213,7 +194,7 @@ def read_facts(
         plan=Plan.read_if_present(files.plan),
         preflight=PreflightReport.read_if_present(files.preflight),
         pretrain_summary=PretrainSummary.read_if_present(files.pretrain_summary),
-        pretrain_metrics=_jsonl(files.pretrain_metrics),
+        pretrain_metrics=read_metrics(files.pretrain_metrics),
         sft_summary=SftSummary.read_if_present(files.sft_summary) if kind == "chat" else None,
         report=report,
         plots=[f"{PLOTS}/{p}" for p in plots],
@@ -385,7 +366,7 @@ def publish(
     dry_run: bool = False,
     private: bool = False,
     license: str = "apache-2.0",
-    recipe: dict | None = None,
+    recipe: Config | None = None,
     gguf: Path | None = None,
     replace_earlier: bool = True,
 ) -> dict:

@@ -64,7 +64,7 @@ def run(
         dry_run=dry_run,
         private=cfg.publish.private,
         license=cfg.publish.license,
-        recipe=cfg.model_dump(mode="json") if run.config.is_file() else None,
+        recipe=cfg if run.config.is_file() else None,
         gguf=gguf,
         replace_earlier=out is None or force,
     )

@@ -6,14 +6,15 @@ from __future__ import annotations
 from hanlm.console import info
 from hanlm.files import atomic_write_text
 from hanlm.report import card
+from hanlm.report.run_files import RunFiles
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
 
 
 # Rebuilt every time: it only reads, and the stages before it may have changed.
-def run_files(run: RunDir) -> card.RunFiles:
+def run_files(run: RunDir) -> RunFiles:
     """Where the report finds what each stage wrote in the run."""
-    return card.RunFiles(
+    return RunFiles(
         name=run.root.name,
         root=run.root,
         plots=run.plots,
@@ -28,7 +29,7 @@ def run_files(run: RunDir) -> card.RunFiles:
         pretrain_summary=run.pretrain.summary,
         sft_metrics=run.sft.metrics,
         closure=run.sft.closure,
-        closure_by_variant=run.sft.closure_by_variant,
+        sft_summary=run.sft.summary,
         ablation_closure=lambda variant: run.sft.ablation(variant).closure,
         audit=run.sft.audit,
         eval_results=run.eval_results,

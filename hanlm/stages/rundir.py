@@ -82,10 +82,6 @@ class SftDirs(TrainingDirs):
     def closure(self) -> Path:
         return self.root / "closure.json"
 
-    @property
-    def closure_by_variant(self) -> Path:
-        return self.root / "closure_by_variant.json"
-
     def ablation(self, variant: str) -> SftDirs:
         return SftDirs(self.root / "ablation" / variant)
 

@@ -1,5 +1,6 @@
 """The sft stage: chat fine-tuning of the run's pretrained model (or `sft.model`) on the run's
-demo conversations (or `sft.data`) into sft/. hanlm.train.sft does the work.
+demo conversations (or `sft.data`) into sft/: where the source model and the chat data come
+from; hanlm.stages.sft_variants trains and checks each variant.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hanlm.errors import UserError
 from hanlm.files import file_sha256, fingerprint
 from hanlm.inference import load_tokenizer
 from hanlm.model_folder import check_model_folder, export_damage, is_model_folder
-from hanlm.stages import run_facts
+from hanlm.stages import run_facts, sft_variants
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
 from hanlm.train import checkpoint, trackers
@@ -181,17 +182,18 @@ def build(ctx: StageContext) -> SftSummary:
         data_sources(cfg, run), strict=cfg.sft.strict, seed=cfg.run.seed
     )
     trackers.check(cfg.logging)  # on every rank, before the model is loaded
-    return sft_lib.fine_tune(
+    data_fp = fingerprint(conversations)
+    prepared = sft_variants.prepare(
         cfg,
-        source=with_model_config(cfg, source, run),
-        conversations=conversations,
-        sources=reports,
-        data_fp=fingerprint(conversations),
-        index=run_facts.decontam_index(run),
-        outputs=run.sft,
-        settings_fp=ctx.fingerprint,
-        force=ctx.force,
+        with_model_config(cfg, source, run),
+        conversations,
+        reports,
+        data_fp,
+        run_facts.decontam_index(run),
+        run.sft,
     )
+    common = {"data_fp": data_fp, "settings_fp": ctx.fingerprint, "force": ctx.force}
+    return sft_variants.fine_tune(cfg, prepared, run.sft, common)
 
 
 STAGE = Stage(

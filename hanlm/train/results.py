@@ -4,8 +4,13 @@ report card, the model card, publishing) does not import torch."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from hanlm.errors import UserError
 from hanlm.results import Part, Result
 
 
@@ -77,3 +82,204 @@ class ExportRecord(Result):
     # the entries hanlm wrote into the folder (files.OUTPUT_FILES_KEY): added when the record
     # is the marker of a folder of the user's choosing (`hanlm export --out`), not a stage's
     output_files: list[str] | None = None
+
+
+# --- SFT's checks: the closure check and the special-token audit --------------------------------
+
+
+class ClosureAnswer(Part):
+    """One held-out prompt's greedy answer in the closure check."""
+
+    id: str | None
+    prompt: str
+    answer: str
+    reference: str
+    closed: bool
+    loops: bool  # unclosed, and at least half its 4-grams repeated
+    new_tokens: int
+
+
+class MatrixNorms(Part):
+    """One token matrix's row norms: the ordinary rows' mean and median, each template token's."""
+
+    ordinary_mean: float
+    ordinary_median: float
+    template: dict[str, float]  # system, user, assistant, eot -> that token's row norm
+
+
+class RowNorms(Part):
+    """The token matrices' row norms (the head only when it is untied) and the norm a row starts
+    with (initializer_range x sqrt(width), when the config says)."""
+
+    embedding: MatrixNorms
+    head: MatrixNorms | None = None
+    initial_norm: float | None = None
+
+
+class EndRank(Part):
+    """Where the held-out reference answers end: how many tokens' logits beat the end token's."""
+
+    answers: int
+    median_rank: int
+    mean_rank: float
+    top1: float  # the share of answer ends where the end token is the first choice
+    mean_logprob: float
+
+
+class ModelDiagnosis(Part):
+    """Why answers end or not, for one model: its template rows and the end token's rank."""
+
+    row_norms: RowNorms
+    eot_rank: EndRank
+
+
+class Diagnosis(Part):
+    before: ModelDiagnosis  # the source model with the initialisation applied
+    after: ModelDiagnosis  # the SFT model
+
+
+class ClosureCheck(Result):
+    """`sft/closure.json` (and each compared variant's `sft/ablation/VARIANT/closure.json`): how
+    many held-out answers the chat model ended with the template's end token."""
+
+    FILE = "closure.json"
+    MADE_BY = "sft"
+
+    closed: int
+    total: int
+    rate: float
+    end_token: str
+    interval: tuple[float, float]  # Wilson's 95% interval of the rate
+    unclosed_looping: int
+    init: str | None
+    max_new_tokens: int
+    examples: list[ClosureAnswer]
+    unclosed_examples: list[ClosureAnswer]
+    variant: str
+    method: str  # full or lora
+    rows_trained: bool | None = None  # LoRA: whether the template rows trained
+    diagnosis: Diagnosis
+
+    @property
+    def frozen(self) -> bool:
+        """LoRA with the template rows frozen: they end SFT where pretraining and init left them."""
+        return self.method == "lora" and not self.rows_trained
+
+
+class AuditedToken(Part):
+    """One special token in the audit: its pretraining count, its rows' indicators per token
+    matrix, and the verdict with what it rests on."""
+
+    name: str
+    token: str
+    id: int
+    template: bool
+    pretrain_count: int | None
+    embedding_norm: float | None = None
+    embedding_norm_ratio: float | None = None
+    embedding_cos_mean: float | None = None
+    embedding_cos_reference: float | None = None
+    head_norm: float | None = None
+    head_norm_ratio: float | None = None
+    head_cos_mean: float | None = None
+    head_cos_reference: float | None = None
+    geometry_under_trained: bool | None
+    verdict: str  # trained, untrained, unknown
+    basis: str  # pretraining count, row geometry, added to the vocabulary by hanlm, ...
+
+
+class AuditDecision(Part):
+    """Where an indicator separates trained rows from the reference (never-trained) ones."""
+
+    indicator: str
+    ordinary_median: float | None = None
+    reference_median: float | None = None
+    threshold: float | None = None
+    usable: bool | None = None
+
+
+class TokenAudit(Result):
+    """`sft/audit.json`: the special-token audit of the model SFT starts from."""
+
+    FILE = "audit.json"
+    MADE_BY = "sft"
+
+    tied: bool
+    counts_source: str | None
+    tokens: list[AuditedToken]
+    decisions: dict[str, AuditDecision]  # token matrix -> its decision point
+    untrained_template_tokens: list[str]
+    row_norms: RowNorms
+    source: str
+
+
+class ChatSourceReport(Part):
+    """One chat data source as SFT read it."""
+
+    inputs: list[str]
+    format: str
+    format_detected: bool
+    rows: int
+    conversations: int
+    skipped: dict[str, int]  # reason -> rows that could not be read
+    skipped_examples: dict[str, list[Any]]
+    taken: int
+    epochs: float
+
+
+class SftDataReport(Result):
+    """`sft/data.json`: the chat data SFT trained on and held out, by source."""
+
+    FILE = "data.json"
+    MADE_BY = "sft"
+
+    conversations: int
+    train_conversations: int
+    heldout_conversations: int
+    too_long_dropped: int
+    train_rows: int
+    trained_tokens: int
+    packing: bool
+    closure_prompts: int
+    sources: dict[str, ChatSourceReport]
+    fingerprint: str
+    contamination: dict[str, Any]  # checked, dropped, the dropped conversations and their items
+
+
+class MetricsRecord(Part):
+    """One line of a training's metrics.jsonl (pretrain/ or sft/), as rank 0 logs it."""
+
+    step: int
+    loss: float
+    lr: float
+    grad_norm: float
+    tokens: int
+    tokens_per_s: float
+    mfu: float | None
+    peak_memory_gb: float
+    ce: float | None = None  # distillation: the cross-entropy part of the loss
+    kl: float | None = None  # distillation: the KL part
+    val_loss: float | None = None
+    val_bpb: float | None = None
+    val_loss_by_source: dict[str, float] | None = None
+
+
+def read_metrics(path: Path) -> list[MetricsRecord]:
+    """The records of a metrics.jsonl, in order ([] when the training did not run); a line that
+    is not a record is a UserError naming the file and the line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(MetricsRecord.model_validate(json.loads(line)))
+        except (ValueError, ValidationError) as e:
+            raise UserError(
+                f"line {number} of the metrics log is not a metrics record: {str(e).splitlines()[0]}",
+                where=str(path),
+                fix="the training that wrote it rewrites it: run it again with --force",
+            ) from None
+    return records

@@ -103,7 +103,7 @@ def test_the_card_reports_this_runs_numbers():
 
 def _closure_checks(run: Path) -> dict[str, dict]:
     sft = run / "sft"
-    by_variant = json.loads((sft / "closure_by_variant.json").read_text())
+    by_variant = json.loads((sft / "summary.json").read_text())["closure_by_variant"]
     main = json.loads((sft / "closure.json").read_text())
     return {
         name: main
@@ -142,7 +142,7 @@ def test_frozen_chat_rows_never_end_answers_for_two_seeds(tmp_path):
     itself and in its SFT comparison rerun with another seed (the held-out prompts and the data
     order change with it)."""
     from hanlm.pipeline import run_stage
-    from hanlm.report import card
+    from hanlm.report.closure_section import closure_section
     from hanlm.stages.report import run_files
     from hanlm.stages.rundir import RunDir, load_run_config
 
@@ -160,4 +160,4 @@ def test_frozen_chat_rows_never_end_answers_for_two_seeds(tmp_path):
     run_stage("sft", load_run_config(again, values={"run.seed": seed}), again)
     files = run_files(RunDir(again))
     files.plots.mkdir(exist_ok=True)
-    _assert_frozen_rows_fail_and_trained_rows_end(again, card._closure_section(files))
+    _assert_frozen_rows_fail_and_trained_rows_end(again, closure_section(files))

@@ -103,8 +103,6 @@ class Counted(Result):
 def test_a_stage_result_is_written_once(tmp_path: Path, monkeypatch, library_writes: bool):
     """The pipeline keeps a new_folder stage's result unless its build wrote it already (eval
     and export write their own: outside a run it is their folder's marker): never twice."""
-    from types import SimpleNamespace
-
     from hanlm import pipeline
     from hanlm import results as results_lib
     from hanlm.files import read_stage_marker
@@ -127,9 +125,9 @@ def test_a_stage_result_is_written_once(tmp_path: Path, monkeypatch, library_wri
 
     run = RunDir(tmp_path / "run")
     out = run.root / "counted"
-    stage = Stage(name="counted", version=1, output=lambda run: out, result=Counted)
+    stage = Stage(name="counted", version=1, output=lambda run: out, result=Counted, build=build)
     ctx = StageContext(None, run, out, "fp", False, {})
-    assert pipeline._build(stage, SimpleNamespace(build=build), ctx, out) == Counted(n=3)
+    assert pipeline._build(stage, ctx, out) == Counted(n=3)
     assert [p.name for p in written] == [Counted.FILE]
     assert Counted.read(out / Counted.FILE) == Counted(n=3)
     assert read_stage_marker(out)["fingerprint"] == "fp"

@@ -233,12 +233,12 @@ def test_card_says_why_answers_end_and_compares_the_reverse_gap(interrupted_then
     corpus also stated object first beside the others', in the same model."""
     import json
 
-    from hanlm.report.card import CLOSURE_MARGIN
+    from hanlm.report.closure_section import CLOSURE_MARGIN
 
     run_dir = interrupted_then_finished[0]
     report = (run_dir / "report.md").read_text()
     closure = _section(report, "6. Chat answers")
-    by_variant = json.loads((run_dir / "sft" / "closure_by_variant.json").read_text())
+    by_variant = json.loads((run_dir / "sft" / "summary.json").read_text())["closure_by_variant"]
     assert set(by_variant) == {"full-mean", "lora-none-frozen", "lora-mean-rows"}  # TINY_RUN's
     assert "median rank at answer ends" in closure and "trained rows' mean norm" in closure
     for name in ("lora-none-frozen", "lora-mean-rows"):

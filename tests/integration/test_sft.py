@@ -18,7 +18,7 @@ from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
-from hanlm.train import export, precision, sft
+from hanlm.train import export, precision, sft, sft_data
 from hanlm.train.results import SftSummary
 
 TINY_SFT = {
@@ -90,7 +90,7 @@ def test_mean_init_closes_answers_and_none_is_measured(sft_run):
     run_dir, summary = sft_run
     out = run_dir / "sft"
     closure = json.loads((out / "closure.json").read_text())
-    by_variant = json.loads((out / "closure_by_variant.json").read_text())
+    by_variant = json.loads((out / "summary.json").read_text())["closure_by_variant"]
     ablation = json.loads((out / "ablation" / "lora-none-frozen" / "closure.json").read_text())
     print(f"closure: {by_variant}")
     assert closure["init"] == "mean" and closure["total"] >= 20
@@ -343,13 +343,13 @@ def test_contaminated_conversations_are_dropped_or_refused(pretrained, tmp_path)
 
     conversations = chat_data.read_conversations(pretrained / "chat_plain.jsonl")
     s = config(pretrained).sft
-    kept, report = sft.decontaminate(conversations, Index(), s)
+    kept, report = sft_data.decontaminate(conversations, Index(), s)
     dirty = [c for c in conversations if "파리" in chat_data.conversation_text(c["messages"])]
     assert report["checked"] and report["dropped"] == len(dirty) > 0
     assert len(kept) == len(conversations) - len(dirty)
     s = config(pretrained, **{"sft.contaminated": "fail"}).sft
     with pytest.raises(UserError, match="benchmark items"):
-        sft.decontaminate(conversations, Index(), s)
+        sft_data.decontaminate(conversations, Index(), s)
 
 
 def test_real_decontam_index_when_available(pretrained):
@@ -360,7 +360,7 @@ def test_real_decontam_index_when_available(pretrained):
         pytest.skip("this run has no decontam index")
     conversations = chat_data.read_conversations(pretrained / "chat_plain.jsonl")
     index = load_run_index(pretrained)
-    _, report = sft.decontaminate(conversations, index, config(pretrained).sft)
+    _, report = sft_data.decontaminate(conversations, index, config(pretrained).sft)
     assert report["checked"]
 
 

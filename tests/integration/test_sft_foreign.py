@@ -136,7 +136,9 @@ def test_full_sft_with_muon(tmp_path):
         tmp_path, base, "full", **{"sft.optimizer.name": "muon", "sft.compare": compare}
     )
     assert summary.step == 3
-    by_variant = json.loads((tmp_path / "run" / "sft" / "closure_by_variant.json").read_text())
+    by_variant = json.loads((tmp_path / "run" / "sft" / "summary.json").read_text())[
+        "closure_by_variant"
+    ]
     assert set(by_variant) == {"full-mean", "lora-none-frozen"}
 
 
@@ -237,7 +239,9 @@ def test_the_closure_lesson_holds_on_a_foreign_base(tmp_path, world):
     fine_tune(tmp_path, base, "full", conversations=80, pairs=world["pairs"], **LESSON,
               **{"sft.compare": [{"method": "lora", "init": "none",
                                   "train_new_token_rows": False}]})  # fmt: skip
-    by_variant = json.loads((tmp_path / "run" / "sft" / "closure_by_variant.json").read_text())
+    by_variant = json.loads((tmp_path / "run" / "sft" / "summary.json").read_text())[
+        "closure_by_variant"
+    ]
     assert by_variant["full-mean"] >= 0.9 and by_variant["lora-none-frozen"] <= 0.1, by_variant
     closure = json.loads((tmp_path / "run" / "sft" / "closure.json").read_text())
     assert closure["end_token"] == "<|eot|>" and closure["init"] == "mean"

@@ -11,7 +11,7 @@ import pytest
 from hanlm.config import SftSourceSection, load_config
 from hanlm.data import chat_sources
 from hanlm.errors import UserError
-from hanlm.train.sft import split_heldout
+from hanlm.train.sft_data import split_heldout
 
 MESSAGES = {"id": "m1", "messages": [
     {"role": "system", "content": "너는 친절한 도우미야."},

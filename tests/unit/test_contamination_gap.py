@@ -13,7 +13,8 @@ import pytest
 from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.evals import contamination
 from hanlm.evals.results import EvalResults
-from hanlm.report import card
+from hanlm.report.contamination_section import contamination_section
+from hanlm.report.run_files import RunFiles
 
 
 def test_a_real_gap_is_told_from_noise():
@@ -92,7 +93,7 @@ def _samples(model: str, seed: int, clean_acc: float, dirty_acc: float) -> list[
 
 def _files(
     tmp_path: Path, samples: list[dict], compared: list[dict] | None, action_sources=()
-) -> card.RunFiles:
+) -> RunFiles:
     run = tmp_path / "run"
     (run / "eval").mkdir(parents=True)
     (run / "decontam").mkdir()
@@ -113,12 +114,12 @@ def _files(
         compare.parent.mkdir(parents=True)
         compare.write_text("".join(json.dumps(s) + "\n" for s in compared))
     missing = run / "missing.json"
-    return card.RunFiles(
+    return RunFiles(
         name="run", root=run, plots=run / "plots", config=missing, plan=missing,
         preflight=missing, corpus_stats=missing, decontam_report=run / "decontam" / "report.json",
         decontam_items=missing, planted=missing, pretrain_metrics=missing,
         pretrain_summary=run / "pretrain" / "summary.json", sft_metrics=missing, closure=missing,
-        closure_by_variant=missing, ablation_closure=lambda variant: missing, audit=missing,
+        sft_summary=missing, ablation_closure=lambda variant: missing, audit=missing,
         eval_results=run / "eval" / "results.json", eval_samples=run / "eval" / "samples.jsonl",
         export_folder="hf", compare_eval_samples=compare,
     )  # fmt: skip
@@ -127,7 +128,7 @@ def _files(
 def test_card_shows_the_gap_with_intervals_and_the_comparison(tmp_path):
     kept = _samples("run/pretrain", 0, clean_acc=0.65, dirty_acc=0.95)
     dropped = _samples("drop/pretrain", 1, clean_acc=0.65, dirty_acc=0.65)
-    text = card._contamination_section(_files(tmp_path, kept, dropped))
+    text = contamination_section(_files(tmp_path, kept, dropped))
     gaps = contamination.dirty_clean_gap(*contamination.scores_by_split(kept, "acc").values())
     clean, dirty, gap = gaps["clean"], gaps["dirty"], gaps["gap"]
     row = (
@@ -156,14 +157,14 @@ def test_card_shows_the_gap_with_intervals_and_the_comparison(tmp_path):
 def test_card_says_where_dirty_items_land_without_the_leaks(tmp_path, dropped_dirty_acc, verdict):
     kept = _samples("run/pretrain", 0, clean_acc=0.65, dirty_acc=0.95)
     dropped = _samples("drop/pretrain", 1, clean_acc=0.65, dirty_acc=dropped_dirty_acc)
-    text = card._contamination_section(_files(tmp_path, kept, dropped))
+    text = contamination_section(_files(tmp_path, kept, dropped))
     (line,) = [line for line in text.splitlines() if "without them" in line]
     assert verdict in line, line
 
 
 def test_card_says_when_nothing_is_measured(tmp_path):
     flat = _samples("run/pretrain", 2, clean_acc=0.5, dirty_acc=0.5)
-    text = card._contamination_section(_files(tmp_path, flat, None))
+    text = contamination_section(_files(tmp_path, flat, None))
     assert "is not above chance" in text
     assert "no difference between dirty and clean items beyond the noise" in text
     assert "No comparison without the contaminated documents" in text
@@ -195,14 +196,14 @@ def test_a_comparison_that_drops_one_sources_leaks_says_which(tmp_path):
     assert sub.action == "drop" and sub.action_sources == ["web"]
     kept = _samples("run/pretrain", 0, clean_acc=0.65, dirty_acc=0.95)
     dropped = _samples("drop/pretrain", 1, clean_acc=0.65, dirty_acc=0.65)
-    text = card._contamination_section(_files(tmp_path, kept, dropped, ["web"]))
+    text = contamination_section(_files(tmp_path, kept, dropped, ["web"]))
     assert "| web's leaks dropped (compare/drop) | demo_qa | accuracy |" in text
 
 
 def test_the_report_pools_a_groups_tasks_under_its_outermost_name():
     """KMMLU's 45 subjects are one row of the report card's contamination table (their pooled
     items), not 45; item ids stay distinct; a task outside any group stays as it is."""
-    from hanlm.report.card import _pooled_by_group
+    from hanlm.report.contamination_section import pooled_by_group
 
     def samples(task: str, n: int) -> list[dict]:
         return [{"task": task, "item_id": str(i), "scores": {"acc": 1.0}} for i in range(n)]
@@ -210,7 +211,7 @@ def test_the_report_pools_a_groups_tasks_under_its_outermost_name():
     by_task = {("m", "kmmlu_a"): samples("kmmlu_a", 2), ("m", "kmmlu_b"): samples("kmmlu_b", 3)}
     by_task[("m", "demo_qa")] = samples("demo_qa", 4)
     groups = {"kmmlu_stem": ["kmmlu_a", "kmmlu_b"], "kmmlu": ["kmmlu_stem"]}
-    pooled = _pooled_by_group(by_task, groups)
+    pooled = pooled_by_group(by_task, groups)
     assert sorted(pooled) == [("m", "demo_qa"), ("m", "kmmlu")]
     ids = [s["item_id"] for s in pooled[("m", "kmmlu")]]
     assert ids == ["kmmlu_a/0", "kmmlu_a/1", "kmmlu_b/0", "kmmlu_b/1", "kmmlu_b/2"]

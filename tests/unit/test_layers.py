@@ -249,7 +249,9 @@ def test_each_deferred_import_says_why(path: Path):
 
 STAGES = PACKAGE / "stages"
 # the stages' shared parts, which any stage may import: none of them is a stage
-STAGE_HELPERS = frozenset({"stage", "rundir", "run_facts", "engine_output", "__init__"})
+STAGE_HELPERS = frozenset(
+    {"stage", "rundir", "run_facts", "engine_output", "sft_variants", "__init__"}
+)
 
 
 def stage_modules() -> list[Path]:
