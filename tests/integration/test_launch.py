@@ -51,7 +51,7 @@ TRAIN = {
     "checkpoint.every": 3,
     "logging.eval_every": 0,
     "checkpoint.backoff_s": 0.0,
-    "parallel.mode": "fsdp",  # see README: DDP's first step after a resume sums in other bits
+    "parallel.mode": "fsdp",  # DDP's first step after a resume differs (docs/checkpoints.md)
     "launch.until": "pretrain",
     "plan.gpu": "rtx5090",
     "plan.gpus": RANKS_PER_NODE,
