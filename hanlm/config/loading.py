@@ -34,7 +34,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-RECIPES_DIR = Path(__file__).parent / "configs"
+RECIPES_DIR = Path(__file__).parent.parent / "configs"  # hanlm/configs
 DEFAULT_RECIPE = "demo"
 
 
