@@ -10,7 +10,7 @@ per-language values of `configs/kor_Hang.yml`), written again here for speed, pl
 our own: the Hangul share of letters (in place of FineWeb-2's GlotLID language score) and a
 Korean web boilerplate share (C4's line rules adapted to Korean sites; FineWeb-2 uses no C4 rule).
 Where a definition differs from datatrove's, the difference is said at the check. The thresholds,
-their sources and what was changed for Korean are in `CorpusQualitySection` (hanlm/config.py).
+their sources and what was changed for Korean are in `CorpusQualitySection` (hanlm/config/data.py).
 
 Words are whitespace-separated (Korean eojeol), where FineWeb-2 splits Korean into morphemes with
 Kiwi; the word-based thresholds are re-derived for eojeols (see the config section).
