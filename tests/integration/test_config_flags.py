@@ -13,7 +13,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from conftest import assert_user_error
-from hanlm.cli import CONFIG_FLAGS, _flag_values, build_parser
+from hanlm.cli import commands
+from hanlm.cli.parser import CONFIG_FLAGS, build_parser
 from hanlm.config import Config, load_config
 from hanlm.config_flags import add_config_flags, expand, field_at, flag_name, flag_values
 
@@ -109,7 +110,7 @@ OLD_FLAGS = [
 )
 def test_every_old_flag_sets_the_same_key_to_the_same_value(command, argv, keys):
     args = build_parser().parse_args([command, *argv])
-    values = _flag_values(args)
+    values = commands.flag_values(args)
     assert values == keys
     assert [type(v) for v in values.values()] == [type(v) for v in keys.values()]
     load_config(values=values)  # and the configuration takes them
@@ -134,7 +135,7 @@ def test_non_config_arguments_keep_their_names():
 def test_a_flag_not_given_leaves_the_key_to_the_configuration():
     for command in CONFIG_FLAGS:
         argv = [command, "m"] if command in ("generate", "chat", "serve", "publish") else [command]
-        assert _flag_values(build_parser().parse_args(argv)) == {}
+        assert commands.flag_values(build_parser().parse_args(argv)) == {}
 
 
 def _help(command: str, capsys) -> str:
@@ -158,7 +159,7 @@ def test_help_lists_each_generated_flag_with_its_description(command, capsys):
 
 def test_a_bool_key_has_a_flag_for_each_value():
     args = build_parser().parse_args(["generate", "m", "--no-exempt-special-tokens"])
-    assert _flag_values(args) == {"generate.exempt_special_tokens": False}
+    assert commands.flag_values(args) == {"generate.exempt_special_tokens": False}
 
 
 def test_pipeline_only_keys_have_no_flag_but_keep_set(capsys):
