@@ -96,22 +96,11 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Commands(argparse._SubParsersAction):
-    """The subcommands. A command's config flags are added only when that command is parsed:
-    making them imports the pydantic models (~0.1 s), which `hanlm --help` does without."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if values and values[0] in self._name_parser_map:
-            _add_config_flags(self._name_parser_map[values[0]], values[0])
-        super().__call__(parser, namespace, values, option_string)
-
-
 def _add_config_flags(command: argparse.ArgumentParser, name: str) -> None:
-    """Give `command` the flags of the config keys CONFIG_FLAGS lists for `name` (once)."""
+    """Give `command` the flags of the config keys CONFIG_FLAGS lists for `name`."""
     from hanlm.config import Config  # deferred: pydantic's models, ~0.1 s that --help spares
 
-    if name in CONFIG_FLAGS and command.get_default(config_flags.CONFIG_KEYS) is None:
-        config_flags.add_config_flags(command, Config, CONFIG_FLAGS[name])
+    config_flags.add_config_flags(command, Config, CONFIG_FLAGS[name])
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -167,12 +156,26 @@ def _command(
 REDO = "redo the stage even if it is complete"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The arguments of `hanlm ARGV`, the named command's config flags among them."""
+    return build_parser(_command_named(argv)).parse_args(argv)
+
+
+def _command_named(argv: list[str]) -> str | None:
+    """The command `argv` names (None for `hanlm --help`), read as the full parser reads it:
+    the first positional argument, since the options before a command take no value."""
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("command", nargs="?")
+    return first.parse_known_args(argv)[0].command
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `hanlm` parser, with the config flags of `command` alone: making a command's flags
+    imports the pydantic models (~0.1 s), which `hanlm --help` does without."""
     parser = argparse.ArgumentParser(
         prog="hanlm", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"hanlm {__version__}")
-    parser.register("action", "parsers", _Commands)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in (_add_run, _add_data_stages, _add_pretrain, _add_export, _add_preflight):
         add(sub)
@@ -182,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     for add in (_add_torchrun,):
         add(sub)
+    if command in CONFIG_FLAGS:  # sub.choices: each command's parser, by name
+        _add_config_flags(sub.choices[command], command)
     return parser
 
 

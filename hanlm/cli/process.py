@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from hanlm import exit_status, remote_code
-from hanlm.cli.parser import build_parser
+from hanlm.cli.parser import parse_args
 from hanlm.errors import PeerLost, PreflightNoGo, Terminated, UserError, stop_on_sigterm
 from hanlm.files import storage_error
 from hanlm.launch import torchrun
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_command(argv: list[str], as_program: bool) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     from hanlm import run_lock  # deferred: it prints with rich, which --help does without
 
     previous_handlers = {}
