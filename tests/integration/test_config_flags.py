@@ -13,7 +13,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from conftest import assert_user_error
-from hanlm.cli import CONFIG_FLAGS, _flag_values, build_parser
+from hanlm.cli import commands
+from hanlm.cli.parser import CONFIG_FLAGS, build_parser, parse_args
 from hanlm.config import Config, load_config
 from hanlm.config_flags import add_config_flags, expand, field_at, flag_name, flag_values
 
@@ -108,8 +109,8 @@ OLD_FLAGS = [
     "command, argv, keys", OLD_FLAGS, ids=lambda x: x if isinstance(x, str) else None
 )
 def test_every_old_flag_sets_the_same_key_to_the_same_value(command, argv, keys):
-    args = build_parser().parse_args([command, *argv])
-    values = _flag_values(args)
+    args = parse_args([command, *argv])
+    values = commands.flag_values(args)
     assert values == keys
     assert [type(v) for v in values.values()] == [type(v) for v in keys.values()]
     load_config(values=values)  # and the configuration takes them
@@ -121,25 +122,25 @@ def test_the_table_covers_every_flag_users_had():
 
 
 def test_non_config_arguments_keep_their_names():
-    args = build_parser().parse_args(["decontam", "merge", "--corpus", "c", "--shard", "0/2"])
+    args = parse_args(["decontam", "merge", "--corpus", "c", "--shard", "0/2"])
     assert (args.merge, args.corpus, args.shard) == ("merge", ["c"], "0/2")
-    args = build_parser().parse_args(["export", "--checkpoint", "5", "--out", "x"])
+    args = parse_args(["export", "--checkpoint", "5", "--out", "x"])
     assert (args.checkpoint, str(args.out)) == ("5", "x")
-    args = build_parser().parse_args(["generate", "m", "--prompts", "p.txt", "--chat"])
+    args = parse_args(["generate", "m", "--prompts", "p.txt", "--chat"])
     assert (str(args.model_dir), str(args.prompts_file), args.chat) == ("m", "p.txt", True)
-    args = build_parser().parse_args(["run", "--run-dir", "r", "--from", "corpus"])
+    args = parse_args(["run", "--run-dir", "r", "--from", "corpus"])
     assert (str(args.run), args.from_stage) == ("r", "corpus")
 
 
 def test_a_flag_not_given_leaves_the_key_to_the_configuration():
     for command in CONFIG_FLAGS:
         argv = [command, "m"] if command in ("generate", "chat", "serve", "publish") else [command]
-        assert _flag_values(build_parser().parse_args(argv)) == {}
+        assert commands.flag_values(parse_args(argv)) == {}
 
 
 def _help(command: str, capsys) -> str:
     with pytest.raises(SystemExit) as exit:
-        build_parser().parse_args([command, "--help"])
+        parse_args([command, "--help"])
     assert exit.value.code == 0
     return " ".join(capsys.readouterr().out.split())
 
@@ -157,15 +158,15 @@ def test_help_lists_each_generated_flag_with_its_description(command, capsys):
 
 
 def test_a_bool_key_has_a_flag_for_each_value():
-    args = build_parser().parse_args(["generate", "m", "--no-exempt-special-tokens"])
-    assert _flag_values(args) == {"generate.exempt_special_tokens": False}
+    args = parse_args(["generate", "m", "--no-exempt-special-tokens"])
+    assert commands.flag_values(args) == {"generate.exempt_special_tokens": False}
 
 
 def test_pipeline_only_keys_have_no_flag_but_keep_set(capsys):
     assert "--enabled" not in _help("decontam", capsys)
     assert "--fail-on-no-go" not in _help("preflight", capsys)
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["chat", "m", "--batch-size", "2"])  # nothing to batch
+        parse_args(["chat", "m", "--batch-size", "2"])  # nothing to batch
     assert load_config(overrides=["decontam.enabled=false"]).decontam.enabled is False
 
 
@@ -174,6 +175,19 @@ def test_a_bad_flag_value_is_the_configs_error_naming_key_and_choices(cli, tmp_p
     assert_user_error(result, "decontam.action", "'drop'", "'cut'", "'keep'", "burn")
     result = cli("corpus", "--run", tmp_path / "r", "--min-chars", "-4")
     assert_user_error(result, "corpus.min_chars", "the command-line option setting")
+
+
+def test_a_parser_has_the_config_flags_of_the_command_it_was_built_for():
+    """parse_args reads the command's name first and builds the parser with its flags alone."""
+    argv = ["generate", "m", "--greedy"]
+    assert commands.flag_values(parse_args(argv)) == {"generate.greedy": True}
+    assert commands.flag_values(build_parser("generate").parse_args(argv)) == {
+        "generate.greedy": True
+    }
+    with pytest.raises(SystemExit):  # no command named: no config flags
+        build_parser().parse_args(argv)
+    with pytest.raises(SystemExit):  # another command's
+        build_parser("chat").parse_args(argv)
 
 
 def test_top_level_help_imports_no_config_model():

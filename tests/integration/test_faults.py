@@ -473,9 +473,10 @@ def test_sigterm_whose_unwinding_hangs_still_ends_the_process():
     pool caught in a lock or join): after the grace period the process ends anyway, 75."""
     script = (
         "import os, signal, time\n"
-        "from hanlm import cli\n"
-        "cli.STOP_GRACE_S = 1.0\n"
-        "signal.signal(signal.SIGTERM, cli._terminated_handler(os.getpid()))\n"
+        "from hanlm.cli import process\n"
+        "from hanlm.errors import Terminated\n"
+        "process.STOP_GRACE_S = 1.0\n"
+        "signal.signal(signal.SIGTERM, process._terminated_handler(os.getpid()))\n"
         "ready = False\n"
         "while True:\n"
         "    try:\n"
@@ -483,7 +484,7 @@ def test_sigterm_whose_unwinding_hangs_still_ends_the_process():
         "            print('ready', flush=True)\n"
         "            ready = True\n"
         "        time.sleep(0.05)\n"
-        "    except cli.Terminated:\n"
+        "    except Terminated:\n"
         "        ready = True  # swallowed, as a stuck join would\n"
     )
     process = subprocess.Popen(

@@ -340,7 +340,7 @@ def test_eval_cli_takes_lm_eval_spellings_and_writes_lm_eval_results(model_dir, 
 
 
 def test_eval_flags_keep_their_old_spellings():
-    from hanlm.cli import build_parser
+    from hanlm.cli.parser import parse_args
 
     for spelling in (
         [
@@ -357,7 +357,7 @@ def test_eval_flags_keep_their_old_spellings():
         ["--tasks", "a,b", "--num_fewshot", "2", "--batch_size", "3", "--apply_chat_template"],
         ["--tasks", "a,b", "--num-fewshot", "2", "--batch-size", "3", "--apply-chat-template"],
     ):
-        given = vars(build_parser().parse_args(["eval", *spelling]))
+        given = vars(parse_args(["eval", *spelling]))
         assert tasks_lib.split_specs(given["eval.tasks"]) == ["a", "b"], spelling
         keys = ("eval.num_fewshot", "eval.batch_size", "eval.chat_template")
         assert [given[k] for k in keys] == [2, 3, True], spelling

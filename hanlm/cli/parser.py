@@ -1,4 +1,4 @@
-"""The `hanlm` command: parse, load the configuration, call the stage. Nothing else.
+"""The `hanlm` command's arguments: its subcommands and their flags.
 
 A command's config flags (`--min-chars`, `--greedy`...) are not written here: CONFIG_FLAGS says
 which config sections or keys each command exposes, and `hanlm.config_flags` makes one flag per
@@ -9,33 +9,28 @@ config keys (MODEL_DIR, --out, --force, --from...) are spelled out below.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import os
-import signal
-import sys
-import threading
 from pathlib import Path
-from typing import Any
 
-from hanlm import __version__, config_flags, exit_status, remote_code
-from hanlm.data import fact_statements
-from hanlm.errors import PeerLost, PreflightNoGo, Terminated, UserError, stop_on_sigterm
-from hanlm.files import (
-    check_folder_path,
-    claim_output_dir,
-    claim_output_file,
-    storage_error,
+from hanlm import __version__, config_flags
+from hanlm.cli.commands import (
+    DEFAULT_RUN,
+    cmd_chat,
+    cmd_decontam,
+    cmd_demo,
+    cmd_doctor,
+    cmd_eval,
+    cmd_export,
+    cmd_facts,
+    cmd_generate,
+    cmd_launch,
+    cmd_plan,
+    cmd_preflight,
+    cmd_publish,
+    cmd_run,
+    cmd_serve,
+    cmd_sft,
+    cmd_stage,
 )
-from hanlm.launch import torchrun
-from hanlm.prompts import read_prompts, write_results
-from hanlm.train.preemption import Preempted
-
-# The imports inside the functions below are deferred on purpose: a command imports only what it
-# runs (torch and transformers ~1 s, pydantic's config models ~0.1 s, rich ~0.05 s), so that
-# `hanlm --help` and a mistyped argument answer at once.
-
-DEFAULT_RUN = "runs/demo"
 
 DESCRIPTION = """\
 hanlm: from raw Korean text to an honestly evaluated small chat model.
@@ -101,22 +96,11 @@ CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Commands(argparse._SubParsersAction):
-    """The subcommands. A command's config flags are added only when that command is parsed:
-    making them imports the pydantic models (~0.1 s), which `hanlm --help` does without."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if values and values[0] in self._name_parser_map:
-            _add_config_flags(self._name_parser_map[values[0]], values[0])
-        super().__call__(parser, namespace, values, option_string)
-
-
 def _add_config_flags(command: argparse.ArgumentParser, name: str) -> None:
-    """Give `command` the flags of the config keys CONFIG_FLAGS lists for `name` (once)."""
+    """Give `command` the flags of the config keys CONFIG_FLAGS lists for `name`."""
     from hanlm.config import Config  # deferred: pydantic's models, ~0.1 s that --help spares
 
-    if name in CONFIG_FLAGS and command.get_default(config_flags.CONFIG_KEYS) is None:
-        config_flags.add_config_flags(command, Config, CONFIG_FLAGS[name])
+    config_flags.add_config_flags(command, Config, CONFIG_FLAGS[name])
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -172,12 +156,26 @@ def _command(
 REDO = "redo the stage even if it is complete"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The arguments of `hanlm ARGV`, the named command's config flags among them."""
+    return build_parser(_command_named(argv)).parse_args(argv)
+
+
+def _command_named(argv: list[str]) -> str | None:
+    """The command `argv` names (None for `hanlm --help`), read as the full parser reads it:
+    the first positional argument, since the options before a command take no value."""
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("command", nargs="?")
+    return first.parse_known_args(argv)[0].command
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `hanlm` parser, with the config flags of `command` alone: making a command's flags
+    imports the pydantic models (~0.1 s), which `hanlm --help` does without."""
     parser = argparse.ArgumentParser(
         prog="hanlm", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"hanlm {__version__}")
-    parser.register("action", "parsers", _Commands)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in (_add_run, _add_data_stages, _add_pretrain, _add_export, _add_preflight):
         add(sub)
@@ -187,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     for add in (_add_torchrun,):
         add(sub)
+    if command in CONFIG_FLAGS:  # sub.choices: each command's parser, by name
+        _add_config_flags(sub.choices[command], command)
     return parser
 
 
@@ -216,7 +216,7 @@ def _add_launch(sub) -> None:
         help="list the hosts tried (verdicts, GPU-hours, cost) against the launch's plan",
     )
     parser.add_argument("--json", action="store_true", help="also print the record as JSON")
-    parser.set_defaults(func=_cmd_launch)
+    parser.set_defaults(func=cmd_launch)
 
 
 def _add_torchrun(sub) -> None:
@@ -247,7 +247,7 @@ def _add_run(sub) -> None:
         "--from", dest="from_stage", metavar="STAGE", help="redo this stage and every later one"
     )
     parser.add_argument("--until", metavar="STAGE", help="stop after this stage (e.g. shards)")
-    parser.set_defaults(func=_cmd_run)
+    parser.set_defaults(func=cmd_run)
 
 
 def _add_data_stages(sub) -> None:
@@ -264,7 +264,7 @@ def _add_data_stages(sub) -> None:
         "`demo` for the built-in synthetic Korean world.",
         force=REDO,
     )
-    parser.set_defaults(func=_cmd_stage, stage="corpus")
+    parser.set_defaults(func=cmd_stage, stage="corpus")
     parser = _command(
         sub,
         "tokenizer",
@@ -276,7 +276,7 @@ def _add_data_stages(sub) -> None:
         "held-out characters and bytes per token.",
         force=REDO,
     )
-    parser.set_defaults(func=_cmd_stage, stage="tokenizer")
+    parser.set_defaults(func=cmd_stage, stage="tokenizer")
     parser = _command(
         sub,
         "shards",
@@ -286,7 +286,7 @@ def _add_data_stages(sub) -> None:
         "uint32, manifest.json). A killed run resumes: it encodes only unfinished parts.",
         force=REDO,
     )
-    parser.set_defaults(func=_cmd_stage, stage="shards")
+    parser.set_defaults(func=cmd_stage, stage="shards")
 
 
 def _add_pretrain(sub) -> None:
@@ -302,7 +302,7 @@ def _add_pretrain(sub) -> None:
         "checkpoint unless --resume never.",
         force=REDO,
     )
-    parser.set_defaults(func=_cmd_stage, stage="pretrain")
+    parser.set_defaults(func=cmd_stage, stage="pretrain")
 
 
 def _add_export(sub) -> None:
@@ -337,7 +337,7 @@ def _add_export(sub) -> None:
     parser.add_argument(
         "--source", type=Path, metavar="DIR", help="gguf: the exported folder to convert"
     )
-    parser.set_defaults(func=_cmd_export, stage="export")
+    parser.set_defaults(func=cmd_export, stage="export")
 
 
 def _add_preflight(sub) -> None:
@@ -357,7 +357,7 @@ def _add_preflight(sub) -> None:
     parser.add_argument(
         "--json", action="store_true", help="also print the report as JSON on stdout"
     )
-    parser.set_defaults(func=_cmd_preflight)
+    parser.set_defaults(func=cmd_preflight)
 
 
 def _add_eval(sub) -> None:
@@ -381,7 +381,7 @@ def _add_eval(sub) -> None:
         force=REDO,
     )
     parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: DIR/eval)")
-    parser.set_defaults(func=_cmd_eval, stage="eval")
+    parser.set_defaults(func=cmd_eval, stage="eval")
 
 
 def _add_decontam(sub) -> None:
@@ -412,7 +412,7 @@ def _add_decontam(sub) -> None:
         "--out", type=Path, metavar="DIR", help="standalone: results in DIR/decontam/"
     )
     parser.add_argument("--shard", metavar="I/N", help="scan slice I of N (0-based)")
-    parser.set_defaults(func=_cmd_decontam)
+    parser.set_defaults(func=cmd_decontam)
 
 
 MODEL_DIR_HELP = "Hugging Face model folder"
@@ -439,7 +439,7 @@ def _add_generate(sub) -> None:
     )
     parser.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn")
     parser.add_argument("--out", type=Path, metavar="FILE.jsonl", help="also write results here")
-    parser.set_defaults(func=_cmd_generate)
+    parser.set_defaults(func=cmd_generate)
 
 
 def _add_chat(sub) -> None:
@@ -455,7 +455,7 @@ def _add_chat(sub) -> None:
     parser.add_argument(
         "--system", metavar="TEXT", help="system message that opens the conversation"
     )
-    parser.set_defaults(func=_cmd_chat)
+    parser.set_defaults(func=cmd_chat)
 
 
 def _add_serve(sub) -> None:
@@ -491,7 +491,7 @@ def _add_serve(sub) -> None:
         help="GGUF written for llama.cpp when a folder is served: f32, f16 (default), bf16, q8_0",
     )
     parser.add_argument("--threads", type=int, metavar="N", help="llama.cpp's CPU threads")
-    parser.set_defaults(func=_cmd_serve)
+    parser.set_defaults(func=cmd_serve)
 
 
 def _add_sft(sub) -> None:
@@ -508,7 +508,7 @@ def _add_sft(sub) -> None:
         "check on held-out prompts (DIR/sft/closure.json).",
         force=REDO,
     )
-    parser.set_defaults(func=_cmd_sft)
+    parser.set_defaults(func=cmd_sft)
 
 
 def _add_doctor(sub) -> None:
@@ -523,7 +523,7 @@ def _add_doctor(sub) -> None:
     )
     parser.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
     parser.add_argument("--json", action="store_true", help="also print the findings as JSON")
-    parser.set_defaults(func=_cmd_doctor)
+    parser.set_defaults(func=cmd_doctor)
 
 
 def _add_plan(sub) -> None:
@@ -543,7 +543,7 @@ def _add_plan(sub) -> None:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
     parser.add_argument("--out", type=Path, metavar="FILE", help="also write the plan as JSON here")
     # a run's config.toml is read only when --run is given: plan is mostly used before a run
-    parser.set_defaults(run=None, func=_cmd_plan)
+    parser.set_defaults(run=None, func=cmd_plan)
 
 
 def _add_demo(sub) -> None:
@@ -561,7 +561,7 @@ def _add_demo(sub) -> None:
     parser.add_argument(
         "--force", action="store_true", help="replace an earlier demo world in --out"
     )
-    parser.set_defaults(func=_cmd_demo)
+    parser.set_defaults(func=cmd_demo)
 
 
 def _add_publish(sub) -> None:
@@ -592,328 +592,7 @@ def _add_publish(sub) -> None:
     )
     parser.add_argument("--out", type=Path, metavar="DIR", help="the folder (default: RUN/publish)")
     parser.add_argument("--gguf", type=Path, metavar="FILE", help="also upload this GGUF file")
-    parser.set_defaults(func=_cmd_publish)
-
-
-def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
-    """{config key: value} of the config flags given."""
-    values = config_flags.flag_values(args)
-    if "pretrain.max_tokens" in values and "pretrain.max_steps" not in values:
-        values["pretrain.max_steps"] = None  # --max-tokens replaces the recipe's max_steps
-    return values
-
-
-def _load(args: argparse.Namespace):
-    from hanlm.stages.rundir import load_run_config
-
-    cfg = load_run_config(args.run, args.config, args.overrides, _flag_values(args))
-    remote_code.allow(cfg.model.trust_remote_code)  # for this command (its remote_code.scope)
-    return cfg
-
-
-def _save(cfg, run: Path) -> None:
-    """Every command that ran a stage on a run saves the configuration it used there."""
-    from hanlm.stages.rundir import save_run_config
-
-    save_run_config(cfg, run)
-
-
-def _cmd_stage(args: argparse.Namespace) -> int:
-    from hanlm.pipeline import run_stage
-
-    run_stage(args.stage, _load(args), args.run, force=args.force)
-    return 0
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    from hanlm.stages import export
-
-    cfg = _load(args)
-    if args.format == "gguf":
-        if args.checkpoint is not None:
-            raise UserError(
-                "--checkpoint chooses what the Hugging Face export reads; GGUF is written from "
-                "an exported folder",
-                fix="export the step first (hanlm export --checkpoint STEP --out DIR), then "
-                "hanlm export --format gguf --source DIR",
-            )
-        export.run_gguf(
-            cfg,
-            args.run,
-            gguf_type=args.gguf_type,
-            source=args.source,
-            out=args.out,
-            force=args.force,
-        )
-        return 0
-    if args.source is not None or args.gguf_type != "f16":
-        raise UserError("--source and --gguf-type belong to --format gguf", fix="add --format gguf")
-    if args.checkpoint is None and args.out is None:
-        from hanlm.pipeline import run_stage
-
-        run_stage("export", cfg, args.run, force=args.force)
-        return 0
-    export.export_chosen(cfg, args.run, checkpoint=args.checkpoint, out=args.out, force=args.force)
-    _save(cfg, args.run)
-    return 0
-
-
-def _cmd_sft(args: argparse.Namespace) -> int:
-    from hanlm.pipeline import run_stage
-
-    run_stage("sft", _load(args), args.run, force=args.force)
-    return 0
-
-
-def _cmd_doctor(args: argparse.Namespace) -> int:
-    from hanlm.chat import doctor
-
-    report = doctor.diagnose(args.model_dir)
-    doctor.print_report(report)
-    if args.json:
-        print(json.dumps(report, ensure_ascii=False, indent=2))
-    return 0 if report["healthy"] else 1
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    from hanlm.console import warn
-    from hanlm.pipeline import run_pipeline
-    from hanlm.stages.stage import Unfinished
-
-    results = run_pipeline(_load(args), args.run, from_stage=args.from_stage, until=args.until)
-    # 0 only when every stage finished: a launcher or `hanlm run && hanlm publish` goes on from
-    # it (a NO-GO preflight that preflight.fail_on_no_go = false lets through is not a stop)
-    unfinished = [
-        name for name, r in results.items() if isinstance(r, Unfinished) and name != "preflight"
-    ]
-    if unfinished:
-        warn(f"run: {', '.join(unfinished)} stopped before the end; run the same command again")
-        return exit_status.STOPPED
-    return exit_status.SUCCESS
-
-
-def _cmd_launch(args: argparse.Namespace) -> int:
-    from hanlm.launch import command
-    from hanlm.pipeline import STAGES
-
-    cfg = _load(args)
-    if args.status:
-        result = command.status(cfg, args.run)
-    else:
-        record = command.launch(cfg, args.run, stages=list(STAGES), dry_run=args.dry_run)
-        result = record.to_json()
-        _save(cfg, args.run)
-    if args.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False))
-    return 0
-
-
-def _cmd_preflight(args: argparse.Namespace) -> int:
-    from hanlm.stages import preflight
-
-    report = preflight.check(_load(args), args.run)
-    if args.json and os.environ.get("RANK", "0") == "0":
-        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
-    return exit_status.SUCCESS if report.go else exit_status.HOST_REJECTED
-
-
-def _cmd_eval(args: argparse.Namespace) -> int:
-    from hanlm.evals import run as eval_run
-    from hanlm.stages import eval as eval_stage
-
-    cfg = _load(args)
-    if args.out is None:
-        from hanlm.pipeline import run_stage
-
-        run_stage("eval", cfg, args.run, force=args.force)
-        return 0
-    in_run = args.run.is_dir()  # a run's demo world and decontam report serve as defaults
-    models = [
-        eval_stage.model_folder(model) for model in cfg.eval.models
-    ] or eval_stage.default_models(args.run)
-    eval_run.evaluate(
-        models,
-        cfg.eval.tasks,
-        args.out,
-        demo_files=eval_stage.demo_files(args.run) if in_run else None,
-        contamination=cfg.eval.contamination
-        or (eval_stage.default_contamination(args.run) if in_run else None),
-        options=eval_run.options_from(cfg),
-        batch_size=cfg.eval.batch_size,
-        dtype=cfg.eval.dtype,
-        device=cfg.eval.device,
-        replace_earlier=args.force,
-    )
-    return 0
-
-
-def _cmd_decontam(args: argparse.Namespace) -> int:
-    from hanlm.data.decontam.scan import expand_corpus, parse_shard
-    from hanlm.pipeline import run_stage
-    from hanlm.stages import decontam
-    from hanlm.stages.rundir import RunDir, load_run_config
-
-    standalone = args.out is not None
-    if standalone and args.corpus is None and not args.merge:
-        raise UserError("--out needs --corpus GLOB", fix="or scan a run's corpus with --run DIR")
-    if args.corpus is not None and not standalone:
-        raise UserError("--corpus needs --out DIR", fix="pass --out DIR for the results")
-    if standalone:  # the results go to OUT/decontam/: refuse what is in the way before scanning
-        check_folder_path(args.out, "--out")
-        claim_output_dir(RunDir(args.out).decontam, name="the results folder")
-    run_dir = None if standalone else args.run
-    cfg = load_run_config(run_dir, args.config, args.overrides, _flag_values(args))
-    shard = parse_shard(args.shard)
-    options = {"shard": shard, "merge": args.merge}
-    if standalone:
-        # OUT/ holds decontam/ and decontam-partial/ as a run folder would
-        options["standalone"] = True
-    if standalone and not args.merge:
-        # before anything is written: files that are not there, or a benchmark only a run has
-        expand_corpus(args.corpus)
-        decontam.benchmark_specs(cfg.decontam.benchmarks, None)
-        options["corpus"] = args.corpus
-    out = RunDir(args.out) if standalone else run_dir
-    # a standalone scan's OUT is the user's folder, not a run's: no config.toml there
-    run_stage("decontam", cfg, out, force=args.force, save_config=not standalone, **options)
-    return 0
-
-
-def _decoding_settings(args: argparse.Namespace):
-    given = _flag_values(args)
-    sampling = ("generate.temperature", "generate.top_k", "generate.top_p")
-    if given.get("generate.greedy") and any(key in given for key in sampling):
-        raise UserError(
-            "--greedy takes no --temperature, --top-k or --top-p",
-            fix="drop --greedy to sample, or drop the sampling flags",
-        )
-    return _load(args).generate
-
-
-def _cmd_generate(args: argparse.Namespace) -> int:
-    from hanlm.inference import generate, load  # deferred: torch and transformers
-
-    if bool(args.prompt_texts) == bool(args.prompts_file):
-        raise UserError("give prompts with --prompt TEXT (repeatable) or --prompts FILE, not both")
-    if args.out is not None:  # before the model loads: a refusal costs nothing
-        claim_output_file(
-            args.out,
-            is_earlier_output=_is_generate_output,
-            replace_earlier=args.force,
-            name="--out",
-        )
-    settings = _decoding_settings(args)
-    prompts = args.prompt_texts or read_prompts(args.prompts_file)
-    results = generate(load(args.model_dir, settings.device), prompts, settings, chat=args.chat)
-    for i, result in enumerate(results):
-        if len(results) > 1:
-            print(f"--- {i + 1}/{len(results)}", flush=True)
-        print(result["text"], flush=True)
-    if args.out is not None:
-        write_results(args.out, results)
-    return 0
-
-
-def _is_generate_output(path: Path) -> bool:
-    """Whether `path` is a results file `hanlm generate --out` wrote: JSON rows with a prompt
-    and a text each."""
-    try:
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        rows = [json.loads(line) for line in lines]
-    except (OSError, ValueError):
-        return False
-    return bool(rows) and all(
-        isinstance(row, dict) and {"prompt", "text"} <= row.keys() for row in rows
-    )
-
-
-def _is_plan_output(path: Path) -> bool:
-    """Whether `path` is a plan `hanlm plan --out` wrote: it reads as one."""
-    from hanlm.plan.estimate import Plan
-
-    return Plan.is_one(path)
-
-
-def _cmd_chat(args: argparse.Namespace) -> int:
-    from hanlm.chat.session import run_repl
-    from hanlm.inference import load
-
-    settings = _decoding_settings(args)
-    return run_repl(load(args.model_dir, settings.device), settings, system=args.system)
-
-
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from hanlm.serve import serve
-    from hanlm.serve.target import run_of
-
-    served_run = run_of(args.target)
-    if served_run is not None and args.run == Path(DEFAULT_RUN) and args.config is None:
-        args.run = served_run  # a run's model answers with the run's own [generate] settings
-    _decoding_settings(args)  # --greedy with sampling flags is refused here as everywhere
-    return serve(
-        args.target,
-        _load(args),
-        engine=args.engine,
-        host=args.host,
-        port=args.port,
-        api_key=args.api_key,
-        gguf_type=args.gguf_type,
-        threads=args.threads,
-    )
-
-
-def _cmd_plan(args: argparse.Namespace) -> int:
-    from hanlm.plan import estimate as plan
-    from hanlm.plan.table import print_plan
-    from hanlm.stages.rundir import load_run_config
-
-    values = _flag_values(args)
-    cfg = load_run_config(args.run, args.config, args.overrides, values, recipe_fallback=False)
-    if args.out is not None:
-        claim_output_file(
-            args.out, is_earlier_output=_is_plan_output, replace_earlier=args.force, name="--out"
-        )
-    result = plan.plan_recipe(cfg)
-    if args.out is not None:
-        result.write(args.out)
-    if args.json:
-        print(json.dumps(result.to_json(), indent=2))
-    else:
-        print_plan(result)
-    return 0
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from hanlm.console import info
-    from hanlm.demo.folder import write_folder
-
-    if args.size_mb <= 0:
-        raise UserError(
-            f"--size-mb must be positive, got {args.size_mb}",
-            fix="give the size of the demo world's documents in MB, e.g. --size-mb 1",
-        )
-    paths = write_folder(args.out, args.seed, args.size_mb, force=args.force)
-    info("demo world written: " + ", ".join(str(path) for path in paths.values()))
-    return 0
-
-
-def _cmd_publish(args: argparse.Namespace) -> int:
-    from hanlm.stages import publish
-    from hanlm.stages.rundir import load_run_config
-
-    cfg = load_run_config(args.run, None, None, _flag_values(args), recipe_fallback=False)
-    summary = publish.run(
-        cfg,
-        args.run,
-        repo=args.repo,
-        model=args.model,
-        out=args.out,
-        dry_run=args.dry_run,
-        gguf=args.gguf,
-        force=args.force,
-    )
-    print(summary.get("url") or summary["folder"])
-    return 0
+    parser.set_defaults(func=cmd_publish)
 
 
 def _add_facts(sub) -> None:
@@ -938,176 +617,4 @@ def _add_facts(sub) -> None:
     parser.add_argument("--reverse-share", type=float, default=1.0, metavar="SHARE")
     parser.add_argument("--copies", type=int, default=1, help="documents per fact")
     parser.add_argument("--seed", type=int, default=0)
-    parser.set_defaults(func=_cmd_facts)
-
-
-def _cmd_facts(args: argparse.Namespace) -> int:
-    from hanlm.console import info
-
-    done = fact_statements.write(
-        args.table,
-        args.out,
-        templates_file=args.templates,
-        reverse_share=args.reverse_share,
-        copies=args.copies,
-        seed=args.seed,
-        probe_out=args.probe_table,
-        replace=args.force,
-    )
-    info(
-        f"facts: {done['documents']:,} documents from {done['facts']:,} facts "
-        f"({done['reverse_stated']:,} also stated object first) -> {args.out}"
-    )
-    return 0
-
-
-# Commands that write into their run folder hold its lock (hanlm.run_lock) while they run.
-WRITES_RUN = frozenset(
-    {"run", "corpus", "decontam", "tokenizer", "shards", "pretrain", "export", "preflight"}
-    | {"launch"}
-    | {"sft", "eval", "publish"}
-)
-
-
-# ... and of those, the ones that may start a run folder; the others need one to exist (and
-# say so themselves when it does not).
-STARTS_RUN = frozenset({"run", "corpus", "decontam", "preflight", "launch"})
-
-
-def _folder_to_lock(args: argparse.Namespace) -> Path | None:
-    if args.command not in WRITES_RUN:
-        return None
-    out = getattr(args, "out", None)
-    if out is not None:
-        # decontam --out DIR keeps its results as a run folder would; eval --out writes a file
-        # set of its own and only reads the run
-        return Path(out) if args.command == "decontam" else None
-    if args.command not in STARTS_RUN and not Path(args.run).is_dir():
-        return None
-    return args.run
-
-
-STOP_GRACE_S = 20.0  # after SIGTERM, the longest the unwinding may take before a hard exit
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # what a host or scheduler sends before it stops us
-_STOPPED = (
-    "stopped by a signal: what was finished is kept; run the same command to continue "
-    f"(exit status {exit_status.STOPPED})"
-)
-
-
-def _exit_after_grace() -> None:
-    """The unwinding did not end: the exception met multiprocessing's pool in a lock or a join
-    it cannot leave. Every output is committed atomically and the data workers die with this
-    process (PR_SET_PDEATHSIG), so ending here loses nothing a rerun needs."""
-    print(f"{_STOPPED} (forced after {STOP_GRACE_S:.0f} s)", file=sys.stderr, flush=True)
-    os._exit(exit_status.STOPPED)
-
-
-def _terminated_handler(main_pid: int):
-    def handle(signum, frame) -> None:
-        if os.getpid() != main_pid:  # a forked worker that inherited it: end as by default
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        watchdog = threading.Timer(STOP_GRACE_S, _exit_after_grace)
-        watchdog.daemon = True
-        watchdog.start()
-        stop_on_sigterm()
-
-    return handle
-
-
-def _ignore_stop_signals(installed: dict) -> bool:
-    """Stopping already: a second stop signal (torchrun sends one to the other ranks once one
-    has exited) must not interrupt the way out and turn its 75 or 69 into a traceback."""
-    for sig in installed:
-        signal.signal(sig, signal.SIG_IGN)
-    return True
-
-
-def _print_error(message: str) -> None:
-    from rich.markup import escape
-
-    from hanlm.console import console
-
-    # escaped: a message may hold [brackets] (TOML tables, paths) that are not markup
-    console.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run one command; its exit status is one of hanlm.exit_status's."""
-    as_program = argv is None  # not called from Python: the process ends with this command
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["torchrun"] and not {"-h", "--help"} & set(argv[1:2]):
-        # torchrun's own parser reads its options; its agent handles signals itself
-        return torchrun.main(argv[1:])
-    status = exit_status.FAILED  # unless the command returns: a bug's traceback
-    try:
-        status = _run_command(argv, as_program)
-        return status
-    except SystemExit as e:  # argparse: --help, or bad arguments
-        status = e.code if isinstance(e.code, int) else exit_status.USER_ERROR
-        raise
-    finally:
-        if as_program:
-            torchrun.report_rank_status(status)
-
-
-def _run_command(argv: list[str], as_program: bool) -> int:
-    args = build_parser().parse_args(argv)
-    from hanlm import run_lock
-
-    previous_handlers = {}
-    if threading.current_thread() is threading.main_thread():
-        handler = _terminated_handler(os.getpid())
-        previous_handlers = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-    folder = _folder_to_lock(args)
-    stopped = False
-    try:
-        with (
-            run_lock.hold(folder) if folder is not None else contextlib.nullcontext(),
-            remote_code.scope(),
-        ):
-            return args.func(args)
-    except PreflightNoGo as e:
-        stopped = _ignore_stop_signals(previous_handlers)  # every rank leaves with 69
-        _print_error(e.message)
-        return exit_status.HOST_REJECTED
-    except PeerLost as e:
-        stopped = _ignore_stop_signals(previous_handlers)  # torchrun stops the other ranks
-        _print_error(e.message)
-        return exit_status.STOPPED  # the last checkpoint is committed: run again on new hosts
-    except UserError as e:
-        _print_error(e.message)
-        return exit_status.USER_ERROR
-    except Preempted as e:
-        from hanlm.console import console
-
-        stopped = _ignore_stop_signals(previous_handlers)
-        console.print(
-            f"[bold yellow]preempted:[/bold yellow] {e} (exit status {exit_status.STOPPED})",
-            soft_wrap=True,
-        )
-        return exit_status.STOPPED
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return exit_status.INTERRUPTED
-    except Terminated:
-        stopped = _ignore_stop_signals(previous_handlers)
-        print(_STOPPED, file=sys.stderr)
-        return exit_status.STOPPED
-    except Exception as e:
-        error = storage_error(e, folder)
-        if error is None:
-            raise  # a bug: keep its traceback
-        _print_error(error.message)
-        return exit_status.USER_ERROR
-    finally:
-        for sig, previous in previous_handlers.items():
-            # a stopped program keeps ignoring them until it has exited, which would otherwise
-            # turn its 75 into a death by signal; called from Python, the handlers are put back
-            signal.signal(sig, signal.SIG_IGN if stopped and as_program else previous)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    parser.set_defaults(func=cmd_facts)
