@@ -153,7 +153,11 @@ def _writes_first_argument(func) -> bool:
 @contextlib.contextmanager
 def _initialising_on_meta() -> Iterator[None]:
     """transformers skips `_init_weights` when it builds on the meta device (nothing to fill);
-    here its draws are what is recorded, so it must run."""
+    here its draws are what is recorded, so it must run. No public switch does this:
+    `initialize_weights()` called after the build runs after `tie_weights`, so a tied head would
+    be drawn over the embedding in another order than a CPU build draws them, and the replay
+    would no longer equal that build. post_init asks this one function whether a meta context
+    is active; answering None for the build is the narrowest change."""
     name = "get_torch_context_manager_or_global_device"
     if not hasattr(transformers.modeling_utils, name):  # an older transformers: always inits
         yield

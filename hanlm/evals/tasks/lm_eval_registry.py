@@ -63,6 +63,16 @@ def _manager(folders: tuple[str, ...] | None):
 
 
 _built: list = []  # every task manager made so far, by _manager
+_kinds: dict[int, tuple[frozenset, frozenset]] = {}  # id(manager) -> (its groups, its tags)
+
+
+def _kind(manager, name: str) -> str:
+    """"group", "tag" or "task": what `name` is in `manager`'s index, by TaskManager's public
+    lists (all_groups, all_tags; every other entry is a task)."""
+    if id(manager) not in _kinds:
+        _kinds[id(manager)] = (frozenset(manager.all_groups), frozenset(manager.all_tags))
+    groups, tags = _kinds[id(manager)]
+    return "group" if name in groups else "tag" if name in tags else "task"
 
 
 @functools.cache
@@ -104,9 +114,7 @@ def is_task(name: str) -> bool:
     """Whether `name` is one task of lm-eval's registry (not a group or tag)."""
     if not is_lm_eval_name(name):
         return False
-    from lm_eval.tasks._index import Kind  # deferred: lm-eval is optional (TaskManager's kinds)
-
-    return _registry(name).task_index[name].kind in (Kind.TASK, Kind.PY_TASK)
+    return _kind(_registry(name), name) == "task"
 
 
 @dataclass(frozen=True)
@@ -129,15 +137,14 @@ def expand(name: str) -> tuple[list[str], list[GroupSpec]]:
     groups: list[GroupSpec] = []
 
     def visit(entry_name: str) -> list[str]:
-        from lm_eval.tasks._index import Kind  # deferred: lm-eval is optional (TaskManager's kinds)
-
         entry = index[entry_name]
-        if entry.kind == Kind.TAG:
+        kind = _kind(manager, entry_name)
+        if kind == "tag":
             members = sorted(entry.tags)
             for member in members:
                 visit(member)
             return members
-        if entry.kind != Kind.GROUP:
+        if kind != "group":
             if entry_name not in tasks:
                 tasks.append(entry_name)
             return [entry_name]
@@ -149,7 +156,7 @@ def expand(name: str) -> tuple[list[str], list[GroupSpec]]:
                     f"lm-eval group {entry_name} has a member hanlm cannot run: {member!r}",
                     fix="name its tasks one by one",
                 )
-            if index[member_name].kind == Kind.TAG:
+            if _kind(manager, member_name) == "tag":
                 members += visit(member_name)  # a tag's tasks are the group's own members
             else:
                 visit(member_name)
