@@ -343,21 +343,7 @@ def is_gguf_file(path: Path) -> bool:
         return f.read(4) == GGUF_MAGIC
 
 
-def write_gguf(
-    folder: Path,
-    out: Path,
-    *,
-    gguf_type: str = "f16",
-    name: str | None = None,
-    replace_earlier: bool = False,
-) -> dict[str, Any]:
-    """Write the Llama model of the Hugging Face folder `folder` as the GGUF file `out`."""
-    if gguf_type not in GGUF_TYPES:
-        raise UserError(
-            f"unknown GGUF type {gguf_type!r}", fix=f"use one of {', '.join(GGUF_TYPES)}"
-        )
-    gguf = require_gguf()
-    folder, out = Path(folder), Path(out)
+def _check_folder(folder: Path) -> None:
     check_model_folder(folder, tokenizer=True)
     if not (folder / WEIGHTS).is_file() or not (folder / TOKENIZER_FILE).is_file():
         raise UserError(
@@ -366,20 +352,10 @@ def write_gguf(
             where=str(folder),
             fix="give a folder `hanlm export` wrote",
         )
-    claim_output_file(
-        out, is_earlier_output=is_gguf_file, replace_earlier=replace_earlier, name="GGUF file"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shape = llama_shape(read_json(folder / CONFIG), str(folder / CONFIG))
-    vocab = read_vocab(folder, shape.vocab_size, gguf)
-    special = _special_ids(folder)
-    template = read_json(folder / TOKENIZER_CONFIG_FILE).get("chat_template")
 
-    writer = gguf.GGUFWriter(None, ARCHITECTURE)
-    writer.add_type(gguf.GGUFType.MODEL)
-    writer.add_name(name or folder.name)
-    writer.add_file_type(_file_type(gguf, gguf_type))
-    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+def _add_metadata(writer, gguf, shape, vocab, special: dict, template: str | None) -> None:
+    """The model's shape, its tokenizer and its chat template, as llama.cpp reads them."""
     writer.add_context_length(shape.context)
     writer.add_embedding_length(shape.hidden)
     writer.add_block_count(shape.layers)
@@ -407,44 +383,84 @@ def write_gguf(
     if template:
         writer.add_chat_template(plain_chat_template(template))
 
-    counts: dict[str, int] = {}
+
+def _add_tensor_infos(writer, gguf, weights, plan, gguf_type: str) -> tuple[dict, dict]:
+    """(target name -> its quantization type, quantization type -> tensors) for `plan`."""
+    qtypes, counts = {}, {}
+    for hf_name, target in plan:
+        dims = weights.get_slice(hf_name).get_shape()
+        qtype = _qtype(gguf, gguf_type, target, dims[-1])
+        qtypes[target] = qtype
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        nbytes = int(np.prod(dims)) // block * size
+        if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            dtype = np.float32 if qtype == gguf.GGMLQuantizationType.F32 else np.float16
+            writer.add_tensor_info(target, dims, np.dtype(dtype), nbytes, raw_dtype=qtype)
+        else:
+            byte_shape = gguf.quant_shape_to_byte_shape(dims, qtype)
+            writer.add_tensor_info(target, byte_shape, np.dtype(np.uint8), nbytes, qtype)
+        counts[qtype.name] = counts.get(qtype.name, 0) + 1
+    return qtypes, counts
+
+
+def _write_file(writer, gguf, weights, plan, qtypes: dict, shape, out: Path) -> None:
+    """The header, metadata and tensors into a temporary file, renamed to `out` once whole."""
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        writer.write_header_to_file(path=tmp)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for hf_name, target in plan:
+            data = weights.get_tensor(hf_name).to(torch.float32).numpy()
+            if target.endswith("attn_q.weight"):
+                data = rope_permute(data, shape.heads)
+            elif target.endswith("attn_k.weight"):
+                data = rope_permute(data, shape.kv_heads)
+            writer.write_tensor_data(gguf.quants.quantize(data, qtypes[target]))
+        writer.flush()
+        for f in writer.fout or []:
+            os.fsync(f.fileno())
+        writer.close()
+        os.replace(tmp, out)
+    finally:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+
+
+def write_gguf(
+    folder: Path,
+    out: Path,
+    *,
+    gguf_type: str = "f16",
+    name: str | None = None,
+    replace_earlier: bool = False,
+) -> dict[str, Any]:
+    """Write the Llama model of the Hugging Face folder `folder` as the GGUF file `out`."""
+    if gguf_type not in GGUF_TYPES:
+        raise UserError(
+            f"unknown GGUF type {gguf_type!r}", fix=f"use one of {', '.join(GGUF_TYPES)}"
+        )
+    gguf = require_gguf()
+    folder, out = Path(folder), Path(out)
+    _check_folder(folder)
+    claim_output_file(
+        out, is_earlier_output=is_gguf_file, replace_earlier=replace_earlier, name="GGUF file"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shape = llama_shape(read_json(folder / CONFIG), str(folder / CONFIG))
+    vocab = read_vocab(folder, shape.vocab_size, gguf)
+    template = read_json(folder / TOKENIZER_CONFIG_FILE).get("chat_template")
+
+    writer = gguf.GGUFWriter(None, ARCHITECTURE)
+    writer.add_type(gguf.GGUFType.MODEL)
+    writer.add_name(name or folder.name)
+    writer.add_file_type(_file_type(gguf, gguf_type))
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_metadata(writer, gguf, shape, vocab, _special_ids(folder), template)
     with safe_open(folder / WEIGHTS, framework="pt") as weights:
         plan = _tensor_plan(list(weights.keys()), shape, str(folder / WEIGHTS))
-        qtypes = {}
-        for hf_name, target in plan:
-            dims = weights.get_slice(hf_name).get_shape()
-            qtype = _qtype(gguf, gguf_type, target, dims[-1])
-            qtypes[target] = qtype
-            block, size = gguf.GGML_QUANT_SIZES[qtype]
-            nbytes = int(np.prod(dims)) // block * size
-            if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
-                dtype = np.float32 if qtype == gguf.GGMLQuantizationType.F32 else np.float16
-                writer.add_tensor_info(target, dims, np.dtype(dtype), nbytes, raw_dtype=qtype)
-            else:
-                byte_shape = gguf.quant_shape_to_byte_shape(dims, qtype)
-                writer.add_tensor_info(target, byte_shape, np.dtype(np.uint8), nbytes, qtype)
-            counts[qtype.name] = counts.get(qtype.name, 0) + 1
-
-        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-        try:
-            writer.write_header_to_file(path=tmp)
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
-            for hf_name, target in plan:
-                data = weights.get_tensor(hf_name).to(torch.float32).numpy()
-                if target.endswith("attn_q.weight"):
-                    data = rope_permute(data, shape.heads)
-                elif target.endswith("attn_k.weight"):
-                    data = rope_permute(data, shape.kv_heads)
-                writer.write_tensor_data(gguf.quants.quantize(data, qtypes[target]))
-            writer.flush()
-            for f in writer.fout or []:
-                os.fsync(f.fileno())
-            writer.close()
-            os.replace(tmp, out)
-        finally:
-            writer.close()
-            tmp.unlink(missing_ok=True)
+        qtypes, counts = _add_tensor_infos(writer, gguf, weights, plan, gguf_type)
+        _write_file(writer, gguf, weights, plan, qtypes, shape, out)
     fsync_dir(out.parent)
     return {
         "out": str(out),
