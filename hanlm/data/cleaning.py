@@ -22,6 +22,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -455,19 +456,24 @@ SOURCE_COUNTS = (
 )  # fmt: skip
 
 
-def gather(
-    work: Path, units: list[Unit], out: Path, *, near: bool, quality: bool,
-    source_names: list[str],
-) -> dict:  # fmt: skip
-    """Move every task's parts into `out` numbered in input order; the counts of all tasks,
-    and of each source."""
-    counts: Counter = Counter()
-    skipped: Counter = Counter()
-    damaged: list[dict] = []
-    parts: list[dict] = []
-    pii_examples: dict[str, list[str]] = {}
-    blocked_urls: list[str] = []
-    by_source: dict[str, Counter] = {name: Counter() for name in source_names}
+@dataclass
+class _Collected:
+    """What every task of the cleaning counted and wrote, summed in input order."""
+
+    counts: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)  # input records not read, by reason
+    damaged: list[dict] = field(default_factory=list)
+    parts: list[dict] = field(default_factory=list)
+    pii_examples: dict[str, list[str]] = field(default_factory=dict)
+    blocked_urls: list[str] = field(default_factory=list)
+    by_source: dict[str, Counter] = field(default_factory=dict)
+
+
+def _collect(work: Path, units: list[Unit], out: Path, source_names: list[str]) -> _Collected:
+    """Every task's counts, examples and parts (moved into `out`, numbered in input order)."""
+    got = _Collected(by_source={name: Counter() for name in source_names})
+    counts, skipped, damaged, parts = got.counts, got.skipped, got.damaged, got.parts
+    pii_examples, blocked_urls, by_source = got.pii_examples, got.blocked_urls, got.by_source
     for rank, unit in enumerate(units):
         task: Counter = Counter()
         for label, count in engine.task_counts(work, CLEAN, rank).items():
@@ -497,6 +503,17 @@ def gather(
         source["quality_filtered"] += sum(
             n for k, n in task.items() if k.startswith(FILTERED_PREFIX)
         )
+    return got
+
+
+def gather(
+    work: Path, units: list[Unit], out: Path, *, near: bool, quality: bool,
+    source_names: list[str],
+) -> dict:  # fmt: skip
+    """Move every task's parts into `out` numbered in input order; the counts of all tasks,
+    and of each source."""
+    got = _collect(work, units, out, source_names)
+    counts, skipped, by_source = got.counts, got.skipped, got.by_source
     kept_by: dict[str, Counter] = {name: Counter() for name in source_names}
     for removed_in, kept_in, n in dedup.read_kept_by(work / CLUSTERS):
         kept_by[units[removed_in].corpus_source][units[kept_in].corpus_source] += n
@@ -527,7 +544,7 @@ def gather(
         "filtered": {
             "language_score": counts[FILTERED_PREFIX + "language_score"],
             "url_blocklist": counts[FILTERED_PREFIX + "url_blocklist"],
-            "blocked_url_examples": blocked_urls,
+            "blocked_url_examples": got.blocked_urls,
         },
         # personal data replaced in the documents kept, by kind: how many, the string put in
         # its place, and a few examples of the text around a replacement (after it)
@@ -535,15 +552,15 @@ def gather(
             kind: {
                 "replaced": counts[PII_PREFIX + kind],
                 "replacement": replacement,
-                "examples": pii_examples.get(kind, []),
+                "examples": got.pii_examples.get(kind, []),
             }
             for kind, replacement in REPLACEMENTS.items()
         },
         # documents over corpus.max_document_chars, and the pieces they were cut into
         "long_documents": {"documents": counts[LONG_DOCUMENTS], "pieces": counts[LONG_PIECES]},
         "skipped": dict(sorted(skipped.items())),
-        "damaged_files": damaged,
-        "parts": parts,
+        "damaged_files": got.damaged,
+        "parts": got.parts,
         "sources": sources,
         "tasks": len(units),
     }
