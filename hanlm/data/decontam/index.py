@@ -322,16 +322,6 @@ def window_hashes(q: np.ndarray, n: int, starts: np.ndarray | None = None) -> np
     return _mix(h)
 
 
-def text_hashes(text: str, n: int) -> np.ndarray:
-    """Distinct n-gram hashes of one text, or its whole-text hash when shorter than n."""
-    chars, _ = fold(nfc(text))
-    if len(chars) == 0:
-        return np.zeros(0, dtype=np.uint64)
-    q = prefix_sums(chars)
-    width = min(n, len(chars))
-    return np.unique(window_hashes(q, width))
-
-
 # ---------------------------------------------------------------------------------------------
 # Items, their parts, and what a batch of documents held of them
 
