@@ -199,7 +199,7 @@ def main() -> None:
 
     from hanlm.config import load_config
     from hanlm.data import decontam
-    from hanlm.data.decontam.index import prepare_tables
+    from hanlm.data.decontam.folding import prepare_tables
     from hanlm.pipeline import run_stage
     from hanlm.stages.rundir import RunDir
 

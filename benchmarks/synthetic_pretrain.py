@@ -25,7 +25,7 @@ TRAIN_FILE = "train-00000.bin"
 def write_random_shards(folder: Path, *, vocab_size: int, tokens: int, seed: int = 0) -> Path:
     """A shards folder holding one train file of `tokens` uniformly random ids and its manifest
     (no validation split: pretraining then trains without one)."""
-    from hanlm.data.loader import MANIFEST_FORMAT, MANIFEST_NAME
+    from hanlm.data.manifest import MANIFEST_FORMAT, MANIFEST_NAME
 
     dtype = np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
     folder.mkdir(parents=True, exist_ok=True)

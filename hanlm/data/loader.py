@@ -44,6 +44,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hanlm.data import packing
+from hanlm.data.manifest import (
+    MANIFEST_NAME,
+    REBUILD_SHARDS,
+    check_tokenizer,
+    end_of_document_id,
+    parse_dtype,
+    read_manifest,
+    split_files,
+)
 from hanlm.data.mixture import Mixture
 from hanlm.errors import UserError
 
@@ -53,13 +62,8 @@ if TYPE_CHECKING:
 # (inputs, labels), or (inputs, labels, extra model inputs) for rows of packed documents
 Batch = tuple["torch.Tensor", ...]
 
-SUPPORTED_DTYPES = ("uint16", "uint32")
-MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = 2  # 2: each token file names its corpus source
 STATE_VERSION = 1
 STATE_KEYS = ("version", "fingerprint", "seed", "epoch", "consumed")
-
-_REBUILD_SHARDS = "re-run `hanlm shards --force` to rebuild the shards"
 
 
 def position_state(version: int, fingerprint: str, seed: int, epoch: int, consumed: int) -> dict:
@@ -109,7 +113,7 @@ class TokenLoader:
         if not files:
             raise UserError("no token files were given to the data loader")
 
-        self.dtype = _parse_dtype(dtype)
+        self.dtype = parse_dtype(dtype)
         self.seq_len = seq_len
         self.micro_batch = micro_batch
         self.rank = rank
@@ -169,15 +173,15 @@ class TokenLoader:
 
         shuffle defaults to True for "train" and False for every other split. With
         document_masking, the manifest's end-of-document id splits windows into documents.
-        With a mixture (hanlm.data.mixture.plan over `source_windows`), an epoch is its budget
-        of windows drawn from each source.
+        With a mixture (hanlm.data.mixture.plan over hanlm.data.manifest.source_windows), an
+        epoch is its budget of windows drawn from each source.
         """
         shards_dir = Path(shards_dir)
-        manifest = _read_manifest(shards_dir)
+        manifest = read_manifest(shards_dir)
         if expected_tokenizer_sha256 is not None:
-            _check_tokenizer(manifest, expected_tokenizer_sha256, shards_dir)
-        dtype = _parse_dtype(manifest.get("dtype"), where=str(shards_dir / MANIFEST_NAME))
-        files, sources = _split_files(manifest, split, shards_dir, dtype)
+            check_tokenizer(manifest, expected_tokenizer_sha256, shards_dir)
+        dtype = parse_dtype(manifest.get("dtype"), where=str(shards_dir / MANIFEST_NAME))
+        files, sources = split_files(manifest, split, shards_dir, dtype)
         return cls(
             files,
             dtype=dtype,
@@ -188,7 +192,7 @@ class TokenLoader:
             seed=seed,
             shuffle=(split == "train") if shuffle is None else shuffle,
             pin_memory=pin_memory,
-            end_of_document=_end_of_document(manifest, shards_dir) if document_masking else None,
+            end_of_document=end_of_document_id(manifest, shards_dir) if document_masking else None,
             file_sources=sources,
             mixture=mixture,
         )
@@ -417,29 +421,15 @@ def _check_at_least(name: str, value: Any, minimum: int) -> None:
         )
 
 
-def _parse_dtype(dtype: Any, *, where: str | None = None) -> np.dtype:
-    try:
-        parsed = np.dtype(dtype)
-    except TypeError:
-        parsed = None
-    if parsed is None or parsed.name not in SUPPORTED_DTYPES:
-        raise UserError(
-            f"token dtype {dtype!r} is not supported (expected one of {SUPPORTED_DTYPES})",
-            where=where,
-            fix=_REBUILD_SHARDS,
-        )
-    return parsed
-
-
 def _open_tokens(path: Path, dtype: np.dtype) -> np.ndarray:
     if not path.is_file():
-        raise UserError("token file not found", where=str(path), fix=_REBUILD_SHARDS)
+        raise UserError("token file not found", where=str(path), fix=REBUILD_SHARDS)
     size = path.stat().st_size
     if size % dtype.itemsize:
         raise UserError(
             f"token file has {size} bytes, not a whole number of {dtype.name} tokens",
             where=str(path),
-            fix=_REBUILD_SHARDS,
+            fix=REBUILD_SHARDS,
         )
     if size == 0:  # mmap refuses empty files; an empty file simply holds no samples
         return np.empty(0, dtype=dtype)
@@ -482,119 +472,3 @@ def _check_state_shape(state: Any, where: str) -> None:
             raise UserError(
                 f"the state's {key} must be an integer ≥ 0, got {value!r}", where=where, fix=fix
             )
-
-
-def _read_manifest(shards_dir: Path) -> dict[str, Any]:
-    path = shards_dir / MANIFEST_NAME
-    if not path.is_file():
-        raise UserError("no shard manifest found", where=str(path), fix="run `hanlm shards` first")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(
-            f"the shard manifest cannot be read ({err})",
-            where=str(path),
-            fix="run `hanlm shards` first, or `hanlm shards --force` to rebuild it",
-        ) from err
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise UserError(
-            f"the shard manifest is not in format {MANIFEST_FORMAT}",
-            where=str(path),
-            fix=_REBUILD_SHARDS,
-        )
-    return manifest
-
-
-def _end_of_document(manifest: dict[str, Any], shards_dir: Path) -> int:
-    eod = manifest.get("eod_id")
-    if isinstance(eod, bool) or not isinstance(eod, int) or eod < 0:
-        raise UserError(
-            f"the shard manifest names no end-of-document token id (eod_id is {eod!r}), so "
-            "document masking cannot tell where documents end",
-            where=str(shards_dir / MANIFEST_NAME),
-            fix=f"{_REBUILD_SHARDS}, or set pretrain.document_masking = false",
-        )
-    return eod
-
-
-def _check_tokenizer(manifest: dict[str, Any], expected_sha256: str, shards_dir: Path) -> None:
-    found = manifest.get("tokenizer_sha256")
-    if found != expected_sha256:
-        raise UserError(
-            f"the shards were made with another tokenizer (sha256 {found!r}, "
-            f"expected {expected_sha256!r})",
-            where=str(shards_dir / MANIFEST_NAME),
-            fix="re-run `hanlm shards --force` with the current tokenizer",
-        )
-
-
-def source_windows(shards_dir: Path, seq_len: int, split: str = "train") -> dict[str, int]:
-    """Windows of `seq_len + 1` tokens (the loader's samples) per corpus source in a split, in
-    the manifest's order: what a mixture is planned with."""
-    shards_dir = Path(shards_dir)
-    manifest = _read_manifest(shards_dir)
-    dtype = _parse_dtype(manifest.get("dtype"), where=str(shards_dir / MANIFEST_NAME))
-    files, sources = _split_files(manifest, split, shards_dir, dtype)
-    windows: dict[str, int] = {}
-    for path, source in zip(files, sources, strict=True):
-        tokens = path.stat().st_size // dtype.itemsize
-        windows[source] = windows.get(source, 0) + max(tokens - 1, 0) // seq_len
-    return windows
-
-
-def _split_files(
-    manifest: dict[str, Any], split: str, shards_dir: Path, dtype: np.dtype
-) -> tuple[list[Path], list[str]]:
-    """The split's files, each checked to exist with exactly the size the manifest records, and
-    the corpus source of each."""
-    manifest_path = str(shards_dir / MANIFEST_NAME)
-    splits = manifest.get("splits")
-    if not isinstance(splits, dict) or split not in splits:
-        known = sorted(splits) if isinstance(splits, dict) else []
-        raise UserError(
-            f"the shards have no split {split!r} (they have {known})",
-            where=manifest_path,
-            fix="use one of the listed splits, or re-run `hanlm shards` with that split",
-        )
-    entries = splits[split].get("files") if isinstance(splits[split], dict) else None
-    if not isinstance(entries, list):
-        raise UserError(f"split {split!r} lists no files", where=manifest_path, fix=_REBUILD_SHARDS)
-
-    files, sources = [], []
-    total_tokens = 0
-    for entry in entries:
-        try:
-            path, tokens = shards_dir / entry["path"], int(entry["tokens"])
-            sources.append(str(entry["source"]))
-        except (TypeError, KeyError, ValueError) as err:
-            raise UserError(
-                f"a file entry of split {split!r} is malformed: {entry!r}",
-                where=manifest_path,
-                fix=_REBUILD_SHARDS,
-            ) from err
-        _check_shard_file(path, tokens, dtype)
-        files.append(path)
-        total_tokens += tokens
-    if total_tokens == 0:
-        raise UserError(
-            f"split {split!r} holds no tokens",
-            where=manifest_path,
-            fix="give that split some data and re-run `hanlm shards --force`",
-        )
-    return files, sources
-
-
-def _check_shard_file(path: Path, tokens: int, dtype: np.dtype) -> None:
-    if not path.is_file():
-        raise UserError(
-            "a shard file listed in the manifest is missing", where=str(path), fix=_REBUILD_SHARDS
-        )
-    expected = tokens * dtype.itemsize
-    size = path.stat().st_size
-    if size != expected:
-        raise UserError(
-            f"shard file has {size} bytes but the manifest records {tokens} {dtype.name} tokens "
-            f"({expected} bytes); it was truncated or overwritten",
-            where=str(path),
-            fix=_REBUILD_SHARDS,
-        )

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hanlm.config import EPOCHS_WARNING, CorpusSourceSection
+from hanlm.data.manifest import source_windows
 from hanlm.errors import UserError
 
 
@@ -107,8 +108,6 @@ def for_training(cfg, shards_dir) -> Mixture | None:
     """The mix pretraining reads (None: one pile, read as it is), planned on the shards' windows
     for the whole run's budget (steps x global_batch_tokens); a UserError when a share cannot
     be met."""
-    from hanlm.data.loader import source_windows  # (the loader imports this module)
-
     sources = list(cfg.corpus.sources)  # (a flat corpus.inputs is one source, never mixed)
     if not any(s.mixed for s in sources):
         return None

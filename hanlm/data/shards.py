@@ -32,7 +32,7 @@ from hanlm.config import DataEngineSection, ShardsSection
 from hanlm.console import info, warn
 from hanlm.data import engine
 from hanlm.data.corpus import STATS_FILE, corpus_parts, iter_part, part_sources
-from hanlm.data.loader import MANIFEST_FORMAT, MANIFEST_NAME
+from hanlm.data.manifest import MANIFEST_FORMAT, MANIFEST_NAME
 from hanlm.data.tokenizer import text_pieces
 from hanlm.errors import UserError
 from hanlm.files import (
@@ -47,10 +47,8 @@ from hanlm.files import (
 from hanlm.results import Part, Result
 
 STAGE = "shards"
-FORMAT_VERSION = MANIFEST_FORMAT  # the loader reads what this stage writes
 SPLITS = ("train", "val")
 ENCODE = "encode"  # the engine job, and its folder of task outputs in the work folder
-MANIFEST_FILE = MANIFEST_NAME  # the loader reads what this stage writes
 # One thread per worker: N workers use N cores, and rayon must not start after a fork.
 THREAD_VARIABLES = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
 
@@ -422,7 +420,7 @@ class ShardsManifest(Result):
     """`shards/manifest.json`: the token files of each split, the tokenizer they were encoded
     with (by sha256), and how often each special token occurs in them."""
 
-    FILE = MANIFEST_FILE
+    FILE = MANIFEST_NAME
     MADE_BY = "shards"
 
     format: int
@@ -441,7 +439,7 @@ def damaged_outputs(out: Path) -> list[str]:
     """What is wrong with the token files of a finished shards folder (each file's size, from
     its token count, and its sha256: see files.damaged_files), or an empty list."""
     try:
-        manifest = ShardsManifest.read(out / MANIFEST_FILE)
+        manifest = ShardsManifest.read(out / MANIFEST_NAME)
         dtype = np.dtype(manifest.dtype)
         entries = [f for split in SPLITS for f in manifest.splits[split].files]
         records = [{**e.model_dump(), "size": e.tokens * dtype.itemsize} for e in entries]
@@ -472,7 +470,7 @@ def _manifest(
             source[f"{split}_documents"] += sidecar[split]["documents"]
     totals = np.sum([s["special_token_counts"] for s in sidecars], axis=0)
     return {
-        "format": FORMAT_VERSION,
+        "format": MANIFEST_FORMAT,
         "dtype": dtype.name,
         "vocab_size": vocab_size,
         "tokenizer_sha256": sha,
@@ -565,14 +563,14 @@ def encode_corpus(
                 os.replace(encoded / name, out / name)
     for i in range(len(jobs)):
         os.replace(encoded / sidecar_name(i), out / sidecar_name(i))
-    return ShardsManifest.model_validate(manifest)  # the pipeline keeps it as MANIFEST_FILE
+    return ShardsManifest.model_validate(manifest)  # the pipeline keeps it as MANIFEST_NAME
 
 
 def trace(shards_dir: Path, token_file: str, token: int) -> dict:
     """The document holding token number `token` of token file `token_file` (a name the
     manifest lists, e.g. train-00003.bin): {"id", "start", "metadata"?, "source"}: the way from
     a training window back to its document and, through its id and metadata, its source row."""
-    manifest = ShardsManifest.read(Path(shards_dir) / MANIFEST_FILE)
+    manifest = ShardsManifest.read(Path(shards_dir) / MANIFEST_NAME)
     entry = next(
         (f for split in SPLITS for f in manifest.splits[split].files if f.path == token_file),
         None,

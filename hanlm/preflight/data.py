@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from hanlm.config import Config
-from hanlm.data.loader import MANIFEST_NAME, TokenLoader
+from hanlm.data.loader import TokenLoader
+from hanlm.data.manifest import MANIFEST_NAME
 from hanlm.errors import UserError
 
 MIN_BATCHES = 3

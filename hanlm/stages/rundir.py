@@ -22,9 +22,9 @@ from hanlm.config import (
     save_config,
 )
 from hanlm.data import corpus as corpus_lib
-from hanlm.data import loader as loader_lib
 from hanlm.data import tokenizer as tokenizer_lib
 from hanlm.data.decontam import outputs as decontam_outputs
+from hanlm.data.manifest import MANIFEST_NAME
 from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
 from hanlm.errors import UserError
 from hanlm.files import check_folder_path, stage_fingerprint
@@ -187,7 +187,7 @@ class RunDir:
 
     @property
     def shards_manifest(self) -> Path:
-        return self.shards / loader_lib.MANIFEST_NAME
+        return self.shards / MANIFEST_NAME
 
     @property
     def corpus_work(self) -> Path:

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 
 import torch
 from torch import nn
 
-from hanlm import import_noise
 from hanlm.console import info, warn
 from hanlm.errors import UserError
 from hanlm.plan.estimate import blocks_compile
@@ -454,12 +452,3 @@ def import_torchao_float8() -> ModuleType:
             fix="pip install torchao, or use --precision bf16",
         ) from e
     return float8
-
-
-@contextlib.contextmanager
-def quiet_torchao_import() -> Iterator[None]:
-    """Kept for callers that still wrap a model load in it. torchao's import noise (exactly its
-    CUDA-less extension failures and enum deprecations) is dropped by the filters installed at
-    `import hanlm` (hanlm.import_noise), which also cover imports not wrapped in this."""
-    import_noise.install()
-    yield

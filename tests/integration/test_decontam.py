@@ -26,10 +26,13 @@ from hanlm import demo, pipeline
 from hanlm.config import load_config
 from hanlm.data import corpus as corpus_lib
 from hanlm.data import decontam
+from hanlm.data.decontam import folding as folding_module
+from hanlm.data.decontam import hashing as hashing_module
 from hanlm.data.decontam import index as index_module
 from hanlm.data.decontam import outputs as outputs_module
 from hanlm.data.decontam import scan as scan_module
-from hanlm.data.decontam.index import DEFAULT_NGRAM, STRIDE, normalise
+from hanlm.data.decontam.folding import fold, fold_texts, nfc, normalise
+from hanlm.data.decontam.index import DEFAULT_NGRAM, STRIDE
 from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.data.shards import ShardsManifest
 from hanlm.errors import UserError
@@ -394,8 +397,6 @@ def test_index_save_load_check_and_matches(demo_world, tmp_path):
 
 def test_batches_fold_as_their_nfc_texts():
     """The fast path (no character NFC could change) and the slow one fold alike."""
-    from hanlm.data.decontam.index import fold, fold_texts, nfc
-
     texts = [
         "가나다 라마.",  # NFC already
         unicodedata.normalize("NFD", "한국어 문장"),  # decomposed Hangul
@@ -413,12 +414,12 @@ def test_batches_fold_as_their_nfc_texts():
 def test_text_without_a_flagged_character_is_nfc_already():
     """The fast path's premise: the BMP table flags every character NFC could change or join
     to its neighbour, so strings of the others need no normalisation."""
-    table = index_module._bmp_fold_table()
-    flagged = table >= index_module._MAY_CHANGE
+    table = folding_module._bmp_fold_table()
+    flagged = table >= folding_module._MAY_CHANGE
     for char in ("\u0301", "\u1100", "\u1161", "\u11a8", "\u212b", "\uf900", "\u0cd5", "\ud800"):
         assert flagged[ord(char)], hex(ord(char))  # accents, jamo, singletons, a vowel sign
     assert not flagged[[ord(c) for c in "가힣a,. 1!한"]].any()
-    assert (table[~flagged] == index_module.fold_table()[:0x10000][~flagged]).all()
+    assert (table[~flagged] == folding_module.fold_table()[:0x10000][~flagged]).all()
     plain = np.flatnonzero(~flagged)
     rng = np.random.default_rng(0)
     for sample in rng.choice(plain, size=(2000, 6)):
@@ -431,7 +432,7 @@ def test_sorted_hashes_find_every_equal_pair():
     for size in (5000, 1, 0):
         values = rng.integers(0, 1 << 64, size, dtype=np.uint64, endpoint=False)
         hashes = np.sort(np.concatenate([values, values[: size // 10]]))  # some repeated
-        lookup = index_module._SortedHashes(hashes)
+        lookup = hashing_module.SortedHashes(hashes)
         queries = np.concatenate([values[::3], rng.integers(0, 1 << 64, 50, dtype=np.uint64)])
         which, where = lookup.find(queries)
         expected = [(i, j) for i, v in enumerate(queries.tolist())
@@ -443,7 +444,7 @@ def test_distinct_is_unique():
     rng = np.random.default_rng(0)
     for size in (0, 1, 7, 3000):
         values = rng.integers(-5, 50, size)
-        assert index_module.distinct(values).tolist() == np.unique(values).tolist()
+        assert hashing_module.distinct(values).tolist() == np.unique(values).tolist()
 
 
 def test_normalise():

@@ -18,6 +18,7 @@ from hanlm.data import tokenizer as tokenizer_lib
 from hanlm.data.corpus import iter_corpus
 from hanlm.data.decontam import BenchmarkIndex
 from hanlm.data.decontam import index as index_module
+from hanlm.data.decontam.folding import normalise
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 from hanlm.stages import run_facts
@@ -161,7 +162,7 @@ def test_decontam_scans_a_long_text_in_windows_with_the_hits_of_the_whole(tmp_pa
         *(["가성비 최고네요.", "배송. 최고네요 진짜", "좋아요. 최고네요! 또"] * 10),
     ]
     for item in items[16:40]:  # copies of n to n + STRIDE - 2 characters: found on some grids
-        norm = index_module.normalise(item.overlap_text)
+        norm = normalise(item.overlap_text)
         length = rng.randint(index_module.DEFAULT_NGRAM, index_module.DEFAULT_NGRAM + 2)
         at = rng.randint(0, len(norm) - length)
         plants.append(rng.choice(filler)[:40] + " " + norm[at : at + length] + ".")

@@ -123,7 +123,7 @@ def plant(item, style: str, filler: list[str], rng: random.Random) -> str:
 def styles_for(item) -> list[str]:
     """The styles that apply to an item: all, less the multi-part ones for a one-part item, and
     `half` only where the longest part is long enough for half of it to say anything."""
-    from hanlm.data.decontam import normalise
+    from hanlm.data.decontam.folding import normalise
 
     out = [s for s in STYLES if s not in MULTI_PART or len(item.parts) > 1]
     if max(len(normalise(p)) for p in item.parts) < 2 * HALF_MIN:

@@ -1,9 +1,11 @@
-"""The benchmark index: Korean-aware normalisation, 64-bit character n-gram hashes, lookups.
+"""The benchmark index: the hashed units of every benchmark item, and the scan of text for them.
 
-Matching text is normalised the same way on both sides: Unicode NFC, Latin letters lower-cased,
-every punctuation mark (category P*), separator (Z*) and control character (Cc) removed. What
-is left is a string of characters without spaces, so a copy whose spacing, particles' spacing or
-punctuation changed still matches. Its character n-grams are hashed to 64 bits.
+`BenchmarkIndex.build` folds the items' entries (hanlm.data.decontam.folding: NFC, Latin
+lower-cased, no punctuation, spaces or controls), hashes their character n-grams to 64 bits
+(hanlm.data.decontam.hashing) and ties them to the items (hanlm.data.decontam.entries);
+`scan_texts` finds those units in a batch of documents, `resolve` and `item_coverage` turn the
+hits into what each document holds of each item, `check` and `matches` into per-item coverage
+and status; `save` and `load` keep it in one .npz file.
 
 Why n = 27 by default: lm-evaluation-harness and the GPT-3 paper call a test item dirty when it
 shares a 13-word n-gram with training data. On the parallel English/Korean GSM8K test questions
@@ -13,54 +15,64 @@ unrelated text practically never shares one (a whole Korean clause), short enoug
 sentence-sized leak still has several. Items whose normalised text is shorter than n are
 matched as a whole.
 
-Items are looked for as one string and part by part (`BenchmarkIndex`): a COPA premise and its
-right answer joined by a connective, cause first ("…되어서, …"), or a line apart are one leak;
-either sentence alone, a common phrase, is none. Coverage is the share of an item's characters
-found, of its whole text or of its parts together, whichever is higher.
+Items are looked for as one string and part by part: a COPA premise and its right answer
+joined by a connective, cause first ("…되어서, …"), or a line apart are one leak; either
+sentence alone, a common phrase, is none. Coverage is the share of an item's characters found,
+of its whole text or of its parts together, whichever is higher.
 
-Speed (no Python loop per character): a batch of documents becomes one array of code points
-(UTF-32, one table lookup folds and removes, and flags the characters NFC could change: a batch
-with none needs no normalising). Window hashes come from one prefix sum, so their
-cost does not grow with n: with c_j the characters and B an odd constant,
-Q[i] = sum_{j<i} c_j B^-j and hash(i..i+n) = B^(i+n-1) (Q[i+n] - Q[i]), modulo 2^64 (numpy's
-wrapping uint64), then one xor-shift-multiply round. Three more tricks:
+Speed (no Python loop per character), besides the folding and hashing of whole batches:
 
 * strided windows: long items are looked for only at every STRIDE-th window of a document, and
   around each window found its neighbours are checked. A copied stretch of n + STRIDE - 1 or
   more characters always has a window on the grid, so every n-gram of it is found, exactly as
   by checking every window; items too short for that guarantee are checked at every window;
-* filters: a table over the top hash bits, about 1.5% full, rules out almost every window with
-  one memory read; only the rest are looked up in the sorted hash array (by their top bits,
-  `_SortedHashes`: no binary search);
+* filters: most windows are ruled out by one memory read (`BitFilter`), the rest looked up by
+  their top bits (`SortedHashes`: no binary search);
 * items shorter than n (and the short ones above) are found through an anchor, their first
   characters: a 32-bit key of up to 4 characters at every position, then the exact hash of the
   whole item at the few places whose key matches.
-
-Template text does not count (`_not_boilerplate`): an n-gram several benchmark items share only
-counts for items that are the same passage (BoolQ's several questions on one paragraph), so a
-leaked item does not make every item built from the same template partial.
 """
 
 from __future__ import annotations
 
-import functools
 import io
-import itertools
-import unicodedata
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from hanlm.data.decontam.entries import (
+    ALONE,
+    WHOLE,
+    WITH_OTHERS,
+    item_entries,
+    number_units,
+    pair_tables,
+)
+from hanlm.data.decontam.folding import (
+    Segments,
+    fold_table,
+    fold_texts,
+    fold_with_codepoints,
+    hard_table,
+    nfc,
+)
+from hanlm.data.decontam.hashing import (
+    BitFilter,
+    SortedHashes,
+    distinct,
+    gather,
+    hashes_at,
+    prefix_keys,
+    prefix_sums,
+    window_hashes,
+)
 from hanlm.errors import UserError
 from hanlm.files import atomic_write_bytes
 
 DEFAULT_NGRAM = 27
 ANCHOR = 8  # at most this many first characters of a short item locate candidate places
-SAME_PASSAGE = 0.5  # items sharing this share of their n-grams are one passage, not a template
-MAX_SHARING = 16  # an n-gram in more items than this is boilerplate whatever they are
 KEY_CHARS = 4  # characters in the cheap 32-bit key that finds anchor candidates
 SCAN_CHARS = 256_000  # characters hashed at once: the arrays of a batch stay in the CPU caches
 # A longer text is scanned in windows of about this many characters (BenchmarkIndex._scan_long):
@@ -71,271 +83,7 @@ STRIDE = 4  # long entries: windows hashed every STRIDE characters, neighbours o
 # a copied stretch of n + STRIDE - 1 = 30 characters is always found (half of a short passage)
 STEM_DROP = 2  # a short part's final characters that may change form (its ending)
 STEM_MIN = 4  # ... as long as this much of it is left to look for
-MIN_PART = 4  # shorter parts (a 3-character COPA premise) are no evidence: the item is whole only
 FORMAT_VERSION = 2
-_BASE = np.uint64(0x9E3779B97F4A7C15)  # odd, so invertible modulo 2^64
-_BASE_INV = np.uint64(pow(0x9E3779B97F4A7C15, -1, 1 << 64))
-_MIX = np.uint64(0xBF58476D1CE4E5B9)
-_SHIFT = np.uint64(29)
-_LATIN = ((0x41, 0x24F), (0x1E00, 0x1EFF), (0xFF21, 0xFF3A))  # Basic, Latin-1, Extended, full-width
-
-
-@functools.cache
-def fold_table() -> np.ndarray:
-    """Code point -> folded code point, 0 for a character matching ignores."""
-    table = np.arange(0x110000, dtype=np.uint32)
-    # Punctuation, separators and controls live in these blocks (CJK ones are listed below).
-    for cp in itertools.chain(range(0x3000), range(0xFE00, 0x10000), range(0x16FE0, 0x17000)):
-        category = unicodedata.category(chr(cp))
-        if category[0] in "PZ" or category == "Cc":
-            table[cp] = 0
-    for cp in (0x3000, 0x3001, 0x3002, 0x3003, *range(0x3008, 0x3012), *range(0x3014, 0x3020)):
-        table[cp] = 0  # CJK spaces, commas, full stops, brackets: used in Korean text too
-    table[0x30FB] = 0  # katakana middle dot, used as a list separator
-    for lo, hi in _LATIN:
-        for cp in range(lo, hi + 1):
-            lower = chr(cp).lower()
-            if len(lower) == 1 and table[cp] != 0:
-                table[cp] = ord(lower)
-    return table
-
-
-def nfc(text: str) -> str:
-    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
-
-
-def normalise(text: str) -> str:
-    """The text matching sees: NFC, Latin lower-cased, no punctuation, spaces or controls."""
-    chars, _ = fold(nfc(text))
-    return chars.tobytes().decode("utf-32-le")
-
-
-@functools.cache
-def _hard_table() -> np.ndarray:
-    """Code point -> 1 for a character matching ignores that also ends a segment: punctuation,
-    line breaks, tabs (everything ignored but spaces)."""
-    hard = (fold_table() == 0).astype(np.uint8)
-    for cp in range(0x3001):
-        if unicodedata.category(chr(cp)) == "Zs":
-            hard[cp] = 0
-    return hard
-
-
-_MAY_CHANGE = np.uint32(1 << 31)  # flags a character of `_bmp_fold_table` (folded ones are < 2^21)
-
-
-@functools.cache
-def _bmp_fold_table() -> np.ndarray:
-    """`fold_table` over the BMP, with _MAY_CHANGE set on every character NFC may change or join
-    to the one before it, and on surrogates. Text without any such character is NFC already
-    (Unicode's NFC quick check: only starters, each allowed in NFC), so a batch of it needs no
-    per-text `unicodedata.is_normalized`, which took a tenth of the scan."""
-    table = fold_table()[:0x10000].copy()
-    # Characters that join the one before them: the second of a two-character canonical
-    # decomposition (planes 2 and up hold none), and the Hangul jamo (composed by rule).
-    joiners = set()
-    for cp in range(0x20000):
-        decomposition = unicodedata.decomposition(chr(cp)).split()
-        if len(decomposition) == 2 and not decomposition[0].startswith("<"):
-            joiners.add(int(decomposition[1], 16))
-    for cp in range(0x10000):
-        char = chr(cp)
-        if (
-            cp in joiners
-            or unicodedata.combining(char)
-            or not unicodedata.is_normalized("NFC", char)
-        ):
-            table[cp] |= _MAY_CHANGE
-    table[0x1100:0x1200] |= _MAY_CHANGE  # Hangul jamo
-    table[0xD800:0xE000] |= _MAY_CHANGE  # surrogates: never alone in a str, but kept apart
-    return table
-
-
-def _nfc_texts(texts: list[str], suspects: np.ndarray) -> list[str]:
-    """`texts` in NFC, checking only those holding a character at `suspects` (positions in
-    the texts end to end)."""
-    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
-    texts = list(texts)  # a copy: the caller compares
-    for i in distinct(np.searchsorted(ends, suspects, side="right")).tolist():
-        texts[i] = nfc(texts[i])
-    return texts
-
-
-def _gather(table: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """np.take(table, indices) for indices known to be in range: mode "wrap" is numpy's
-    cheapest bounds handling (about 10% faster than the default on these large gathers)."""
-    return np.take(table, indices, mode="wrap")
-
-
-def prepare_tables() -> None:
-    """Build the folding tables now (once per process: before workers fork, or a timed scan)."""
-    _bmp_fold_table()
-    _hard_table()
-
-
-def fold(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Folded code points of an NFC text and a keep mask over its original characters."""
-    chars, keep, _ = _fold(text)
-    return chars, keep
-
-
-def _fold(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    table = fold_table()
-    # The common case, no character beyond the BMP: a 256 KB table that stays in cache.
-    bmp = len(cps) and cps.max() < 0x10000
-    # np.take and np.compress: about twice as fast as fancy and boolean indexing here.
-    folded = np.take(table[:0x10000] if bmp else table, cps)
-    keep = folded != 0
-    return np.compress(keep, folded), keep, cps
-
-
-@functools.lru_cache(maxsize=4)
-def _powers(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """B^k and B^-k modulo 2^64 for k < size."""
-    with np.errstate(over="ignore"):
-        forward = np.full(size, _BASE, dtype=np.uint64)
-        forward[0] = 1
-        backward = np.full(size, _BASE_INV, dtype=np.uint64)
-        backward[0] = 1
-        return np.cumprod(forward, dtype=np.uint64), np.cumprod(backward, dtype=np.uint64)
-
-
-def powers(size: int) -> tuple[np.ndarray, np.ndarray]:
-    # Rounded up so that growing batches reuse one cached table.
-    return _powers(max(1 << 20, 1 << (max(size, 1) - 1).bit_length()))
-
-
-def prefix_sums(chars: np.ndarray) -> np.ndarray:
-    """Q with Q[i] = sum_{j<i} c_j B^-j (mod 2^64), length len(chars) + 1."""
-    size = len(chars)
-    _, backward = powers(size + 1)
-    q = np.zeros(size + 1, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        np.multiply(chars.astype(np.uint64), backward[:size], out=q[1:])
-        np.cumsum(q[1:], out=q[1:])
-    return q
-
-
-def distinct(values: np.ndarray) -> np.ndarray:
-    """The distinct values, sorted: np.unique by sorting (numpy 2's np.unique hashes integers,
-    several times slower on the few thousand hits of a batch)."""
-    values = np.sort(values)
-    first = np.ones(len(values), dtype=bool)
-    first[1:] = values[1:] != values[:-1]
-    return values[first]
-
-
-def _mix(h: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        h ^= h >> _SHIFT
-        h *= _MIX
-    return h
-
-
-def _hashes_at(q: np.ndarray, starts: np.ndarray, widths: np.ndarray) -> np.ndarray:
-    """Hashes of windows of different widths."""
-    forward, _ = powers(len(q))
-    with np.errstate(over="ignore"):
-        h = q[starts + widths] - q[starts]
-        h *= forward[starts + widths - 1]
-    return _mix(h)
-
-
-class Segments:
-    """Where the folded text of a batch had segment boundaries (punctuation, line breaks), read
-    lazily from the original characters: only a few places are ever asked about."""
-
-    def __init__(self, keep: np.ndarray, cps: np.ndarray, removed: np.ndarray | None = None):
-        self.keep = keep  # over the original characters
-        self.cps = cps  # the original code points
-        self._removed = removed  # original positions of the removed characters, if known
-
-    def bounded(self, starts: np.ndarray, ends: np.ndarray, doc_starts: np.ndarray,
-                doc_ends: np.ndarray) -> np.ndarray:  # fmt: skip
-        """Whether each folded span [start, end) is a whole segment: at a document edge or next
-        to a hard boundary on both sides (a space alone is none)."""
-        if not hasattr(self, "_gap"):
-            # Only the removed characters matter (a quarter of the text or so): the ones in the
-            # gap before kept character k are those with k kept characters before them.
-            removed = self._removed
-            if removed is None:
-                removed = np.flatnonzero(~self.keep)
-            self._gap = removed - np.arange(len(removed))
-            hard = _hard_table()[np.minimum(self.cps[removed], 0xFFFF)]
-            self._hard = np.concatenate([[0], np.cumsum(hard, dtype=np.int64)])
-
-        def hard_gap(k):  # a hard character among the removed ones just before kept char k
-            lo = np.searchsorted(self._gap, k, side="left")
-            hi = np.searchsorted(self._gap, k, side="right")
-            return self._hard[hi] > self._hard[lo]
-
-        before = np.ones(len(starts), dtype=bool)
-        inner = starts > doc_starts
-        before[inner] = hard_gap(starts[inner])
-        after = np.ones(len(starts), dtype=bool)
-        inner = ends < doc_ends
-        after[inner] = hard_gap(ends[inner])
-        return before & after
-
-
-def fold_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, Segments]:
-    """Folded characters of several texts end to end, where each starts (plus the end), and
-    their segment boundaries."""
-    texts = list(texts)
-    cps = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
-    beyond_bmp = bool(len(cps)) and cps.max() >= 0x10000
-    folded = _gather(_bmp_fold_table(), cps & 0xFFFF if beyond_bmp else cps)
-    if beyond_bmp or (len(folded) and folded.max() >= _MAY_CHANGE):
-        # Rare: a character NFC may change, or one beyond the BMP. Only the texts holding one
-        # are normalised (where they need it); the others are NFC already.
-        suspects = np.flatnonzero((folded >= _MAY_CHANGE) | (cps >= 0x10000))
-        normal = _nfc_texts(texts, suspects)
-        changed = any(new is not old for new, old in zip(normal, texts, strict=True))
-        if changed:
-            texts = normal
-            cps = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
-        if changed or beyond_bmp:
-            folded = _gather(fold_table(), cps)
-        else:
-            folded &= ~_MAY_CHANGE
-    keep = folded != 0
-    chars = np.compress(keep, folded)
-    raw_ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
-    # Kept characters before each document end = its raw end minus the removed ones before it.
-    removed = np.flatnonzero(~keep)
-    doc_starts = np.concatenate([[0], raw_ends - np.searchsorted(removed, raw_ends)])
-    return chars, doc_starts, Segments(keep, cps, removed)
-
-
-def window_hashes(q: np.ndarray, n: int, starts: np.ndarray | None = None) -> np.ndarray:
-    """Hashes of the length-n windows starting at `starts` (default: every start)."""
-    forward, _ = powers(len(q))
-    with np.errstate(over="ignore"):
-        if starts is None:
-            h = q[n:] - q[:-n]
-            h *= forward[n - 1 : len(q) - 1]
-        else:
-            # offset views rather than starts + n: no index arithmetic on every start
-            h = _gather(q[n:], starts) - _gather(q, starts)
-            h *= _gather(forward[n - 1 :], starts)
-    return _mix(h)
-
-
-def text_hashes(text: str, n: int) -> np.ndarray:
-    """Distinct n-gram hashes of one text, or its whole-text hash when shorter than n."""
-    chars, _ = fold(nfc(text))
-    if len(chars) == 0:
-        return np.zeros(0, dtype=np.uint64)
-    q = prefix_sums(chars)
-    width = min(n, len(chars))
-    return np.unique(window_hashes(q, width))
-
-
-# ---------------------------------------------------------------------------------------------
-# Items, their parts, and what a batch of documents held of them
-
-WHOLE, ALONE, WITH_OTHERS, FORM = 0, 1, 2, 3  # entry kinds: see BenchmarkIndex
 
 
 @dataclass
@@ -360,56 +108,6 @@ class Held:
     counts: np.ndarray
 
 
-def _entries(items: Sequence) -> tuple[list[str], list[int], list[int]]:
-    """Every text to index, with its item and kind: the whole text, the distinguishing parts
-    (when there are several), the prompt forms."""
-    texts, entry_item, entry_kind = [], [], []
-    for i, item in enumerate(items):
-        texts.append(item.overlap_text)
-        entry_item.append(i)
-        entry_kind.append(WHOLE)
-        parts = [p for p in getattr(item, "parts", ()) if len(normalise(p)) >= MIN_PART]
-        if len(parts) > 1:
-            texts.extend(parts)
-            entry_item.extend([i] * len(parts))
-            entry_kind.extend([ALONE] * len(parts))
-        forms = getattr(item, "forms", ())
-        texts.extend(forms)
-        entry_item.extend([i] * len(forms))
-        entry_kind.extend([FORM] * len(forms))
-    return texts, entry_item, entry_kind
-
-
-def _number_units(hashes: np.ndarray, widths: np.ndarray, starts: np.ndarray):
-    """Units: distinct (hash, width), numbered in hash order so lookups are one searchsorted.
-    Per row its unit; per unit its hash, width and the first row's start."""
-    order = np.lexsort((widths, hashes))
-    new_unit = np.ones(len(order), dtype=bool)
-    new_unit[1:] = (hashes[order][1:] != hashes[order][:-1]) | (
-        widths[order][1:] != widths[order][:-1]
-    )
-    unit_of = np.empty(len(order), dtype=np.int64)
-    unit_of[order] = np.cumsum(new_unit) - 1
-    unit_hashes, unit_lengths = hashes[order][new_unit], widths[order][new_unit]
-    return unit_of, unit_hashes, unit_lengths, starts[order][new_unit]
-
-
-def _pair_tables(owners, unit_of, full_ngram, entry_item, n_texts: int, n_items: int):
-    """Entry <-> unit pairs, each once, template n-grams left out; per row its pair (-1: left
-    out) and per entry where its rows start."""
-    n_units = max(len(full_ngram), 1)
-    row_keys = owners * n_units + unit_of
-    pair_keys = np.unique(row_keys)
-    pair_entry, pair_unit = np.divmod(pair_keys, n_units)
-    keep = _specific_pairs(entry_item[pair_entry], pair_unit, full_ngram, n_items,
-                           len(full_ngram))  # fmt: skip
-    new_index = np.cumsum(keep) - 1
-    row_pair = np.searchsorted(pair_keys, row_keys)
-    pos_pair = np.where(keep[row_pair], new_index[row_pair], -1)
-    pos_ptr = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=n_texts))])
-    return pair_entry[keep], pair_unit[keep], pos_ptr, pos_pair
-
-
 class BenchmarkIndex:
     """Hashed units of every benchmark item, looked for as a whole and part by part.
 
@@ -429,7 +127,7 @@ class BenchmarkIndex:
     시작되었기 때문이다) is still found. A unit is one distinct (length, hash); pairs tie
     entries to units (`pair_entry`, `pair_unit`, by unit through `unit_ptr`/`unit_pairs`), and
     `pos_pair` lists the pair at every position of every entry (CSR by `pos_ptr`; -1 where the
-    n-gram is template text, see `_not_boilerplate`) for character coverage.
+    n-gram is template text, see hanlm.data.decontam.entries) for character coverage.
 
     Some units carry an anchor, the hash of their first `anchor_length` characters (one length
     for all), and are looked for at every position: the short ones, and the n-grams of entries
@@ -467,7 +165,7 @@ class BenchmarkIndex:
         """Hash every entry's n-grams (or whole text or stem, when shorter than `ngram`)."""
         if ngram < 2:
             raise UserError(f"decontam n-gram length must be at least 2, got {ngram}")
-        texts, entry_item, entry_kind = _entries(items)
+        texts, entry_item, entry_kind = item_entries(items)
         chars, text_starts, _ = fold_texts(texts)
         lengths = np.diff(text_starts)
         entry_item, entry_kind = np.array(entry_item), np.array(entry_kind, dtype=np.int8)
@@ -486,9 +184,9 @@ class BenchmarkIndex:
         widths = np.concatenate([np.full(len(starts) - len(short), ngram), short_widths])
         rows = np.lexsort((starts, owners))  # entry by entry, positions in order
         starts, owners, widths = starts[rows], owners[rows], widths[rows]
-        hashes = _hashes_at(q, starts, widths)
-        unit_of, unit_hashes, unit_lengths, first_start = _number_units(hashes, widths, starts)
-        pair_entry, pair_unit, pos_ptr, pos_pair = _pair_tables(
+        hashes = hashes_at(q, starts, widths)
+        unit_of, unit_hashes, unit_lengths, first_start = number_units(hashes, widths, starts)
+        pair_entry, pair_unit, pos_ptr, pos_pair = pair_tables(
             owners, unit_of, unit_lengths == ngram, entry_item, len(texts), len(items)
         )
         unit_pairs = np.argsort(pair_unit, kind="stable")
@@ -502,11 +200,11 @@ class BenchmarkIndex:
         anchored[pair_unit[medium[pair_entry]]] = True
         anchored &= np.bincount(pair_unit, minlength=len(unit_hashes)) > 0
         anchor_units = np.flatnonzero(anchored)
-        anchor_hashes = _hashes_at(
+        anchor_hashes = hashes_at(
             q, first_start[anchor_units], np.minimum(anchor_length, unit_lengths[anchor_units])
         )
         key_width = min(anchor_length, KEY_CHARS)
-        anchor_keys = _prefix_keys(chars, key_width)[first_start[anchor_units]]
+        anchor_keys = prefix_keys(chars, key_width)[first_start[anchor_units]]
         return cls(
             ngram=ngram,
             benchmarks=[i.benchmark for i in items],
@@ -554,10 +252,10 @@ class BenchmarkIndex:
         full = self.unit_lengths == self.ngram
         self._full_hashes = self.unit_hashes[full]
         self._full_units = np.flatnonzero(full)
-        self._full_filter = _BitFilter(self._full_hashes)
-        self._full_lookup = _SortedHashes(self._full_hashes)
+        self._full_filter = BitFilter(self._full_hashes)
+        self._full_lookup = SortedHashes(self._full_hashes)
         order = np.argsort(self.anchor_hashes, kind="stable")
-        self._anchor_lookup = _SortedHashes(self.anchor_hashes[order])
+        self._anchor_lookup = SortedHashes(self.anchor_hashes[order])
         self._anchor_units = self.anchor_units[order]
         bits = int(min(24, max(10, np.ceil(np.log2(max(len(self.anchor_keys), 1) * 64)))))
         self._key_shift = np.uint32(32 - bits)
@@ -678,8 +376,8 @@ class BenchmarkIndex:
         if size < anchor:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         # First a cheap 32-bit key of the anchors' first characters, then their 64-bit hashes.
-        keys = _prefix_keys(chars, min(anchor, KEY_CHARS)) >> self._key_shift
-        pos = np.flatnonzero(_gather(self._key_table, keys))
+        keys = prefix_keys(chars, min(anchor, KEY_CHARS)) >> self._key_shift
+        pos = np.flatnonzero(gather(self._key_table, keys))
         pos = pos[pos + anchor <= size]
         # Every (place, short unit with this anchor) pair, checked with the unit's full length.
         which, where = self._anchor_lookup.find(window_hashes(q, anchor, pos))
@@ -687,11 +385,7 @@ class BenchmarkIndex:
         lengths = self.unit_lengths[units]
         fits = pos + lengths <= size
         pos, units, lengths = pos[fits], units[fits], lengths[fits]
-        forward, _ = powers(len(q))
-        with np.errstate(over="ignore"):
-            full = q[pos + lengths] - q[pos]
-            full *= forward[pos + lengths - 1]
-        ok = _mix(full) == self.unit_hashes[units]
+        ok = hashes_at(q, pos, lengths) == self.unit_hashes[units]
         return pos[ok], units[ok]
 
     def scan_texts(self, texts: Sequence[str]) -> tuple[BatchHits, np.ndarray]:
@@ -729,7 +423,7 @@ class BenchmarkIndex:
         the whole text does not. A stretch without such a place is cut before a space, else at
         its limit, where a short item right at the cut may be found differently."""
         text = nfc(text)
-        table, hard = fold_table(), _hard_table()
+        table, hard = fold_table(), hard_table()
         margin = int(self.unit_lengths.max(initial=self.ngram)) + 2 * STRIDE + 1
         units, positions = [], []
         start = offset = 0  # the stretch's start in the text, folded characters before it
@@ -745,7 +439,7 @@ class BenchmarkIndex:
                 total = offset + len(chars)
                 break
             cps = np.frombuffer(text[start:end].encode("utf-32-le"), dtype=np.uint32)
-            offset += int(np.count_nonzero(_gather(table, cps)))
+            offset += int(np.count_nonzero(gather(table, cps)))
             start = end
         units, positions = np.concatenate(units), np.concatenate(positions)
         order = np.lexsort((positions, units))  # each unit's first place
@@ -894,7 +588,7 @@ class BenchmarkIndex:
     def spans(self, text: str, items: set[int]) -> list[tuple[int, int]]:
         """Character spans of `text` (original positions) covered by units of `items`."""
         text = nfc(text)
-        chars, keep, cps = _fold(text)
+        chars, keep, cps = fold_with_codepoints(text)
         hits = self.scan_folded(chars, np.array([0, len(chars)]), Segments(keep, cps))
         if not len(hits.units):
             return []
@@ -924,115 +618,6 @@ def _occurrences(chars: np.ndarray, pos: int, length: int) -> list[tuple[int, in
     return out
 
 
-def _specific_pairs(pair_items, pair_units, is_ngram, n_items: int, n_units: int) -> np.ndarray:
-    """Which (entry, unit) pairs count: `_not_boilerplate` decided per item over the n-gram
-    units of all its entries (a short unit is a whole part or stem: it is never template text,
-    and a short part counts only beside the item's other parts anyway)."""
-    keep = np.ones(len(pair_items), dtype=bool)
-    ngram = is_ngram[pair_units]
-    if not ngram.any():
-        return keep
-    keys = np.unique(pair_items[ngram] * n_units + pair_units[ngram])
-    items, units = np.divmod(keys, n_units)
-    specific = _not_boilerplate(items, units, n_items, n_units)
-    where = np.searchsorted(keys, pair_items[ngram] * n_units + pair_units[ngram])
-    keep[ngram] = specific[where]
-    return keep
-
-
-def _not_boilerplate(pair_items, pair_units, n_items: int, n_units: int) -> np.ndarray:
-    """Which (item, unit) pairs count toward coverage.
-
-    Benchmarks built from templates (the demo world, instruction sets) repeat sentences across
-    many items; finding such a sentence says nothing about which item leaked, so it must not
-    make every item of the template partial. But several BoolQ questions on one passage share
-    that passage, and a leaked passage leaks all of them. So an n-gram shared by items counts
-    for an item only when one of the others sharing it is the same passage (they share at least
-    SAME_PASSAGE of the smaller one's n-grams), and an item made of nothing else keeps all.
-    """
-    per_unit = np.bincount(pair_units, minlength=n_units)
-    shared = per_unit[pair_units] > 1
-    keep = ~shared
-    if not shared.any():
-        return keep
-    sizes = np.bincount(pair_items, minlength=n_items)
-    order = np.argsort(pair_units, kind="stable")
-    rows = np.flatnonzero(shared[order] & (per_unit[pair_units[order]] <= MAX_SHARING))
-    groups: dict[int, list[int]] = {}
-    for row in order[rows].tolist():
-        groups.setdefault(int(pair_units[row]), []).append(row)
-    overlap: Counter = Counter()
-    for rows_of_unit in groups.values():
-        owners = sorted(int(pair_items[r]) for r in rows_of_unit)
-        overlap.update(itertools.combinations(owners, 2))
-    same = {
-        pair
-        for pair, count in overlap.items()
-        if count >= SAME_PASSAGE * min(sizes[pair[0]], sizes[pair[1]])
-    }
-    for rows_of_unit in groups.values():
-        owners = [int(pair_items[r]) for r in rows_of_unit]
-        for row, item in zip(rows_of_unit, owners, strict=True):
-            keep[row] = any((min(item, o), max(item, o)) in same for o in owners if o != item)
-    specific = np.bincount(pair_items[keep], minlength=n_items) > 0
-    return keep | ~specific[pair_items]
-
-
-class _BitFilter:
-    """A table over the top bits of a set of hashes, about 1.5% full: most lookups say no.
-
-    A byte per entry while the table fits in a CPU cache, else a bit per entry."""
-
-    BYTE_TABLE_LIMIT = 1 << 18
-
-    def __init__(self, hashes: np.ndarray):
-        bits = int(min(30, max(12, np.ceil(np.log2(max(len(hashes), 1) * 64)))))
-        self._shift = np.uint64(64 - bits)
-        top = (hashes >> self._shift).astype(np.int64)
-        self._bytes = None
-        if 1 << bits <= self.BYTE_TABLE_LIMIT:
-            self._bytes = np.zeros(1 << bits, dtype=bool)  # bool: np.flatnonzero's fast path
-            self._bytes[top] = True
-            return
-        words = np.zeros(1 << (bits - 6), dtype=np.uint64)
-        np.bitwise_or.at(words, top >> 6, np.left_shift(np.uint64(1), (top & 63).astype(np.uint64)))
-        self._words = words
-
-    def candidates(self, hashes: np.ndarray) -> np.ndarray:
-        """Indices of `hashes` that may be in the set."""
-        top = (hashes >> self._shift).view(np.int64)
-        if self._bytes is not None:
-            return np.flatnonzero(_gather(self._bytes, top))
-        word = _gather(self._words, top >> 6)
-        word >>= (top & 63).view(np.uint64)
-        word &= np.uint64(1)
-        return np.flatnonzero(word != 0)  # a bool array: np.flatnonzero's fast path
-
-
-class _SortedHashes:
-    """Sorted 64-bit hashes (repeats allowed) found by their top bits: a table of where each
-    value of the top bits starts in the sorted array leaves a bucket of one or two hashes to
-    compare, instead of a binary search (some 18 dependent reads, each a cache miss)."""
-
-    def __init__(self, hashes: np.ndarray):
-        self.hashes = hashes
-        bits = max(1, int(np.log2(max(len(hashes), 2))))  # one to two hashes per bucket
-        self._shift = np.uint64(64 - bits)
-        bucket_starts = np.arange(1 << bits, dtype=np.uint64) << self._shift
-        self._bounds = np.append(np.searchsorted(hashes, bucket_starts), len(hashes))
-
-    def find(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(i, j) for every queries[i] equal to hashes[j], in order of i then j."""
-        bucket = (queries >> self._shift).view(np.int64)
-        lo = np.take(self._bounds, bucket)
-        count = np.take(self._bounds, bucket + 1) - lo
-        which = np.repeat(np.arange(len(queries)), count)
-        # places lo .. lo + count - 1 of each query, laid end to end
-        where = np.arange(len(which)) + np.repeat(lo - (np.cumsum(count) - count), count)
-        equal = np.take(self.hashes, where) == np.take(queries, which)
-        return which[equal], where[equal]
-
-
 def _safe_cut(text: str, at: int, hard: np.ndarray) -> bool:
     """A space after a hard character (see BenchmarkIndex._scan_long)."""
     return text[at] == " " and bool(hard[ord(text[at - 1])])
@@ -1057,7 +642,7 @@ def _cut_after(text: str, start: int, margin: int, table: np.ndarray, hard: np.n
     size = 4 * margin
     while True:
         cps = np.frombuffer(text[start : start + size].encode("utf-32-le"), dtype=np.uint32)
-        kept = np.flatnonzero(_gather(table, cps))
+        kept = np.flatnonzero(gather(table, cps))
         if len(kept) >= margin or start + size >= len(text):
             break
         size *= 2
@@ -1078,21 +663,6 @@ def _grid(starts: np.ndarray, ends: np.ndarray, n: int, stride: int) -> np.ndarr
     total = int(count.sum())
     offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
     return np.repeat(starts, count) + offsets * stride
-
-
-def _prefix_keys(chars: np.ndarray, width: int) -> np.ndarray:
-    """A 32-bit key of the `width` characters starting at every position (32-bit arithmetic:
-    half the memory traffic of the 64-bit hashes)."""
-    size = len(chars) - width + 1
-    if size <= 0:
-        return np.zeros(0, dtype=np.uint32)
-    with np.errstate(over="ignore"):
-        key = chars[:size] * np.uint32(0x9E3779B1)
-        for j in range(1, width):
-            key += chars[j : j + size]
-            key *= np.uint32(0x85EBCA6B)
-        key ^= key >> np.uint32(15)
-    return key
 
 
 def batches(texts: Iterable[str], batch_chars: int = SCAN_CHARS):

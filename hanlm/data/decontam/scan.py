@@ -33,7 +33,9 @@ from datatrove.pipeline.base import PipelineStep
 
 from hanlm.config import DataEngineSection
 from hanlm.data import engine
-from hanlm.data.decontam.index import BenchmarkIndex, batches, distinct, prepare_tables
+from hanlm.data.decontam.folding import prepare_tables
+from hanlm.data.decontam.hashing import distinct
+from hanlm.data.decontam.index import BenchmarkIndex, batches
 from hanlm.errors import UserError
 from hanlm.files import (
     atomic_write_bytes,
