@@ -67,7 +67,7 @@ _kinds: dict[int, tuple[frozenset, frozenset]] = {}  # id(manager) -> (its group
 
 
 def _kind(manager, name: str) -> str:
-    """"group", "tag" or "task": what `name` is in `manager`'s index, by TaskManager's public
+    """What `name` is in `manager`'s index: "group", "tag" or "task", by TaskManager's public
     lists (all_groups, all_tags; every other entry is a task)."""
     if id(manager) not in _kinds:
         _kinds[id(manager)] = (frozenset(manager.all_groups), frozenset(manager.all_tags))
