@@ -234,6 +234,8 @@ def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> Sta
         reused = _reusable(stage, run, out, fp)
         if reused is not None:
             return reused
+    if stage.logs_to_trackers:
+        trackers.check(view.logging)  # on every rank, before the stage loads anything
     return _build(stage, StageContext(view, run, out, fp, force, options, derived), out)
 
 
@@ -345,8 +347,8 @@ def run_pipeline(
     stop = names.index(until) + 1 if until else len(names)
     if stop <= start < len(names):
         raise UserError(f"--from {from_stage} comes after --until {until}", fix="swap them")
-    if {"pretrain", "sft"} & set(names[:stop]):  # before hours of data stages, not after
-        trackers.check(cfg.logging)
+    if any(declaration(name).logs_to_trackers for name in names[:stop]):
+        trackers.check(cfg.logging)  # before hours of data stages, not after
     run_inputs.check(cfg, _will_run(names[:stop], start, run))  # every rank: same answer
     results: dict[str, StageOutcome] = {}
     with run_lock.hold(run.root):  # no other command between two stages either

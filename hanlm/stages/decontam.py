@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hanlm.config import Config
 from hanlm.console import info
-from hanlm.data import dataset_repo, engine
+from hanlm.data import dataset_repo
 from hanlm.data.corpus import corpus_parts, damaged_parts
 from hanlm.data.decontam import outputs
 from hanlm.data.decontam.index import BenchmarkIndex
@@ -31,6 +31,7 @@ from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.tasks import lm_eval_registry, with_prompt_form
 from hanlm.files import file_sha256, fingerprint
+from hanlm.stages import engine_output
 from hanlm.stages.run_facts import ENGINE_PLACEMENT, checked_corpus, finished
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
@@ -223,37 +224,33 @@ def _scan(
     index_path = partial_dir / outputs.INDEX_FILE
     index.save(index_path)
     name = "scan" if shard is None else f"scan-{shard[0]:04d}-of-{shard[1]:04d}"
-    work_dir = partial_dir / name
-    if ctx.force and work_dir.exists():
-        shutil.rmtree(work_dir)
     # the tasks come from the files and the task size: a change of either starts afresh
-    work = engine.prepare_work_dir(work_dir, fingerprint(ctx.fingerprint, shard))
-    try:
+    work = engine_output.work_folder(
+        partial_dir / name, fingerprint(ctx.fingerprint, shard), force=ctx.force
+    )
+
+    def make():
         result = outputs.scan_files(cfg, index, index_path, files, shard, work)
         if result is None:
-            return _submitted(work)
+            return None  # submitted to Slurm
         if shard is not None:
             outputs.save_partial(partial_dir, result, shard, ctx.fingerprint)
-            shutil.rmtree(work, ignore_errors=True)
-            return None
-        report = outputs.finish(
+            return _PARTIAL
+        return outputs.finish(
             ctx.out, index, result, cfg, corpus_dir=corpus_dir, meta={"mode": mode}, work=work,
             index_path=index_path,
         )  # fmt: skip
-        if report is None:
-            return _submitted(work)
-    except UserError:
-        shutil.rmtree(work, ignore_errors=True)  # the input must change before a retry
-        raise
-    shutil.rmtree(partial_dir, ignore_errors=True)
+
+    report = engine_output.run_jobs("decontam", work, make, what="results")
+    if report is _PARTIAL:
+        shutil.rmtree(work, ignore_errors=True)
+        return None
+    if report is not None:
+        shutil.rmtree(partial_dir, ignore_errors=True)
     return report
 
 
-def _submitted(work: Path) -> None:
-    info(
-        f"decontam: jobs submitted to Slurm (logs in {work / 'logs'}); run the same command "
-        "again when they have finished to gather the results"
-    )
+_PARTIAL = object()  # one shard's scan saved: nothing to report until the merge
 
 
 def _merge(ctx: StageContext, *, corpus_dir: Path | None) -> outputs.DecontamReport | None:
@@ -264,14 +261,17 @@ def _merge(ctx: StageContext, *, corpus_dir: Path | None) -> outputs.DecontamRep
     partial_dir = ctx.run.decontam_partial
     index, result, fp, n = outputs.load_partials(partial_dir)
     meta = {"mode": "run" if corpus_dir is not None else "standalone", "shards": n}
-    work = engine.prepare_work_dir(partial_dir / "merge", fingerprint(fp, n))
-    report = outputs.finish(
-        ctx.out, index, result, ctx.cfg, corpus_dir=corpus_dir, meta=meta, work=work,
-        index_path=partial_dir / outputs.INDEX_FILE,
-    )  # fmt: skip
-    if report is None:
-        return _submitted(work)
-    shutil.rmtree(partial_dir, ignore_errors=True)
+    work = engine_output.work_folder(partial_dir / "merge", fingerprint(fp, n), force=False)
+
+    def make():
+        return outputs.finish(
+            ctx.out, index, result, ctx.cfg, corpus_dir=corpus_dir, meta=meta, work=work,
+            index_path=partial_dir / outputs.INDEX_FILE,
+        )  # fmt: skip
+
+    report = engine_output.run_jobs("decontam", work, make, what="results")
+    if report is not None:
+        shutil.rmtree(partial_dir, ignore_errors=True)
     return report
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from hanlm.console import info
 from hanlm.data import engine
@@ -27,7 +28,10 @@ def work_folder(work: Path, fingerprint: str, *, force: bool) -> Path:
     return engine.prepare_work_dir(work, fingerprint)
 
 
-def run_jobs(stage: str, work: Path, make: Callable[[], dict | None], *, what: str) -> dict | None:
+T = TypeVar("T")
+
+
+def run_jobs(stage: str, work: Path, make: Callable[[], T | None], *, what: str) -> T | None:
     """`make()` runs the jobs and returns the output's summary (None: submitted to a cluster)."""
     try:
         result = make()

@@ -13,7 +13,6 @@ from hanlm.stages import run_facts
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext, Unfinished
 from hanlm.train import pretrain as pretrain_lib
-from hanlm.train import trackers
 from hanlm.train.results import PretrainSummary
 
 # What changes nothing pretraining computes: its bookkeeping, and when a diverging run gives up
@@ -32,7 +31,6 @@ def build(ctx: StageContext) -> PretrainSummary | Unfinished:
     """The summary once the last step is checkpointed; Unfinished when it stopped before (its
     checkpoints are resumed next time)."""
     cfg, run = ctx.cfg, ctx.run
-    trackers.check(cfg.logging)  # on every rank, before the model is built
     manifest = run_facts.shards_manifest(run)
     if os.environ.get("RANK", "0") == "0":  # one reader hashes them; its refusal stops all
         run_facts.check_shards_intact(run)
@@ -79,6 +77,7 @@ STAGE = Stage(
     after=("tokenizer", "shards"),
     writes="in_place",
     all_ranks=True,
+    logs_to_trackers=True,
     build=build,
     validate=validate,
 )

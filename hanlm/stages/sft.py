@@ -21,7 +21,7 @@ from hanlm.model_folder import check_model_folder, export_damage, is_model_folde
 from hanlm.stages import run_facts, sft_variants
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
-from hanlm.train import checkpoint, trackers
+from hanlm.train import checkpoint
 from hanlm.train import sft as sft_lib
 from hanlm.train.results import SftSummary
 
@@ -181,7 +181,6 @@ def build(ctx: StageContext) -> SftSummary:
     conversations, reports = chat_sources.read_all(
         data_sources(cfg, run), strict=cfg.sft.strict, seed=cfg.run.seed
     )
-    trackers.check(cfg.logging)  # on every rank, before the model is loaded
     data_fp = fingerprint(conversations)
     prepared = sft_variants.prepare(
         cfg,
@@ -217,6 +216,7 @@ STAGE = Stage(
     # is an input by identity (a run's checkpoint or export, or sft.model)
     writes="in_place",
     all_ranks=True,
+    logs_to_trackers=True,
     uses_demo=lambda cfg, options: not cfg.sft.source_list(),
     build=build,
     validate=validate,

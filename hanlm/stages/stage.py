@@ -90,6 +90,9 @@ class Stage:
     # a folder its jobs keep between runs to resume in: removed once the stage is finished
     work: Callable[[RunDir], Path] | None = None
     all_ranks: bool = False  # under torchrun, every rank runs it (training, host checks)
+    # it logs to [logging]'s trackers: the pipeline checks they can start (on every rank, before
+    # the stage builds; and before the first stage of a pipeline that will reach it)
+    logs_to_trackers: bool = False
     not_needed: Callable[[Config], str | None] = _nothing
     validate: Callable[[Config, RunDir, dict], None] = _nothing
     uses_demo: Callable[[Config, dict], bool] = _never
