@@ -1,0 +1,113 @@
+"""What the report card and the model card read, each file through its result type.
+
+`RunFiles` (the report card's) and publish's run files name every file; each one a card reads as
+a whole JSON document has a `Result` type whose `read` turns a missing, damaged or wrongly shaped
+file into a UserError. The JSONL record streams (an eval's samples, decontam's items) and the demo
+world's planted items are read row by row (a damaged line is `files.DamagedFile`, never skipped);
+the test lists them apart, so a new raw read fails here until it is typed or listed.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from hanlm.data.corpus import CorpusStats
+from hanlm.data.decontam.outputs import DecontamReport
+from hanlm.errors import UserError
+from hanlm.evals.results import EvalResults
+from hanlm.launch.cost import LaunchRecord
+from hanlm.plan.estimate import Plan
+from hanlm.preflight.report import PreflightReport
+from hanlm.report.run_files import RunFiles
+from hanlm.results import Result
+from hanlm.train.results import (
+    ClosureCheck,
+    PretrainSummary,
+    SftDataReport,
+    SftSummary,
+    TokenAudit,
+    read_metrics,
+)
+
+PACKAGE = Path(__file__).resolve().parents[2] / "hanlm"
+
+# RunFiles field -> how the report card reads it
+REPORT_READS = {
+    "plan": Plan,
+    "preflight": PreflightReport,
+    "launch": LaunchRecord,
+    "corpus_stats": CorpusStats,
+    "decontam_report": DecontamReport,
+    "pretrain_summary": PretrainSummary,
+    "sft_summary": SftSummary,
+    "closure": ClosureCheck,
+    "ablation_closure": ClosureCheck,
+    "audit": TokenAudit,
+    "eval_results": EvalResults,
+    "pretrain_metrics": read_metrics,
+    "sft_metrics": read_metrics,
+}
+# read row by row, untyped: a damaged line is a DamagedFile (hanlm.files.read_jsonl)
+ROW_STREAMS = {"eval_samples", "compare_eval_samples", "decontam_items", "planted"}
+NOT_JSON = {"name", "root", "plots", "config", "export_folder"}
+# the model card's facts (hanlm.share.publish.read_facts), read through the same types; the
+# export's config.json is transformers' file, not hanlm's (read as transformers writes it)
+MODEL_CARD_TYPES = (EvalResults, DecontamReport, Plan, PreflightReport, PretrainSummary, SftSummary)
+SFT_WRITES = (ClosureCheck, TokenAudit, SftDataReport)
+
+
+def test_every_file_the_report_card_reads_is_listed_with_its_reader():
+    fields = set(RunFiles.__dataclass_fields__)
+    assert fields == set(REPORT_READS) | ROW_STREAMS | NOT_JSON
+
+
+RAW_READS = ("read_json", "json.load", "json.loads")
+# where a whole-document raw read is expected: the demo world's planted items (a demo file, not
+# a result), and GGUF's and publish's reads of transformers' own files (config.json, tokenizer)
+ALLOWED_RAW = {
+    "report/data_section.py": 1,
+    "share/gguf.py": 4,
+    "share/publish.py": 1,
+}
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted([*(PACKAGE / "report").glob("*.py"), *(PACKAGE / "share").glob("*.py")]),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_cards_read_json_only_through_result_types(path: Path):
+    calls = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in RAW_READS:
+            calls += 1
+    assert calls == ALLOWED_RAW.get(f"{path.parent.name}/{path.name}", 0), (
+        "read a run's JSON through its Result type (hanlm.results), or list why not here"
+    )
+
+
+@pytest.mark.parametrize("kind", [*MODEL_CARD_TYPES, *SFT_WRITES, ClosureCheck])
+def test_a_damaged_or_missing_result_is_a_clear_user_error(tmp_path: Path, kind: type[Result]):
+    path = tmp_path / kind.FILE
+    with pytest.raises(UserError, match="is missing"):
+        kind.read(path)
+    path.write_text("{not json")
+    with pytest.raises(UserError, match="damaged"):
+        kind.read(path)
+    path.write_text(json.dumps({"unexpected": 1}))
+    with pytest.raises(UserError, match="shape"):
+        kind.read(path)
+
+
+def test_a_damaged_metrics_line_is_a_clear_user_error(tmp_path: Path):
+    path = tmp_path / "metrics.jsonl"
+    assert read_metrics(path) == []  # the training did not run
+    good = {"step": 1, "loss": 2.0, "lr": 1e-3, "grad_norm": 0.5, "tokens": 10,
+            "tokens_per_s": 100.0, "mfu": None, "peak_memory_gb": 0.1}  # fmt: skip
+    path.write_text(json.dumps(good) + "\n" + json.dumps({"step": 2}) + "\n")
+    with pytest.raises(UserError, match="line 2 of the metrics log"):
+        read_metrics(path)
