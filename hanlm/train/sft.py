@@ -51,7 +51,7 @@ from hanlm.files import atomic_write_json, fingerprint, read_json
 from hanlm.plan.catalogue import device_peak_flops
 from hanlm.train import (
     build,
-    checkpoint,
+    checkpoint_layout,
     document_attention,
     export,
     lora,
@@ -104,7 +104,7 @@ class SftSource:
 def _check_checkpoint(source: SftSource) -> None:
     if source.kind != "checkpoint":
         return
-    problem = checkpoint.verify(source.path)  # its files against its manifest
+    problem = checkpoint_layout.verify(source.path)  # its files against its manifest
     if problem:
         raise UserError(
             f"the pretraining checkpoint {source.path} is damaged: {problem}",
@@ -519,7 +519,7 @@ def _export(
     eos_ids: list[int],
     adapters: lora.Adapters | None,
 ) -> None:
-    latest = checkpoint.latest(outputs.checkpoints)
+    latest = checkpoint_layout.latest(outputs.checkpoints)
     export.export_checkpoint(
         latest,
         outputs.export,
@@ -707,7 +707,7 @@ def fine_tune(
         folder = outputs.ablation(other.name)
         ablation = train_once(cfg, outputs=folder, variant=other, **common)
         if is_main:
-            latest = checkpoint.latest(folder.checkpoints)
+            latest = checkpoint_layout.latest(folder.checkpoints)
             model = trained_model(latest, ablation.config, adapters_of(cfg, other, special))
             check = _closure(
                 model,
