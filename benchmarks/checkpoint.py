@@ -37,7 +37,8 @@ def main() -> None:
 
     from hanlm import model as model_lib
     from hanlm.data.loader import TokenLoader
-    from hanlm.train import checkpoint, parallel, precision
+    from hanlm.train import checkpoint_layout, parallel, precision
+    from hanlm.train.checkpoint_manager import CheckpointManager
     from hanlm.train.optim import adamw
     from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
 
@@ -50,8 +51,10 @@ def main() -> None:
         for mode in ("sync", "async"):
             torch.manual_seed(0)
             model = model_lib.build_model(config, seed=0)
-            manager = checkpoint.CheckpointManager(
-                Path(tmp) / mode, d, checkpoint.Policy(async_save=mode == "async", keep_last=2)
+            manager = CheckpointManager(
+                Path(tmp) / mode,
+                d,
+                checkpoint_layout.Policy(async_save=mode == "async", keep_last=2),
             )
             trainer = Trainer(
                 model=model,
@@ -81,7 +84,7 @@ def main() -> None:
             start = time.perf_counter()
             manager.close()
             tail = time.perf_counter() - start
-            assert len(checkpoint.committed(manager.root)) == 2
+            assert len(checkpoint_layout.committed(manager.root)) == 2
             results[mode] = (statistics.mean(blocked), statistics.median(step_times), tail)
 
     print(

@@ -96,7 +96,7 @@ def _device_facts(device: str, local_rank: int) -> dict[str, Any]:
     from hanlm.plan.catalogue import find
 
     if device == "cpu":
-        from hanlm.plan.estimate import capacity_bytes
+        from hanlm.plan.memory_model import capacity_bytes
 
         return {"name": "CPU", "gpu": "cpu", "capacity": capacity_bytes("cpu")}
     props = torch.cuda.get_device_properties(local_rank)

@@ -117,14 +117,14 @@ def save_sources(preset: str, vocab: int, folder: Path) -> None:
     import torch.distributed.checkpoint as dcp
 
     from hanlm import model as model_lib
-    from hanlm.train import checkpoint, export
+    from hanlm.train import checkpoint_layout, export
 
     config = model_lib.model_config(preset, vocab_size=vocab, seq_len=2048)
     model = model_lib.build_model(config, seed=0)
     model.save_pretrained(folder / "hf", safe_serialization=True)
     export._portable_model_config(folder / "hf" / "config.json", "float32")
     dcp.save({"model": dict(model.state_dict())}, checkpoint_id=str(folder / "ckpt"), no_dist=True)
-    checkpoint.write_manifest(folder / "ckpt")
+    checkpoint_layout.write_manifest(folder / "ckpt")
 
 
 def sft_worker(way: str, source_kind: str, preset: str, vocab: int, out: Path) -> None:

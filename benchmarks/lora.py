@@ -114,7 +114,7 @@ def _planner_lines(args) -> list[dict]:
     """`hanlm plan`'s SFT memory for the field's model on one RTX 5090, and for this run's
     setup on the CPU."""
     from hanlm.config import load_config
-    from hanlm.plan import estimate
+    from hanlm.plan.recipe import setup_from_config, sft_memory
 
     rows = []
     for recipe, gpu, values in (
@@ -135,8 +135,8 @@ def _planner_lines(args) -> list[dict]:
     ):
         cfg = load_config(recipe, values={**values, "plan.gpu": gpu, "plan.gpus": 1, "plan.hosts": 1,
                                           "parallel.mode": "single"})  # fmt: skip
-        setup = estimate.setup_from_config(cfg, with_data=False)
-        sft = estimate.sft_memory(cfg, setup)
+        setup = setup_from_config(cfg, with_data=False)
+        sft = sft_memory(cfg, setup)
         rows.append({"recipe": recipe or "this run", "gpu": gpu, **sft})
     return rows
 

@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from hanlm.errors import UserError
-from hanlm.plan.estimate import FRAGMENTATION
+from hanlm.plan.memory_model import FRAGMENTATION
 
 GIB = 1 << 30
-STAGING_ITEM = "checkpoint staging (async save)"  # hanlm.plan.estimate's, on a CPU
+STAGING_ITEM = "checkpoint staging (async save)"  # hanlm.plan.memory_model's, on a CPU
 RANKS = 2
 STEPS = 3  # 2 before the checkpoint, 1 after the resume
 SAMPLE_S = 0.05

@@ -160,9 +160,10 @@ def steady_state(records: list[dict], skip_windows: int = 1) -> dict[str, float]
 def planned_memory(cfg, *, gpu: str | None, world_size: int) -> dict[str, Any]:
     """`hanlm plan`'s itemised memory per rank for the recipe on `world_size` ranks of `gpu` (a
     catalogue key, "cpu", or None for a GPU the catalogue lacks): the setup `hanlm plan
-    --config` derives from the same recipe, and hanlm.plan.estimate.memory's answer."""
+    --config` derives from the same recipe, and hanlm.plan.memory_model.memory's answer."""
     from hanlm.config import PlanSection
-    from hanlm.plan.estimate import memory, setup_from_config
+    from hanlm.plan.memory_model import memory
+    from hanlm.plan.recipe import setup_from_config
 
     setup = setup_from_config(
         cfg, plan_section=PlanSection(gpu=gpu, gpus=world_size), with_data=False

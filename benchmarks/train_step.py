@@ -42,7 +42,8 @@ def main() -> None:
     from hanlm import model as model_lib
     from hanlm.data.loader import TokenLoader
     from hanlm.plan.catalogue import device_peak_flops
-    from hanlm.train import checkpoint, parallel, precision
+    from hanlm.train import checkpoint_layout, parallel, precision
+    from hanlm.train.checkpoint_manager import CheckpointManager
     from hanlm.train.optim import adamw
     from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
 
@@ -99,8 +100,8 @@ def main() -> None:
             mode="single",
             numerics=numerics,
             metrics_path=Path(tmp) / "out" / "metrics.jsonl",
-            checkpoints=checkpoint.CheckpointManager(
-                Path(tmp) / "out" / "checkpoints", d, checkpoint.Policy()
+            checkpoints=CheckpointManager(
+                Path(tmp) / "out" / "checkpoints", d, checkpoint_layout.Policy()
             ),
         )
 

@@ -290,7 +290,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from hanlm.plan import estimate as plan
+    from hanlm.plan.recipe import plan_recipe
     from hanlm.plan.table import print_plan
     from hanlm.stages.rundir import load_run_config
 
@@ -300,7 +300,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         claim_output_file(
             args.out, is_earlier_output=_is_plan_output, replace_earlier=args.force, name="--out"
         )
-    result = plan.plan_recipe(cfg)
+    result = plan_recipe(cfg)
     if args.out is not None:
         result.write(args.out)
     if args.json:

@@ -21,7 +21,8 @@ from hanlm.errors import UserError
 from hanlm.files import atomic_write_text
 from hanlm.launch import cost, skypilot, slurm
 from hanlm.launch.cost import LaunchRecord
-from hanlm.plan.estimate import Plan, plan_recipe
+from hanlm.plan.estimate import Plan
+from hanlm.plan.recipe import plan_recipe
 
 LAUNCH_DIR = "launch"  # RUN/launch: the engine's job, the recipe the hosts read, launch.json
 PREFLIGHT_DIR = "preflight"  # RUN/preflight: the verdicts of the hosts tried (preflight/hosts)

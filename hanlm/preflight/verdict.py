@@ -1,9 +1,10 @@
 """From measurements to GO / NO-GO: projections for the planned run, then findings.
 
 A finding is {"check", "severity", "reason", "fix"}: severity "fail" makes the verdict NO-GO,
-"warn" and "note" are shown but do not. Projections use the planned model (`plan.step_profile`)
-at the slowest device's peak for the precision (GPUs: the catalogue via `plan.peak_flops`, at the
-plan's usual MFU for that GPU unless plan.mfu is set; CPUs: the measured matmul):
+"warn" and "note" are shown but do not. Projections use the planned model
+(`recipe.step_profile`) at the slowest device's peak for the precision (GPUs: the catalogue via
+`time_model.peak_flops`, at the plan's usual MFU for that GPU unless plan.mfu is set; CPUs: the
+measured matmul):
 communication per optimizer step = the bytes each rank moves / the measured bus bandwidth (the
 all-reduce's for DDP, the slower of all-gather and reduce-scatter for FSDP); save time = the
 whole checkpoint / the slowest checkpoint disk's throughput (conservative: one host writing it
@@ -17,7 +18,7 @@ import math
 
 from hanlm.config import Config
 from hanlm.errors import UserError
-from hanlm.plan import estimate as plan
+from hanlm.plan import recipe, time_model
 
 FAIL, WARN, NOTE = "fail", "warn", "note"
 CHECKS = (
@@ -73,12 +74,12 @@ def planned_peak(report: dict, precision: str) -> tuple[float, float | None, str
     figures = []
     for d in devices:
         try:
-            figures.append((plan.peak_flops(d["catalogue"], precision), d["catalogue"]))
+            figures.append((time_model.peak_flops(d["catalogue"], precision), d["catalogue"]))
         except UserError:  # no FP8 on this GPU: a device finding says so; plan with BF16
-            figures.append((plan.peak_flops(d["catalogue"], "bf16"), d["catalogue"]))
+            figures.append((time_model.peak_flops(d["catalogue"], "bf16"), d["catalogue"]))
     peak, key = min(figures)
     try:
-        mfu = plan.default_mfu(key, precision)[0]
+        mfu = time_model.default_mfu(key, precision)[0]
     except (UserError, KeyError):
         mfu = None
     return peak, mfu, f"catalogue {key}, {precision}"
@@ -92,7 +93,7 @@ def project(cfg: Config, report: dict) -> dict:
     out: dict = {"peak_flops": peak, "peak_source": source, "mfu": mfu}
     if not math.isfinite(peak):
         return out
-    profile = plan.step_profile(cfg, world_size=world_size, peak_flops=peak, mfu=mfu)
+    profile = recipe.step_profile(cfg, world_size=world_size, peak_flops=peak, mfu=mfu)
     out.update(profile)
     mode = parallel_mode(cfg, world_size)
     out["mode"] = mode

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hanlm.launch.cost import LaunchRecord, spent
-from hanlm.plan import estimate as plan_lib
+from hanlm.plan import estimate, inputs, memory_model, time_model
 from hanlm.preflight.report import PreflightReport
 from hanlm.report.markdown import GIB, missing, table, usd
 from hanlm.report.run_files import RunFiles
@@ -15,12 +15,12 @@ def plan_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
     out: list[str] = []
-    field = plan_lib.FIELD_REPORT
-    shapes = plan_lib.model_shapes(field.model, vocab_size=field.vocab_size, seq_len=field.seq_len)
-    one = plan_lib.memory(field, shapes)
+    field = inputs.FIELD_REPORT
+    shapes = inputs.model_shapes(field.model, vocab_size=field.vocab_size, seq_len=field.seq_len)
+    one = memory_model.memory(field, shapes)
     eight_setup = replace(field, gpus=8, parallel="fsdp")
-    eight = plan_lib.memory(eight_setup, shapes)
-    timing = plan_lib.throughput(eight_setup, shapes)
+    eight = memory_model.memory(eight_setup, shapes)
+    timing = time_model.throughput(eight_setup, shapes)
     rows = [
         [item, f"{one['items'][item] / GIB:.2f}", f"{eight['items'][item] / GIB:.2f}"]
         for item in one["items"]
@@ -46,7 +46,7 @@ def plan_section(files: RunFiles) -> str:
     )
     out.append(f"\n![per-GPU memory of the field setup]({path.relative_to(files.root)})\n")
 
-    plan = plan_lib.Plan.read_if_present(files.plan)
+    plan = estimate.Plan.read_if_present(files.plan)
     if plan is None or plan.memory is None or plan.time is None:
         out.append("\n" + missing("plan"))
         return "".join(out)

@@ -25,8 +25,7 @@ from hanlm.share import gguf as gguf_lib
 from hanlm.stages import run_facts
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
-from hanlm.train import checkpoint as checkpoint_lib
-from hanlm.train import export
+from hanlm.train import checkpoint_layout, export
 from hanlm.train.results import ExportRecord
 
 
@@ -35,15 +34,15 @@ def resolve_checkpoint(run: RunDir, checkpoint: str | None) -> Path:
     its files are checked against its manifest first."""
     path = _locate_checkpoint(run, checkpoint)
     root = run.pretrain.checkpoints
-    if not (path / checkpoint_lib.MANIFEST).is_file():
+    if not (path / checkpoint_layout.MANIFEST).is_file():
         # a step named explicitly gets the same check as the latest one: no manifest, no export
         raise UserError(
-            f"checkpoint {path} is not committed: it has no {checkpoint_lib.MANIFEST}, so its "
+            f"checkpoint {path} is not committed: it has no {checkpoint_layout.MANIFEST}, so its "
             "save did not finish (or the folder was damaged) and its files cannot be checked",
             fix="export a committed step with --checkpoint STEP "
             f"(committed: {_committed_steps(root) or 'none yet'})",
         )
-    problem = checkpoint_lib.verify(path)
+    problem = checkpoint_layout.verify(path)
     if problem:
         raise UserError(
             f"checkpoint {path} is damaged: {problem}",
@@ -55,14 +54,14 @@ def resolve_checkpoint(run: RunDir, checkpoint: str | None) -> Path:
 def _locate_checkpoint(run: RunDir, checkpoint: str | None) -> Path:
     root = run.pretrain.checkpoints
     if checkpoint is None:
-        latest = checkpoint_lib.latest(root)
+        latest = checkpoint_layout.latest(root)
         if latest is None:
             _no_committed_checkpoint(run)
         return latest
     text = str(checkpoint).strip()
     if text.isdigit():
-        path = checkpoint_lib.step_dir(root, int(text))
-        if not (path / checkpoint_lib.TRAINER_STATE).is_file():
+        path = checkpoint_layout.step_dir(root, int(text))
+        if not (path / checkpoint_layout.TRAINER_STATE).is_file():
             raise UserError(
                 f"no committed checkpoint for step {int(text)} in {root}",
                 fix=f"choose one of the steps {_committed_steps(root) or 'none yet'}",
@@ -81,7 +80,7 @@ def _locate_checkpoint(run: RunDir, checkpoint: str | None) -> Path:
 def _no_committed_checkpoint(run: RunDir) -> NoReturn:
     """The UserError for a run with nothing to export, saying whether checkpoints were started."""
     root, run_dir = run.pretrain.checkpoints, run.root
-    uncommitted = [path.name for path in checkpoint_lib.uncommitted(root)]
+    uncommitted = [path.name for path in checkpoint_layout.uncommitted(root)]
     if not uncommitted:
         raise UserError(
             f"no checkpoint to export in {root}", fix=f"run `hanlm pretrain --run {run_dir}` first"
@@ -90,25 +89,27 @@ def _no_committed_checkpoint(run: RunDir) -> NoReturn:
     force = " --force" if run_facts.finished(run, "pretrain") else ""
     raise UserError(
         f"no committed checkpoint to export in {root}: {', '.join(uncommitted)} "
-        f"{'has' if len(uncommitted) == 1 else 'have'} no {checkpoint_lib.MANIFEST}, so the "
+        f"{'has' if len(uncommitted) == 1 else 'have'} no {checkpoint_layout.MANIFEST}, so the "
         "save did not finish or the folder was damaged, and its files cannot be trusted",
-        fix=f"put back a complete copy of a checkpoint (with its {checkpoint_lib.MANIFEST}), or "
+        fix=f"put back a complete copy of a checkpoint (with its {checkpoint_layout.MANIFEST}), or "
         f"train again with `hanlm pretrain --run {run_dir}{force}`, which commits new ones",
     )
 
 
 def _committed_steps(root: Path) -> str:
     """The steps of the committed checkpoints (those with a manifest), as a list for messages."""
-    steps = (checkpoint.name.removeprefix("step-") for checkpoint in checkpoint_lib.committed(root))
+    steps = (
+        checkpoint.name.removeprefix("step-") for checkpoint in checkpoint_layout.committed(root)
+    )
     return ", ".join(str(int(step)) for step in steps if step.isdigit())
 
 
 def inputs(cfg: Config, run: RunDir, options: dict) -> list | None:
     """Which checkpoint it exports: the latest committed one, by name and training fingerprint."""
-    latest = checkpoint_lib.latest(run.pretrain.checkpoints)
+    latest = checkpoint_layout.latest(run.pretrain.checkpoints)
     if latest is None:
         return None
-    return [latest.name, checkpoint_lib.read_trainer_state(latest).get("fingerprint")]
+    return [latest.name, checkpoint_layout.read_trainer_state(latest).get("fingerprint")]
 
 
 def damage(run: RunDir) -> str | None:

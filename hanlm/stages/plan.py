@@ -1,5 +1,5 @@
 """The plan stage: the recipe's memory, time and cost plan into `RUN/plan/plan.json`
-(see hanlm.plan.estimate)."""
+(see hanlm.plan.recipe and hanlm.plan.estimate)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 from hanlm.config import Config
 from hanlm.console import info
-from hanlm.plan.estimate import Plan, plan_recipe, setup_from_config
+from hanlm.plan.estimate import Plan
+from hanlm.plan.recipe import plan_recipe, setup_from_config
 from hanlm.plan.table import print_plan
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext

@@ -21,7 +21,7 @@ from hanlm.model_folder import check_model_folder, export_damage, is_model_folde
 from hanlm.stages import run_facts, sft_variants
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
-from hanlm.train import checkpoint
+from hanlm.train import checkpoint_layout
 from hanlm.train import sft as sft_lib
 from hanlm.train.results import SftSummary
 
@@ -34,9 +34,9 @@ def source_of(cfg: Config, run: RunDir) -> sft_lib.SftSource:
     if cfg.sft.model:
         path = check_model_folder(cfg.sft.model)  # its tokenizer is SFT's tokenizer
         return _hf_source(path, run)
-    latest = checkpoint.latest(run.pretrain.checkpoints)
+    latest = checkpoint_layout.latest(run.pretrain.checkpoints)
     if latest is not None:
-        state = checkpoint.read_trainer_state(latest)
+        state = checkpoint_layout.read_trainer_state(latest)
         return sft_lib.SftSource(
             kind="checkpoint",
             path=latest,

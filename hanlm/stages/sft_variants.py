@@ -19,7 +19,7 @@ from hanlm.chat import tokens
 from hanlm.config import Config, SftVariant
 from hanlm.console import info
 from hanlm.stages.rundir import SftDirs
-from hanlm.train import checkpoint, export, sft_checks, sft_data
+from hanlm.train import checkpoint_layout, export, sft_checks, sft_data
 from hanlm.train import sft as sft_lib
 from hanlm.train.results import ClosureCheck, SftDataReport, SftSummary, TokenAudit
 
@@ -106,7 +106,9 @@ def _check_compared(
 ) -> ClosureCheck:
     """Rank 0: a compared variant's latest checkpoint checked (it is not exported)."""
     adapters = sft_lib.adapters_of(cfg, variant, prep.special)
-    model = sft_lib.trained_model(checkpoint.latest(out.checkpoints), trained.config, adapters)
+    model = sft_lib.trained_model(
+        checkpoint_layout.latest(out.checkpoints), trained.config, adapters
+    )
     tokenizer = sft_data.load_tokenizer(prep.source.tokenizer_dir)
     return sft_checks.closure_check(
         model, tokenizer, prep.heldout, prep.special, cfg.sft, variant, before

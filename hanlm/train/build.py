@@ -27,7 +27,9 @@ from hanlm.config import (
     ParallelSection,
 )
 from hanlm.console import info
-from hanlm.train import checkpoint, distill, muon, parallel, trackers
+from hanlm.train import distill, muon, parallel, trackers
+from hanlm.train.checkpoint_layout import Policy
+from hanlm.train.checkpoint_manager import CheckpointManager
 from hanlm.train.loss import TokenLoss
 from hanlm.train.optim import adamw, adamw_over
 from hanlm.train.precision import Numerics
@@ -128,9 +130,9 @@ def build_schedule(section: OptimizerSection, total_steps: int) -> Schedule:
 
 def build_checkpoints(
     section: CheckpointSection, root: Path, dist: parallel.Dist
-) -> checkpoint.CheckpointManager:
-    policy = checkpoint.Policy(**section.model_dump(include=CheckpointSection.POLICY_KEYS))
-    return checkpoint.CheckpointManager(root, dist, policy)
+) -> CheckpointManager:
+    policy = Policy(**section.model_dump(include=CheckpointSection.POLICY_KEYS))
+    return CheckpointManager(root, dist, policy)
 
 
 @contextlib.contextmanager

@@ -44,7 +44,7 @@ from hanlm.files import (
 )
 from hanlm.inference import load_folder
 from hanlm.model import build_model, no_progress_bars
-from hanlm.train import checkpoint as checkpoint_lib
+from hanlm.train import checkpoint_layout
 from hanlm.train.lora import ADAPTER_FOLDER, Adapters
 from hanlm.train.results import ExportRecord
 
@@ -301,7 +301,7 @@ def _checked_dtype(dtype: torch.dtype) -> str:
 
 
 def trainer_state(checkpoint_dir: Path) -> dict:
-    path = Path(checkpoint_dir) / checkpoint_lib.TRAINER_STATE
+    path = Path(checkpoint_dir) / checkpoint_layout.TRAINER_STATE
     if not path.is_file() or not (Path(checkpoint_dir) / ".metadata").is_file():
         raise UserError(
             f"{checkpoint_dir} is not a committed checkpoint (no {path.name} or DCP .metadata)",

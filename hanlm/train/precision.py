@@ -36,7 +36,7 @@ from torch import nn
 
 from hanlm.console import info, warn
 from hanlm.errors import UserError
-from hanlm.plan.estimate import blocks_compile
+from hanlm.plan.recipe import blocks_compile
 
 PRECISIONS = ("fp32", "bf16", "fp8", "fp8-emulate", "fp4")
 FP8_RECIPES = ("tensorwise", "rowwise")

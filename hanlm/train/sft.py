@@ -40,7 +40,7 @@ from hanlm.files import fingerprint
 from hanlm.plan.catalogue import device_peak_flops
 from hanlm.train import (
     build,
-    checkpoint,
+    checkpoint_layout,
     document_attention,
     export,
     lora,
@@ -80,7 +80,7 @@ class SftSource:
 def _check_checkpoint(source: SftSource) -> None:
     if source.kind != "checkpoint":
         return
-    problem = checkpoint.verify(source.path)  # its files against its manifest
+    problem = checkpoint_layout.verify(source.path)  # its files against its manifest
     if problem:
         raise UserError(
             f"the pretraining checkpoint {source.path} is damaged: {problem}",
@@ -377,7 +377,7 @@ def export_trained(
 ) -> None:
     """The latest checkpoint of `outputs` as a Hugging Face folder, ending answers with
     `eos_ids` (LoRA's adapters merged in, the adapter kept beside)."""
-    latest = checkpoint.latest(outputs.checkpoints)
+    latest = checkpoint_layout.latest(outputs.checkpoints)
     export.export_checkpoint(
         latest,
         outputs.export,

@@ -30,7 +30,8 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from hanlm.errors import UserError
-from hanlm.train import checkpoint, document_attention, parallel, prefetch
+from hanlm.train import checkpoint, checkpoint_layout, document_attention, parallel, prefetch
+from hanlm.train.checkpoint_manager import CheckpointError, CheckpointManager
 from hanlm.train.loss import Objective, TokenLoss, with_loss
 from hanlm.train.metrics import MetricsLog, peak_memory_gb
 from hanlm.train.optim import lr_at
@@ -79,7 +80,7 @@ class TrainState:
 
 
 def _step_of_latest(root) -> int | None:
-    path = checkpoint.latest(root)
+    path = checkpoint_layout.latest(root)
     return int(path.name.split("-")[1]) if path is not None else None
 
 
@@ -211,7 +212,7 @@ class Trainer:
         mode: str,
         numerics,
         metrics_path: Path,
-        checkpoints: checkpoint.CheckpointManager,
+        checkpoints: CheckpointManager,
         token_bytes: torch.Tensor | None = None,
         after_optimizer_step=None,
         every_minutes: float = 0,
@@ -256,10 +257,10 @@ class Trainer:
     # -- resume --------------------------------------------------------------------------------
 
     def resume(self) -> bool:
-        candidate = checkpoint.latest(self.checkpoints.root)
+        candidate = checkpoint_layout.latest(self.checkpoints.root)
         if candidate is not None:
             # Compare before loading: another model's tensors would fail with a shape error.
-            self._check_compatible(candidate, checkpoint.read_trainer_state(candidate))
+            self._check_compatible(candidate, checkpoint_layout.read_trainer_state(candidate))
         saved = self.checkpoints.load_latest(parallel.unwrap(self.model), self.optimizer)
         if saved is None:
             return False
@@ -509,8 +510,8 @@ class Trainer:
         if preempted:
             raise Preempted(
                 f"stopped by a signal after step {self.state.step}; the checkpoint "
-                f"{checkpoint.latest(self.checkpoints.root)} is committed: run the same command "
-                "to continue"
+                f"{checkpoint_layout.latest(self.checkpoints.root)} is committed: run the same "
+                "command to continue"
             )
         return {
             "step": self.state.step,
@@ -569,11 +570,11 @@ class Trainer:
         if step == total:
             self.save(sync=True)
             if _step_of_latest(self.checkpoints.root) != total:
-                raise checkpoint.CheckpointError(
+                raise CheckpointError(
                     f"the final checkpoint (step {total}) could not be written to "
                     f"{self.checkpoints.root}",
                     fix="fix the disk and rerun the same command: it resumes from "
-                    f"{checkpoint.latest(self.checkpoints.root) or 'the start'}",
+                    f"{checkpoint_layout.latest(self.checkpoints.root) or 'the start'}",
                 )
         elif _due(step, self.settings.checkpoint_every) or flags["retry"] or flags["minutes"]:
             self.save()
@@ -616,10 +617,10 @@ class Trainer:
         run, keys = self._nonfinite, self.settings.optimizer_keys
         in_flight = self.checkpoints.in_flight_step
         if in_flight is not None and in_flight < run.first_step:
-            with contextlib.suppress(checkpoint.CheckpointError):  # reported as a warning
+            with contextlib.suppress(CheckpointError):  # reported as a warning
                 self.checkpoints.wait()
         self.checkpoints.abandon()
-        latest = checkpoint.latest(self.checkpoints.root)
+        latest = checkpoint_layout.latest(self.checkpoints.root)
         if latest is not None:
             kept = f"the latest committed checkpoint is {latest}"
             again = f"run again: it continues from {latest.name} (--force starts over)"

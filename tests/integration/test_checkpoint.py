@@ -24,8 +24,8 @@ from hanlm import exit_status
 from hanlm.config import load_config
 from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
-from hanlm.train import checkpoint
-from hanlm.train.checkpoint import committed, latest, verify
+from hanlm.train import checkpoint_layout, checkpoint_mirror
+from hanlm.train.checkpoint_layout import committed, latest, verify
 
 TINY = {**TINY_PRETRAIN, "pretrain.max_steps": 10, "logging.eval_every": 0}
 TINY.update({"checkpoint.every": 2, "checkpoint.backoff_s": 0.0})
@@ -178,7 +178,7 @@ def test_sigterm_saves_and_exits_75(run_dir):
 
 
 def test_policy_defaults_match_the_config():
-    assert checkpoint.Policy().async_save is load_config().checkpoint.async_save
+    assert checkpoint_layout.Policy().async_save is load_config().checkpoint.async_save
 
 
 # -- the mirror: no nesting on fsspec targets, the primary's retention, verified restores -------
@@ -186,12 +186,12 @@ def test_policy_defaults_match_the_config():
 
 def _committed_folder(root, step: int):
     """A committed checkpoint folder as _commit leaves it: files in a subfolder too, a manifest."""
-    folder = checkpoint.step_dir(root, step)
+    folder = checkpoint_layout.step_dir(root, step)
     (folder / "sub").mkdir(parents=True)
     (folder / "__0_0.distcp").write_bytes(bytes([step]) * 1000)
     (folder / "sub" / "extra.bin").write_bytes(b"x" * step)
     (folder / "trainer.json").write_text(json.dumps({"step": step}))
-    checkpoint.write_manifest(folder)
+    checkpoint_layout.write_manifest(folder)
     return folder
 
 
@@ -213,41 +213,42 @@ def mirror_url(request, tmp_path):
         pytest.importorskip("fsspec")
         url = f"memory://hanlm-test/{tmp_path.name}"
         yield url
-        fs, base = checkpoint._fs(url)
+        fs, base = checkpoint_mirror.file_system(url)
         if fs.exists(base):
             fs.rm(base, recursive=True)
 
 
 def test_mirror_keeps_the_layout_and_the_retention_and_restores(mirror_url, tmp_path):
     primary = tmp_path / "primary"
-    policy = checkpoint.Policy(keep_last=2, keep_every=2, backoff_s=0.0, mirror=mirror_url)
-    fs, base = checkpoint._fs(mirror_url)
+    policy = checkpoint_layout.Policy(keep_last=2, keep_every=2, backoff_s=0.0, mirror=mirror_url)
+    fs, base = checkpoint_mirror.file_system(mirror_url)
     one = _committed_folder(primary, 1)
     files = {f"{one.name}/{p}" for p in _tree(None, one)}
-    checkpoint._copy_to_mirror(one, policy)
-    checkpoint._copy_to_mirror(one, policy)  # the same step again: replaced, not nested
+    checkpoint_mirror.copy(one, policy)
+    checkpoint_mirror.copy(one, policy)  # the same step again: replaced, not nested
     assert _tree(fs, base) == files | {"latest"}
     for step in range(2, 6):
-        checkpoint._copy_to_mirror(_committed_folder(primary, step), policy)
+        checkpoint_mirror.copy(_committed_folder(primary, step), policy)
     kept = {p.split("/")[0] for p in _tree(fs, base)} - {"latest"}
     assert kept == {"step-00000002", "step-00000004", "step-00000005"}
     assert kept == {
-        checkpoint.step_dir(primary, s).name for s in checkpoint.retained([1, 2, 3, 4, 5], policy)
+        checkpoint_layout.step_dir(primary, s).name
+        for s in checkpoint_layout.retained([1, 2, 3, 4, 5], policy)
     }
 
     restored = tmp_path / "restored"
     (restored / "step-00000005").mkdir(parents=True)  # a save of that step cut short here
     (restored / "step-00000005" / "__0_0.distcp").write_bytes(b"torn")
-    checkpoint._restore_from_mirror(mirror_url, restored)
+    checkpoint_mirror.restore(mirror_url, restored)
     assert latest(restored).name == "step-00000005" and verify(latest(restored)) is None
-    assert _tree(None, latest(restored)) == _tree(None, checkpoint.step_dir(primary, 5))
+    assert _tree(None, latest(restored)) == _tree(None, checkpoint_layout.step_dir(primary, 5))
     assert not list(restored.glob("*.incomplete"))
 
 
 def test_a_damaged_mirror_copy_is_not_restored(mirror_url, tmp_path):
-    policy = checkpoint.Policy(backoff_s=0.0, mirror=mirror_url)
-    checkpoint._copy_to_mirror(_committed_folder(tmp_path / "primary", 7), policy)
-    fs, base = checkpoint._fs(mirror_url)
+    policy = checkpoint_layout.Policy(backoff_s=0.0, mirror=mirror_url)
+    checkpoint_mirror.copy(_committed_folder(tmp_path / "primary", 7), policy)
+    fs, base = checkpoint_mirror.file_system(mirror_url)
     shard = f"{base}/step-00000007/__0_0.distcp"
     if fs is None:
         Path(shard).write_bytes(b"torn")
@@ -255,7 +256,7 @@ def test_a_damaged_mirror_copy_is_not_restored(mirror_url, tmp_path):
         fs.pipe(shard, b"torn")
     restored = tmp_path / "restored"
     restored.mkdir()
-    checkpoint._restore_from_mirror(mirror_url, restored)
+    checkpoint_mirror.restore(mirror_url, restored)
     assert latest(restored) is None and not list(restored.iterdir())
 
 
@@ -263,13 +264,13 @@ def test_an_unfinished_remote_copy_is_not_taken_for_a_checkpoint(tmp_path):
     """A remote copy cut short before its manifest: the previous committed copy is restored."""
     pytest.importorskip("fsspec")
     url = f"file://{tmp_path / 'mirror'}"
-    policy = checkpoint.Policy(backoff_s=0.0, mirror=url)
-    checkpoint._copy_to_mirror(_committed_folder(tmp_path / "primary", 3), policy)
+    policy = checkpoint_layout.Policy(backoff_s=0.0, mirror=url)
+    checkpoint_mirror.copy(_committed_folder(tmp_path / "primary", 3), policy)
     cut = tmp_path / "mirror" / "step-00000004"
     cut.mkdir()
     (cut / "__0_0.distcp").write_bytes(b"half")
     (tmp_path / "mirror" / "latest").write_text("step-00000004\n")
     restored = tmp_path / "restored"
     restored.mkdir()
-    checkpoint._restore_from_mirror(url, restored)
+    checkpoint_mirror.restore(url, restored)
     assert latest(restored).name == "step-00000003"

@@ -14,8 +14,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from hanlm import model as model_lib
-from hanlm.train import checkpoint, parallel
-from hanlm.train.checkpoint import verify, write_manifest
+from hanlm.train import checkpoint, checkpoint_layout, parallel
+from hanlm.train.checkpoint_layout import latest, verify, write_manifest
+from hanlm.train.checkpoint_manager import CheckpointManager
 from hanlm.train.loss import TokenLoss
 from hanlm.train.optim import adamw
 
@@ -66,23 +67,23 @@ def _worker(rank: int, world: int, root: str, init_file: str) -> None:
     d = parallel.Dist(rank, world, rank, torch.device("cpu"))
     # Which thread checksummed which file: the training thread must only do trainer.json.
     seen: list[tuple[str, str]] = []
-    original = checkpoint._checksum
+    original = checkpoint_layout._checksum
 
     def recording(path):
         seen.append((Path(path).name, threading.current_thread().name))
         return original(path)
 
-    checkpoint._checksum = recording
+    checkpoint_layout._checksum = recording
     report: dict = {}
     for mode in MODES:
         seen.clear()
         model, optimizer = _trained(d, mode, seed=1)
-        manager = checkpoint.CheckpointManager(Path(root) / mode, d, checkpoint.Policy())
+        manager = CheckpointManager(Path(root) / mode, d, checkpoint_layout.Policy())
         manager.save(1, parallel.unwrap(model), optimizer, {"step": 1})  # asynchronous
         manager.close()
         saved = _tensors(model, optimizer)
         other, other_opt = _trained(d, mode, seed=7)  # other weights and moments
-        checkpoint.load(checkpoint.latest(manager.root), parallel.unwrap(other), other_opt)
+        checkpoint.load(latest(manager.root), parallel.unwrap(other), other_opt)
         loaded = _tensors(other, other_opt)
         report[mode] = {
             "checksummed": seen[:],
@@ -103,7 +104,7 @@ def saved(tmp_path_factory) -> tuple[Path, list[dict]]:
 
 
 def _manifest(root: Path, mode: str) -> dict:
-    folder = checkpoint.latest(root / mode)
+    folder = latest(root / mode)
     return json.loads((folder / "manifest.json").read_text())["files"]
 
 
@@ -117,7 +118,7 @@ def test_resume_is_bit_exact_on_every_rank(saved, mode):
 def test_each_rank_checksums_its_files_in_the_save_thread(saved, mode):
     root, reports = saved
     files = _manifest(root, mode)
-    assert verify(checkpoint.latest(root / mode)) is None
+    assert verify(latest(root / mode)) is None
     for rank, report in enumerate(reports):
         names = {name for name, _ in report[mode]["checksummed"]}
         mine = {rel for rel, entry in files.items() if entry["rank"] == rank}
@@ -133,7 +134,7 @@ def test_fsdp_rank_one_writes_its_shards_and_damage_is_caught(saved):
     files = _manifest(root, "fsdp")
     ones = [rel for rel, entry in files.items() if entry["rank"] == 1]
     assert ones and all(rel.startswith("__1_") for rel in ones)
-    folder = checkpoint.latest(root / "fsdp")
+    folder = latest(root / "fsdp")
     damaged = folder / ones[0]
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2] ^= 0xFF

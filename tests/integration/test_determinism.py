@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from hanlm.train import checkpoint, threads
+from hanlm.train import checkpoint_layout, threads
 
 WORKER = Path(__file__).parents[1] / "support" / "determinism_worker.py"
 VOCAB = 256
@@ -92,7 +92,7 @@ def final_state(out: Path) -> dict:
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     whole = out / "final.pt"
-    dcp_to_torch_save(checkpoint.latest(out / "checkpoints"), whole)
+    dcp_to_torch_save(checkpoint_layout.latest(out / "checkpoints"), whole)
     return torch.load(whole, weights_only=True)
 
 

@@ -18,7 +18,7 @@ from hanlm.stages import export as export_stage
 from hanlm.stages import run_facts
 from hanlm.stages.rundir import load_run_config
 from hanlm.train import export
-from hanlm.train.checkpoint import step_dir
+from hanlm.train.checkpoint_layout import step_dir
 from hanlm.train.optim import adamw
 from user_files import snapshot, user_file, user_folder
 

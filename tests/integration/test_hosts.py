@@ -24,7 +24,7 @@ from conftest import TINY_PRETRAIN, copy_data_run, losses
 from hanlm import exit_status
 from hanlm.errors import UserError
 from hanlm.train import peers
-from hanlm.train.checkpoint import latest
+from hanlm.train.checkpoint_layout import latest
 from processes import descendants, free_port, ranks_below
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")

@@ -35,7 +35,7 @@ from hanlm.pipeline import run_stage
 from hanlm.preflight import collectives
 from hanlm.preflight.report import PreflightReport
 from hanlm.stages.rundir import load_run_config
-from hanlm.train.checkpoint import latest
+from hanlm.train.checkpoint_layout import latest
 from processes import descendants, free_port, ranks_below
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")

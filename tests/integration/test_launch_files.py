@@ -18,7 +18,7 @@ from hanlm.config import Config
 from hanlm.errors import UserError
 from hanlm.launch import command, cost, skypilot, slurm
 from hanlm.launch.cost import LaunchRecord
-from hanlm.plan.estimate import plan_recipe
+from hanlm.plan.recipe import plan_recipe
 from hanlm.preflight.report import PreflightReport
 
 FIELD = "ko-1.3b-8x5090"

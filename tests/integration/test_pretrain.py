@@ -22,7 +22,7 @@ from conftest import (
 from hanlm.errors import UserError
 from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
-from hanlm.train.checkpoint import latest
+from hanlm.train.checkpoint_layout import latest
 from hanlm.train.results import PretrainSummary
 
 TINY = TINY_PRETRAIN

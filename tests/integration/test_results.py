@@ -17,7 +17,8 @@ from hanlm.data.shards import ShardsManifest
 from hanlm.data.tokenizer import TokenizerStats
 from hanlm.errors import UserError
 from hanlm.evals.results import EvalResults
-from hanlm.plan.estimate import FIELD_REPORT, Plan, make_plan
+from hanlm.plan.estimate import Plan, make_plan
+from hanlm.plan.inputs import FIELD_REPORT
 from hanlm.preflight.report import PreflightReport
 from hanlm.results import Result
 from hanlm.train.results import ExportRecord, PretrainSummary, SftSummary

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from conftest import TINY_PRETRAIN, checkpoint_weights, copy_data_run, losses
-from hanlm.train.checkpoint import INCOMPLETE, committed, latest, verify
+from hanlm.train.checkpoint_layout import INCOMPLETE, committed, latest, verify
 from processes import descendants
 
 STEPS, EVERY = 16, 4

@@ -20,7 +20,7 @@ import pytest
 from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.data.shards import ShardsManifest
 from hanlm.evals.results import EvalResults
-from hanlm.train import checkpoint
+from hanlm.train import checkpoint_layout
 from hanlm.train.results import PretrainSummary
 from processes import descendants
 
@@ -93,7 +93,7 @@ def _start_on_two_ranks(run_dir: Path, log: Path) -> subprocess.Popen:
 def _wait_for_checkpoint(process: subprocess.Popen, root: Path, log: Path, timeout=240) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = checkpoint.latest(root) if root.is_dir() else None
+        found = checkpoint_layout.latest(root) if root.is_dir() else None
         if found is not None:
             return found
         if process.poll() is not None:

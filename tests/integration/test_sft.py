@@ -266,7 +266,7 @@ def test_lora_export_equals_the_adapter_model(lora_run):
     adapter put back on the source model with PEFT's own loader) within 1e-5."""
     from peft import PeftModel
 
-    from hanlm.train import checkpoint
+    from hanlm.train import checkpoint_layout
 
     run_dir, _ = lora_run
     merged = export.load_exported(run_dir / "sft" / "hf").eval()
@@ -275,7 +275,7 @@ def test_lora_export_equals_the_adapter_model(lora_run):
         load_run_config(run_dir).sft.lora.model_copy(update={"rank": 8}),
         tuple(special[name]["id"] for name in TEMPLATE_TOKENS),
     )
-    latest = checkpoint.latest(run_dir / "sft" / "checkpoints")
+    latest = checkpoint_layout.latest(run_dir / "sft" / "checkpoints")
     trained = export.load_checkpoint_adapters(latest, merged.config, adapters)
     source = export.load_exported(run_dir / "pretrain" / "hf")
     reloaded = PeftModel.from_pretrained(source, run_dir / "sft" / "hf" / "adapter").eval()
@@ -312,7 +312,7 @@ def test_doctor_names_the_frozen_rows_of_a_lora_model(sft_run, tmp_path):
     """The field's setup (the compared LoRA variant, rows frozen and not initialised), exported:
     the doctor finds <|eot|> untrained and says LoRA froze it, naming the fix."""
     from hanlm.chat import doctor
-    from hanlm.train import checkpoint
+    from hanlm.train import checkpoint_layout
 
     run_dir, _ = sft_run
     ablation = run_dir / "sft" / "ablation" / "lora-none-frozen"
@@ -320,7 +320,7 @@ def test_doctor_names_the_frozen_rows_of_a_lora_model(sft_run, tmp_path):
     special = json.loads((run_dir / "tokenizer" / "special_tokens.json").read_text())
     out = tmp_path / "frozen"
     export.export_checkpoint(
-        checkpoint.latest(ablation / "checkpoints"),
+        checkpoint_layout.latest(ablation / "checkpoints"),
         out,
         model_config=export.load_exported(run_dir / "sft" / "hf").config,
         tokenizer_dir=run_dir / "tokenizer",

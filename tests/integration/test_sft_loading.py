@@ -17,7 +17,7 @@ from hanlm import inference
 from hanlm.chat import tokens
 from hanlm.errors import UserError
 from hanlm.model import build_model, model_config
-from hanlm.train import checkpoint, export, parallel, pretrained, sft
+from hanlm.train import checkpoint_layout, export, parallel, pretrained, sft
 
 VOCAB = 301
 
@@ -41,7 +41,7 @@ def checkpoint_folder(path: Path, *, tied: bool) -> Path:
     model = build_model(_config(tied), seed=4)
     state = {"model": dict(model.state_dict())}
     dcp.save(state, checkpoint_id=str(path), no_dist=True)
-    checkpoint.write_manifest(path)
+    checkpoint_layout.write_manifest(path)
     return path
 
 

@@ -27,7 +27,8 @@ from hanlm.errors import UserError
 from hanlm.model import build_model, model_config
 from hanlm.pipeline import run_stage
 from hanlm.stages.rundir import load_run_config
-from hanlm.train import checkpoint, export, parallel
+from hanlm.train import checkpoint, checkpoint_layout, export, parallel
+from hanlm.train.checkpoint_manager import CheckpointError, CheckpointManager
 from hanlm.train.results import PretrainSummary
 
 # Eight tiny steps; checkpoints at 4 and 8.
@@ -94,9 +95,9 @@ def test_a_diverging_run_stops_with_the_diagnosis_and_keeps_only_finite_checkpoi
     assert not (run_dir / "pretrain" / "stage.json").exists()
     assert not (run_dir / "pretrain" / "summary.json").exists()
     root = run_dir / "pretrain" / "checkpoints"
-    assert [int(p.name.split("-")[1]) for p in checkpoint.committed(root)] == committed_steps
+    assert [int(p.name.split("-")[1]) for p in checkpoint_layout.committed(root)] == committed_steps
     if committed_steps:  # the updates of the NaN steps were skipped: the weights stayed finite
-        model = export.load_checkpoint_model(checkpoint.latest(root), tiny_config(run_dir))
+        model = export.load_checkpoint_model(checkpoint_layout.latest(root), tiny_config(run_dir))
         assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
@@ -124,7 +125,7 @@ def test_export_refuses_non_finite_weights_naming_them(demo_run, tmp_path, poiso
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # DCP "assumes" a single process: we mean it
         dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=str(folder), no_dist=True)
-    (folder / checkpoint.TRAINER_STATE).write_text('{"step": 8, "tokens": 4096}')
+    (folder / checkpoint_layout.TRAINER_STATE).write_text('{"step": 8, "tokens": 4096}')
     with pytest.raises(UserError) as caught:
         export.export_checkpoint(
             folder, tmp_path / "hf", model_config=config, tokenizer_dir=demo_run / "tokenizer"
@@ -180,20 +181,18 @@ def test_a_failed_save_says_no_space_when_the_disk_is_full(
         checkpoint.shutil, "disk_usage", lambda path: usage._replace(free=free_bytes)
     )
     root = tmp_path / "checkpoints"
-    policy = checkpoint.Policy(
+    policy = checkpoint_layout.Policy(
         async_save=async_save, retries=0, backoff_s=0.0, max_consecutive_failures=1
     )
-    manager = checkpoint.CheckpointManager(
-        root, parallel.Dist(0, 1, 0, torch.device("cpu")), policy
-    )
+    manager = CheckpointManager(root, parallel.Dist(0, 1, 0, torch.device("cpu")), policy)
     model = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(model.parameters())
-    with pytest.raises(checkpoint.CheckpointError) as caught:
+    with pytest.raises(CheckpointError) as caught:
         manager.save(1, model, optimizer, {"step": 1})
         manager.wait()
     assert says.format(root=root) in caught.value.message
     assert ("no space" in says) == ("no space" in caught.value.message)
-    assert checkpoint.latest(root) is None and not list(root.glob("step-*"))
+    assert checkpoint_layout.latest(root) is None and not list(root.glob("step-*"))
 
 
 # -- resuming at odd moments ----------------------------------------------------------------------

@@ -12,23 +12,24 @@ from transformers import LlamaConfig
 
 from conftest import assert_user_error
 from hanlm.model import PRESETS, build_model, model_config
-from hanlm.plan import estimate as plan
+from hanlm.plan import inputs, memory_model, recipe, time_model
+from hanlm.plan.estimate import recommend
 from hanlm.train import precision as precision_lib
 from hanlm.train.memtrace import measure_step
 from hanlm.train.optim import adamw
 
 GIB = 1 << 30
 
-FIELD = plan.FIELD_REPORT
+FIELD = inputs.FIELD_REPORT
 
 
 @pytest.fixture(scope="module")
-def field_shapes() -> plan.Shapes:
-    return plan.model_shapes("1.3b", vocab_size=65536, seq_len=2048)
+def field_shapes() -> inputs.Shapes:
+    return inputs.model_shapes("1.3b", vocab_size=65536, seq_len=2048)
 
 
 def test_one_rtx5090_cannot_train_the_field_model(field_shapes):
-    mem = plan.memory(FIELD, field_shapes)
+    mem = memory_model.memory(FIELD, field_shapes)
     assert not mem["fits"]
     state = sum(mem["items"][k] for k in list(mem["items"])[:3])
     # the report's lesson: model and AdamW states alone take most of the 32 GB card
@@ -39,13 +40,13 @@ def test_one_rtx5090_cannot_train_the_field_model(field_shapes):
 @pytest.mark.parametrize("gpus", [4, 8])
 def test_fsdp_over_four_or_eight_fits(field_shapes, gpus):
 
-    mem = plan.memory(replace(FIELD, gpus=gpus, parallel="fsdp"), field_shapes)
+    mem = memory_model.memory(replace(FIELD, gpus=gpus, parallel="fsdp"), field_shapes)
     assert mem["fits"] and mem["margin"] > 2 * GIB
 
 
 def test_field_report_gpu_hours_and_cost(field_shapes):
 
-    t = plan.throughput(replace(FIELD, gpus=8, parallel="fsdp"), field_shapes)
+    t = time_model.throughput(replace(FIELD, gpus=8, parallel="fsdp"), field_shapes)
     assert t["gpu_hours"] == pytest.approx(590, rel=0.01)
     assert t["cost"] == pytest.approx(235, rel=0.02)  # "about 240 USD"
     # counting attention FLOPs at the same MFU adds about 15% for this model at 2,048 tokens
@@ -55,7 +56,7 @@ def test_field_report_gpu_hours_and_cost(field_shapes):
 
 def test_recommendation_is_the_cheapest_fitting_option(field_shapes):
 
-    rec = plan.recommend(replace(FIELD, gpus=8, parallel="fsdp"), field_shapes)
+    rec = recommend(replace(FIELD, gpus=8, parallel="fsdp"), field_shapes)
     best = rec["best"]
     # full recomputation lets one card hold micro-batch 1, at a third more compute: never best
     assert best["recompute"] == "none" and best["parallel"] == "fsdp" and best["gpus"] >= 4
@@ -65,7 +66,7 @@ def test_recommendation_is_the_cheapest_fitting_option(field_shapes):
 
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_parameter_count_equals_the_built_model(preset):
-    shapes = plan.model_shapes(preset, vocab_size=4096, seq_len=128)
+    shapes = inputs.model_shapes(preset, vocab_size=4096, seq_len=128)
     model = build_model(model_config(preset, vocab_size=4096, seq_len=128), device="meta")
     assert shapes.n_params == sum(p.numel() for p in model.parameters())
 
@@ -93,8 +94,8 @@ def test_model_state_bytes_equal_the_real_tensors_after_a_step(precision):
     precision_lib.apply_fp8(model, recipe)
     optimizer = _one_step(model, recipe)
 
-    expected = plan.model_state_bytes(
-        plan.model_shapes("tiny", vocab_size=512, seq_len=32), world=1, parallel="single"
+    expected = memory_model.model_state_bytes(
+        inputs.model_shapes("tiny", vocab_size=512, seq_len=32), world=1, parallel="single"
     )
     params = list(model.parameters())
     assert expected["weights"] == _tensor_bytes(params)
@@ -114,24 +115,26 @@ def test_muon_state_bytes_equal_the_real_tensors_after_a_step():
     ids = torch.randint(0, 512, (2, 32))
     model(input_ids=ids, labels=ids).loss.backward()
     optimizer.step()
-    shapes = plan.model_shapes("tiny", vocab_size=512, seq_len=32)
-    expected = plan.model_state_bytes(shapes, world=1, parallel="single", optimizer="muon")
+    shapes = inputs.model_shapes("tiny", vocab_size=512, seq_len=32)
+    expected = memory_model.model_state_bytes(shapes, world=1, parallel="single", optimizer="muon")
     states = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
     largest = max(p.numel() for p in optimizer.muon.param_groups[0]["params"])
     assert expected["optimizer"] == _tensor_bytes(states) + (4 + 3 * 2) * largest
-    adamw_state = plan.model_state_bytes(shapes, world=1, parallel="single")["optimizer"]
+    adamw_state = memory_model.model_state_bytes(shapes, world=1, parallel="single")["optimizer"]
     assert expected["optimizer"] < adamw_state
 
 
 def test_the_field_setup_with_muon_needs_less_memory():
     muon = replace(FIELD, optimizer="muon")
-    items = plan.memory(muon)["items"]
+    items = memory_model.memory(muon)["items"]
     assert (
-        items[plan.OPTIMIZER_ITEM["muon"]]
-        < 0.6 * plan.memory(FIELD)["items"][plan.OPTIMIZER_ITEM["adamw"]]
+        items[memory_model.OPTIMIZER_ITEM["muon"]]
+        < 0.6 * memory_model.memory(FIELD)["items"][memory_model.OPTIMIZER_ITEM["adamw"]]
     )
-    assert plan.memory(muon)["total"] < plan.memory(FIELD)["total"]
-    timing = plan.throughput(muon, plan.model_shapes("1.3b", vocab_size=65536, seq_len=2048))
+    assert memory_model.memory(muon)["total"] < memory_model.memory(FIELD)["total"]
+    timing = time_model.throughput(
+        muon, inputs.model_shapes("1.3b", vocab_size=65536, seq_len=2048)
+    )
     assert "no token-efficiency factor" in timing["optimizer_note"]
 
 
@@ -150,9 +153,9 @@ def test_lora_state_bytes_equal_the_real_tensors_after_a_step(precision):
     lora.hold_frozen_linears(model, recipe.compute_dtype)
     optimizer = _one_step(model, recipe)
 
-    shapes = plan.model_shapes("tiny", vocab_size=512, seq_len=32)
-    planned = plan.LoraPlan(4, ("q_proj", "v_proj", "down_proj"), token_rows=4)
-    expected = plan.model_state_bytes(
+    shapes = inputs.model_shapes("tiny", vocab_size=512, seq_len=32)
+    planned = inputs.LoraPlan(4, ("q_proj", "v_proj", "down_proj"), token_rows=4)
+    expected = memory_model.model_state_bytes(
         shapes, world=1, parallel="single", lora=planned, precision=precision
     )
     params = list(dict.fromkeys(model.parameters()))
@@ -161,23 +164,23 @@ def test_lora_state_bytes_equal_the_real_tensors_after_a_step(precision):
     assert expected["gradients"] == _tensor_bytes(p.grad for p in trained)
     states = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
     assert expected["optimizer"] == _tensor_bytes(states)
-    full = plan.model_state_bytes(shapes, world=1, parallel="single")
+    full = memory_model.model_state_bytes(shapes, world=1, parallel="single")
     assert expected["optimizer"] < full["optimizer"] / 10
 
 
 def test_fsdp_shards_are_ceil_rows_per_rank():
-    shapes = plan.model_shapes("tiny", vocab_size=512, seq_len=32)
-    one = plan.model_state_bytes(shapes, world=1, parallel="single")
-    three = plan.model_state_bytes(shapes, world=3, parallel="fsdp")
+    shapes = inputs.model_shapes("tiny", vocab_size=512, seq_len=32)
+    one = memory_model.model_state_bytes(shapes, world=1, parallel="single")
+    three = memory_model.model_state_bytes(shapes, world=3, parallel="fsdp")
     expected = sum(-(-s[0] // 3) * (s[1] if len(s) > 1 else 1) for s in shapes.params) * 4
     assert three["weights"] == expected
     assert one["weights"] / 3 <= three["weights"] < one["weights"] / 3 + 4 * 3 * 64 * 20
 
 
-def _hand_shapes() -> plan.Shapes:
+def _hand_shapes() -> inputs.Shapes:
     """A made-up model small enough to count by hand: 2 layers of 1,000 parameters, a root
     (embedding, norm) of 5,000; two tensors, (10, 4) and (3,), for the per-rank state."""
-    return plan.Shapes(
+    return inputs.Shapes(
         params=[(10, 4), (3,)],
         layer_params=1000,
         root_params=5000,
@@ -196,9 +199,9 @@ def _hand_shapes() -> plan.Shapes:
     )
 
 
-def _setup(**overrides) -> plan.Setup:
+def _setup(**overrides) -> inputs.Setup:
     values = {"model": "tiny", "vocab_size": 49, "seq_len": 8, "micro_batch": 1, "gpu": "h100"}
-    return plan.Setup(**{**values, **overrides})
+    return inputs.Setup(**{**values, **overrides})
 
 
 @pytest.mark.parametrize(
@@ -211,42 +214,47 @@ def test_fsdp_holds_gathered_layers_and_full_gradients_before_the_reduce_scatter
 ):
     shapes = _hand_shapes()
     fsdp = _setup(gpus=2, parallel="fsdp", precision=precision)
-    assert plan.working_copy_bytes(shapes, fsdp) == gathered  # fp32 gathers too
-    assert plan.fsdp_gradient_bytes(shapes, fsdp) == before_reduce
+    assert memory_model.working_copy_bytes(shapes, fsdp) == gathered  # fp32 gathers too
+    assert memory_model.fsdp_gradient_bytes(shapes, fsdp) == before_reduce
     alone = _setup(gpus=1, parallel="fsdp", precision=precision)  # one rank: nothing sharded
     ddp = _setup(gpus=2, parallel="ddp", precision=precision)
     for unsharded in (alone, ddp):
-        assert plan.fsdp_gradient_bytes(shapes, unsharded) == 0
+        assert memory_model.fsdp_gradient_bytes(shapes, unsharded) == 0
         expected = 0 if precision == "fp32" else 2 * 6000  # autocast's casts, not gathers
-        assert plan.working_copy_bytes(shapes, unsharded) == expected
+        assert memory_model.working_copy_bytes(shapes, unsharded) == expected
 
 
 def test_an_async_save_stages_the_ranks_weights_and_adamw_state_on_the_host():
     shapes = _hand_shapes()
     # FSDP over 2: ceil(10 / 2) x 4 + ceil(3 / 2) = 22 elements a rank; 2 AdamW step scalars
     fsdp = _setup(gpu="cpu", gpus=2, parallel="fsdp")
-    assert plan.checkpoint_staging_bytes(shapes, fsdp) == 4 * 22 + (8 * 22 + 4 * 2)
+    assert memory_model.checkpoint_staging_bytes(shapes, fsdp) == 4 * 22 + (8 * 22 + 4 * 2)
     # DDP: rank 0 stages the whole replica, 43 elements
     ddp = _setup(gpu="cpu", gpus=2, parallel="ddp")
-    assert plan.checkpoint_staging_bytes(shapes, ddp) == 4 * 43 + (8 * 43 + 4 * 2)
-    assert plan.checkpoint_staging_bytes(shapes, _setup(async_checkpoint=False)) == 0
+    assert memory_model.checkpoint_staging_bytes(shapes, ddp) == 4 * 43 + (8 * 43 + 4 * 2)
+    assert memory_model.checkpoint_staging_bytes(shapes, _setup(async_checkpoint=False)) == 0
 
 
 def test_only_a_cpu_plan_counts_the_staging_and_a_cpu_runtime():
-    shapes = plan.model_shapes("tiny", vocab_size=512, seq_len=32)
-    on_cpu = plan.memory(_setup(gpu="cpu", gpus=2, parallel="fsdp", precision="fp32"), shapes)
-    on_gpu = plan.memory(_setup(gpus=2, parallel="fsdp", precision="fp32"), shapes)
+    shapes = inputs.model_shapes("tiny", vocab_size=512, seq_len=32)
+    on_cpu = memory_model.memory(
+        _setup(gpu="cpu", gpus=2, parallel="fsdp", precision="fp32"), shapes
+    )
+    on_gpu = memory_model.memory(_setup(gpus=2, parallel="fsdp", precision="fp32"), shapes)
     staging = "checkpoint staging (async save)"
     assert on_cpu["items"][staging] > 0 and staging not in on_gpu["items"]
     assert set(on_gpu["items"]) <= set(on_cpu["items"])
-    for mem, runtime in ((on_cpu, plan.CPU_RUNTIME_GIB), (on_gpu, plan.FRAMEWORK_GIB)):
+    for mem, runtime in (
+        (on_cpu, memory_model.CPU_RUNTIME_GIB),
+        (on_gpu, memory_model.FRAMEWORK_GIB),
+    ):
         subtotal = sum(v for k, v in mem["items"].items() if k != "framework allowance")
         assert mem["items"]["framework allowance"] == int(
-            runtime * GIB + plan.FRAGMENTATION * subtotal
+            runtime * GIB + memory_model.FRAGMENTATION * subtotal
         )
         assert mem["total"] == subtotal + mem["items"]["framework allowance"]
     # the single-process plan has the same items, FSDP's at zero (the report card compares them)
-    single = plan.memory(_setup(), shapes)
+    single = memory_model.memory(_setup(), shapes)
     assert list(single["items"]) == list(on_gpu["items"])
     assert single["items"]["gradients before reduce-scatter"] == 0
 
@@ -256,7 +264,7 @@ def test_the_root_is_everything_outside_the_decoder_layers(tmp_path, tied):
     config = model_config("tiny", vocab_size=512, seq_len=32)
     config.tie_word_embeddings = tied
     config.to_json_file(tmp_path / "config.json")
-    shapes = plan.model_shapes(str(tmp_path / "config.json"), vocab_size=512, seq_len=32)
+    shapes = inputs.model_shapes(str(tmp_path / "config.json"), vocab_size=512, seq_len=32)
     hidden = config.hidden_size
     # the embedding, the head when untied, and the final norm
     assert shapes.root_params == (1 if tied else 2) * 512 * hidden + hidden
@@ -267,7 +275,7 @@ def test_the_config_says_whether_saves_are_staged():
 
     for async_save in (True, False):
         cfg = load_config(values={"plan.gpu": "cpu", "checkpoint.async_save": async_save})
-        assert plan.setup_from_config(cfg, with_data=False).async_checkpoint is async_save
+        assert recipe.setup_from_config(cfg, with_data=False).async_checkpoint is async_save
 
 
 def test_the_config_says_whether_blocks_are_compiled():
@@ -283,7 +291,7 @@ def test_the_config_says_whether_blocks_are_compiled():
         if compile_blocks is not None:
             values["parallel.compile"] = compile_blocks
         cfg = load_config(values=values)
-        assert plan.setup_from_config(cfg, with_data=False).compiled is expected
+        assert recipe.setup_from_config(cfg, with_data=False).compiled is expected
 
 
 # Measured by benchmarks/gpu_train.py on one H200 (torch 2.11.0+cu130, torchao 0.17.0; seq 2,048,
@@ -304,12 +312,12 @@ H200_ALLOCATED_GIB = {
 @pytest.mark.parametrize("preset,precision,optimizer", sorted(H200_ALLOCATED_GIB))
 def test_compiled_plan_within_10_percent_of_what_an_h200_allocated(preset, precision, optimizer):
     def planned(compiled: bool) -> float:
-        setup = plan.Setup(
+        setup = inputs.Setup(
             model=preset, vocab_size=65536, seq_len=2048, micro_batch=16, gpu="h200",
             precision=precision, parallel="single", compiled=compiled, optimizer=optimizer,
         )  # fmt: skip
-        items = plan.memory(setup)["items"]
-        return sum(v for k, v in items.items() if k != "framework allowance") / plan.GIB
+        items = memory_model.memory(setup)["items"]
+        return sum(v for k, v in items.items() if k != "framework allowance") / memory_model.GIB
 
     measured = H200_ALLOCATED_GIB[(preset, precision, optimizer)]
     assert abs(planned(True) / measured - 1) <= 0.10
@@ -340,7 +348,7 @@ def test_activation_estimate_within_15_percent_of_memtracker(
     )
     config_file = tmp_path / "config.json"
     config.to_json_file(config_file)
-    setup = plan.Setup(
+    setup = inputs.Setup(
         model=str(config_file),
         vocab_size=2048,
         seq_len=seq,
@@ -351,7 +359,7 @@ def test_activation_estimate_within_15_percent_of_memtracker(
         precision=precision,
         recompute=recompute,
     )
-    shapes = plan.model_shapes(setup.model, vocab_size=2048, seq_len=seq)
+    shapes = inputs.model_shapes(setup.model, vocab_size=2048, seq_len=seq)
     measured = measure_step(
         config,
         seq_len=seq,
@@ -360,26 +368,28 @@ def test_activation_estimate_within_15_percent_of_memtracker(
         recompute=recompute,
         bf16_params=bf16_params,
     )
-    acts = plan.activation_bytes(shapes, setup)
+    acts = memory_model.activation_bytes(shapes, setup)
     # What the tracker sees after forward: saved activations, the gradients the loss keeps and,
     # under autocast without FSDP, the layers' bf16 weight casts kept for backward (recomputed
     # layers drop theirs; the loss frees its copy of the head within the forward).
-    estimate = acts["layers"] + acts["other"] + plan.logits_bytes(shapes, setup)["forward"]
+    estimate = acts["layers"] + acts["other"] + memory_model.logits_bytes(shapes, setup)["forward"]
     if precision != "fp32" and not bf16_params and recompute == "none":
-        estimate += plan.working_copy_bytes(shapes, setup) - 2 * shapes.vocab * shapes.hidden
+        estimate += (
+            memory_model.working_copy_bytes(shapes, setup) - 2 * shapes.vocab * shapes.hidden
+        )
     assert estimate == pytest.approx(measured.activations, rel=0.15)
 
 
 def test_the_loss_line_counts_one_chunk_of_logits_not_the_whole(field_shapes):
 
     setup = replace(FIELD, micro_batch=8)  # vocab 65,536 x seq 2,048 x micro-batch 8
-    line = plan.memory(setup, field_shapes)["items"]["loss (chunked logits)"]
+    line = memory_model.memory(setup, field_shapes)["items"]["loss (chunked logits)"]
     # before hanlm.train.loss: bf16 logits plus their float32 log-softmax and gradient, 10 GiB
-    before = plan.full_logits_bytes(field_shapes, setup)
+    before = memory_model.full_logits_bytes(field_shapes, setup)
     assert before == 10 * GIB
     assert before >= 4 * line
     smaller = replace(setup, loss_chunk_tokens=256)
-    assert line - plan.memory(smaller, field_shapes)["items"]["loss (chunked logits)"] == (
+    assert line - memory_model.memory(smaller, field_shapes)["items"]["loss (chunked logits)"] == (
         12 * (1024 - 256) * 65536
     )
 
@@ -410,13 +420,13 @@ def _traced_loss_bytes(tokens, vocab, hidden, chunk, *, autocast, bf16_head) -> 
     "precision,fsdp", [("fp32", False), ("bf16", False), ("bf16", True)], ids=str
 )
 def test_loss_bytes_equal_the_memory_tracker(tmp_path, precision, fsdp):
-    setup = plan.Setup(
+    setup = inputs.Setup(
         model="tiny", vocab_size=4096, seq_len=512, micro_batch=4, gpu="h100",
         gpus=2 if fsdp else 1, parallel="fsdp" if fsdp else "single", precision=precision,
         loss_chunk_tokens=384,
     )  # fmt: skip
-    shapes = replace(plan.model_shapes("tiny", vocab_size=4096, seq_len=512), hidden=128)
-    estimate = plan.logits_bytes(shapes, setup)
+    shapes = replace(inputs.model_shapes("tiny", vocab_size=4096, seq_len=512), hidden=128)
+    estimate = memory_model.logits_bytes(shapes, setup)
     expected = estimate["forward"] + estimate["loss"]
     if precision == "bf16" and not fsdp:
         expected += 2 * 4096 * 128  # the head's bf16 copy: a working copy in the plan
@@ -436,10 +446,10 @@ def test_step_profile_for_preflight():
             "pretrain.global_batch_tokens": 65536,
         }
     )
-    profile = plan.step_profile(cfg, world_size=4, peak_flops=209.5e12)
+    profile = recipe.step_profile(cfg, world_size=4, peak_flops=209.5e12)
     assert profile["tokens_per_step"] == cfg.pretrain.global_batch_tokens
     assert profile["comm_bytes_per_gpu"] > 0 and profile["compute_s"] > 0
-    params = plan.model_shapes("125m", vocab_size=4096, seq_len=512).n_params
+    params = inputs.model_shapes("125m", vocab_size=4096, seq_len=512).n_params
     assert params * 12 <= profile["checkpoint_bytes"] < params * 12 + 4096
 
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import assert_user_error
 from hanlm.config import load_config
 from hanlm.plan import data_rates as dr
-from hanlm.plan import estimate as plan
+from hanlm.plan import recipe
 
 DOC = {"text": "한국어 문서입니다. 서울은 대한민국의 수도이다. " * 20}
 
@@ -111,13 +111,13 @@ def test_cores_from_plan_engine_or_machine(monkeypatch):
 def test_field_recipe_hours_on_a_hundred_gigabyte_corpus():
     cfg = load_config("ko-1.3b-8x5090")
     assert cfg.corpus.near_dedup and all(s.startswith("hf:") for s in cfg.corpus.all_inputs())
-    setup = plan.setup_from_config(cfg)
+    setup = recipe.setup_from_config(cfg)
     assert setup.data is not None and setup.data.cores == 32
     t = dr.data_time(setup.data)
     assert 80 <= t["corpus_gb"] <= 200 and t["size_estimated"]
     assert t["stages"]["corpus"]["rate"] == "corpus_near_dedup_quality"  # the recipe filters
     assert 0.2 <= t["total_hours"] <= 24  # hours, not days, on the 32 cores of the rented host
-    on_8 = dr.data_time(plan.setup_from_config(load_config(
+    on_8 = dr.data_time(recipe.setup_from_config(load_config(
         "ko-1.3b-8x5090", values={"plan.data_cores": 8}
     )).data)  # fmt: skip
     assert on_8["total_hours"] > 3 * t["total_hours"]

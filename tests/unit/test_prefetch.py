@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from hanlm import model as model_lib
 from hanlm.data.chat_data import ChatLoader
 from hanlm.data.loader import TokenLoader
-from hanlm.train import checkpoint, parallel, precision
+from hanlm.train import checkpoint_layout, parallel, precision
+from hanlm.train.checkpoint_manager import CheckpointManager
 from hanlm.train.optim import adamw
 from hanlm.train.prefetch import IGNORE, Prefetcher
 from hanlm.train.trainer import Schedule, Trainer, TrainerSettings
@@ -198,7 +199,7 @@ def make_trainer(tmp_path: Path, model, loader, accumulation: int, grad_clip: fl
         mode="single",
         numerics=precision.resolve("fp32", d.device),
         metrics_path=tmp_path / "metrics.jsonl",
-        checkpoints=checkpoint.CheckpointManager(tmp_path / "ckpt", d, checkpoint.Policy()),
+        checkpoints=CheckpointManager(tmp_path / "ckpt", d, checkpoint_layout.Policy()),
     )
 
 
