@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from hanlm.evals.tasks import register
+from hanlm.evals.tasks.base import register
 from hanlm.evals.tasks.kobest import MultipleChoiceTask
 
 

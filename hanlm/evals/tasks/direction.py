@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hanlm.data.fact_statements import COLUMNS, read_tsv_table
 from hanlm.errors import UserError
-from hanlm.evals.tasks import Options, Task, register
+from hanlm.evals.tasks.base import Options, Task, register
 from hanlm.korean import josa
 
 REVERSE_COLUMN = "reverse_stated"

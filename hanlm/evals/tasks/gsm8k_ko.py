@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from hanlm.evals.tasks import Options, Task, register
+from hanlm.evals.tasks.base import Options, Task, register
 
 STOP = ("\n\n", "질문:", "<|endoftext|>")
 _STRICT = re.compile(r"####\s*(-?[$₩€£]?\s*\d[\d,]*(?:\.\d+)?)")

@@ -52,7 +52,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 
-from hanlm.evals.tasks import Options, Task, mean_metric, register
+from hanlm.evals.tasks.base import Options, Task, mean_metric, register
 
 SKIPPED_PREFIXES = ("change_case:", "detectable_format:constrained_response")
 _BOUNDARY = r"(?<![0-9A-Za-z가-힣])"

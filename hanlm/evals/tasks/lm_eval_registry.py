@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from hanlm.errors import UserError
-from hanlm.evals.tasks import Options, Task, mean_metric
+from hanlm.evals.tasks.base import Options, Task, mean_metric
 from hanlm.testsets.readers import Item
 
 INSTALL = "pip install 'hanlm[lm-eval]'"

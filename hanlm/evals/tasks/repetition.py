@@ -22,7 +22,7 @@ from typing import Any
 
 from hanlm.config import GenerateSection
 from hanlm.errors import UserError
-from hanlm.evals.tasks import Options, Task, register
+from hanlm.evals.tasks.base import Options, Task, register
 from hanlm.prompts import read_prompts
 
 NAME = "repetition"

@@ -35,7 +35,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from hanlm.errors import UserError
-from hanlm.evals.tasks import TASK_FILE_SUFFIXES
+from hanlm.evals.tasks.base import TASK_FILE_SUFFIXES
 from hanlm.evals.tasks.lm_eval_registry import LmEvalTask, build_from_config
 
 NORMALISE = {  # step -> lm-eval exact_match argument
