@@ -134,6 +134,7 @@ def sft_worker(way: str, source_kind: str, preset: str, vocab: int, out: Path) -
     from hanlm.chat import tokens
     from hanlm.config import Config
     from hanlm.train import parallel, precision, pretrained, sft
+    from hanlm.train.results import TokenAudit
 
     d = parallel.init("cpu")
     config = model_lib.model_config(preset, vocab_size=vocab, seq_len=2048)
@@ -152,14 +153,14 @@ def sft_worker(way: str, source_kind: str, preset: str, vocab: int, out: Path) -
     before = current_rss()
     start = time.perf_counter()
     # the rows a model pretrained without chat tokens has untrained (the audit's verdict)
-    untrained = {"untrained_template_tokens": list(tokens.TEMPLATE_TOKENS)}
+    untrained = TokenAudit.model_construct(untrained_template_tokens=list(tokens.TEMPLATE_TOKENS))
     if way == "whole":  # before: the whole model for the audit, and again to shard it
         whole, _ = sft.load_source_model(source)
         tokens.audit(whole, special, None)
         del whole
         gc.collect()
         whole, _ = sft.load_source_model(source)
-        ids = [special[n]["id"] for n in untrained["untrained_template_tokens"]]
+        ids = [special[n]["id"] for n in untrained.untrained_template_tokens]
         tokens.initialise(whole, ids, "mean", special)
         shell = model_lib.build_model(config, device="meta")
         loaded = dict(whole.named_parameters())
@@ -170,14 +171,14 @@ def sft_worker(way: str, source_kind: str, preset: str, vocab: int, out: Path) -
 
         model = parallel.parallelize_loaded(shell, d, "fsdp", fill=fill)
     else:  # now: the audit reads the token matrices, the shards are read by parts
-        on_meta, problem = sft._model_on_meta(source)
+        on_meta, problem = sft.model_on_meta(source)
         assert problem is None, problem
         tokens.audit(
             pretrained.with_token_matrices(on_meta, source.kind, source.path), special, None
         )
         del on_meta
         model, _, _ = sft._placed_model(cfg, source, numerics, d, "fsdp")
-        sft._initialise_rows(cfg, model, source, untrained, special, "mean")
+        sft.initialise_rows(cfg, model, source, untrained, special, "mean")
     seconds = time.perf_counter() - start
     model = parallel.unwrap(model)
     _write_result(out / f"{way}-{source_kind}-{d.rank}.json", d.rank, model, before, seconds)
