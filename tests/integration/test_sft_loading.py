@@ -162,7 +162,7 @@ VARIANTS = [
 
 @pytest.mark.slow
 def test_under_torchrun_every_rank_reads_its_rows_and_trains_as_one_process(sources, tmp_path):
-    worker = Path(__file__).parents[1] / "support" / "sft_load_worker.py"
+    worker = Path(__file__).parents[1] / "workers" / "sft_load_worker.py"
     variants = []
     for v in VARIANTS:
         source = sources[v["source"]]

@@ -4,7 +4,7 @@ its new chat-token rows initialised), compared with the one-process way (the who
 model loaded, its rows initialised) bit for bit, then both trained a few steps with the new
 rows' step scaled (`sft.new_token_lr_scale`).
 
-Usage: torchrun --nproc_per_node 2 tests/support/sft_load_worker.py OUT_DIR VARIANT_JSON...
+Usage: torchrun --nproc_per_node 2 tests/workers/sft_load_worker.py OUT_DIR VARIANT_JSON...
 A variant names the source ({"kind": "hf" | "checkpoint", "path": ...}), "mode" (fsdp, ddp),
 "init" and optionally "precision" (fp8-emulate: loading only) and "train_steps".
 Each rank writes OUT_DIR/rank-R.json: per variant, the tensors that differ after loading, the
