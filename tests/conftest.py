@@ -26,9 +26,13 @@ from hanlm.cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
-# helpers and worker scripts (tests/README.md): a test imports a helper by name (`import leaks`)
+# helpers (tests/README.md): a test imports a helper by name (`import leaks`)
 SUPPORT = Path(__file__).resolve().parent / "support"
+# the scripts tests run in processes of their own; a test also imports a rank module's one-process
+# reference by name (`import lora_ranks`)
+WORKERS = Path(__file__).resolve().parent / "workers"
 sys.path.insert(0, str(SUPPORT))
+sys.path.insert(0, str(WORKERS))
 
 # Tests never reach the network: a `hf:` input must fail fast with its offline message.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

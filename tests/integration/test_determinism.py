@@ -22,7 +22,7 @@ import torch
 
 from hanlm.train import checkpoint_layout, threads
 
-WORKER = Path(__file__).parents[1] / "support" / "determinism_worker.py"
+WORKER = Path(__file__).parents[1] / "workers" / "determinism_worker.py"
 VOCAB = 256
 
 # A GPT-2 of 0.12M parameters: its LayerNorms' weight gradients are sums split among the threads,

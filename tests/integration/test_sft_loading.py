@@ -68,7 +68,7 @@ def sources(tmp_path_factory):
 
 def _alone(source: sft.SftSource):
     """The model placed in one process the new way: built on meta, allocated, filled."""
-    model, problem = sft._model_on_meta(source)
+    model, problem = sft.model_on_meta(source)
     assert problem is None
     d = parallel.Dist(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     fill = lambda m: pretrained.fill(m, source.kind, source.path)  # noqa: E731
@@ -94,7 +94,7 @@ def test_filled_by_parts_equals_the_whole_load(sources, name):
 @pytest.mark.parametrize("name", ["hf-untied-fp32", "checkpoint-tied"])
 def test_the_audit_reads_only_the_token_matrices(sources, name):
     source = sources[name]
-    model, _ = sft._model_on_meta(source)
+    model, _ = sft.model_on_meta(source)
     model = pretrained.with_token_matrices(model, source.kind, source.path)
     whole, _ = sft.load_source_model(source)
     real = sorted(n for n, p in model.named_parameters() if not p.is_meta)
@@ -149,7 +149,7 @@ def test_a_damaged_checkpoint_is_refused_before_anything_is_built(sources, tmp_p
     data = next(p for p in folder.iterdir() if p.suffix == ".distcp")
     data.write_bytes(data.read_bytes()[:-8] + b"\0" * 8)
     with pytest.raises(UserError, match="damaged"):
-        sft._model_on_meta(checkpoint_source(folder, True))
+        sft.model_on_meta(checkpoint_source(folder, True))
 
 
 VARIANTS = [
@@ -162,7 +162,7 @@ VARIANTS = [
 
 @pytest.mark.slow
 def test_under_torchrun_every_rank_reads_its_rows_and_trains_as_one_process(sources, tmp_path):
-    worker = Path(__file__).parents[1] / "support" / "sft_load_worker.py"
+    worker = Path(__file__).parents[1] / "workers" / "sft_load_worker.py"
     variants = []
     for v in VARIANTS:
         source = sources[v["source"]]

@@ -1,7 +1,7 @@
 """Library pieces under two gloo ranks, checked against one process: the FSDP2 meta build and
 its loaded variant (bit for bit the eager build), the chunked loss and its gradients under DDP
 and FSDP2, the new token rows' step scale under FSDP2, and LoRA (PEFT) under FSDP2. One torchrun launch runs every check
-(tests/support/two_rank_checks.py); each test reads what its check wrote."""
+(tests/workers/two_rank_checks.py); each test reads what its check wrote."""
 
 import json
 from pathlib import Path
@@ -16,7 +16,7 @@ import torch
 from conftest import assert_close, run_two_rank_worker
 from hanlm.chat import tokens
 
-CHECKS = Path(__file__).parents[1] / "support" / "two_rank_checks.py"
+CHECKS = Path(__file__).parents[1] / "workers" / "two_rank_checks.py"
 RTOL = 1e-5
 
 

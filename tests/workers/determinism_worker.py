@@ -1,7 +1,7 @@
 """Run by tests/integration/test_determinism.py in a process of its own: a short pretraining on CPU, as
 `hanlm pretrain` trains (hanlm.train.pretrain.pretrain), on the given shards and model.
 
-Usage: python tests/support/determinism_worker.py SHARDS_DIR MODEL OUT_DIR
+Usage: python tests/workers/determinism_worker.py SHARDS_DIR MODEL OUT_DIR
 Writes OUT_DIR/checkpoints/ (the final step's checkpoint among them) and OUT_DIR/metrics.jsonl.
 """
 

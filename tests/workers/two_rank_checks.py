@@ -1,7 +1,7 @@
 """Library checks that need two gloo ranks, in one torchrun launch (each launch costs the suite
 two ranks' imports of torch and transformers, 15-30 s here, much more than any check itself).
 
-    torchrun --nproc_per_node 2 tests/support/two_rank_checks.py OUT_DIR
+    torchrun --nproc_per_node 2 tests/workers/two_rank_checks.py OUT_DIR
 
 Each check runs on both ranks in turn, in the same process group, and writes what it found into
 OUT_DIR/NAME/; a rank that finished a check leaves OUT_DIR/NAME/done-R, and one that failed it

@@ -4,7 +4,7 @@ its new chat-token rows initialised), compared with the one-process way (the who
 model loaded, its rows initialised) bit for bit, then both trained a few steps with the new
 rows' step scaled (`sft.new_token_lr_scale`).
 
-Usage: torchrun --nproc_per_node 2 tests/support/sft_load_worker.py OUT_DIR VARIANT_JSON...
+Usage: torchrun --nproc_per_node 2 tests/workers/sft_load_worker.py OUT_DIR VARIANT_JSON...
 A variant names the source ({"kind": "hf" | "checkpoint", "path": ...}), "mode" (fsdp, ddp),
 "init" and optionally "precision" (fp8-emulate: loading only) and "train_steps".
 Each rank writes OUT_DIR/rank-R.json: per variant, the tensors that differ after loading, the
@@ -24,6 +24,7 @@ from hanlm.config import Config
 from hanlm.model import model_config
 from hanlm.train import parallel, precision, sft
 from hanlm.train.loss import TokenLoss, with_loss
+from hanlm.train.results import TokenAudit
 
 VOCAB = 301  # 151 / 150 rows a rank: the new rows sit on both sides of the boundary
 SPECIAL = {
@@ -33,7 +34,8 @@ SPECIAL = {
     "eot": {"id": 300},
     "reserved": [{"id": 7}, {"id": 8}, {"id": 9}],
 }
-AUDIT = {"untrained_template_tokens": ["system", "user", "assistant", "eot"]}
+# the one field of the audit that initialise_rows reads
+AUDIT = TokenAudit.model_construct(untrained_template_tokens=["system", "user", "assistant", "eot"])
 SCALE = 5.0
 
 
@@ -84,7 +86,7 @@ def check(d: parallel.Dist, variant: dict) -> dict:
     )
     numerics = precision.resolve(cfg.precision.mode, d.device, recipe=cfg.precision.fp8_recipe)
     root, _, converted = sft._placed_model(cfg, source, numerics, d, variant["mode"])
-    ids, _ = sft._initialise_rows(cfg, root, source, AUDIT, SPECIAL, variant["init"])
+    ids, _ = sft.initialise_rows(cfg, root, source, AUDIT, SPECIAL, variant["init"])
     model = parallel.unwrap(root)
     placed = full_state(model)
 
