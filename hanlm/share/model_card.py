@@ -412,11 +412,11 @@ def _training(facts: CardFacts) -> str:
         out.append("\n")
         if sft:
             closure = sft.closure
-            data = sft.data or {}
+            data = sft.data
             sft_rows = [
                 ["steps", _num(sft.step)],
                 ["trained tokens", _num(sft.tokens)],
-                ["conversations", _num(data.get("train_conversations"))],
+                ["conversations", _num(data.train_conversations if data else None)],
                 ["special-token initialisation", sft.init],
                 ["untrained template tokens found", ", ".join(sft.untrained_template_tokens or []) or "none"],
                 [

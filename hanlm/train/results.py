@@ -58,7 +58,7 @@ class SftSummary(Result):
     closure_by_variant: dict[str, float] | None = None  # variant name -> closure rate
     untrained_template_tokens: list[str] | None = None
     hf: str | None = None  # the exported chat model's folder
-    data: dict[str, Any] | None = None  # conversations, rows, tokens, the file and its sha256
+    data: SftData | None = None  # conversations, rows, tokens, by source
     contaminated_dropped: int | None = None
 
 
@@ -227,11 +227,8 @@ class ChatSourceReport(Part):
     epochs: float
 
 
-class SftDataReport(Result):
-    """`sft/data.json`: the chat data SFT trained on and held out, by source."""
-
-    FILE = "data.json"
-    MADE_BY = "sft"
+class SftData(Part):
+    """The chat data SFT trained on and held out, by source (the summary carries it too)."""
 
     conversations: int
     train_conversations: int
@@ -243,6 +240,15 @@ class SftDataReport(Result):
     closure_prompts: int
     sources: dict[str, ChatSourceReport]
     fingerprint: str
+
+
+class SftDataReport(Result, SftData):
+    """`sft/data.json`: the chat data, and the conversations dropped for holding benchmark
+    items."""
+
+    FILE = "data.json"
+    MADE_BY = "sft"
+
     contamination: dict[str, Any]  # checked, dropped, the dropped conversations and their items
 
 
