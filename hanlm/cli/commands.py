@@ -95,6 +95,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from hanlm.chat import doctor
 
+    remote_code.allow(args.trust_remote_code)  # no recipe: the flag is the setting
     report = doctor.diagnose(args.model_dir)
     doctor.print_report(report)
     if args.json:

@@ -523,6 +523,11 @@ def _add_doctor(sub) -> None:
     )
     parser.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
     parser.add_argument("--json", action="store_true", help="also print the findings as JSON")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the Python code the folder names in its auto_map (model.trust_remote_code)",
+    )
     parser.set_defaults(func=cmd_doctor)
 
 
