@@ -169,7 +169,7 @@ def planned_memory(cfg, *, gpu: str | None, world_size: int) -> dict[str, Any]:
         cfg, plan_section=PlanSection(gpu=gpu, gpus=world_size), with_data=False
     )
     out = memory(setup)
-    return {"setup": asdict(setup), "items": out["items"], "total": out["total"]}
+    return {"setup": asdict(setup), "items": out.items, "total": out.total}
 
 
 def peak_rss_bytes() -> int:

@@ -14,8 +14,8 @@ from typing import Any
 from hanlm.plan.catalogue import CATALOGUE
 from hanlm.plan.data_rates import data_time
 from hanlm.plan.inputs import RECOMPUTE_MODES, Setup, Shapes, check, model_shapes
-from hanlm.plan.memory_model import GIB, memory
-from hanlm.plan.time_model import throughput
+from hanlm.plan.memory_model import GIB, MemoryPlan, memory
+from hanlm.plan.time_model import TimePlan, throughput
 from hanlm.results import Part, Result
 
 
@@ -24,42 +24,6 @@ class ModelSize(Part):
     layers: int
     hidden: int
     vocab: int
-
-
-class MemoryPlan(Part):
-    """Bytes per device by item, their total, and against the device's capacity (when known)."""
-
-    items: dict[str, int]
-    total: int
-    capacity: int | None
-    fits: bool | None = None
-    margin: int | None = None
-
-
-class TimePlan(Part):
-    """One optimizer step's time and the throughput; with a token budget, hours and cost."""
-
-    mfu: float
-    mfu_source: str
-    peak_flops_per_gpu: float
-    flops_per_token_6n: int
-    flops_per_token_with_attention: int
-    attention_adds: float
-    tokens_per_step: int
-    accumulation: int
-    compute_s: float
-    comm_s: float
-    comm_link: str
-    exposed_comm_s: float
-    step_s: float
-    tokens_per_s: float
-    steps: int | None = None
-    wall_hours: float | None = None
-    gpu_hours: float | None = None
-    gpu_hours_with_attention: float | None = None
-    cost: float | None = None
-    cost_with_attention: float | None = None
-    optimizer_note: str | None = None  # what the token budget assumes of the optimizer
 
 
 class PlanOption(Part):
@@ -148,18 +112,16 @@ def recommend(setup: Setup, shapes: Shapes) -> dict[str, Any] | None:
     rows = []
     for option in candidates(setup):
         mem = memory(option, shapes)
-        if not mem.get("fits"):
+        if not mem.fits:
             continue
         timing = throughput(option, shapes)
-        gpu_seconds = timing["step_s"] * option.world / timing["tokens_per_step"]  # per token
-        rows.append(
-            (gpu_seconds, timing["step_s"] / timing["tokens_per_step"], option, mem, timing)
-        )
+        gpu_seconds = timing.step_s * option.world / timing.tokens_per_step  # per token
+        rows.append((gpu_seconds, timing.step_s / timing.tokens_per_step, option, mem, timing))
     if not rows:
         return None
     # Equal cost: the faster run, then the larger micro-batch (the planner's MFU does not
     # model small batches' lower efficiency), then the larger margin.
-    rows.sort(key=lambda row: (row[0], row[1], -row[2].micro_batch, -row[3]["margin"]))
+    rows.sort(key=lambda row: (row[0], row[1], -row[2].micro_batch, -row[3].margin))
 
     def describe(row) -> dict[str, Any]:
         _, _, option, mem, timing = row
@@ -169,13 +131,13 @@ def recommend(setup: Setup, shapes: Shapes) -> dict[str, Any] | None:
             "parallel": option.parallel,
             "recompute": option.recompute,
             "micro_batch": option.micro_batch,
-            "memory_gib": mem["total"] / GIB,
-            "margin_gib": mem["margin"] / GIB,
-            "tokens_per_s": timing["tokens_per_s"],
+            "memory_gib": mem.total / GIB,
+            "margin_gib": mem.margin / GIB,
+            "tokens_per_s": timing.tokens_per_s,
         }
         for key in ("gpu_hours", "wall_hours", "cost"):
-            if key in timing:
-                out[key] = timing[key]
+            if getattr(timing, key) is not None:
+                out[key] = getattr(timing, key)
         return out
 
     return {"best": describe(rows[0]), "alternatives": [describe(row) for row in rows[1:4]]}
@@ -194,10 +156,10 @@ def catalogue_overview(setup: Setup, shapes: Shapes) -> list[dict[str, Any]]:
             option = replace(
                 setup, gpu=key, gpus=n, hosts=1, parallel="single" if n == 1 else "fsdp"
             )
-            if memory(option, shapes)["fits"]:
+            if memory(option, shapes).fits:
                 row["min_gpus"] = n
                 if setup.tokens:
-                    row["gpu_hours"] = throughput(option, shapes)["gpu_hours"]
+                    row["gpu_hours"] = throughput(option, shapes).gpu_hours
                 break
         rows.append(row)
     return rows

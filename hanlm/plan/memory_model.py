@@ -38,10 +38,10 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
 
 from hanlm.plan.catalogue import find
 from hanlm.plan.inputs import LoraPlan, Setup, Shapes, model_shapes
+from hanlm.results import Part
 
 GIB = 1 << 30
 FRAMEWORK_GIB = 1.5  # CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces, kernels
@@ -260,7 +260,17 @@ def full_logits_bytes(shapes: Shapes, setup: Setup) -> int:
     return (PRECISION_BYTES[setup.precision] + 8) * elements
 
 
-def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
+class MemoryPlan(Part):
+    """Bytes per device by item, their total, and against the device's capacity (when known)."""
+
+    items: dict[str, int]
+    total: int
+    capacity: int | None
+    fits: bool | None = None
+    margin: int | None = None
+
+
+def memory(setup: Setup, shapes: Shapes | None = None) -> MemoryPlan:
     """Itemised bytes per GPU, their total with the framework allowance, and the verdict."""
     shapes = shapes or model_shapes(setup.model, vocab_size=setup.vocab_size, seq_len=setup.seq_len)
     state = model_state_bytes(
@@ -287,11 +297,11 @@ def memory(setup: Setup, shapes: Shapes | None = None) -> dict[str, Any]:
     items["framework allowance"] = int(runtime * GIB + FRAGMENTATION * subtotal)
     total = sum(items.values())
     capacity = capacity_bytes(setup.gpu)
-    out: dict[str, Any] = {"items": items, "total": total, "capacity": capacity}
-    if capacity is not None:
-        out["fits"] = total <= capacity
-        out["margin"] = capacity - total
-    return out
+    if capacity is None:
+        return MemoryPlan(items=items, total=total, capacity=None)
+    return MemoryPlan(
+        items=items, total=total, capacity=capacity, fits=total <= capacity, margin=capacity - total
+    )
 
 
 def capacity_bytes(gpu: str | None) -> int | None:

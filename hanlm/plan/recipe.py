@@ -131,7 +131,7 @@ def sft_memory(cfg, setup: Setup) -> dict[str, Any]:
         "lora_trained_parameters": trained,
         "precision": base.precision,
         "lora_precision": lora_precision,
-        "full": memory(base, shapes),
+        "full": memory(base, shapes).model_dump(exclude_unset=True),
         "lora": memory(
             replace(
                 base,
@@ -140,5 +140,5 @@ def sft_memory(cfg, setup: Setup) -> dict[str, Any]:
                 compiled=blocks_compile(lora_precision, cfg.parallel.compile),
             ),
             shapes,
-        ),
+        ).model_dump(exclude_unset=True),
     }

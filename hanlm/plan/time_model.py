@@ -13,6 +13,7 @@ from typing import Any
 from hanlm.errors import UserError
 from hanlm.plan.catalogue import find, measured_cpu_peak_flops
 from hanlm.plan.inputs import Setup, Shapes
+from hanlm.results import Part
 
 COMM_OVERLAP = 0.8  # share of compute time that can hide communication (bucketed, prefetched)
 # forward run again, by hanlm.plan.inputs.RECOMPUTE_MODES
@@ -103,7 +104,33 @@ def comm_bytes_per_step(shapes: Shapes, setup: Setup, accumulation: int) -> floa
     return per_step
 
 
-def throughput(setup: Setup, shapes: Shapes) -> dict[str, Any]:
+class TimePlan(Part):
+    """One optimizer step's time and the throughput; with a token budget, hours and cost."""
+
+    mfu: float
+    mfu_source: str
+    peak_flops_per_gpu: float
+    flops_per_token_6n: int
+    flops_per_token_with_attention: int
+    attention_adds: float
+    tokens_per_step: int
+    accumulation: int
+    compute_s: float
+    comm_s: float
+    comm_link: str
+    exposed_comm_s: float
+    step_s: float
+    tokens_per_s: float
+    steps: int | None = None
+    wall_hours: float | None = None
+    gpu_hours: float | None = None
+    gpu_hours_with_attention: float | None = None
+    cost: float | None = None
+    cost_with_attention: float | None = None
+    optimizer_note: str | None = None  # what the token budget assumes of the optimizer
+
+
+def throughput(setup: Setup, shapes: Shapes) -> TimePlan:
     tokens_per_micro = setup.seq_len * setup.micro_batch * setup.world
     global_batch = setup.global_batch_tokens or tokens_per_micro
     accumulation = max(1, math.ceil(global_batch / tokens_per_micro))
@@ -146,4 +173,4 @@ def throughput(setup: Setup, shapes: Shapes) -> dict[str, Any]:
         if setup.price_per_gpu_hour is not None:
             out["cost"] = gpu_hours * setup.price_per_gpu_hour
             out["cost_with_attention"] = out["gpu_hours_with_attention"] * setup.price_per_gpu_hour
-    return out
+    return TimePlan.model_validate(out)

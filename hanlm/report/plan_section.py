@@ -22,26 +22,24 @@ def plan_section(files: RunFiles) -> str:
     eight = memory_model.memory(eight_setup, shapes)
     timing = time_model.throughput(eight_setup, shapes)
     rows = [
-        [item, f"{one['items'][item] / GIB:.2f}", f"{eight['items'][item] / GIB:.2f}"]
-        for item in one["items"]
+        [item, f"{one.items[item] / GIB:.2f}", f"{eight.items[item] / GIB:.2f}"]
+        for item in one.items
     ]
-    rows.append(["**total**", f"**{one['total'] / GIB:.2f}**", f"**{eight['total'] / GIB:.2f}**"])
-    rows.append(
-        ["fits in 32 GB?", "no" if not one["fits"] else "yes", "yes" if eight["fits"] else "no"]
-    )
+    rows.append(["**total**", f"**{one.total / GIB:.2f}**", f"**{eight.total / GIB:.2f}**"])
+    rows.append(["fits in 32 GB?", "yes" if one.fits else "no", "yes" if eight.fits else "no"])
     out.append(
         "**This planner on the field setup** (`1.3b`, seq 2,048, micro-batch 2, bf16, AdamW; "
         "GiB per GPU):\n\n"
     )
     out.append(table(["item", "1 x RTX 5090", "8 x RTX 5090, FSDP"], rows))
     out.append(
-        f"\n22B tokens on 8 RTX 5090s at 40% MFU, counting 6·N·D: **{timing['gpu_hours']:,.0f} "
-        f"GPU-hours, {timing['wall_hours']:,.1f} h, {timing['cost']:,.0f} USD**; counting attention FLOPs "
-        f"too adds {timing['attention_adds']:.0%} ({timing['cost_with_attention']:,.0f} USD).\n"
+        f"\n22B tokens on 8 RTX 5090s at 40% MFU, counting 6·N·D: **{timing.gpu_hours:,.0f} "
+        f"GPU-hours, {timing.wall_hours:,.1f} h, {timing.cost:,.0f} USD**; counting attention FLOPs "
+        f"too adds {timing.attention_adds:.0%} ({timing.cost_with_attention:,.0f} USD).\n"
     )
     path = report_plots.memory_bars(
-        {"1 x RTX 5090": one["items"], "8 x RTX 5090 (FSDP)": eight["items"]},
-        one["capacity"],
+        {"1 x RTX 5090": one.items, "8 x RTX 5090 (FSDP)": eight.items},
+        one.capacity,
         files.plots / "plan_memory.png",
     )
     out.append(f"\n![per-GPU memory of the field setup]({path.relative_to(files.root)})\n")

@@ -30,28 +30,28 @@ def field_shapes() -> inputs.Shapes:
 
 def test_one_rtx5090_cannot_train_the_field_model(field_shapes):
     mem = memory_model.memory(FIELD, field_shapes)
-    assert not mem["fits"]
-    state = sum(mem["items"][k] for k in list(mem["items"])[:3])
+    assert not mem.fits
+    state = sum(mem.items[k] for k in list(mem.items)[:3])
     # the report's lesson: model and AdamW states alone take most of the 32 GB card
     assert 20 * GIB <= state < 21 * GIB
-    assert mem["total"] > 32 * GIB
+    assert mem.total > 32 * GIB
 
 
 @pytest.mark.parametrize("gpus", [4, 8])
 def test_fsdp_over_four_or_eight_fits(field_shapes, gpus):
 
     mem = memory_model.memory(replace(FIELD, gpus=gpus, parallel="fsdp"), field_shapes)
-    assert mem["fits"] and mem["margin"] > 2 * GIB
+    assert mem.fits and mem.margin > 2 * GIB
 
 
 def test_field_report_gpu_hours_and_cost(field_shapes):
 
     t = time_model.throughput(replace(FIELD, gpus=8, parallel="fsdp"), field_shapes)
-    assert t["gpu_hours"] == pytest.approx(590, rel=0.01)
-    assert t["cost"] == pytest.approx(235, rel=0.02)  # "about 240 USD"
+    assert t.gpu_hours == pytest.approx(590, rel=0.01)
+    assert t.cost == pytest.approx(235, rel=0.02)  # "about 240 USD"
     # counting attention FLOPs at the same MFU adds about 15% for this model at 2,048 tokens
-    assert t["attention_adds"] == pytest.approx(0.15, abs=0.01)
-    assert t["cost_with_attention"] == pytest.approx(t["cost"] * (1 + t["attention_adds"]))
+    assert t.attention_adds == pytest.approx(0.15, abs=0.01)
+    assert t.cost_with_attention == pytest.approx(t.cost * (1 + t.attention_adds))
 
 
 def test_recommendation_is_the_cheapest_fitting_option(field_shapes):
@@ -126,16 +126,16 @@ def test_muon_state_bytes_equal_the_real_tensors_after_a_step():
 
 def test_the_field_setup_with_muon_needs_less_memory():
     muon = replace(FIELD, optimizer="muon")
-    items = memory_model.memory(muon)["items"]
+    items = memory_model.memory(muon).items
     assert (
         items[memory_model.OPTIMIZER_ITEM["muon"]]
-        < 0.6 * memory_model.memory(FIELD)["items"][memory_model.OPTIMIZER_ITEM["adamw"]]
+        < 0.6 * memory_model.memory(FIELD).items[memory_model.OPTIMIZER_ITEM["adamw"]]
     )
-    assert memory_model.memory(muon)["total"] < memory_model.memory(FIELD)["total"]
+    assert memory_model.memory(muon).total < memory_model.memory(FIELD).total
     timing = time_model.throughput(
         muon, inputs.model_shapes("1.3b", vocab_size=65536, seq_len=2048)
     )
-    assert "no token-efficiency factor" in timing["optimizer_note"]
+    assert "no token-efficiency factor" in timing.optimizer_note
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -242,21 +242,21 @@ def test_only_a_cpu_plan_counts_the_staging_and_a_cpu_runtime():
     )
     on_gpu = memory_model.memory(_setup(gpus=2, parallel="fsdp", precision="fp32"), shapes)
     staging = "checkpoint staging (async save)"
-    assert on_cpu["items"][staging] > 0 and staging not in on_gpu["items"]
-    assert set(on_gpu["items"]) <= set(on_cpu["items"])
+    assert on_cpu.items[staging] > 0 and staging not in on_gpu.items
+    assert set(on_gpu.items) <= set(on_cpu.items)
     for mem, runtime in (
         (on_cpu, memory_model.CPU_RUNTIME_GIB),
         (on_gpu, memory_model.FRAMEWORK_GIB),
     ):
-        subtotal = sum(v for k, v in mem["items"].items() if k != "framework allowance")
-        assert mem["items"]["framework allowance"] == int(
+        subtotal = sum(v for k, v in mem.items.items() if k != "framework allowance")
+        assert mem.items["framework allowance"] == int(
             runtime * GIB + memory_model.FRAGMENTATION * subtotal
         )
-        assert mem["total"] == subtotal + mem["items"]["framework allowance"]
+        assert mem.total == subtotal + mem.items["framework allowance"]
     # the single-process plan has the same items, FSDP's at zero (the report card compares them)
     single = memory_model.memory(_setup(), shapes)
-    assert list(single["items"]) == list(on_gpu["items"])
-    assert single["items"]["gradients before reduce-scatter"] == 0
+    assert list(single.items) == list(on_gpu.items)
+    assert single.items["gradients before reduce-scatter"] == 0
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -316,7 +316,7 @@ def test_compiled_plan_within_10_percent_of_what_an_h200_allocated(preset, preci
             model=preset, vocab_size=65536, seq_len=2048, micro_batch=16, gpu="h200",
             precision=precision, parallel="single", compiled=compiled, optimizer=optimizer,
         )  # fmt: skip
-        items = memory_model.memory(setup)["items"]
+        items = memory_model.memory(setup).items
         return sum(v for k, v in items.items() if k != "framework allowance") / memory_model.GIB
 
     measured = H200_ALLOCATED_GIB[(preset, precision, optimizer)]
@@ -383,13 +383,13 @@ def test_activation_estimate_within_15_percent_of_memtracker(
 def test_the_loss_line_counts_one_chunk_of_logits_not_the_whole(field_shapes):
 
     setup = replace(FIELD, micro_batch=8)  # vocab 65,536 x seq 2,048 x micro-batch 8
-    line = memory_model.memory(setup, field_shapes)["items"]["loss (chunked logits)"]
+    line = memory_model.memory(setup, field_shapes).items["loss (chunked logits)"]
     # before hanlm.train.loss: bf16 logits plus their float32 log-softmax and gradient, 10 GiB
     before = memory_model.full_logits_bytes(field_shapes, setup)
     assert before == 10 * GIB
     assert before >= 4 * line
     smaller = replace(setup, loss_chunk_tokens=256)
-    assert line - memory_model.memory(smaller, field_shapes)["items"]["loss (chunked logits)"] == (
+    assert line - memory_model.memory(smaller, field_shapes).items["loss (chunked logits)"] == (
         12 * (1024 - 256) * 65536
     )
 
