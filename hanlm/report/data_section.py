@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from hanlm.data.corpus import CorpusStats
-from hanlm.data.decontam.outputs import DecontamReport
-from hanlm.files import read_json, read_jsonl
+from hanlm.data.decontam.outputs import DecontamReport, read_items
+from hanlm.demo.records import read_planted
+from hanlm.files import read_jsonl
 from hanlm.report.markdown import missing, table
 from hanlm.report.run_files import RunFiles
 from hanlm.train.results import PretrainSummary, read_metrics
@@ -60,15 +61,12 @@ def data_section(files: RunFiles) -> str:
     )
     if len(stats.sources) > 1:
         out.append(_contamination_by_source(report, list(stats.sources)))
-    # the demo world's planted items (a run on other data has none)
-    planted = read_json(files.planted) if files.planted.is_file() else None
+    planted = read_planted(files.planted)  # the demo world's (a run on other data has none)
     if planted is not None:
         found = {
-            record["item_id"]
-            for record in jsonl_rows(files.decontam_items)
-            if record["status"] == "dirty"
+            item.item_id for item in read_items(files.decontam_items) if item.status == "dirty"
         }
-        items = {item["item_id"] for item in planted}
+        items = {copy.item_id for copy in planted}
         hit = len(items & found)
         out.append(
             f"\nThe demo world planted {len(items)} benchmark items into its documents, with their "

@@ -1,10 +1,10 @@
-"""What the report card and the model card read, each file through its result type.
+"""What the report card and the model card read, each file through its type.
 
-`RunFiles` (the report card's) and publish's run files name every file; each one a card reads as
-a whole JSON document has a `Result` type whose `read` turns a missing, damaged or wrongly shaped
-file into a UserError. The JSONL record streams (an eval's samples, decontam's items) and the demo
-world's planted items are read row by row (a damaged line is `files.DamagedFile`, never skipped);
-the test lists them apart, so a new raw read fails here until it is typed or listed.
+`RunFiles` (the report card's) and publish's run files name every file; each one a card reads
+has a type whose reader turns a missing, damaged or wrongly shaped file into a UserError. An
+eval's samples (task-specific records the contamination statistics read) are read row by row
+(a damaged line is `files.DamagedFile`, never skipped); the test lists them apart, so a new raw
+read fails here until it is typed or listed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from hanlm.data.corpus import CorpusStats
-from hanlm.data.decontam.outputs import DecontamReport
+from hanlm.data.decontam.outputs import DecontamReport, read_items
+from hanlm.demo.records import read_planted
 from hanlm.errors import UserError
 from hanlm.evals.results import EvalResults
 from hanlm.launch.cost import LaunchRecord
@@ -48,11 +49,13 @@ REPORT_READS = {
     "ablation_closure": ClosureCheck,
     "audit": TokenAudit,
     "eval_results": EvalResults,
+    "decontam_items": read_items,
+    "planted": read_planted,
     "pretrain_metrics": read_metrics,
     "sft_metrics": read_metrics,
 }
 # read row by row, untyped: a damaged line is a DamagedFile (hanlm.files.read_jsonl)
-ROW_STREAMS = {"eval_samples", "compare_eval_samples", "decontam_items", "planted"}
+ROW_STREAMS = {"eval_samples", "compare_eval_samples"}
 NOT_JSON = {"name", "root", "plots", "config", "export_folder"}
 # the model card's facts (hanlm.share.publish.read_facts), read through the same types; the
 # export's config.json is transformers' file, not hanlm's (read as transformers writes it)
@@ -66,10 +69,9 @@ def test_every_file_the_report_card_reads_is_listed_with_its_reader():
 
 
 RAW_READS = ("read_json", "json.load", "json.loads")
-# where a whole-document raw read is expected: the demo world's planted items (a demo file, not
-# a result), and GGUF's and publish's reads of transformers' own files (config.json, tokenizer)
+# where a whole-document raw read is expected: GGUF's and publish's reads of transformers' own
+# files (config.json, the tokenizer)
 ALLOWED_RAW = {
-    "report/data_section.py": 1,
     "share/gguf.py": 4,
     "share/publish.py": 1,
 }
@@ -111,3 +113,13 @@ def test_a_damaged_metrics_line_is_a_clear_user_error(tmp_path: Path):
     path.write_text(json.dumps(good) + "\n" + json.dumps({"step": 2}) + "\n")
     with pytest.raises(UserError, match="line 2 of the metrics log"):
         read_metrics(path)
+
+
+def test_damaged_items_and_planted_files_are_clear_user_errors(tmp_path: Path):
+    assert read_items(tmp_path / "items.jsonl") == [] and read_planted(tmp_path / "p.json") is None
+    (tmp_path / "items.jsonl").write_text(json.dumps({"item_id": "x"}) + "\n")
+    with pytest.raises(UserError, match="not a decontam item"):
+        read_items(tmp_path / "items.jsonl")
+    (tmp_path / "p.json").write_text(json.dumps([{"item_id": "x"}]))
+    with pytest.raises(UserError, match="not the demo world's planted items"):
+        read_planted(tmp_path / "p.json")

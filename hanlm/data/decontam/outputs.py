@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import zstandard
 from datatrove.pipeline.base import PipelineStep
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from hanlm.config import DEFAULT_SOURCE, Config
 from hanlm.console import info
@@ -37,6 +37,7 @@ from hanlm.files import (
     file_record,
     open_text_stream,
     read_json,
+    read_jsonl,
 )
 from hanlm.results import Part, Result
 
@@ -85,6 +86,33 @@ class DecontamReport(Result):
     documents_cut: int | None = None
     characters_removed: int | None = None
     documents_out: int | None = None
+
+
+class DecontamItem(Part):
+    """One line of `decontam/items.jsonl`: a benchmark item, its status and who held it."""
+
+    benchmark: str
+    item_id: str | int
+    coverage: float  # the share of its text found in the corpus
+    status: str  # dirty, partial, clean
+    found_by: str | None  # whole, parts, or None (clean)
+    sources: list[str]  # the corpus sources whose documents held it
+    documents: list[str]  # the first documents that held it
+
+
+def read_items(path: Path) -> list[DecontamItem]:
+    """The items of a decontam folder's items.jsonl ([] when the stage did not run); a line that
+    is not an item is a UserError naming the file."""
+    if not Path(path).is_file():
+        return []
+    try:
+        return [DecontamItem.model_validate(row) for row in read_jsonl(path)]
+    except ValidationError as e:
+        raise UserError(
+            f"{path} holds a line that is not a decontam item: {str(e).splitlines()[0]}",
+            where=str(path),
+            fix="run `hanlm decontam --run RUN --force` to write it again",
+        ) from None
 
 
 CORPUS_DIR = "corpus"  # the cleaned corpus, when the action changes text
