@@ -4,13 +4,13 @@ report card, the model card, publishing) does not import torch."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from hanlm.errors import UserError
+from hanlm.files import read_jsonl
 from hanlm.results import Part, Result
 
 
@@ -271,18 +271,17 @@ class MetricsRecord(Part):
 
 
 def read_metrics(path: Path) -> list[MetricsRecord]:
-    """The records of a metrics.jsonl, in order ([] when the training did not run); a line that
-    is not a record is a UserError naming the file and the line."""
+    """The records of a metrics.jsonl, in order ([] when the training did not run). A last line
+    a crash cut short is dropped (hanlm.files.read_jsonl); a damaged line is a DamagedFile, and
+    a line that is not a metrics record a UserError naming the file and the line."""
     path = Path(path)
     if not path.is_file():
         return []
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, row in enumerate(read_jsonl(path), 1):
         try:
-            records.append(MetricsRecord.model_validate(json.loads(line)))
-        except (ValueError, ValidationError) as e:
+            records.append(MetricsRecord.model_validate(row))
+        except ValidationError as e:
             raise UserError(
                 f"line {number} of the metrics log is not a metrics record: {str(e).splitlines()[0]}",
                 where=str(path),

@@ -375,7 +375,11 @@ def test_the_report_reads_a_torn_metrics_log_and_names_a_damaged_one(run_copy):
 
     metrics = run_copy / "pretrain" / "metrics.jsonl"
     metrics.parent.mkdir()
-    rows = [{"step": s, "loss": 5.0 - s, "tokens": 512 * s, "lr": 1e-3} for s in (1, 2)]
+    rows = [
+        {"step": s, "loss": 5.0 - s, "tokens": 512 * s, "lr": 1e-3, "grad_norm": 1.0,
+         "tokens_per_s": 100.0, "mfu": None, "peak_memory_gb": 0.5}
+        for s in (1, 2)
+    ]  # fmt: skip
     text = "".join(json.dumps(r) + "\n" for r in rows)
     metrics.write_text(text + '{"step": 3, "lo')  # a crash in the middle of a write
     cfg = load_run_config(run_copy)
