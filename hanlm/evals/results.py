@@ -4,8 +4,13 @@ does not import torch."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hanlm.errors import UserError
+from hanlm.files import read_jsonl
 from hanlm.results import Part, Result
 
 
@@ -49,3 +54,39 @@ class EvalResults(Result):
     # the entries hanlm wrote into the folder (files.OUTPUT_FILES_KEY): added when the file is
     # the marker of a folder of the user's choosing (`hanlm eval --out`), not the stage's
     output_files: list[str] | None = None
+
+
+class EvalSample(BaseModel):
+    """One line of `eval/samples.jsonl`: one item as one model answered it, scored. A task's own
+    fields (the direction probe's `reverse_stated` and `choices`, the log-likelihoods, a
+    generation's prompt) ride along by name: they are the task's, read by the task's statistics."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    task: str
+    item_id: str | int
+    prediction: Any
+    gold: Any = None
+    scores: dict[str, Any]  # per-item metric -> its value
+    contamination: str | None = None  # the item's decontam status, for a benchmark task
+
+
+def read_samples(path: Path) -> list[dict[str, Any]]:
+    """The samples of a samples.jsonl, each checked as an `EvalSample`, as the records the
+    contamination statistics take ([] when the eval did not run). A last line a crash cut short
+    is dropped; a damaged line is a DamagedFile; a line that is not a sample a UserError."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    samples = []
+    for number, row in enumerate(read_jsonl(path), 1):
+        try:
+            samples.append(EvalSample.model_validate(row).model_dump(exclude_unset=True))
+        except ValidationError as e:
+            raise UserError(
+                f"line {number} of the eval samples is not a sample: {str(e).splitlines()[0]}",
+                where=str(path),
+                fix="run `hanlm eval --run RUN --force` to write them again",
+            ) from None
+    return samples

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hanlm.data.decontam.outputs import DecontamReport
-from hanlm.evals.results import EvalResults
-from hanlm.report.data_section import jsonl_rows
+from hanlm.evals.results import EvalResults, read_samples
 from hanlm.report.markdown import missing, table
 from hanlm.report.run_files import RunFiles
 
@@ -143,7 +142,7 @@ def _comparison(files: RunFiles, kept_by_task: dict[str, list[dict]]) -> str:
         )
     results = eval_results(files)
     groups = results.groups if results is not None else {}
-    dropped = pooled_by_group(split_scores(jsonl_rows(files.compare_eval_samples)), groups)
+    dropped = pooled_by_group(split_scores(read_samples(files.compare_eval_samples)), groups)
     report = DecontamReport.read_if_present(files.decontam_report)
     only = report.action_sources if report is not None else []
     label = (
@@ -210,7 +209,7 @@ def contamination_section(files: RunFiles) -> str:
     results = eval_results(files)
     if results is None:
         return missing("eval")
-    groups = pooled_by_group(split_scores(jsonl_rows(files.eval_samples)), results.groups)
+    groups = pooled_by_group(split_scores(read_samples(files.eval_samples)), results.groups)
     if not groups:
         return "_No benchmark task of this run's eval was split by a decontamination report._\n"
     out: list[str] = [

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from hanlm.data.corpus import CorpusStats
 from hanlm.data.decontam.outputs import DecontamReport, read_items
 from hanlm.demo.records import read_planted
-from hanlm.files import read_jsonl
 from hanlm.report.markdown import missing, table
 from hanlm.report.run_files import RunFiles
 from hanlm.train.results import PretrainSummary, read_metrics
-
-
-def jsonl_rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [row for row in read_jsonl(path) if isinstance(row, dict)]
 
 
 def data_section(files: RunFiles) -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from hanlm.config import load_config
+from hanlm.evals.results import read_samples
 from hanlm.report.contamination_section import eval_results, model_label
-from hanlm.report.data_section import jsonl_rows
 from hanlm.report.markdown import fmt, missing, table
 from hanlm.report.run_files import RunFiles
 
@@ -66,7 +66,7 @@ def direction_section(files: RunFiles) -> str:
     from hanlm.report import plots as report_plots  # deferred: matplotlib
 
     samples = [
-        sample for sample in jsonl_rows(files.eval_samples) if sample.get("task") == "direction"
+        sample for sample in read_samples(files.eval_samples) if sample.get("task") == "direction"
     ]
     if not samples:
         return missing("eval (direction)")

@@ -84,6 +84,8 @@ def _samples(model: str, seed: int, clean_acc: float, dirty_acc: float) -> list[
                     "task": "demo_qa",
                     "item_id": f"{status}-{i}",
                     "loglikelihoods": [0.0, margin],
+                    "prediction": int(right),
+                    "gold": 1,
                     "contamination": status,
                     "scores": {"acc": float(right), "gold_margin": margin},
                 }

@@ -1,10 +1,8 @@
 """What the report card and the model card read, each file through its type.
 
 `RunFiles` (the report card's) and publish's run files name every file; each one a card reads
-has a type whose reader turns a missing, damaged or wrongly shaped file into a UserError. An
-eval's samples (task-specific records the contamination statistics read) are read row by row
-(a damaged line is `files.DamagedFile`, never skipped); the test lists them apart, so a new raw
-read fails here until it is typed or listed.
+has a type whose reader turns a missing, damaged or wrongly shaped file into a UserError, and a
+new raw JSON read in report/ or share/ fails here until it is typed or listed with its reason.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from hanlm.data.corpus import CorpusStats
 from hanlm.data.decontam.outputs import DecontamReport, read_items
 from hanlm.demo.records import read_planted
 from hanlm.errors import UserError
-from hanlm.evals.results import EvalResults
+from hanlm.evals.results import EvalResults, read_samples
 from hanlm.launch.cost import LaunchRecord
 from hanlm.plan.estimate import Plan
 from hanlm.preflight.report import PreflightReport
@@ -50,12 +48,12 @@ REPORT_READS = {
     "audit": TokenAudit,
     "eval_results": EvalResults,
     "decontam_items": read_items,
+    "eval_samples": read_samples,
+    "compare_eval_samples": read_samples,
     "planted": read_planted,
     "pretrain_metrics": read_metrics,
     "sft_metrics": read_metrics,
 }
-# read row by row, untyped: a damaged line is a DamagedFile (hanlm.files.read_jsonl)
-ROW_STREAMS = {"eval_samples", "compare_eval_samples"}
 NOT_JSON = {"name", "root", "plots", "config", "export_folder"}
 # the model card's facts (hanlm.share.publish.read_facts), read through the same types; the
 # export's config.json is transformers' file, not hanlm's (read as transformers writes it)
@@ -65,7 +63,7 @@ SFT_WRITES = (ClosureCheck, TokenAudit, SftDataReport)
 
 def test_every_file_the_report_card_reads_is_listed_with_its_reader():
     fields = set(RunFiles.__dataclass_fields__)
-    assert fields == set(REPORT_READS) | ROW_STREAMS | NOT_JSON
+    assert fields == set(REPORT_READS) | NOT_JSON
 
 
 RAW_READS = ("read_json", "json.load", "json.loads")
@@ -123,3 +121,15 @@ def test_damaged_items_and_planted_files_are_clear_user_errors(tmp_path: Path):
     (tmp_path / "p.json").write_text(json.dumps([{"item_id": "x"}]))
     with pytest.raises(UserError, match="not the demo world's planted items"):
         read_planted(tmp_path / "p.json")
+
+
+def test_a_line_that_is_not_an_eval_sample_is_a_clear_user_error(tmp_path: Path):
+    path = tmp_path / "samples.jsonl"
+    assert read_samples(path) == []
+    sample = {"model": "m", "task": "t", "item_id": "1", "prediction": 0, "scores": {"acc": 1.0},
+              "reverse_stated": True}  # fmt: skip
+    path.write_text(json.dumps(sample) + "\n" + json.dumps({"task": "t"}) + "\n")
+    with pytest.raises(UserError, match="line 2 of the eval samples"):
+        read_samples(path)
+    path.write_text(json.dumps(sample) + "\n")
+    assert read_samples(path) == [sample]  # a task's own fields kept
