@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from hanlm.errors import UserError
-from hanlm.files import atomic_write_json
+from hanlm.files import atomic_write_json, read_jsonl
 
 R = TypeVar("R", bound="Result")
 
@@ -94,6 +94,30 @@ class Result(Part):
         except UserError:
             return False
         return True
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_records(path: Path, kind: type[M], *, what: str, fix: str) -> list[M]:
+    """The records of a JSONL file hanlm appends to, each validated as `kind` ([] when there is
+    no file: the stage did not run). A last line a crash cut short is dropped and a damaged line
+    is a DamagedFile (hanlm.files.read_jsonl); a line that is not `what` is a UserError naming
+    the file and the line, with `fix`."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    for number, row in enumerate(read_jsonl(path), 1):
+        try:
+            records.append(kind.model_validate(row))
+        except ValidationError as e:
+            raise UserError(
+                f"line {number} of {path.name} is not {what}: {_first_errors(e)}",
+                where=str(path),
+                fix=fix,
+            ) from None
+    return records
 
 
 def _first_errors(error: ValidationError, limit: int = 3) -> str:

@@ -7,11 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from hanlm.errors import UserError
-from hanlm.files import read_jsonl
-from hanlm.results import Part, Result
+from hanlm.results import Part, Result, read_records
 
 
 class Score(Part):
@@ -74,19 +72,8 @@ class EvalSample(BaseModel):
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
     """The samples of a samples.jsonl, each checked as an `EvalSample`, as the records the
-    contamination statistics take ([] when the eval did not run). A last line a crash cut short
-    is dropped; a damaged line is a DamagedFile; a line that is not a sample a UserError."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    samples = []
-    for number, row in enumerate(read_jsonl(path), 1):
-        try:
-            samples.append(EvalSample.model_validate(row).model_dump(exclude_unset=True))
-        except ValidationError as e:
-            raise UserError(
-                f"line {number} of the eval samples is not a sample: {str(e).splitlines()[0]}",
-                where=str(path),
-                fix="run `hanlm eval --run RUN --force` to write them again",
-            ) from None
-    return samples
+    contamination statistics take ([] when the eval did not run; see
+    hanlm.results.read_records)."""
+    fix = "run `hanlm eval --run RUN --force` to write them again"
+    samples = read_records(path, EvalSample, what="an eval sample", fix=fix)
+    return [sample.model_dump(exclude_unset=True) for sample in samples]

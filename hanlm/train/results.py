@@ -7,11 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from hanlm.errors import UserError
-from hanlm.files import read_jsonl
-from hanlm.results import Part, Result
+from hanlm.results import Part, Result, read_records
 
 
 class PretrainSummary(Result):
@@ -271,20 +267,7 @@ class MetricsRecord(Part):
 
 
 def read_metrics(path: Path) -> list[MetricsRecord]:
-    """The records of a metrics.jsonl, in order ([] when the training did not run). A last line
-    a crash cut short is dropped (hanlm.files.read_jsonl); a damaged line is a DamagedFile, and
-    a line that is not a metrics record a UserError naming the file and the line."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    records = []
-    for number, row in enumerate(read_jsonl(path), 1):
-        try:
-            records.append(MetricsRecord.model_validate(row))
-        except ValidationError as e:
-            raise UserError(
-                f"line {number} of the metrics log is not a metrics record: {str(e).splitlines()[0]}",
-                where=str(path),
-                fix="the training that wrote it rewrites it: run it again with --force",
-            ) from None
-    return records
+    """The records of a metrics.jsonl, in order ([] when the training did not run); see
+    hanlm.results.read_records."""
+    fix = "the training that wrote it rewrites it: run it again with --force"
+    return read_records(path, MetricsRecord, what="a metrics record", fix=fix)

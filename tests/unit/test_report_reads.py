@@ -109,14 +109,14 @@ def test_a_damaged_metrics_line_is_a_clear_user_error(tmp_path: Path):
     good = {"step": 1, "loss": 2.0, "lr": 1e-3, "grad_norm": 0.5, "tokens": 10,
             "tokens_per_s": 100.0, "mfu": None, "peak_memory_gb": 0.1}  # fmt: skip
     path.write_text(json.dumps(good) + "\n" + json.dumps({"step": 2}) + "\n")
-    with pytest.raises(UserError, match="line 2 of the metrics log"):
+    with pytest.raises(UserError, match=r"line 2 of metrics\.jsonl is not a metrics record"):
         read_metrics(path)
 
 
 def test_damaged_items_and_planted_files_are_clear_user_errors(tmp_path: Path):
     assert read_items(tmp_path / "items.jsonl") == [] and read_planted(tmp_path / "p.json") is None
     (tmp_path / "items.jsonl").write_text(json.dumps({"item_id": "x"}) + "\n")
-    with pytest.raises(UserError, match="not a decontam item"):
+    with pytest.raises(UserError, match=r"line 1 of items\.jsonl is not a decontam item"):
         read_items(tmp_path / "items.jsonl")
     (tmp_path / "p.json").write_text(json.dumps([{"item_id": "x"}]))
     with pytest.raises(UserError, match="not the demo world's planted items"):
@@ -129,7 +129,7 @@ def test_a_line_that_is_not_an_eval_sample_is_a_clear_user_error(tmp_path: Path)
     sample = {"model": "m", "task": "t", "item_id": "1", "prediction": 0, "scores": {"acc": 1.0},
               "reverse_stated": True}  # fmt: skip
     path.write_text(json.dumps(sample) + "\n" + json.dumps({"task": "t"}) + "\n")
-    with pytest.raises(UserError, match="line 2 of the eval samples"):
+    with pytest.raises(UserError, match=r"line 2 of samples\.jsonl is not an eval sample"):
         read_samples(path)
     path.write_text(json.dumps(sample) + "\n")
     assert read_samples(path) == [sample]  # a task's own fields kept

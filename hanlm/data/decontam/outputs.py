@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import zstandard
 from datatrove.pipeline.base import PipelineStep
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from hanlm.config import DEFAULT_SOURCE, Config
 from hanlm.console import info
@@ -37,9 +37,8 @@ from hanlm.files import (
     file_record,
     open_text_stream,
     read_json,
-    read_jsonl,
 )
-from hanlm.results import Part, Result
+from hanlm.results import Part, Result, read_records
 
 INDEX_FILE = "index.npz"
 ITEMS_FILE = "items.jsonl"
@@ -101,18 +100,10 @@ class DecontamItem(Part):
 
 
 def read_items(path: Path) -> list[DecontamItem]:
-    """The items of a decontam folder's items.jsonl ([] when the stage did not run); a line that
-    is not an item is a UserError naming the file."""
-    if not Path(path).is_file():
-        return []
-    try:
-        return [DecontamItem.model_validate(row) for row in read_jsonl(path)]
-    except ValidationError as e:
-        raise UserError(
-            f"{path} holds a line that is not a decontam item: {str(e).splitlines()[0]}",
-            where=str(path),
-            fix="run `hanlm decontam --run RUN --force` to write it again",
-        ) from None
+    """The items of a decontam folder's items.jsonl ([] when the stage did not run; see
+    hanlm.results.read_records)."""
+    fix = "run `hanlm decontam --run RUN --force` to write it again"
+    return read_records(path, DecontamItem, what="a decontam item", fix=fix)
 
 
 CORPUS_DIR = "corpus"  # the cleaned corpus, when the action changes text
