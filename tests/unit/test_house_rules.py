@@ -64,9 +64,7 @@ def test_no_import_circle():
     paths = {module_name(p): p for p in modules()}
     known = set(paths)
     graph = {name: imports_of(path, known) for name, path in paths.items()}
-    # a package's __init__ that imports its own modules is how a package shows its face: the
-    # edge from a submodule back up to its package is the circle's only way to close, so the
-    # package is followed to its submodules only where it imports them
+    # a depth-first walk: an edge back to a module still on the walk's stack closes a circle
     circles = []
     state: dict[str, int] = {}
 
