@@ -99,6 +99,7 @@ class Outputs:
 
     checkpoints: Path
     metrics: Path
+    place: str = "benchmark/pretrain"  # its folder under a checkpoint mirror (none is set)
 
 
 def outputs(folder: Path) -> Outputs:

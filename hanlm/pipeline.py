@@ -252,7 +252,7 @@ def _rerun(stage: Stage, rerun: Rerun, cfg: Config, run: RunDir, force: bool) ->
     return {"run": str(sub.root), "stages": sorted(results)}
 
 
-def _pipeline_store():
+def launch_store():
     """The key-value store torchrun's agent keeps for this launch: fresh for every launch and
     restart, so a waiting rank never mistakes an earlier run's signal for this one's."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true":
@@ -287,7 +287,7 @@ def _run_here_or_on_rank_zero(
 ) -> StageOutcome:
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or declaration(name).all_ranks:
         return _run(name, cfg, run, force, options)
-    store = _pipeline_store()
+    store = launch_store()
     if _is_main():
         try:
             result = _run(name, cfg, run, force, options)

@@ -12,7 +12,9 @@ pretraining: hours in. `hanlm run` now checks every input of the stages it will 
   data file;
 - sft: each chat data source's inputs (they resolve, and the first row is a conversation in
   the source's format) and `sft.model`;
-- pretraining with distillation: the teacher model.
+- pretraining with distillation: the teacher model;
+- training (pretrain, sft, compare): the device, parallel mode and precision this host gives
+  (FP8 needs a GPU of compute capability 8.9+; `single` cannot run under torchrun).
 
 Each check is the one the stage itself makes, called early; nothing is read whole here.
 """
@@ -20,16 +22,16 @@ Each check is the one the stage itself makes, called early; nothing is read whol
 from __future__ import annotations
 
 import glob
-import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from hanlm.config import Config
+from hanlm.config import Config, SourceFields
 from hanlm.data import dataset_repo, readers
 from hanlm.errors import UserError
-from hanlm.files import open_text_stream, strip_compression_suffix
 from hanlm.model_folder import check_model_folder
+
+TRAINING_STAGES = {"pretrain", "sft", "compare"}  # they place a model on this host's devices
 
 
 def problems(cfg: Config, stages: Iterable[str]) -> list[str]:
@@ -47,9 +49,10 @@ def problems(cfg: Config, stages: Iterable[str]) -> list[str]:
         if cfg.corpus.url_blocklist and not Path(cfg.corpus.url_blocklist).expanduser().is_file():
             found.append(f"corpus.url_blocklist {cfg.corpus.url_blocklist!r}: no such file")
         for source in cfg.corpus.source_list():
+            fields = cfg.corpus.fields_of(source)  # as the corpus stage reads it
             for spec in source.inputs:
                 check(f"corpus source {source.name!r} input {spec!r}",
-                      lambda spec=spec: _corpus_input(spec, cfg))  # fmt: skip
+                      lambda spec=spec, fields=fields: _corpus_input(spec, fields))  # fmt: skip
     if "decontam" in stages:
         for spec in cfg.decontam.benchmarks:
             check(f"decontam.benchmarks {spec!r}", lambda spec=spec: _benchmark(spec))
@@ -65,55 +68,46 @@ def problems(cfg: Config, stages: Iterable[str]) -> list[str]:
             check(f"sft.model {cfg.sft.model!r}", lambda: _model(cfg.sft.model))
     if "pretrain" in stages and cfg.distill.enabled and cfg.distill.teacher:
         check(f"distill.teacher {cfg.distill.teacher!r}", lambda: _model(cfg.distill.teacher))
+    if stages & TRAINING_STAGES:
+        check(f"precision.mode {cfg.precision.mode!r} and parallel.mode {cfg.parallel.mode!r} "
+              "on this host", lambda: _training_placement(cfg))  # fmt: skip
     return found
 
 
 def check(cfg: Config, stages: Iterable[str]) -> None:
-    """One UserError listing every missing or unreadable input of `stages`."""
+    """One UserError listing every missing or unreadable input of `stages`, and what this host
+    cannot run of them."""
     found = problems(cfg, stages)
     if found:
         raise UserError(
-            f"{len(found)} input(s) of this run cannot be read; nothing was written:\n  - "
-            + "\n  - ".join(found),
+            f"{len(found)} input(s) or setting(s) of this run cannot be used here; nothing was "
+            "written:\n  - " + "\n  - ".join(found),
             fix="fix each one (or its key in the recipe) and run the same command again",
         )
 
 
-def _corpus_input(spec: str, cfg: Config) -> None:
-
+def _corpus_input(spec: str, fields: SourceFields) -> None:
+    """The input resolves and each of its local files (a Hub split's first) opens with a first
+    record that the corpus stage reads by the source's `fields` (hanlm.data.readers.probe)."""
     if readers.is_demo(spec):
         readers.demo_kinds(spec)
         return
-    if spec.startswith("hf:"):
-        if dataset_repo.snapshot_folder(spec) is not None:
-            files = dataset_repo.snapshot_files(spec)
-            _probe_file(files[0], cfg.corpus.text_field)
-        else:
-            _hub_dataset(spec)
-        return
+    if dataset_repo.is_hf_id(spec) and dataset_repo.snapshot_folder(spec) is None:
+        _hub_dataset(spec)  # offline: how to download it; online: it resolves
     files = readers.expand_inputs([spec])  # no match, an unsupported type: its UserError
-    for path in files:
-        _probe_file(path, cfg.corpus.text_field)
+    local = [f for f in files if isinstance(f, Path)]
+    hub = [f for f in files if dataset_repo.is_hub_file(f)]
+    for source in [*local, *hub[:1]]:  # a Hub file's footer is read over the network
+        readers.probe(source, fields)
 
 
-def _probe_file(path: Path, text_field: str) -> None:
-    """The file opens and its first record is what the corpus stage reads."""
-    kind = Path(strip_compression_suffix(path.name)).suffix.lower()
-    if kind == ".parquet":
-        readers.parquet_row_groups(path, text_field)  # the footer, and the column
-        return
-    try:
-        with open_text_stream(path) as stream:
-            first = next((line for line in stream if line.strip()), None)
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise UserError(f"{path} cannot be read ({type(e).__name__}: {e})") from None
-    if kind == ".jsonl" and first is not None:
-        try:
-            record = json.loads(first)
-        except ValueError as e:
-            raise UserError(f"{path}: its first line is not JSON ({e})") from None
-        if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
-            raise UserError(f"{path}: its first record has no string field {text_field!r}")
+def _training_placement(cfg: Config) -> None:
+    """The device, parallel mode and precision training will resolve here (an FP8 recipe on a
+    machine without FP8 used to stop at pretraining, after the data stages)."""
+    from hanlm.train import parallel, precision  # deferred: torch
+
+    device, _ = parallel.planned_placement(cfg.parallel.device, cfg.parallel.mode)
+    precision.resolve(cfg.precision.mode, device, recipe=cfg.precision.fp8_recipe)
 
 
 def _hub_dataset(spec: str) -> None:

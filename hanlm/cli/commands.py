@@ -52,6 +52,20 @@ def cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from hanlm.pipeline import run_stage
+    from hanlm.stages.stage import Unfinished
+
+    if args.stop_after_steps is not None and args.stop_after_steps < 1:
+        raise UserError(
+            f"--stop-after-steps must be at least 1, got {args.stop_after_steps}",
+            fix="give the number of steps to train before stopping",
+        )
+    options = {"stop_after_steps": args.stop_after_steps} if args.stop_after_steps else {}
+    result = run_stage("pretrain", _load(args), args.run, force=args.force, **options)
+    return exit_status.STOPPED if isinstance(result, Unfinished) else exit_status.SUCCESS
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from hanlm.stages import export
 
@@ -118,6 +132,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         warn(f"run: {', '.join(unfinished)} stopped before the end; run the same command again")
         return exit_status.STOPPED
     return exit_status.SUCCESS
+
+
+def cmd_rehearse(args: argparse.Namespace) -> int:
+    from hanlm.rehearse import run as rehearse
+
+    record = rehearse.rehearse(_load(args), args.run, tune=args.tune)
+    return rehearse.exit_status_of(record)
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -293,7 +314,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from hanlm.plan.recipe import plan_recipe
     from hanlm.plan.table import print_plan
-    from hanlm.stages.rundir import load_run_config
+    from hanlm.stages import plan as plan_stage
+    from hanlm.stages.rundir import RunDir, load_run_config
 
     values = flag_values(args)
     cfg = load_run_config(args.run, args.config, args.overrides, values, recipe_fallback=False)
@@ -301,7 +323,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         claim_output_file(
             args.out, is_earlier_output=_is_plan_output, replace_earlier=args.force, name="--out"
         )
-    result = plan_recipe(cfg)
+    rehearsal = plan_stage.rehearsal(RunDir.of(args.run)) if args.run is not None else None
+    result = plan_recipe(cfg, rehearsal=rehearsal)
     if args.out is not None:
         result.write(args.out)
     if args.json:

@@ -25,7 +25,9 @@ from hanlm.cli.commands import (
     cmd_launch,
     cmd_plan,
     cmd_preflight,
+    cmd_pretrain,
     cmd_publish,
+    cmd_rehearse,
     cmd_run,
     cmd_serve,
     cmd_sft,
@@ -177,7 +179,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hanlm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (_add_run, _add_data_stages, _add_pretrain, _add_export, _add_preflight):
+    for add in (_add_run, _add_rehearse, _add_data_stages, _add_pretrain, _add_export):
+        add(sub)
+    for add in (_add_preflight,):
         add(sub)
     for add in (_add_eval, _add_decontam, _add_generate, _add_chat, _add_serve, _add_sft):
         add(sub)
@@ -302,7 +306,14 @@ def _add_pretrain(sub) -> None:
         "checkpoint unless --resume never.",
         force=REDO,
     )
-    parser.set_defaults(func=cmd_stage, stage="pretrain")
+    parser.add_argument(
+        "--stop-after-steps",
+        type=int,
+        metavar="N",
+        help="train N steps from where it starts or resumes, checkpoint and stop (exit 75); "
+        "the same command continues",
+    )
+    parser.set_defaults(func=cmd_pretrain)
 
 
 def _add_export(sub) -> None:
@@ -338,6 +349,34 @@ def _add_export(sub) -> None:
         "--source", type=Path, metavar="DIR", help="gguf: the exported folder to convert"
     )
     parser.set_defaults(func=cmd_export, stage="export")
+
+
+def _add_rehearse(sub) -> None:
+    parser = _command(
+        sub,
+        "rehearse",
+        "run every stage of the recipe on this host in minutes: ready or not, and the real cost",
+        "Every stage the recipe runs, on this host, with its real shapes (model, sequence "
+        "length, micro-batch, precision, parallelism over every rank, compile, optimizer, the "
+        "SFT method, the eval tasks) and small budgets, in DIR/rehearsal/ (the run itself "
+        "starts afterwards as if no rehearsal had happened). Pretraining is timed after its "
+        "warm-up, its checkpoint written to the recipe's storage and mirror, stopped hard in "
+        "a save and resumed; `hanlm serve` answers one request. Writes "
+        "DIR/rehearsal/rehearsal.json: each stage's status, seconds and figures, the full run "
+        "projected from the measured speeds beside the plan, and the verdict; `hanlm plan` "
+        "then uses the measured tokens/s. Under torchrun every rank takes part, as in the run:\n\n"
+        "  hanlm torchrun --nproc-per-node 8 -m hanlm rehearse --config ko-1.3b-8x5090 "
+        "--run-dir runs/ko13b\n\n"
+        "Exit status 0 ready, 69 the host is at fault (device, memory, storage, network), 2 the "
+        "recipe or its inputs, 1 a bug.",
+    )
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="also time the micro-batches, activation checkpointing and compile that fit, and "
+        "print the --set line of the fastest",
+    )
+    parser.set_defaults(func=cmd_rehearse)
 
 
 def _add_preflight(sub) -> None:

@@ -148,6 +148,12 @@ class LaunchSection(Section):
         "elsewhere",
         json_schema_extra={"cli": {"flag": "launch-until", "metavar": "STAGE"}},
     )
+    rehearse: bool = Field(
+        False,
+        description="on each host set, after preflight and before the run, `hanlm rehearse` "
+        "(every stage at the recipe's shapes, minutes): a host set it finds at fault is "
+        "handled as a NO-GO one",
+    )
     master_port: int = Field(29500, ge=1024, le=65535, description="torchrun's port on host 0")
     rejected_host_share: float = Field(
         0.5,

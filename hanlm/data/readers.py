@@ -203,21 +203,65 @@ def _open_parquet(path: Path | str):
         raise UserError(f"cannot read parquet file: {e}", where=str(path)) from None
 
 
-def _check_column(pf, path: Path | str, text_field: str) -> None:
-    names = pf.schema_arrow.names
-    if text_field not in names:
+FIELD_FIX = (
+    "set the source's text_field in its [[corpus.sources]] table (or corpus.text_field, "
+    "--text-field, for every source) to one of its fields"
+)
+
+
+def check_columns(names: list[str], fields: SourceFields, where: str) -> None:
+    """A file or stream with columns `names` has the ones a source's records are read by: its
+    text and the metadata its filters read (language_score, url, `metadata`)."""
+    if fields.text not in names:
         raise UserError(
-            f"parquet file has no column {text_field!r}",
-            where=str(path),
-            fix=f"choose one of its columns with --text-field: {', '.join(names)}",
+            f"no column {fields.text!r} to read the text from",
+            where=where,
+            fix=f"{FIELD_FIX}: {', '.join(names)}",
+        )
+    missing = [m for m in fields.metadata if m not in names]
+    if missing:
+        raise UserError(
+            f"no column {', '.join(map(repr, missing))} (asked for as metadata: the source's "
+            "metadata, or what its filters read)",
+            where=where,
+            fix=f"choose among its columns: {', '.join(names)}",
         )
 
 
-def parquet_row_groups(path: Path | str, text_field: str) -> list[tuple[int, int]]:
-    """(rows, uncompressed bytes of `text_field`) of each row group, from the file's footer
+def probe(source: Path | str, fields: SourceFields) -> None:
+    """The file opens and its first record holds what the corpus stage reads by `fields`: a
+    parquet footer with the columns, a JSONL record with a string text field. Reads no more."""
+    kind = Path(strip_compression_suffix(file_name(source))).suffix.lower()
+    if kind == ".parquet":
+        pf = _open_parquet(Path(source) if not is_hub_file(source) else source)
+        check_columns(pf.schema_arrow.names, fields, str(source))
+        return
+    try:
+        with open_text_stream(source) as stream:
+            first = next((line for line in stream if line.strip()), None)
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise UserError(f"cannot be read ({type(e).__name__}: {e})", where=str(source)) from None
+    if kind != ".jsonl" or first is None:
+        return
+    try:
+        record = json.loads(first)
+    except ValueError as e:
+        raise UserError(f"its first line is not JSON ({e})", where=str(source)) from None
+    if not isinstance(record, dict) or not isinstance(record.get(fields.text), str):
+        names = list(record) if isinstance(record, dict) else []
+        raise UserError(
+            f"its first record has no string field {fields.text!r} to read the text from",
+            where=str(source),
+            fix=f"{FIELD_FIX}: {', '.join(names) or 'it is not a JSON object'}",
+        )
+
+
+def parquet_row_groups(path: Path | str, fields: SourceFields) -> list[tuple[int, int]]:
+    """(rows, uncompressed bytes of the text column) of each row group, from the file's footer
     alone: what a task of some row groups will read, before anything is read."""
     pf = _open_parquet(path)
-    _check_column(pf, path, text_field)
+    check_columns(pf.schema_arrow.names, fields, str(path))
+    text_field = fields.text
     meta = pf.metadata
     groups = []
     for i in range(meta.num_row_groups):
@@ -239,15 +283,8 @@ def _read_parquet(
     file was split)."""
     text_field = fields.text
     pf = _open_parquet(path)
-    _check_column(pf, path, text_field)
     names = pf.schema_arrow.names
-    missing = [m for m in fields.metadata if m not in names]
-    if missing:
-        raise UserError(
-            f"parquet file has no column {', '.join(map(repr, missing))} (asked for as metadata)",
-            where=str(path),
-            fix=f"choose among its columns: {', '.join(names)}",
-        )
+    check_columns(names, fields, str(path))
     extra = [c for c in (fields.id, *fields.metadata) if c in names and c != text_field]
     extra = list(dict.fromkeys(extra))
     groups = range(pf.metadata.num_row_groups) if row_groups is None else range(*row_groups)
@@ -345,11 +382,8 @@ def _read_hf(
     text_field = fields.text
     dataset = _open_hf_stream(spec)
     features = getattr(dataset, "features", None)
-    if isinstance(features, dict) and features and text_field not in features:
-        raise UserError(
-            f"{spec} has no column {text_field!r}",
-            fix=f"choose one of its columns with --text-field: {', '.join(features)}",
-        )
+    if isinstance(features, dict) and features:
+        check_columns(list(features), fields, spec)
     prefix = f"{name}:{split}"
     if shard is not None:
         dataset = _share(dataset, shard)
@@ -490,13 +524,13 @@ def _is_plain_parquet(path: Path) -> bool:
     return path.suffix.lower() == ".parquet"
 
 
-def _row_group_units(path: Path | str, text_field: str, task_bytes: int) -> list[Unit]:
+def _row_group_units(path: Path | str, fields: SourceFields, task_bytes: int) -> list[Unit]:
     """Consecutive row groups of a parquet file, about `task_bytes` of text each (a row group
     larger than that is a task of its own): a task that fails reads its row groups again, not
     the file."""
     units: list[Unit] = []
     first, size = 0, 0
-    groups = parquet_row_groups(path, text_field)
+    groups = parquet_row_groups(path, fields)
     for i, (_, nbytes) in enumerate(groups):
         if size and size + nbytes > task_bytes:
             units.append(Unit(str(path), (first, i), size))
@@ -513,16 +547,16 @@ def split_into_units(
     task_bytes: int,
     *,
     demo_file: Path | None = None,
-    text_field: str | None = None,
+    fields: SourceFields | None = None,
 ) -> list[Unit]:
     """The inputs in order, big uncompressed line files cut into byte ranges of `task_bytes`
     and parquet files (local or on the Hub) into runs of row groups of about `task_bytes` of
-    text; `text_field`: the source's own (default corpus.text_field)."""
-    text_field = text_field or corpus.text_field
+    text; `fields`: the source's own (corpus.fields_of; default corpus.text_field's)."""
+    fields = fields or SourceFields(corpus.text_field)
     units: list[Unit] = []
     for source in sources:
         if is_hub_file(source):
-            units.extend(_row_group_units(source, text_field, task_bytes))
+            units.extend(_row_group_units(source, fields, task_bytes))
             continue
         if is_hf_id(source):  # a task per data file of the stream; its size is not known
             shares = hf_num_shards(source)
@@ -530,7 +564,7 @@ def split_into_units(
             continue
         path = demo_file if is_demo(source) else source
         if not is_demo(source) and _is_plain_parquet(path):
-            units.extend(_row_group_units(path, text_field, task_bytes))
+            units.extend(_row_group_units(path, fields, task_bytes))
             continue
         size = path.stat().st_size
         name = source if is_demo(source) else str(path)
@@ -571,7 +605,7 @@ def source_units(
                 corpus,
                 task_bytes,
                 demo_file=demo_file,
-                text_field=corpus.fields_of(spec).text,
+                fields=corpus.fields_of(spec),
             )
         )
     return units

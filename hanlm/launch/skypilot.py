@@ -62,13 +62,24 @@ export HANLM_HOST_STARTED_AT="$(cat {started} 2>/dev/null || date +%s)"
 # the launch's record goes into the run folder: the report card sets it against what was spent
 mkdir -p "$HANLM_RUN/launch" && cp -n "$HANLM_LAUNCH/launch.json" "$HANLM_RUN/launch/" 2>/dev/null
 master_addr="$(echo "$SKYPILOT_NODE_IPS" | head -n 1)"
-# hanlm run's stages start with preflight: a host set it judges NO-GO exits 69 before any data
+ranks() {{
+  hanlm torchrun --nnodes "$SKYPILOT_NUM_NODES" --node-rank "$SKYPILOT_NODE_RANK" \\
+    --nproc-per-node "$SKYPILOT_NUM_GPUS_PER_NODE" --master-addr "$master_addr" \\
+    --master-port "$HANLM_MASTER_PORT" --max-restarts 0 -m hanlm "$@"
+}}
+{rehearse}# hanlm run's stages start with preflight: a host set it judges NO-GO exits 69 before any data
 # stage or training, is given back, and others are tried; a preempted run exits 75 and the
 # recovered job continues from its last checkpoint in the bucket
-hanlm torchrun --nnodes "$SKYPILOT_NUM_NODES" --node-rank "$SKYPILOT_NODE_RANK" \\
-  --nproc-per-node "$SKYPILOT_NUM_GPUS_PER_NODE" --master-addr "$master_addr" \\
-  --master-port "$HANLM_MASTER_PORT" --max-restarts 0 \\
-  -m hanlm run --run-dir "$HANLM_RUN" --config "$HANLM_RECIPE" --until "$HANLM_UNTIL"
+ranks run --run-dir "$HANLM_RUN" --config "$HANLM_RECIPE" --until "$HANLM_UNTIL"
+"""
+
+# [launch] rehearse: preflight, then the rehearsal, before the run, until training has begun
+REHEARSE = """\
+if [ ! -e "$HANLM_RUN/pretrain/checkpoints/latest" ]; then
+  # a host set preflight or the rehearsal finds at fault exits 69, as a NO-GO one
+  ranks run --run-dir "$HANLM_RUN" --config "$HANLM_RECIPE" --until preflight || exit $?
+  ranks rehearse --run-dir "$HANLM_RUN" --config "$HANLM_RECIPE" || exit $?
+fi
 """
 
 
@@ -135,7 +146,7 @@ def task(
         },
         "file_mounts": file_mounts,
         "setup": SETUP.format(started=STARTED_FILE, install=_quoted(install)),
-        "run": RUN.format(started=STARTED_FILE),
+        "run": RUN.format(started=STARTED_FILE, rehearse=REHEARSE if launch.rehearse else ""),
     }
 
 

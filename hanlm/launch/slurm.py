@@ -67,9 +67,11 @@ run_step() {{  # one torchrun agent per node, rendezvous on the first node
   return "$status"
 }}
 
-# hanlm run's stages start with preflight: NO-GO (69) comes before any data stage or training
-run_step run --run-dir "$HANLM_RUN" --config "$HANLM_RECIPE" --until {until}
-status=$?
+{rehearse}# hanlm run's stages start with preflight: NO-GO (69) comes before any data stage or training
+if [ "$status" -eq 0 ]; then
+  run_step run --run-dir "$HANLM_RUN" --config "$HANLM_RECIPE" --until {until}
+  status=$?
+fi
 if [ "$status" -eq {rejected} ]; then
   nodes="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"
   if [ "${{SLURM_RESTART_COUNT:-0}}" -ge {max_restarts} ]; then
@@ -90,6 +92,21 @@ if [ "$status" -eq {stopped} ]; then
   scontrol requeue "$SLURM_JOB_ID" || true  # a preemption has requeued it already
 fi
 exit "$status"
+"""
+
+
+# [launch] rehearse: preflight, then the rehearsal, before the run, until training has begun; a
+# node set either finds at fault (69) is excluded and the job requeued, as for a NO-GO
+REHEARSE = """\
+status=0
+if [ ! -e "$HANLM_RUN/pretrain/checkpoints/latest" ]; then
+  run_step run --run-dir "$HANLM_RUN" --config "$HANLM_RECIPE" --until preflight
+  status=$?
+  if [ "$status" -eq 0 ]; then
+    run_step rehearse --run-dir "$HANLM_RUN" --config "$HANLM_RECIPE"
+    status=$?
+  fi
+fi
 """
 
 
@@ -123,6 +140,7 @@ def script(
         stopped=exit_status.STOPPED,
         max_restarts=launch.max_restarts,
         until=shlex.quote(launch.until),
+        rehearse=REHEARSE if launch.rehearse else "status=0\n",
     )
 
 

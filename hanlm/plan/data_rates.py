@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hanlm.config import SourceFields
 from hanlm.data import dataset_repo
 from hanlm.errors import UserError
 from hanlm.files import strip_compression_suffix
@@ -215,7 +216,8 @@ def _hub_parquet_bytes(spec: str, text_field: str) -> tuple[float, int] | None:
         files = dataset_repo.hub_split_files(spec)
         if not all(f.endswith(".parquet") for f in files):
             return None
-        total = sum(n for f in files for _, n in readers.parquet_row_groups(f, text_field))
+        fields = SourceFields(text_field)
+        total = sum(n for f in files for _, n in readers.parquet_row_groups(f, fields))
     except UserError:
         return None
     return float(total), len(files)
@@ -307,7 +309,7 @@ def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
 
 def source_bytes(cfg, source) -> float | None:
     """The text bytes a corpus source holds, as far as they can be told now (None: not)."""
-    held = inputs_bytes(source.inputs, source.text_field or cfg.corpus.text_field)
+    held = inputs_bytes(source.inputs, cfg.corpus.fields_of(source).text)
     size = held["bytes"]
     if any(r == "demo" or r.startswith("demo:") for r in held["remote"]):
         return None  # a share of the demo world: its size is known once it is made

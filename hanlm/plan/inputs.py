@@ -55,6 +55,10 @@ class Setup:
     loss_chunk_tokens: int = DEFAULT_LOSS_CHUNK_TOKENS
     async_checkpoint: bool = True  # [checkpoint] async_save: a host copy staged per save
     lora: LoraPlan | None = None  # SFT with LoRA: only the adapters (and chosen rows) train
+    # pretraining's tokens/s over all devices as a rehearsal measured them on this hardware
+    # (hanlm.plan.measured), and where: they replace the assumed MFU
+    measured_tokens_per_s: float | None = None
+    measured_by: str | None = None
 
     @property
     def world(self) -> int:
@@ -90,13 +94,18 @@ def check(setup: Setup) -> None:
         find(setup.gpu)  # a UserError listing the known GPUs
     for name, value in (("gpus", setup.gpus), ("hosts", setup.hosts)):
         if value < 1:
-            raise UserError(f"--{name} must be at least 1, got {value}")
+            raise UserError(f"plan.{name} (--{name}) must be at least 1, got {value}")
     if setup.parallel not in PARALLEL_MODES:
         raise UserError(
             f"unknown parallelism {setup.parallel!r}", fix=f"use one of {', '.join(PARALLEL_MODES)}"
         )
     if setup.parallel == "single" and setup.world > 1:
-        raise UserError("--parallel single runs one process", fix="use ddp or fsdp for --gpus > 1")
+        raise UserError(
+            f'parallel.mode = "single" runs one process, but the plan has {setup.gpus} GPU(s) on '
+            f"each of {setup.hosts} host(s) (plan.gpus x plan.hosts = {setup.world})",
+            fix='set parallel.mode to "fsdp" or "ddp" (--parallel) to use them all, or plan.gpus '
+            "and plan.hosts to 1 (--gpus, --hosts) for one GPU",
+        )
     if setup.recompute not in RECOMPUTE_MODES:
         raise UserError(
             f"unknown recomputation {setup.recompute!r}",

@@ -11,13 +11,27 @@ from typing import Any
 from hanlm.plan.data_rates import data_work, mixture_preview
 from hanlm.plan.estimate import Plan, make_plan
 from hanlm.plan.inputs import LoraPlan, Setup, model_shapes
+from hanlm.plan.measured import RehearsalRecord, speaks_for
 from hanlm.plan.memory_model import lora_trained, memory, model_state_bytes
 from hanlm.plan.time_model import RECOMPUTE_COST, comm_bytes_per_step, default_mfu
 
 
-def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setup:
+def setup_from_config(
+    cfg, *, plan_section=None, with_data: bool = True, rehearsal: RehearsalRecord | None = None
+) -> Setup:
     """The Setup a run's recipe describes (pretrain model, batch, precision; plan hardware;
-    with_data: the data stages' work, which sizes the local corpus inputs)."""
+    with_data: the data stages' work, which sizes the local corpus inputs); with the tokens/s
+    a `rehearsal` of the same shapes on the same hardware measured."""
+    setup = _recipe_setup(cfg, plan_section=plan_section, with_data=with_data)
+    if speaks_for(rehearsal, setup):
+        where = f"hanlm rehearse on {rehearsal.device}, {rehearsal.created_at[:10]}"
+        return replace(
+            setup, measured_tokens_per_s=rehearsal.measured_tokens_per_s(), measured_by=where
+        )
+    return setup
+
+
+def _recipe_setup(cfg, *, plan_section=None, with_data: bool = True) -> Setup:
     pretrain, plan = cfg.pretrain, plan_section or cfg.plan
     tokens = plan.tokens
     if tokens is None:
@@ -25,10 +39,7 @@ def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setu
             tokens = pretrain.max_tokens
         elif pretrain.max_steps is not None:
             tokens = pretrain.max_steps * pretrain.global_batch_tokens
-    parallel = cfg.parallel.mode
-    world = plan.gpus * plan.hosts
-    if parallel == "auto" or (parallel == "ddp" and world == 1):
-        parallel = "single" if world == 1 else "fsdp"
+    parallel = planned_parallel(cfg.parallel.mode, plan.gpus * plan.hosts)
     precision = "fp8" if cfg.precision.mode == "fp8-emulate" else cfg.precision.mode
     model, vocab_size = cfg.model.preset, cfg.tokenizer.vocab_size
     if cfg.model.init_from:  # continued pretraining: the model's own, with the tokens added
@@ -60,6 +71,13 @@ def setup_from_config(cfg, *, plan_section=None, with_data: bool = True) -> Setu
         loss_chunk_tokens=cfg.parallel.loss_chunk_tokens,
         async_checkpoint=cfg.checkpoint.async_save,
     )
+
+
+def planned_parallel(mode: str, world: int) -> str:
+    """parallel.mode as training resolves it on `world` devices (auto: FSDP2 over several)."""
+    if mode == "auto" or (mode == "ddp" and world == 1):
+        return "single" if world == 1 else "fsdp"
+    return mode
 
 
 def blocks_compile(precision: str, requested: bool | None) -> bool:
@@ -96,10 +114,10 @@ def step_profile(
     }
 
 
-def plan_recipe(cfg, *, plan_section=None) -> Plan:
+def plan_recipe(cfg, *, plan_section=None, rehearsal: RehearsalRecord | None = None) -> Plan:
     """The plan of a recipe: its setup's (make_plan), and its training mix's preview when its
-    corpus sources have weights."""
-    setup = setup_from_config(cfg, plan_section=plan_section)
+    corpus sources have weights; a `rehearsal` of its shapes on its hardware gives its speed."""
+    setup = setup_from_config(cfg, plan_section=plan_section, rehearsal=rehearsal)
     plan = make_plan(setup)
     update: dict[str, Any] = {"mixture": mixture_preview(cfg)}
     if setup.gpu is not None:

@@ -139,6 +139,12 @@ def _print_memory(mem: dict[str, Any]) -> None:
             console.print(f"[red]does not fit[/red]: {_gib(-mem['margin'])} over")
 
 
+def signed_share(share: float) -> str:
+    """+15%, -3%, or ±0% for a share that rounds to nothing (never "+-0%")."""
+    percent = round(share * 100)
+    return f"{percent:+d}%" if percent else "±0%"
+
+
 def _print_time(plan: dict[str, Any]) -> None:
     timing = plan["time"]
     table = Table(title="time and cost")
@@ -156,16 +162,19 @@ def _print_time(plan: dict[str, Any]) -> None:
     if "gpu_hours" in timing:
         table.add_row("GPU-hours (6·N·D)", f"{timing['gpu_hours']:,.1f}")
         table.add_row("wall time", f"{timing['wall_hours']:,.1f} h")
+        # the exact count: every matmul and attention, no embedding; a large vocabulary with a
+        # short context counts less than 6·N
         table.add_row(
-            "GPU-hours counting attention",
-            f"{timing['gpu_hours_with_attention']:,.1f} (+{timing['attention_adds']:.0%})",
+            "GPU-hours counting each matmul and attention",
+            f"{timing['gpu_hours_with_attention']:,.1f} "
+            f"({signed_share(timing['attention_adds'])} against 6·N·D)",
         )
     if timing.get("optimizer_note"):
         table.add_row("optimizer", timing["optimizer_note"])
     if "cost" in timing:
         table.add_row(
             "cost",
-            f"{timing['cost']:,.0f} USD ({timing['cost_with_attention']:,.0f} with attention)",
+            f"{timing['cost']:,.0f} USD ({timing['cost_with_attention']:,.0f} counted exactly)",
         )
     console.print(table)
 

@@ -17,9 +17,16 @@ from hanlm.errors import UserError
 MIN_BATCHES = 3
 
 
-def measure(cfg: Config, shards_dir: Path, *, rank: int, world_size: int, seconds: float) -> dict:
+WITHOUT_SHARDS = "run `hanlm shards` first"  # what to do when there are none yet, by default
+
+
+def measure(
+    cfg: Config, shards_dir: Path, *, rank: int, world_size: int, seconds: float,
+    without_shards: str = WITHOUT_SHARDS,
+) -> dict:  # fmt: skip
+    """`without_shards`: what the note says to do when there are none yet."""
     if not (shards_dir / MANIFEST_NAME).is_file():
-        return {"skipped": f"no shards yet in {shards_dir} (run `hanlm shards` first)"}
+        return {"skipped": f"no shards yet in {shards_dir} ({without_shards})"}
     pretrain_cfg = cfg.pretrain
     try:
         loader = TokenLoader.from_shards(

@@ -68,7 +68,9 @@ def _guarded(measure, *args, **kwargs) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def _measure_rank(cfg: Config, shards_dir: Path, dist: Dist, folder: Path) -> dict:
+def _measure_rank(
+    cfg: Config, shards_dir: Path, dist: Dist, folder: Path, without_shards: str
+) -> dict:
     preflight_cfg = cfg.preflight
     result = {
         "rank": dist.rank,
@@ -108,6 +110,7 @@ def _measure_rank(cfg: Config, shards_dir: Path, dist: Dist, folder: Path) -> di
         rank=dist.rank,
         world_size=dist.world_size,
         seconds=preflight_cfg.data_seconds,
+        without_shards=without_shards,
     )
     return result
 
@@ -121,12 +124,16 @@ def _trackers_ready(cfg: Config) -> dict:
     return {"trackers": trackers.chosen(cfg.logging)}
 
 
-def check(cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path) -> PreflightReport:
+def check(
+    cfg: Config, *, folder: Path, shards_dir: Path, report_path: Path,
+    without_shards: str = data.WITHOUT_SHARDS,
+) -> PreflightReport:  # fmt: skip
     """Measure (storage at the checkpoint `folder`, data loading from `shards_dir`), judge,
-    write `report_path` (rank 0) and print the table; every rank gets the whole report."""
+    write `report_path` (rank 0) and print the table; every rank gets the whole report.
+    `without_shards`: what to do when `shards_dir` has none yet."""
     dist, rendezvous_failure = _join(cfg)
     try:
-        mine = _measure_rank(cfg, shards_dir, dist, folder)
+        mine = _measure_rank(cfg, shards_dir, dist, folder, without_shards)
         ranks = [mine]
         if dist.distributed:
             ranks = [None] * dist.world_size

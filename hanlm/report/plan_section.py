@@ -8,6 +8,7 @@ from hanlm.launch.cost import LaunchRecord, spent
 from hanlm.plan import estimate, inputs, memory_model, time_model
 from hanlm.preflight.report import PreflightReport
 from hanlm.report.markdown import GIB, missing, table, usd
+from hanlm.report.rehearsal_section import rehearsal_part
 from hanlm.report.run_files import RunFiles
 
 
@@ -62,7 +63,7 @@ def plan_section(files: RunFiles) -> str:
 def preflight_section(files: RunFiles) -> str:
     report = PreflightReport.read_if_present(files.preflight)
     if report is None:
-        return missing("preflight")
+        return missing("preflight") + rehearsal_part(files.rehearsal)
     out: list[str] = []
     out.append(
         f"**Verdict: {report.verdict}** ({report.world_size} process(es) on "
@@ -90,10 +91,35 @@ def preflight_section(files: RunFiles) -> str:
                 f"{'ok' if storage.get('read_back_ok') else 'FAILED'}",
             ]
         )
+    collectives = rank0.collectives or {}
+    if "all_reduce" in collectives:  # measured under torchrun: the field report's failed hosts
+        size = collectives["all_reduce"].get("bytes", 0) / 1e6
+        rows.append(
+            [
+                "collectives",
+                ", ".join(
+                    f"{op.replace('_', '-')} {r['busbw_gbs']:.3g} GB/s"
+                    for op, r in collectives.items()
+                )
+                + f" (bus bandwidth over {report.world_size} ranks, {size:,.0f} MB messages)",
+            ]
+        )
+    elif "error" in collectives:
+        rows.append(["collectives", f"FAILED: {collectives['error']}"])
+    projection = report.projection or {}
+    if "comm_s" in projection:
+        rows.append(
+            [
+                "communication",
+                f"{projection['comm_s']:.3g} s per step against {projection['compute_s']:.3g} s "
+                f"of compute ({projection['mode']}, {projection['comm_ratio']:.0%})",
+            ]
+        )
     for finding in report.findings:
         rows.append([finding.check, f"{finding.severity}: {finding.reason}"])
     out.append(table(["check", "measured"], rows))
     out.append(_launch_part(files))
+    out.append(rehearsal_part(files.rehearsal))
     return "".join(out)
 
 

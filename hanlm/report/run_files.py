@@ -35,3 +35,4 @@ class RunFiles:
     # the samples.jsonl of the same recipe trained without the flagged documents (compare stage)
     compare_eval_samples: Path | None = None
     launch: Path | None = None  # `hanlm launch`'s launch.json, when the run was launched
+    rehearsal: Path | None = None  # `hanlm rehearse`'s rehearsal.json, when one was made

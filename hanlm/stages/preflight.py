@@ -51,6 +51,9 @@ def build(ctx: StageContext) -> PreflightReport | Unfinished:
         folder=checkpoint_folder(ctx.cfg, ctx.run),
         shards_dir=ctx.run.shards,
         report_path=ctx.out / PreflightReport.FILE,
+        # in a pipeline, before the data stages: they make the shards next
+        without_shards="the run makes them after this check; `hanlm preflight` with the same "
+        "run folder measures loading them once they are there",
     )
     if report.go:
         return report

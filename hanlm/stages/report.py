@@ -37,6 +37,7 @@ def run_files(run: RunDir) -> RunFiles:
         export_folder=run.pretrain.export.name,
         compare_eval_samples=run.comparison("drop").eval_samples,
         launch=run.launch / "launch.json",
+        rehearsal=run.rehearsal_record,
     )
 
 

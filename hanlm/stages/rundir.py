@@ -28,6 +28,7 @@ from hanlm.data.manifest import MANIFEST_NAME
 from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
 from hanlm.errors import UserError
 from hanlm.files import check_folder_path, stage_fingerprint
+from hanlm.plan.measured import RehearsalRecord
 
 CONFIG_FILE = "config.toml"  # the resolved configuration a run saves and reuses
 CHECKPOINTS = "checkpoints"
@@ -44,9 +45,12 @@ def finished_output(path: Path, what: str, fix: str) -> Path:
 
 @dataclass(frozen=True)
 class TrainingDirs:
-    """What one training stage (pretrain or sft) keeps under its folder."""
+    """What one training stage (pretrain or sft) keeps under its folder. `place` names the
+    training in a store that several runs share (`RUN/pretrain`, `RUN/compare/drop/pretrain`,
+    `RUN/sft/ablation/VARIANT`): its checkpoints' folder under `[checkpoint] mirror`."""
 
     root: Path
+    place: str
 
     @property
     def checkpoints(self) -> Path:
@@ -83,17 +87,22 @@ class SftDirs(TrainingDirs):
         return self.root / "closure.json"
 
     def ablation(self, variant: str) -> SftDirs:
-        return SftDirs(self.root / "ablation" / variant)
+        return SftDirs(self.root / "ablation" / variant, f"{self.place}/ablation/{variant}")
 
 
 @dataclass(frozen=True)
 class RunDir:
-    """`runs/NAME/`: one folder per stage plus the run's config, plan, preflight and report."""
+    """`runs/NAME/`: one folder per stage plus the run's config, plan, preflight and report.
+    `place`: the run's name in a store that several runs share (the checkpoint mirror): its
+    folder's name, and a run inside a run (the comparison) below its parent's."""
 
     root: Path
+    place: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
+        if not self.place:
+            object.__setattr__(self, "place", self.root.absolute().name)
 
     @classmethod
     def of(cls, run: RunDir | Path | str) -> RunDir:
@@ -202,11 +211,11 @@ class RunDir:
     # --- training -------------------------------------------------------------------------
     @property
     def pretrain(self) -> TrainingDirs:
-        return TrainingDirs(self.stage("pretrain"))
+        return TrainingDirs(self.stage("pretrain"), f"{self.place}/pretrain")
 
     @property
     def sft(self) -> SftDirs:
-        return SftDirs(self.stage("sft"))
+        return SftDirs(self.stage("sft"), f"{self.place}/sft")
 
     @property
     def gguf(self) -> Path:
@@ -229,7 +238,18 @@ class RunDir:
     # --- the decontamination comparison ---------------------------------------------------
     def comparison(self, action: str) -> RunDir:
         """A run of the same recipe on the corpus after decontam `action` (the compare stage)."""
-        return RunDir(self.root / "compare" / action)
+        return RunDir(self.root / "compare" / action, f"{self.place}/compare/{action}")
+
+    # --- the rehearsal ----------------------------------------------------------------------
+    @property
+    def rehearsal(self) -> RunDir:
+        """The rehearsal's own run folder (`hanlm rehearse`): every stage at small budgets,
+        never read as the run's."""
+        return RunDir(self.root / "rehearsal", f"{self.place}/rehearsal")
+
+    @property
+    def rehearsal_record(self) -> Path:
+        return self.rehearsal.root / RehearsalRecord.FILE
 
     # --- sharing --------------------------------------------------------------------------
     @property

@@ -71,9 +71,13 @@ WHERE_TO_GET = {
     "kobest_hellaswag": _KOBEST_SOURCE,
     "kobest_sentineg": _KOBEST_SOURCE,
     "kobest_wic": _KOBEST_SOURCE,
-    "gsm8k_ko": "a GSM8K Korean translation as JSONL with question/answer or kor_question/"
-    "kor_answer fields (e.g. xfactlab/kt-ai-challenge data/reasoning-data/kor-gsm8k/)",
-    "ifeval_ko": "an IFEval-format JSONL (key, prompt, instruction_id_list, kwargs)",
+    "gsm8k_ko": "a GSM8K Korean translation with question/answer or kor_question/kor_answer "
+    "fields: the Hub's thunder-research-group/snu_gsm8k once its conditions are accepted on its "
+    "page and `hf auth login` (gated), as hf:thunder-research-group/snu_gsm8k:test, or a JSONL "
+    "file such as xfactlab/kt-ai-challenge's data/reasoning-data/kor-gsm8k/",
+    "ifeval_ko": "the Hub's allganize/IFEval-Ko as hf:allganize/IFEval-Ko:train (offline: `hf "
+    "download allganize/IFEval-Ko --repo-type dataset --local-dir DIR`, then hf:DIR:train), or "
+    "an IFEval-format JSONL (key, prompt, instruction_id_list, kwargs)",
     "demo_qa": "the demo world: `hanlm demo --out DIR` writes DIR/benchmark.jsonl "
     "(a run's corpus stage writes RUN/demo/benchmark.jsonl)",
     "jsonl": "any JSONL file with one string field per line",

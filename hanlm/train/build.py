@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from hanlm.config import (
     ParallelSection,
 )
 from hanlm.console import info
-from hanlm.train import distill, muon, parallel, trackers
+from hanlm.train import checkpoint_mirror, distill, muon, parallel, trackers
 from hanlm.train.checkpoint_layout import Policy
 from hanlm.train.checkpoint_manager import CheckpointManager
 from hanlm.train.loss import TokenLoss
@@ -129,9 +130,13 @@ def build_schedule(section: OptimizerSection, total_steps: int) -> Schedule:
 
 
 def build_checkpoints(
-    section: CheckpointSection, root: Path, dist: parallel.Dist
+    section: CheckpointSection, root: Path, place: str, dist: parallel.Dist
 ) -> CheckpointManager:
+    """The manager of the checkpoints in `root`; a mirror keeps them in its folder `place`, so
+    each training of each run restores and prunes only its own."""
     policy = Policy(**section.model_dump(include=CheckpointSection.POLICY_KEYS))
+    if policy.mirror:
+        policy = dataclasses.replace(policy, mirror=checkpoint_mirror.place(policy.mirror, place))
     return CheckpointManager(root, dist, policy)
 
 
@@ -182,6 +187,7 @@ class TrainingJob:
     train_loader: object
     val_loader: object | None
     checkpoints_dir: Path
+    checkpoints_place: str  # the folder under [checkpoint] mirror that is this training's
     metrics_path: Path
     flops_per_token: float
     peak_flops: float
@@ -208,10 +214,19 @@ def trainer_settings(job: TrainingJob, components: Components) -> TrainerSetting
     )
 
 
+def _planted_failure(stage: str, rank: int) -> None:
+    """Test hook: HANLM_FAULT_TRAINING=STAGE:RANK fails that training (pretrain or sft) on that
+    rank once its processes have joined, as a rank whose device fails does (the others learn
+    it at their next collective)."""
+    if os.environ.get("HANLM_FAULT_TRAINING") == f"{stage}:{rank}":
+        raise RuntimeError(f"planted failure of {stage} on rank {rank} (HANLM_FAULT_TRAINING)")
+
+
 def build_trainer(
     model: torch.nn.Module, job: TrainingJob, at: Placement, components: Components
 ) -> Trainer:
     """The Trainer of a model already placed and parallelised, from its components' sections."""
+    _planted_failure(components.stage, at.dist.rank)
     adam = build_optimizer(components.optimizer, model, at.dist.device, announce=at.dist.is_main)
     if job.configure_optimizer is not None:
         job.configure_optimizer(adam)
@@ -234,7 +249,9 @@ def build_trainer(
         metrics_path=job.metrics_path,
         token_bytes=job.token_bytes,
         after_optimizer_step=job.after_optimizer_step,
-        checkpoints=build_checkpoints(components.checkpoint, job.checkpoints_dir, at.dist),
+        checkpoints=build_checkpoints(
+            components.checkpoint, job.checkpoints_dir, job.checkpoints_place, at.dist
+        ),
         every_minutes=components.checkpoint.every_minutes,
         loss=loss,
         objective_for=objective_for,

@@ -21,6 +21,9 @@ from hanlm.files import atomic_write_json, read_json
 
 LATEST = "latest"
 TRAINER_STATE = "trainer.json"
+# the trainer state's seconds from a save's start to its commit: what a checkpoint costs on
+# this storage (the rehearsal reads it)
+WRITE_SECONDS = "write_s"
 MANIFEST = "manifest.json"
 INCOMPLETE = ".incomplete"
 

@@ -37,6 +37,7 @@ from hanlm.train.checkpoint_layout import (
     LATEST,
     MANIFEST,
     TRAINER_STATE,
+    WRITE_SECONDS,
     Policy,
     check_listed,
     committed,
@@ -123,7 +124,7 @@ class CheckpointManager:
                     self._raise_on_every_rank(error)
                 elif error is not None:
                     raise error
-                self._commit_all_ranks(step, tmp, trainer_state, ok=True)
+                self._commit_all_ranks(step, tmp, trainer_state, ok=True, started=started)
                 return time.perf_counter() - started
             except (OSError, CheckpointException) as e:  # DCP wraps a rank's write error
                 # explained before the cleanup frees the space it took
@@ -195,14 +196,17 @@ class CheckpointManager:
             error = e
         # explained before the cleanup frees the space it took
         reason = checkpoint.explain(error, self.root) if error is not None else None
-        self._commit_all_ranks(job.step, job.tmp, job.trainer_state, ok=error is None, quiet=True)
+        self._commit_all_ranks(
+            job.step, job.tmp, job.trainer_state, ok=error is None, quiet=True, started=job.started
+        )
         if reason is not None:
             self._failed(job.step, reason)
             self.retry_due = time.monotonic() + self.policy.backoff_s
 
     def _commit_all_ranks(
-        self, step: int, tmp: Path, trainer_state: dict, *, ok: bool, quiet=False
-    ):
+        self, step: int, tmp: Path, trainer_state: dict, *, ok: bool, quiet=False,
+        started: float | None = None,
+    ):  # fmt: skip
         flag = torch.tensor([1.0 if ok else 0.0])
         if self.dist.distributed:
             torch_dist.all_reduce(flag, op=torch_dist.ReduceOp.MIN, group=self.group)
@@ -211,6 +215,11 @@ class CheckpointManager:
             files = self._gather_checksums()
             if self.dist.is_main:
                 try:
+                    if started is not None:  # how long this storage took: start to commit
+                        trainer_state = {
+                            **trainer_state,
+                            WRITE_SECONDS: round(time.perf_counter() - started, 3),
+                        }
                     self._commit(step, tmp, trainer_state, files)
                 except OSError as e:
                     error = e
@@ -297,11 +306,11 @@ class CheckpointManager:
 
     # -- loading -------------------------------------------------------------------------------
 
-    def load_latest(self, model, optimizer) -> dict | None:
-        """Load the newest verified checkpoint (restoring from the mirror when the primary is
-        gone); None when there is none."""
+    def load_latest(self, model, optimizer, fingerprint: str | None = None) -> dict | None:
+        """Load the newest verified checkpoint (restoring from the mirror, one of `fingerprint`,
+        when the primary is gone); None when there is none."""
         if self.dist.is_main and not committed(self.root) and self.policy.mirror:
-            checkpoint_mirror.restore(self.policy.mirror, self.root)
+            checkpoint_mirror.restore(self.policy.mirror, self.root, fingerprint)
         barrier(self.dist)
         for path in reversed(committed(self.root)):
             problem = verify(path) if self.dist.is_main else None
@@ -311,8 +320,9 @@ class CheckpointManager:
             if bad.item():
                 warn(f"skipping damaged checkpoint {path}: {problem}")
                 continue
+            started = time.perf_counter()
             state = checkpoint.load(path, model, optimizer, group=self.group)
             if self.dist.is_main:
-                info(f"resumed from {path}")
+                info(f"resumed from {path} in {time.perf_counter() - started:.2f} s")
             return state
         return None

@@ -1,6 +1,9 @@
 """The checkpoint mirror: committed checkpoints copied to a second place, and restored from it.
 
-The mirror holds committed checkpoints under the same names and the same `latest` pointer as
+`[checkpoint] mirror` is one folder (or URL) for every training of every run; each training
+keeps its copies in a folder of its own there (`place`: `RUN/pretrain`, `RUN/sft`,
+`RUN/compare/drop/pretrain`), so that one restores, and one retention prunes, only its own.
+That folder holds committed checkpoints under the same names and the same `latest` pointer as
 the primary, pruned by the same retention. A folder is committed there too once its manifest
 is in it: a local mirror gets the folder by rename, a remote one (an fsspec URL) file by file
 with the manifest last, so a copy cut short is never taken for a checkpoint. The manager
@@ -24,11 +27,19 @@ from hanlm.train.checkpoint_layout import (
     Policy,
     files_of,
     is_committed,
+    read_trainer_state,
     retained,
     step_folders,
     step_of,
     verify,
 )
+
+
+def place(mirror: str, where: str) -> str:
+    """The folder (or URL) under `mirror` that holds the checkpoints of the training `where`."""
+    if "://" in mirror:
+        return f"{mirror.rstrip('/')}/{where}"
+    return str(Path(mirror) / where)
 
 
 def file_system(url: str):
@@ -111,6 +122,14 @@ def copy(folder: Path, policy: Policy) -> None:
             time.sleep(policy.backoff_s * 2**attempt)
 
 
+def mirror_latest(mirror: str) -> str | None:
+    """The name of the newest committed checkpoint in the mirror folder (or URL) `mirror`."""
+    try:
+        return _mirror_latest(*file_system(mirror))
+    except OSError:
+        return None
+
+
 def _mirror_latest(fs, base: str) -> str | None:
     """The committed folder the mirror's `latest` names, else its newest committed one."""
     steps = _mirror_steps(fs, base)
@@ -127,8 +146,10 @@ def _mirror_latest(fs, base: str) -> str | None:
     return done[-1] if done else None
 
 
-def restore(mirror: str, root: Path) -> None:
-    """Copy the mirror's newest committed checkpoint into `root` (verified, then renamed)."""
+def restore(mirror: str, root: Path, fingerprint: str | None = None) -> None:
+    """Copy the mirror's newest committed checkpoint into `root` (verified, then renamed); one
+    whose trainer state holds another `fingerprint` (another model, data or seed that wrote
+    to the same place) is left where it is."""
     fs, base = file_system(mirror)
     try:
         name = _mirror_latest(fs, base)
@@ -146,8 +167,14 @@ def restore(mirror: str, root: Path) -> None:
         warn(f"cannot restore from the mirror {mirror} ({e})")
         return
     problem = verify(tmp)
+    if (
+        problem is None
+        and fingerprint is not None
+        and read_trainer_state(tmp).get("fingerprint") != fingerprint
+    ):
+        problem = "made by another model, data or seed"
     if problem:
-        warn(f"the mirror's {name} is damaged ({problem}); not restored")
+        warn(f"the mirror's {name} in {mirror} is not restored: {problem}")
         shutil.rmtree(tmp, ignore_errors=True)
         return
     shutil.rmtree(root / name, ignore_errors=True)  # an uncommitted folder of that name

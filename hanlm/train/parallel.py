@@ -118,6 +118,15 @@ def lost_peers(dist: Dist, error: BaseException) -> peers.PeerLost | None:
     return peers.explain(error, dist.roster, dist.rank) if dist.distributed else None
 
 
+def planned_placement(device: str, mode: str) -> tuple[torch.device, str]:
+    """The device and parallel mode this process will train with, known before any process
+    group is joined (what `hanlm run` checks before its first stage)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = resolve_device(device, setting="parallel.device", local_rank=local_rank)
+    return dev, resolve_mode(mode, Dist(0, world_size, local_rank, dev))
+
+
 def resolve_mode(mode: str, dist: Dist) -> str:
     if mode == "auto":
         return "fsdp" if dist.distributed else "single"

@@ -82,6 +82,7 @@ class PretrainOutputs(Protocol):
 
     checkpoints: Path
     metrics: Path
+    place: str  # its checkpoints' folder under [checkpoint] mirror
 
 
 def describe_mixture(mix: Mixture) -> str:
@@ -246,6 +247,7 @@ def pretrain(
             train_loader=train_loader,
             val_loader=val_loader,
             checkpoints_dir=outputs.checkpoints,
+            checkpoints_place=outputs.place,
             metrics_path=outputs.metrics,
             flops_per_token=model_lib.flops_per_token(mconfig, pretrain_cfg.seq_len)["total"],
             peak_flops=peak,

@@ -57,6 +57,7 @@ class SftOutputs(Protocol):
     checkpoints: Path
     metrics: Path
     export: Path
+    place: str  # its checkpoints' folder under [checkpoint] mirror
 
 
 @dataclass(frozen=True)
@@ -318,6 +319,7 @@ def train_once(
             train_loader=train_loader,
             val_loader=val_loader,
             checkpoints_dir=outputs.checkpoints,
+            checkpoints_place=outputs.place,
             metrics_path=outputs.metrics,
             flops_per_token=model_lib.flops_per_token(mconfig, sft_cfg.seq_len)["total"],
             peak_flops=device_peak_flops(dist.device, numerics.name)[0],

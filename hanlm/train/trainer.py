@@ -261,7 +261,9 @@ class Trainer:
         if candidate is not None:
             # Compare before loading: another model's tensors would fail with a shape error.
             self._check_compatible(candidate, checkpoint_layout.read_trainer_state(candidate))
-        saved = self.checkpoints.load_latest(parallel.unwrap(self.model), self.optimizer)
+        saved = self.checkpoints.load_latest(
+            parallel.unwrap(self.model), self.optimizer, self.settings.fingerprint
+        )
         if saved is None:
             return False
         self._check_compatible(self.checkpoints.root, saved)

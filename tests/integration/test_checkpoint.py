@@ -130,8 +130,8 @@ def test_async_failure_is_reported_and_retried(run_dir, monkeypatch):
 
 
 def test_mirror_copies_and_resume_starts_from_it(run_dir, tmp_path):
-    mirror = tmp_path / "mirror"
-    cfg = load_run_config(run_dir, values={**TINY, "checkpoint.mirror": str(mirror)})
+    cfg = load_run_config(run_dir, values={**TINY, "checkpoint.mirror": str(tmp_path / "mirror")})
+    mirror = tmp_path / "mirror" / run_dir.name / "pretrain"  # the run's pretraining's place
     run_stage("pretrain", cfg, run_dir, stop_after_steps=4)
     assert (mirror / "latest").read_text().strip() == "step-00000004"
     assert verify(mirror / "step-00000004") is None
@@ -184,13 +184,13 @@ def test_policy_defaults_match_the_config():
 # -- the mirror: no nesting on fsspec targets, the primary's retention, verified restores -------
 
 
-def _committed_folder(root, step: int):
+def _committed_folder(root, step: int, fingerprint: str = "model-a"):
     """A committed checkpoint folder as _commit leaves it: files in a subfolder too, a manifest."""
     folder = checkpoint_layout.step_dir(root, step)
     (folder / "sub").mkdir(parents=True)
     (folder / "__0_0.distcp").write_bytes(bytes([step]) * 1000)
     (folder / "sub" / "extra.bin").write_bytes(b"x" * step)
-    (folder / "trainer.json").write_text(json.dumps({"step": step}))
+    (folder / "trainer.json").write_text(json.dumps({"step": step, "fingerprint": fingerprint}))
     checkpoint_layout.write_manifest(folder)
     return folder
 
@@ -243,6 +243,32 @@ def test_mirror_keeps_the_layout_and_the_retention_and_restores(mirror_url, tmp_
     assert latest(restored).name == "step-00000005" and verify(latest(restored)) is None
     assert _tree(None, latest(restored)) == _tree(None, checkpoint_layout.step_dir(primary, 5))
     assert not list(restored.glob("*.incomplete"))
+
+
+def test_trainings_sharing_a_mirror_keep_restore_and_prune_only_their_own(mirror_url, tmp_path):
+    """One [checkpoint] mirror for two runs and two trainings each: every training copies into
+    its own place, its retention prunes only there, a restore reads only there, and a copy made
+    by another model, data or seed (a second run of the same name) is never restored."""
+    places = ["a/pretrain", "a/sft", "b/pretrain", "a/compare/drop/pretrain"]
+    for i, where in enumerate(places):
+        policy = checkpoint_layout.Policy(
+            keep_last=1, backoff_s=0.0, mirror=checkpoint_mirror.place(mirror_url, where)
+        )
+        for step in (i + 1, i + 10):
+            checkpoint_mirror.copy(_committed_folder(tmp_path / where, step, where), policy)
+    fs, base = checkpoint_mirror.file_system(mirror_url)
+    for i, where in enumerate(places):
+        assert _tree(fs, f"{base}/{where}") >= {"latest", f"step-{i + 10:08d}/trainer.json"}
+        assert not any(p.startswith(f"step-{i + 1:08d}") for p in _tree(fs, f"{base}/{where}"))
+        restored = tmp_path / "restored" / where
+        restored.mkdir(parents=True)
+        checkpoint_mirror.restore(checkpoint_mirror.place(mirror_url, where), restored, where)
+        assert latest(restored).name == f"step-{i + 10:08d}"
+        assert json.loads((latest(restored) / "trainer.json").read_text())["fingerprint"] == where
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    checkpoint_mirror.restore(checkpoint_mirror.place(mirror_url, "a/sft"), stranger, "a/pretrain")
+    assert latest(stranger) is None and not list(stranger.iterdir())
 
 
 def test_a_damaged_mirror_copy_is_not_restored(mirror_url, tmp_path):

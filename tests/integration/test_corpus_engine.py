@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import assert_user_error, korquad_contexts, run_subprocess, write_jsonl
-from hanlm.config import load_config
+from hanlm.config import SourceFields, load_config
 from hanlm.data import cleaning, dataset_repo, engine, readers
 from hanlm.data.corpus import CorpusStats, iter_corpus
 from hanlm.data.dedup import lsh_bands
@@ -114,7 +114,7 @@ def test_parquet_files_are_cut_by_row_groups_that_know_their_size(tmp_path, task
     c = load_config().corpus
     whole = list(readers.Unit(str(path)).documents(c, readers.Skips(strict=True)))
     units = readers.split_into_units([path], c, task_bytes)
-    groups = readers.parquet_row_groups(path, "text")
+    groups = readers.parquet_row_groups(path, SourceFields())
     assert len(groups) == 8
     assert units[0].span[0] == 0 and units[-1].span[1] == 8
     assert all(a.span[1] == b.span[0] for a, b in itertools.pairwise(units))  # consecutive

@@ -42,7 +42,6 @@ def field_inputs(tmp_path, monkeypatch) -> Path:
         "benchmarks/kobest/SentiNeg/test.tsv",
         "benchmarks/kobest/WiC/test.tsv",
         "benchmarks/gsm8k-ko/test.jsonl",
-        "benchmarks/ifeval-ko/input_data.jsonl",
         "sft/ko-chat.jsonl",
     ]:
         (tmp_path / "data" / name).parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +109,32 @@ def test_slurm_script_parses_and_says_what_it_does(cli, field_inputs):
         assert line in script, line
     assert f"-eq {exit_status.HOST_REJECTED} ]" in script
     assert f"-eq {exit_status.STOPPED} ]" in script
+
+
+def test_a_launch_that_rehearses_does_so_after_preflight_and_before_the_run(cli, field_inputs):
+    """[launch] rehearse: on each host set, preflight, then `hanlm rehearse` on every rank, then
+    the run; a failure of either ends the job with its status (69: another host set is tried);
+    a job that resumes training does not rehearse again."""
+    for engine, name in (("skypilot", "task.yaml"), ("slurm", "job.sbatch")):
+        run = field_inputs / f"run-{engine}"
+        extra = ["--partition", "gpu"] if engine == "slurm" else []
+        result = cli("launch", "--config", FIELD, "--run-dir", run, "--dry-run", "--engine",
+                     engine, "--rehearse", *extra)  # fmt: skip
+        assert result.code == 0, result.err
+        text = (run / "launch" / name).read_text()
+        if engine == "skypilot":
+            text = yaml.safe_load(text)["run"]
+        preflight = text.index("--until preflight")
+        rehearsal = text.index("rehearse --run-dir")
+        assert preflight < rehearsal < text.index('--until "$HANLM_UNTIL"' if engine ==
+                                                  "skypilot" else "--until report")  # fmt: skip
+        assert 'if [ ! -e "$HANLM_RUN/pretrain/checkpoints/latest" ]' in text
+        script = run / "launch" / "check.sh"
+        script.write_text(text)
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    plain = field_inputs / "plain"
+    assert cli("launch", "--config", FIELD, "--run-dir", plain, "--dry-run").code == 0
+    assert "rehearse --run-dir" not in (plain / "launch" / "task.yaml").read_text()
 
 
 def test_bad_launches_are_refused_with_nothing_written(cli, field_inputs, monkeypatch):

@@ -275,3 +275,12 @@ def test_two_ranks_with_zeroed_collectives_is_no_go(run_dir):
     assert report.world_size == 2 and len(report.hosts) == 1
     assert report.ranks[0].storage is not None and report.ranks[1].storage is None  # one a host
     assert [f.check for f in report.findings if f.severity == "fail"] == ["collectives"]
+    # the report card shows what was measured, the collectives with the rest
+    from hanlm.report.plan_section import preflight_section
+    from hanlm.stages.report import run_files
+    from hanlm.stages.rundir import RunDir
+
+    card = preflight_section(run_files(RunDir(run_dir)))
+    busbw = report.ranks[0].collectives["reduce_scatter"]["busbw_gbs"]
+    assert "| collectives | all-reduce " in card and f"reduce-scatter {busbw:.3g} GB/s" in card
+    assert "over 2 ranks" in card

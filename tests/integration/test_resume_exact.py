@@ -1,6 +1,7 @@
 """A pretraining run SIGKILLed while it saves a checkpoint and run again logs the same loss at
-every step and ends with the same weights bit for bit as the same command never stopped: in one
-process, and under torchrun with 2 CPU ranks in DDP and in FSDP2.
+every step and ends with the same weights bit for bit as the same command never stopped: under
+torchrun with 2 CPU ranks in DDP and in FSDP2 (in one process: `hanlm rehearse`'s own check,
+tests/integration/test_rehearse.py).
 
 Each run is started as a user starts it (a process, or a torchrun agent with its ranks); the
 kill lands while an asynchronous save is being written (a slowed disk keeps it in flight), after
@@ -42,8 +43,6 @@ def _command(run_dir: Path, mode: str, optimizer: str) -> list[str]:
     args = ["-m", "hanlm", "pretrain", "--run-dir", str(run_dir)]
     for key, value in {**SETTINGS, "optimizer.name": optimizer}.items():
         args += ["--set", f"{key}={json.dumps(value)}"]
-    if mode == "single":
-        return [sys.executable, *args]
     launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     return [sys.executable, *launcher, *args, "--parallel", mode]
 
@@ -92,8 +91,9 @@ def _finish(run_dir: Path, mode: str, optimizer: str, log: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "mode,optimizer",
-    # Muon's state (a momentum buffer per block matrix, sharded as its weight) under FSDP2
-    [("single", "adamw"), ("ddp", "adamw"), ("fsdp", "adamw"), ("fsdp", "muon")],
+    # Muon's state (a momentum buffer per block matrix, sharded as its weight) under FSDP2; one
+    # process is `hanlm rehearse`'s own stop-and-resume check (tests/integration/test_rehearse.py)
+    [("ddp", "adamw"), ("fsdp", "adamw"), ("fsdp", "muon")],
 )
 def test_a_run_killed_while_saving_resumes_to_the_same_bits(demo_run, tmp_path, mode, optimizer):
     whole = copy_data_run(demo_run, tmp_path / "whole")

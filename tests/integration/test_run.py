@@ -70,11 +70,16 @@ TINY_RUN = {
 STAGE_FOLDERS = ("corpus", "decontam", "tokenizer", "shards")
 
 
+def _mirror(run_dir: Path) -> Path:
+    """The run's [checkpoint] mirror, beside it: the field recipe sets one."""
+    return run_dir.parent / "mirror"
+
+
 def _args(run_dir: Path) -> list[str]:
     args = ["run", "--run-dir", str(run_dir)]  # torchrun takes a bare --run as its own
     for key, value in TINY_RUN.items():
         args += ["--set", f"{key}={value}"]
-    return args
+    return [*args, "--set", f"checkpoint.mirror={_mirror(run_dir)}"]
 
 
 def _start_on_two_ranks(run_dir: Path, log: Path) -> subprocess.Popen:
@@ -214,6 +219,63 @@ def test_the_comparison_without_the_leaks_runs_beside_and_is_skipped_when_finish
     assert {p: p.stat().st_mtime_ns for p in sub.glob("*/stage.json")} == markers
 
 
+# every training of the run: its folder in the run, and its place under MIRROR/RUN/
+TRAININGS = (
+    "pretrain",
+    "sft",
+    "sft/ablation/lora-none-frozen",
+    "sft/ablation/lora-mean-rows",
+    "compare/drop/pretrain",
+)
+
+
+def test_each_training_mirrors_into_its_own_place(interrupted_then_finished):
+    """One [checkpoint] mirror for pretraining, SFT and its variants and the comparison's
+    pretraining: each copies into MIRROR/RUN/its folder, which holds only its own checkpoints
+    (SFT used to restore pretraining's, and stop)."""
+    run_dir = interrupted_then_finished[0]
+    mirror = _mirror(run_dir)
+    assert [p.name for p in mirror.iterdir()] == [run_dir.name]
+    for folder in TRAININGS:
+        local = checkpoint_layout.latest(run_dir / folder / "checkpoints")
+        copies = checkpoint_layout.committed(mirror / run_dir.name / folder)
+        assert copies and copies[-1].name == local.name, folder
+        own = checkpoint_layout.read_trainer_state(local)["fingerprint"]
+        assert {checkpoint_layout.read_trainer_state(c)["fingerprint"] for c in copies} == {own}
+
+
+def test_each_training_is_restored_from_the_mirror_when_its_folder_is_gone(
+    interrupted_then_finished, tmp_path
+):
+    """The run on a new host with the same run folder name and the mirror, its checkpoints
+    lost: pretraining, each SFT variant and the comparison's pretraining restore their own
+    last checkpoint from the mirror and finish from it, training no step again."""
+    run_dir = interrupted_then_finished[0]
+    copy = tmp_path / "new-host" / run_dir.name
+    shutil.copytree(run_dir, copy, symlinks=True)
+    logged = {}
+    for folder in TRAININGS:
+        shutil.rmtree(copy / folder / "checkpoints")
+        logged[folder] = (copy / folder / "metrics.jsonl").read_text()
+    for stage in ("pretrain", "sft", "compare/drop/pretrain"):
+        (copy / stage / "stage.json").unlink()
+    args = [a if a != str(run_dir) else str(copy) for a in _args(run_dir)]
+    done = subprocess.run(
+        [sys.executable, "-m", "hanlm", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for folder in TRAININGS:
+        step = checkpoint_layout.latest(run_dir / folder / "checkpoints").name
+        where = _mirror(run_dir) / run_dir.name / folder
+        assert f"restored checkpoint {step} from the mirror {where}" in done.stderr, folder
+        assert (copy / folder / "metrics.jsonl").read_text() == logged[folder], folder
+        assert checkpoint_layout.latest(copy / folder / "checkpoints").name == step
+
+
 def test_under_torchrun_data_stages_run_once_on_rank_0(interrupted_then_finished):
     """The first, killed, run had two ranks: the data stages ran on rank 0 alone while rank 1
     waited for them, and preflight used both."""
@@ -221,6 +283,9 @@ def test_under_torchrun_data_stages_run_once_on_rank_0(interrupted_then_finished
     assert len(re.findall(r"^corpus: .* documents", log, flags=re.M)) == 1, log[-3000:]
     assert len(re.findall(r"^shards: .* train tokens", log, flags=re.M)) == 1
     assert "preflight: 2 rank(s)" in log  # preflight itself uses both ranks
+    # before the data stages, preflight's note on the missing shards says the run makes them
+    flat = " ".join(log.split())
+    assert "the run makes them after this check" in flat and "hanlm shards` first" not in flat
 
 
 def _section(report: str, title: str) -> str:

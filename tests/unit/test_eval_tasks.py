@@ -186,3 +186,46 @@ def test_registry_accepts_new_tasks_and_rejects_unknown():
     with pytest.raises(UserError, match="bad task"):
         parse_task_spec("kobest_boolq=")
     assert parse_task_spec("kobest_copa=/x/dev.tsv") == ("kobest_copa", "/x/dev.tsv")
+
+
+def test_ifeval_ko_reads_the_hubs_snapshot_layout(tmp_path):
+    """allganize/IFEval-Ko as `hf download` leaves it: parquet under data/, IFEval's fields, each
+    instruction's kwargs a struct with every argument (None where unused): eval and decontam
+    read it through hf:FOLDER:train, and the checkers ignore the unused arguments."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from hanlm.evals.tasks.base import Options
+    from hanlm.stages.decontam import benchmark_specs
+    from hanlm.testsets import readers
+
+    kwargs_type = pa.list_(
+        pa.struct([("num_words", pa.int64()), ("relation", pa.string()),
+                   ("num_paragraphs", pa.int64()), ("language", pa.string())])
+    )  # fmt: skip
+    rows = {
+        "key": [1000, 1001],
+        "prompt": ["서울에 대해 50단어 이상으로 써 주세요.", "한국어로만 세 문단을 써 주세요."],
+        "instruction_id_list": [["length_constraints:number_words"],
+                                ["language:response_language", "length_constraints:number_paragraphs"]],
+        "kwargs": [
+            [{"num_words": 50, "relation": "at least", "num_paragraphs": None, "language": None}],
+            [{"num_words": None, "relation": None, "num_paragraphs": None, "language": "ko"},
+             {"num_words": None, "relation": None, "num_paragraphs": 3, "language": None}],
+        ],
+    }  # fmt: skip
+    folder = tmp_path / "IFEval-Ko"
+    (folder / "data").mkdir(parents=True)
+    table = pa.table({**{k: rows[k] for k in ("key", "prompt", "instruction_id_list")},
+                      "kwargs": pa.array(rows["kwargs"], type=kwargs_type)})  # fmt: skip
+    pq.write_table(table, folder / "data" / "train-00000-of-00001.parquet")
+    spec = f"hf:{folder}:train"
+
+    items = get("ifeval_ko").load(spec, demo_files=None, options=Options())
+    assert [i.item_id for i in items] == ["1000", "1001"]
+    three = "첫째 문단입니다.\n***\n둘째 문단입니다.\n***\n셋째 문단입니다."
+    result = score_response(items[1].fields, three)
+    assert result["strict"] == [True, True] and not result["skipped"]
+    assert score_response(items[0].fields, "서울 " * 10)["strict"] == [False]
+    [(task, path)] = benchmark_specs([f"ifeval_ko={spec}"], None)
+    assert [i.overlap_text for i in readers.read(task, path)] == rows["prompt"]

@@ -48,6 +48,7 @@ ORDER: tuple[str, ...] = (
     "serve",
     "run_inputs",
     "pipeline",
+    "rehearse",
     "cli",
     "__main__",
 )

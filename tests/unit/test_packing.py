@@ -284,6 +284,7 @@ def trainer_for(model, train_loader, val_loader, tmp_path: Path):
         train_loader=train_loader,
         val_loader=val_loader,
         checkpoints_dir=tmp_path / "checkpoints",
+        checkpoints_place="run/sft",
         metrics_path=tmp_path / "metrics.jsonl",
         flops_per_token=1.0,
         peak_flops=1.0,

@@ -486,7 +486,13 @@ def test_cli_unknown_gpu_lists_the_known_ones(cli):
     [
         (["--gpu", "a100-80gb", "--precision", "fp8"], "no FP8"),
         (["--gpu", "h100", "--mfu", "1.5"], "plan.mfu"),
-        (["--gpu", "h100", "--parallel", "single", "--gpus", "2"], "single runs one process"),
+        (["--gpu", "h100", "--parallel", "single", "--gpus", "2"], 'single" runs one process'),
+        # the field recipe with one override: the message names the recipe's keys, not a flag
+        # the user did not give
+        (
+            ["--config", "ko-1.3b-8x5090", "--set", "parallel.mode=single"],
+            "plan.gpus x plan.hosts = 8",
+        ),
         (["--preset", "7b"], "unknown model preset"),
     ],
 )
@@ -507,3 +513,19 @@ def test_the_cpu_peak_is_measured_in_about_the_time_allowed(dtype):
     peak = catalogue.measured_cpu_peak_flops(getattr(torch, dtype), seconds=0.2)
     assert peak > 1e8
     assert time.perf_counter() - start < 2.0
+
+
+def test_the_exact_flop_count_is_shown_with_its_sign(cli):
+    """The exact count (each matmul and attention) against 6·N·D: +15% for the field model at
+    2,048 tokens, -N% where it is less (an untied model's input embedding is no matmul), and a
+    share that rounds to nothing as ±0% (a tiny model printed "+-0%")."""
+    from hanlm.plan.table import signed_share
+
+    assert [signed_share(x) for x in (0.151, -0.03, -0.004, 0.0, 0.004)] == [
+        "+15%", "-3%", "±0%", "±0%", "±0%"
+    ]  # fmt: skip
+    result = cli("plan", "--gpu", "rtx5090", "--gpus", "1", "--tokens", "1e9",
+                 "--set", "model.preset=tiny", "--set", "tokenizer.vocab_size=65536",
+                 "--set", "pretrain.seq_len=64")  # fmt: skip
+    assert result.code == 0, result.err
+    assert "(±0%" in result.err and "+-" not in result.err

@@ -20,6 +20,7 @@ from hanlm.errors import UserError
 from hanlm.evals.results import EvalResults, read_samples
 from hanlm.launch.cost import LaunchRecord
 from hanlm.plan.estimate import Plan
+from hanlm.plan.measured import RehearsalRecord
 from hanlm.preflight.report import PreflightReport
 from hanlm.report.run_files import RunFiles
 from hanlm.results import Result
@@ -39,6 +40,7 @@ REPORT_READS = {
     "plan": Plan,
     "preflight": PreflightReport,
     "launch": LaunchRecord,
+    "rehearsal": RehearsalRecord,
     "corpus_stats": CorpusStats,
     "decontam_report": DecontamReport,
     "pretrain_summary": PretrainSummary,

@@ -29,6 +29,7 @@ SETTINGS = {
 class Outputs:
     checkpoints: Path
     metrics: Path
+    place: str = "determinism/pretrain"  # under a checkpoint mirror (none is set)
 
 
 def main(shards: Path, model: str, out: Path) -> None:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 
 from hanlm.evals.tasks.base import Options, Task, register
+from hanlm.testsets.readers import WHERE_TO_GET
 
 STOP = ("\n\n", "질문:", "<|endoftext|>")
 _STRICT = re.compile(r"####\s*(-?[$₩€£]?\s*\d[\d,]*(?:\.\d+)?)")
@@ -53,10 +54,7 @@ def prompt(question: str, shots: Sequence[dict] = ()) -> str:
 class Gsm8kKo(Task):
     name = "gsm8k_ko"
     benchmark = "gsm8k_ko"
-    where_to_get = (
-        "a Korean GSM8K JSONL with question/answer (or kor_question/kor_answer) fields, e.g. "
-        "xfactlab/kt-ai-challenge data/reasoning-data/kor-gsm8k/"
-    )
+    where_to_get = WHERE_TO_GET["gsm8k_ko"]
 
     def __init__(self):
         self.shots: list[dict] = []

@@ -53,6 +53,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from hanlm.evals.tasks.base import Options, Task, mean_metric, register
+from hanlm.testsets.readers import WHERE_TO_GET
 
 SKIPPED_PREFIXES = ("change_case:", "detectable_format:constrained_response")
 _BOUNDARY = r"(?<![0-9A-Za-z가-힣])"
@@ -300,7 +301,7 @@ def score_response(fields: dict, response: str) -> dict:
 class IfevalKo(Task):
     name = "ifeval_ko"
     benchmark = "ifeval_ko"
-    where_to_get = "an IFEval-format Korean JSONL (key, prompt, instruction_id_list, kwargs)"
+    where_to_get = WHERE_TO_GET["ifeval_ko"]
 
     def evaluate(self, model, items: Sequence, options: Options) -> list[dict]:
         prompts = [item.fields["prompt"] for item in items]
