@@ -25,10 +25,17 @@ SOURCE_TOKENS = 1_000_000  # each corpus source read for ~2.5M characters at mos
 SAMPLE_CHARS = 4_000_000  # the tokenizer's training sample
 
 
-def rehearsal_config(cfg: Config, world_size: int) -> Config:
+def rehearsal_config(
+    cfg: Config, world_size: int, hardware: tuple[str, int, int] | None = None
+) -> Config:
     """The recipe `cfg` at the rehearsal's budgets, for `world_size` ranks: one micro-batch a
-    rank per optimizer step, so every timed step is a whole step of the run's shapes."""
+    rank per optimizer step, so every timed step is a whole step of the run's shapes.
+    `hardware`: (plan.gpu, plan.gpus, plan.hosts) of this host, which the rehearsal's plan
+    stage plans for (its memory against this device's, its speed for these devices)."""
     data: dict[str, Any] = cfg.model_dump(mode="python", exclude_unset=True)
+    if hardware is not None:
+        gpu, gpus, hosts = hardware
+        data["plan"] = {**data.get("plan", {}), "gpu": gpu, "gpus": gpus, "hosts": hosts}
     corpus = data.setdefault("corpus", {})
     if cfg.corpus.sources:
         corpus["sources"] = [

@@ -128,7 +128,7 @@ def stop_and_resume(sub: RunDir, config: Path, ranks: int, *, exact: bool) -> di
     """Pretraining in RUN/rehearsal/resume, stopped hard in a save and resumed, against the
     rehearsal's own pretraining (same recipe, same steps): the figures, and whether the
     losses agree (`exact`: bit for bit, else within GPU_TOLERANCE)."""
-    folder = RunDir(sub.root / "resume", f"{sub.place}/resume")
+    folder = RunDir(sub.root / "resume")
     link_shared(sub, folder)
     log = folder.root / "pretrain.log"
     # a save every EVERY steps: the first is committed, the second is stopped in flight

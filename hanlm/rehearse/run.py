@@ -273,14 +273,31 @@ def _device_name() -> str:
     return torch.cuda.get_device_name(int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def _catalogue_key(device: str) -> str | None:
+    """The planner's name of this device: `cpu`, its catalogue key, or None when the catalogue
+    does not know it."""
+    if device == "cpu":
+        return "cpu"
+    try:
+        return find(device).key
+    except UserError:
+        return None
+
+
+def _this_hardware(device: str) -> tuple[str, int, int] | None:
+    """(plan.gpu, plan.gpus, plan.hosts) of this host and launch, for the rehearsal's plan."""
+    gpu = _catalogue_key(device)
+    if gpu is None:
+        return None  # the recipe's plan.gpu stands in for a device the catalogue lacks
+    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", _world()))
+    return gpu, per_host, max(1, _world() // per_host)
+
+
 def _hardware_key(cfg: Config, device: str) -> dict[str, Any]:
     """The recipe's shapes on this hardware (hanlm.plan.measured.shapes_key), as a plan of
     this many devices of this kind would state them."""
     setup = setup_from_config(cfg, with_data=False)
-    try:
-        gpu = "cpu" if device == "cpu" else find(device).key
-    except UserError:
-        gpu = device  # not in the catalogue: recorded by name, matched by no plan
+    gpu = _catalogue_key(device) or device  # not in the catalogue: matched by no plan
     parallel = planned_parallel(cfg.parallel.mode, _world())
     return shapes_key(replace(setup, gpu=gpu, gpus=_world(), hosts=1, parallel=parallel))
 
@@ -360,7 +377,9 @@ def rehearse(cfg: Config, run: RunDir | Path | str, *, tune: bool = False) -> Re
     writes it). A bug's exception is raised again once the record is written."""
     run = RunDir.of(run)
     sub = run.rehearsal
-    r = Rehearsal(cfg, rehearsal_config(cfg, _world()), run, sub, device=_device_name())
+    device = _device_name()
+    derived = rehearsal_config(cfg, _world(), _this_hardware(device))
+    r = Rehearsal(cfg, derived, run, sub, device=device)
     if _rank() == 0:
         shutil.rmtree(sub.root, ignore_errors=True)  # a rehearsal measures this host now
         sub.root.mkdir(parents=True)

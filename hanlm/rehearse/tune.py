@@ -25,7 +25,7 @@ from hanlm.rehearse import figures
 from hanlm.rehearse.faults import classify
 from hanlm.rehearse.recipe import WARMUP_STEPS, rehearsal_config
 from hanlm.rehearse.resume import link_shared
-from hanlm.stages.rundir import RunDir
+from hanlm.stages.rundir import TUNE, RunDir
 
 HEADROOM = 0.9  # of the device's memory: what a candidate may plan for, and peak at
 TUNE_STEPS = WARMUP_STEPS + 5  # five timed steps a candidate
@@ -109,7 +109,7 @@ def _recipe(cfg: Config, c: dict[str, Any]) -> Config:
 
 
 def _time(cfg: Config, sub: RunDir, c: dict[str, Any], capacity_gb: float) -> dict[str, Any]:
-    folder = RunDir(sub.root / "tune" / _name(c), f"{sub.place}/tune/{_name(c)}")
+    folder = RunDir(sub.root / TUNE / _name(c))
     link_shared(sub, folder)
     try:
         pipeline.run_stage("pretrain", _recipe(cfg, c), folder, force=True, save_config=False)

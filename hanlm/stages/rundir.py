@@ -9,7 +9,7 @@ hanlm.config the run's own config.toml.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,19 +90,38 @@ class SftDirs(TrainingDirs):
         return SftDirs(self.root / "ablation" / variant, f"{self.place}/ablation/{variant}")
 
 
+COMPARE = "compare"  # RUN/compare/ACTION: the same recipe on the corpus after decontam ACTION
+REHEARSAL = "rehearsal"  # RUN/rehearsal: `hanlm rehearse`; its own runs: resume, tune/NAME
+TUNE = "tune"
+
+
+def place_of(root: Path) -> str:
+    """A run folder's name in a store several runs share (the checkpoint mirror): its folder's
+    name, and a run inside a run (the comparison, the rehearsal and its runs) below its
+    parent's. Read from the path alone, so that every command naming the folder gets the same
+    place: `hanlm run`'s comparison and `hanlm pretrain --run-dir RUN/compare/drop` alike."""
+    root = Path(root).absolute()
+    parent = root.parent
+    if parent.name == COMPARE:
+        return f"{place_of(parent.parent)}/{COMPARE}/{root.name}"
+    if root.name == REHEARSAL or parent.name == REHEARSAL:
+        return f"{place_of(parent)}/{root.name}"
+    if parent.name == TUNE and parent.parent.name == REHEARSAL:
+        return f"{place_of(parent.parent)}/{TUNE}/{root.name}"
+    return root.name
+
+
 @dataclass(frozen=True)
 class RunDir:
     """`runs/NAME/`: one folder per stage plus the run's config, plan, preflight and report.
-    `place`: the run's name in a store that several runs share (the checkpoint mirror): its
-    folder's name, and a run inside a run (the comparison) below its parent's."""
+    `place`: its name under a shared store (place_of)."""
 
     root: Path
-    place: str = ""
+    place: str = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
-        if not self.place:
-            object.__setattr__(self, "place", self.root.absolute().name)
+        object.__setattr__(self, "place", place_of(self.root))
 
     @classmethod
     def of(cls, run: RunDir | Path | str) -> RunDir:
@@ -238,14 +257,14 @@ class RunDir:
     # --- the decontamination comparison ---------------------------------------------------
     def comparison(self, action: str) -> RunDir:
         """A run of the same recipe on the corpus after decontam `action` (the compare stage)."""
-        return RunDir(self.root / "compare" / action, f"{self.place}/compare/{action}")
+        return RunDir(self.root / COMPARE / action)
 
     # --- the rehearsal ----------------------------------------------------------------------
     @property
     def rehearsal(self) -> RunDir:
         """The rehearsal's own run folder (`hanlm rehearse`): every stage at small budgets,
         never read as the run's."""
-        return RunDir(self.root / "rehearsal", f"{self.place}/rehearsal")
+        return RunDir(self.root / REHEARSAL)
 
     @property
     def rehearsal_record(self) -> Path:

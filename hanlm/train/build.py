@@ -216,8 +216,8 @@ def trainer_settings(job: TrainingJob, components: Components) -> TrainerSetting
 
 def _planted_failure(stage: str, rank: int) -> None:
     """Test hook: HANLM_FAULT_TRAINING=STAGE:RANK fails that training (pretrain or sft) on that
-    rank once its processes have joined, as a rank whose device fails does (the others learn
-    it at their next collective)."""
+    rank once its processes have joined and built their groups, as a rank whose device fails
+    mid-run does (the others learn it at their next collective)."""
     if os.environ.get("HANLM_FAULT_TRAINING") == f"{stage}:{rank}":
         raise RuntimeError(f"planted failure of {stage} on rank {rank} (HANLM_FAULT_TRAINING)")
 
@@ -226,7 +226,6 @@ def build_trainer(
     model: torch.nn.Module, job: TrainingJob, at: Placement, components: Components
 ) -> Trainer:
     """The Trainer of a model already placed and parallelised, from its components' sections."""
-    _planted_failure(components.stage, at.dist.rank)
     adam = build_optimizer(components.optimizer, model, at.dist.device, announce=at.dist.is_main)
     if job.configure_optimizer is not None:
         job.configure_optimizer(adam)
@@ -236,6 +235,10 @@ def build_trainer(
     )
     par = components.parallel
     loss = TokenLoss.from_settings(par.loss_chunk_tokens, par.loss_kernel, at.dist.device)
+    checkpoints = build_checkpoints(
+        components.checkpoint, job.checkpoints_dir, job.checkpoints_place, at.dist
+    )
+    _planted_failure(components.stage, at.dist.rank)
     return Trainer(
         model=model,
         optimizer=adam,
@@ -249,9 +252,7 @@ def build_trainer(
         metrics_path=job.metrics_path,
         token_bytes=job.token_bytes,
         after_optimizer_step=job.after_optimizer_step,
-        checkpoints=build_checkpoints(
-            components.checkpoint, job.checkpoints_dir, job.checkpoints_place, at.dist
-        ),
+        checkpoints=checkpoints,
         every_minutes=components.checkpoint.every_minutes,
         loss=loss,
         objective_for=objective_for,

@@ -300,3 +300,18 @@ def test_an_unfinished_remote_copy_is_not_taken_for_a_checkpoint(tmp_path):
     restored.mkdir()
     checkpoint_mirror.restore(url, restored)
     assert latest(restored).name == "step-00000003"
+
+
+def test_a_run_folder_has_one_place_however_a_command_names_it(tmp_path):
+    """The mirror place of a run inside a run is read from its path: `hanlm run`'s comparison
+    and `hanlm pretrain --run-dir RUN/compare/drop` restore from the same place."""
+    from hanlm.stages.rundir import RunDir
+
+    run = RunDir(tmp_path / "runs" / "ko13b")
+    assert run.pretrain.place == "ko13b/pretrain"
+    assert run.comparison("drop").pretrain.place == "ko13b/compare/drop/pretrain"
+    assert RunDir(tmp_path / "runs/ko13b/compare/drop").place == "ko13b/compare/drop"
+    assert run.rehearsal.sft.place == "ko13b/rehearsal/sft"
+    assert RunDir(run.rehearsal.root / "resume").pretrain.place == "ko13b/rehearsal/resume/pretrain"
+    assert RunDir(run.rehearsal.root / "tune" / "mb4").place == "ko13b/rehearsal/tune/mb4"
+    assert run.sft.ablation("lora-mean-rows").place == "ko13b/sft/ablation/lora-mean-rows"

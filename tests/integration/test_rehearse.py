@@ -33,8 +33,10 @@ def rehearse_here(cli, run: Path, *settings: str):
 
 @pytest.fixture(scope="module")
 def rehearsed(tmp_path_factory):
+    """The demo recipe rehearsed, with a checkpoint mirror beside the run (as the field recipe
+    has one)."""
     run = tmp_path_factory.mktemp("rehearsed") / "demo"
-    done = rehearse(run)
+    done = rehearse(run, f"checkpoint.mirror={run.parent / 'mirror'}")
     assert done.returncode == 0, done.stderr[-4000:]
     return run, RehearsalRecord.read(run / "rehearsal" / RehearsalRecord.FILE), done.stderr
 
@@ -45,7 +47,7 @@ def test_the_demo_recipe_rehearses_every_stage_with_its_figures(rehearsed):
     status = {s.name: s.status for s in record.stages}
     assert status == {
         "plan": "ok", "preflight": "ok", "corpus": "ok", "decontam": "ok", "tokenizer": "ok",
-        "shards": "ok", "pretrain": "ok", "mirror": "not needed", "resume": "ok",
+        "shards": "ok", "pretrain": "ok", "mirror": "ok", "resume": "ok",
         "export": "ok", "sft": "ok", "serve": "ok", "eval": "ok", "report": "ok",
     }  # fmt: skip
     figures = {s.name: s.figures for s in record.stages}
@@ -90,6 +92,12 @@ def test_nothing_is_written_outside_the_rehearsal_and_a_run_afterwards_runs_ever
 
     run, _, _ = rehearsed
     assert sorted(p.name for p in run.iterdir()) == ["rehearsal"]
+    # the mirror holds the rehearsal's trainings alone, under its own place
+    mirror = run.parent / "mirror"
+    places = {p.parent.relative_to(mirror).as_posix() for p in mirror.rglob("latest")}
+    assert places == {
+        "demo/rehearsal/pretrain", "demo/rehearsal/resume/pretrain", "demo/rehearsal/sft"
+    }  # fmt: skip
     copy = tmp_path / "demo"
     shutil.copytree(run, copy, symlinks=True)
     run_pipeline(load_config("demo"), copy, until="preflight")
@@ -133,7 +141,9 @@ def test_an_unwritable_mirror_is_a_host_fault_named_with_nothing_written_elsewhe
     blocker = tmp_path / "a-file"  # a mirror under a file: no one can write there, root neither
     blocker.write_text("not a folder")
     run = tmp_path / "demo"
-    done = rehearse_here(cli, run, *TINY, f"checkpoint.mirror={blocker / 'mirror'}")
+    # no retries: each copy would be tried again with backoff before the verdict
+    mirror = (f"checkpoint.mirror={blocker / 'mirror'}", "checkpoint.retries=0")
+    done = rehearse_here(cli, run, *TINY, *mirror)
     assert done.code == exit_status.HOST_REJECTED, done.err[-3000:]
     record = RehearsalRecord.read(run / "rehearsal" / RehearsalRecord.FILE)
     assert record.verdict == "not ready" and record.failed_stage == "mirror"
