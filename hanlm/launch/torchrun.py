@@ -27,6 +27,22 @@ from hanlm import exit_status
 STATUS_DIR = "HANLM_TORCHRUN_STATUS_DIR"  # where each worker writes its exit status, by rank
 
 
+def processes_below(pid: int) -> list[int]:
+    """Every process below `pid`, nearest first, read from /proc: torchrun starts each rank in
+    a session of its own, so a signal to the launcher's process group does not reach them."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop(0)  # breadth first: a worker before its own children
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            todo += children
+    return found
+
+
 def main(argv: list[str]) -> int:
     # deferred: torch (seconds to import); `hanlm --help` lists this command without it
     from torch.distributed.elastic.multiprocessing.api import SignalException

@@ -24,6 +24,7 @@ from typing import Any
 
 from hanlm import exit_status
 from hanlm.errors import UserError
+from hanlm.launch.torchrun import processes_below
 from hanlm.stages.rundir import RunDir
 from hanlm.train.checkpoint_layout import INCOMPLETE, latest, step_of
 from hanlm.train.results import read_metrics
@@ -73,26 +74,10 @@ def _launcher_variable(name: str) -> bool:
     ) or name.startswith("TORCHELASTIC_")  # fmt: skip
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below `pid` (torchrun starts each rank in a session of its own: a signal
-    to the launcher's group does not reach them), read from /proc."""
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            found += children
-            todo += children
-    return found
-
-
 def _kill(process: subprocess.Popen) -> None:
     """SIGKILL every rank, then the launcher: a hard stop, as a lost host stops a run; wait
     until they are gone (and their hold on the run folder with them)."""
-    ranks = _descendants(process.pid)
+    ranks = processes_below(process.pid)
     for pid in [*ranks, process.pid]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

@@ -23,9 +23,10 @@ import pytest
 from conftest import TINY_PRETRAIN, copy_data_run, losses
 from hanlm import exit_status
 from hanlm.errors import UserError
+from hanlm.launch.torchrun import processes_below
 from hanlm.train import peers
 from hanlm.train.checkpoint_layout import latest
-from processes import descendants, free_port, ranks_below
+from processes import free_port, ranks_below
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 
@@ -63,7 +64,7 @@ class Host:
 
     def workers(self) -> list[int]:
         """Every process below the agent (its workers and theirs)."""
-        return descendants(self.proc.pid)
+        return processes_below(self.proc.pid)
 
     def rank(self) -> int | None:
         """The global rank of this host's worker, from its environment."""

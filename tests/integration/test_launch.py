@@ -31,12 +31,13 @@ from hanlm.cli import main
 from hanlm.errors import UserError
 from hanlm.launch import skypilot
 from hanlm.launch.cost import LaunchRecord
+from hanlm.launch.torchrun import processes_below
 from hanlm.pipeline import run_stage
 from hanlm.preflight import collectives
 from hanlm.preflight.report import PreflightReport
 from hanlm.stages.rundir import load_run_config
 from hanlm.train.checkpoint_layout import latest
-from processes import descendants, free_port, ranks_below
+from processes import free_port, ranks_below
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 
@@ -133,7 +134,7 @@ class Nodes:
 
     def stop(self) -> None:
         for proc in self.procs:
-            pids = descendants(proc.pid)
+            pids = processes_below(proc.pid)
             for pid in [proc.pid, *pids]:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)

@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from conftest import TINY_PRETRAIN, checkpoint_weights, copy_data_run, losses
+from hanlm.launch.torchrun import processes_below
 from hanlm.train.checkpoint_layout import INCOMPLETE, committed, latest, verify
-from processes import descendants
 
 STEPS, EVERY = 16, 4
 SETTINGS = {
@@ -59,7 +59,7 @@ def _start(run_dir: Path, mode: str, optimizer: str, log: Path, extra_env: dict 
 def _kill_all(process: subprocess.Popen) -> None:
     """SIGKILL the process and every process below it (torchrun's ranks run in sessions of
     their own)."""
-    for pid in [process.pid, *descendants(process.pid)]:
+    for pid in [process.pid, *processes_below(process.pid)]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     process.wait()

@@ -20,9 +20,9 @@ import pytest
 from hanlm.data.decontam.outputs import DecontamReport
 from hanlm.data.shards import ShardsManifest
 from hanlm.evals.results import EvalResults
+from hanlm.launch.torchrun import processes_below
 from hanlm.train import checkpoint_layout
 from hanlm.train.results import PretrainSummary
-from processes import descendants
 
 # The whole pipeline in about a minute: the demo world at 0.6 MB, the tiny model, short SFT
 # and eval, and the comparison without the leaks (the demo recipe's decontam.compare_drop).
@@ -110,7 +110,7 @@ def _wait_for_checkpoint(process: subprocess.Popen, root: Path, log: Path, timeo
 
 def _kill(process: subprocess.Popen) -> None:
     """SIGKILL the agent and every rank (torchrun starts them in sessions of their own)."""
-    for pid in [process.pid, *descendants(process.pid)]:
+    for pid in [process.pid, *processes_below(process.pid)]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     process.wait()

@@ -7,27 +7,14 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from hanlm.launch.torchrun import processes_below
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens at now (a rendezvous for the test)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, nearest first."""
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop(0)  # breadth first: a worker before its own children
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            found += children
-            todo += children
-    return found
 
 
 def rank_of(pid: int) -> int | None:
@@ -46,7 +33,7 @@ def ranks_below(pid: int) -> dict[int, int]:
     """rank -> PID of the training processes below `pid` (a worker's own children excluded:
     they inherit its RANK)."""
     found: dict[int, int] = {}
-    for child in descendants(pid):
+    for child in processes_below(pid):
         rank = rank_of(child)
         if rank is not None and rank not in found:
             found[rank] = child
