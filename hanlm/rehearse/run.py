@@ -380,8 +380,10 @@ def rehearse(cfg: Config, run: RunDir | Path | str, *, tune: bool = False) -> Re
     device = _device_name()
     derived = rehearsal_config(cfg, _world(), _this_hardware(device))
     r = Rehearsal(cfg, derived, run, sub, device=device)
-    if _rank() == 0:
-        shutil.rmtree(sub.root, ignore_errors=True)  # a rehearsal measures this host now
+    if _rank() == 0:  # a rehearsal measures this host now: nothing of an earlier one stays
+        shutil.rmtree(sub.root, ignore_errors=True)
+        if derived.checkpoint.mirror:  # what the mirror holds afterwards, this one wrote
+            _clear_mirror(derived.checkpoint.mirror, sub)
         sub.root.mkdir(parents=True)
         save_run_config(r.derived, sub)
     names = steps()
@@ -407,6 +409,12 @@ def rehearse(cfg: Config, run: RunDir | Path | str, *, tune: bool = False) -> Re
     if r.failure is not None and r.failure.exception is not None:
         raise r.failure.exception
     return record
+
+
+def _clear_mirror(mirror: str, sub: RunDir) -> None:
+    from hanlm.train import checkpoint_mirror  # deferred: torch
+
+    checkpoint_mirror.remove(checkpoint_mirror.place(mirror, sub.place))
 
 
 def _failed_here(r: Rehearsal) -> bool:

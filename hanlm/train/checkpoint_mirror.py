@@ -122,6 +122,19 @@ def copy(folder: Path, policy: Policy) -> None:
             time.sleep(policy.backoff_s * 2**attempt)
 
 
+def remove(where: str) -> None:
+    """Delete the folder (or URL) `where` under a mirror and what it holds; best effort: a
+    mirror that cannot be reached now is left as it is."""
+    try:
+        fs, base = file_system(where)
+        if fs is None:
+            shutil.rmtree(base, ignore_errors=True)
+        elif fs.exists(base):
+            fs.rm(base, recursive=True)
+    except OSError as e:
+        warn(f"cannot clear {where} in the mirror ({e})")
+
+
 def mirror_latest(mirror: str) -> str | None:
     """The name of the newest committed checkpoint in the mirror folder (or URL) `mirror`."""
     try:

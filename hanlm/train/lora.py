@@ -13,6 +13,7 @@ from one and folds the adapters into a plain transformers model (what export wri
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,15 @@ class Adapters:
         from peft import get_peft_model  # deferred: as LoraConfig above
 
         check_targets(model, self.section)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            # PEFT asks the model transformers' deprecated `is_gradient_checkpointing`
+            # (peft_model.py): transformers' FutureWarning about PEFT's call, not hanlm's, on
+            # every LoRA run; hanlm cannot call it otherwise
+            warnings.filterwarnings(
+                "ignore",
+                message="`is_gradient_checkpointing` is deprecated",
+                category=FutureWarning,
+            )
             torch.manual_seed(seed)
             peft_model = get_peft_model(model, self.config())
         return peft_model, peft_model.get_base_model()

@@ -17,17 +17,23 @@ from hanlm import exit_status
 from hanlm.plan.measured import RehearsalRecord
 
 ENV = {**os.environ, "COLUMNS": "200", "PYTHONWARNINGS": "ignore"}
+# a tiny model's steps on a loaded, shared machine: only a planted fault may say NO-GO
+HOST = (
+    "preflight.max_comm_ratio=1000", "preflight.max_save_fraction=1000",
+    "preflight.min_write_mb_s=1", "preflight.max_fsync_ms=60000",
+)  # fmt: skip
 
 
 def rehearse(run: Path, *settings: str) -> subprocess.CompletedProcess:
     args = [sys.executable, "-m", "hanlm", "rehearse", "--run-dir", str(run)]
-    for setting in settings:
+    for setting in (*HOST, *settings):
         args += ["--set", setting]
     return subprocess.run(args, capture_output=True, text=True, timeout=900, env=ENV)
 
 
 def rehearse_here(cli, run: Path, *settings: str):
     """`hanlm rehearse` in this process: the planted faults stop before its child processes."""
+    settings = (*HOST, *settings)
     return cli("rehearse", "--run-dir", run, *(a for s in settings for a in ("--set", s)))
 
 
@@ -36,6 +42,11 @@ def rehearsed(tmp_path_factory):
     """The demo recipe rehearsed, with a checkpoint mirror beside the run (as the field recipe
     has one)."""
     run = tmp_path_factory.mktemp("rehearsed") / "demo"
+    # an earlier rehearsal's copy in the mirror: gone once this one starts (what the mirror
+    # holds afterwards, this one wrote)
+    stale = run.parent / "mirror" / "demo" / "rehearsal" / "pretrain" / "step-00000099"
+    stale.mkdir(parents=True)
+    (stale / "manifest.json").write_text("{}")
     done = rehearse(run, f"checkpoint.mirror={run.parent / 'mirror'}")
     assert done.returncode == 0, done.stderr[-4000:]
     return run, RehearsalRecord.read(run / "rehearsal" / RehearsalRecord.FILE), done.stderr
@@ -94,6 +105,7 @@ def test_nothing_is_written_outside_the_rehearsal_and_a_run_afterwards_runs_ever
     assert sorted(p.name for p in run.iterdir()) == ["rehearsal"]
     # the mirror holds the rehearsal's trainings alone, under its own place
     mirror = run.parent / "mirror"
+    assert not list(mirror.rglob("step-00000099"))  # the earlier rehearsal's copy is gone
     places = {p.parent.relative_to(mirror).as_posix() for p in mirror.rglob("latest")}
     assert places == {
         "demo/rehearsal/pretrain", "demo/rehearsal/resume/pretrain", "demo/rehearsal/sft"
@@ -175,7 +187,7 @@ def test_a_rank_whose_sft_fails_under_torchrun_is_named(tmp_path):
     run = tmp_path / "demo"
     args = [sys.executable, "-m", "hanlm", "torchrun", "--standalone", "--nproc-per-node", "2",
             "-m", "hanlm", "rehearse", "--run-dir", str(run)]  # fmt: skip
-    for setting in (*TINY, "sft.batch_rows=4"):
+    for setting in (*HOST, *TINY, "sft.batch_rows=4"):
         args += ["--set", setting]
     env = {**ENV, "OMP_NUM_THREADS": "1", "HANLM_FAULT_TRAINING": "sft:1"}
     done = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
