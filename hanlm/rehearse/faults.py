@@ -4,8 +4,13 @@ recipe's or its inputs', or a bug in hanlm. The exit status follows (hanlm.exit_
 
 from __future__ import annotations
 
-from hanlm.errors import PeerLost, PreflightNoGo, UserError
+from hanlm.errors import PeerLost, PreflightNoGo, Terminated, UserError
 from hanlm.plan.measured import BUG, HOST, INPUT
+from hanlm.train.preemption import Preempted
+
+# a stop asked for (Ctrl-C, SIGTERM): not a stage's failure; the rehearsal ends there, as a
+# run does (exit 75 or 130)
+STOPS = (KeyboardInterrupt, SystemExit, Terminated, Preempted)
 
 
 class HostMemory(UserError):

@@ -14,6 +14,7 @@ mirror must hold pretraining's last checkpoint, pretraining is stopped hard in a
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import shutil
 import socket
@@ -44,7 +45,7 @@ from hanlm.plan.measured import (
 from hanlm.plan.recipe import plan_recipe, planned_parallel, setup_from_config
 from hanlm.rehearse import figures, serving
 from hanlm.rehearse import tune as tune_lib
-from hanlm.rehearse.faults import HostMemory, classify
+from hanlm.rehearse.faults import STOPS, HostMemory, classify
 from hanlm.rehearse.recipe import rehearsal_config
 from hanlm.report.rehearsal_section import projection_lines, stage_line
 from hanlm.stages.rundir import RunDir, save_run_config
@@ -105,7 +106,7 @@ def _run_stage(r: Rehearsal, name: str) -> None:
         if name == "pretrain":
             _check_fits(r)
         outcome = pipeline.run_stage(name, r.derived, r.sub, force=True)
-    except (KeyboardInterrupt, SystemExit):
+    except STOPS:  # a stop asked for (Ctrl-C, SIGTERM): the rehearsal ends there, as a run does
         raise
     except BaseException as e:
         _fail(r, name, e, time.perf_counter() - started)
@@ -237,6 +238,8 @@ OWN_CHECKS = {"mirror": _mirror, "resume": _resume, "serve": _serve}
 
 
 def _own_check(r: Rehearsal, name: str) -> None:
+    """A check of the rehearsal's own, on rank 0 while the others wait; every rank records
+    what rank 0 found (its stage and failure, passed through the launch's store)."""
     if _world() == 1:
         OWN_CHECKS[name](r)
         return
@@ -246,15 +249,17 @@ def _own_check(r: Rehearsal, name: str) -> None:
         _release_devices()
         OWN_CHECKS[name](r)
         failed = r.failure is not None and r.failure.stage == name
-        store.set(key, f"failed: {r.failure.error}" if failed else "done")
+        found = {
+            "stage": r.stages[-1].model_dump(mode="json"),
+            "failure": [r.failure.error, r.failure.fix, r.failure.fault] if failed else None,
+        }
+        store.set(key, json.dumps(found))
         return
     store.wait([key])
-    status = store.get(key).decode()
-    if status == "done":
-        r.stages.append(StageRehearsal(name=name, status="ok"))
-    else:
-        r.failure = Failure(name, f"failed on rank 0 ({status})", "see rank 0's output", HOST)
-        r.stages.append(StageRehearsal(name=name, status="failed", error=r.failure.error))
+    found = json.loads(store.get(key).decode())
+    r.stages.append(StageRehearsal.model_validate(found["stage"]))
+    if found["failure"] is not None:
+        r.failure = Failure(name, *found["failure"])
 
 
 def _release_devices() -> None:

@@ -22,7 +22,7 @@ from hanlm.plan.inputs import model_shapes
 from hanlm.plan.memory_model import memory
 from hanlm.plan.recipe import planned_parallel, setup_from_config
 from hanlm.rehearse import figures
-from hanlm.rehearse.faults import classify
+from hanlm.rehearse.faults import STOPS, classify
 from hanlm.rehearse.recipe import WARMUP_STEPS, rehearsal_config
 from hanlm.rehearse.resume import link_shared
 from hanlm.stages.rundir import TUNE, RunDir
@@ -113,7 +113,7 @@ def _time(cfg: Config, sub: RunDir, c: dict[str, Any], capacity_gb: float) -> di
     link_shared(sub, folder)
     try:
         pipeline.run_stage("pretrain", _recipe(cfg, c), folder, force=True, save_config=False)
-    except (KeyboardInterrupt, SystemExit):
+    except STOPS:
         raise
     except BaseException as e:
         return {**c, "name": _name(c), "fits": False, "error": classify(e)[1]}

@@ -197,5 +197,8 @@ def test_a_rank_whose_sft_fails_under_torchrun_is_named(tmp_path):
     assert record.failed_stage == "sft", record.error
     status = {s.name: s.status for s in record.stages}
     assert status["pretrain"] == status["resume"] == "ok" and status["sft"] == "failed"
+    # before it, FSDP2 on 2 ranks stopped hard in a save resumed to the same bits
+    resume = next(s for s in record.stages if s.name == "resume").figures
+    assert resume["agree"] and resume["max_loss_difference"] == 0.0
     assert status["serve"] == status["eval"] == status["report"] == "not run"
     assert sorted(p.name for p in run.iterdir()) == ["rehearsal"]
