@@ -37,17 +37,21 @@ def rehearse_here(cli, run: Path, *settings: str):
     return cli("rehearse", "--run-dir", run, *(a for s in settings for a in ("--set", s)))
 
 
+# the demo recipe with a tiny model: every stage as the demo has it, quicker
+TINY = ("model.preset=tiny", "pretrain.seq_len=64", "pretrain.micro_batch=4")
+
+
 @pytest.fixture(scope="module")
 def rehearsed(tmp_path_factory):
-    """The demo recipe rehearsed, with a checkpoint mirror beside the run (as the field recipe
-    has one)."""
+    """The demo recipe (its model tiny) rehearsed, with a checkpoint mirror beside the run (as
+    the field recipe has one)."""
     run = tmp_path_factory.mktemp("rehearsed") / "demo"
     # an earlier rehearsal's copy in the mirror: gone once this one starts (what the mirror
     # holds afterwards, this one wrote)
     stale = run.parent / "mirror" / "demo" / "rehearsal" / "pretrain" / "step-00000099"
     stale.mkdir(parents=True)
     (stale / "manifest.json").write_text("{}")
-    done = rehearse(run, f"checkpoint.mirror={run.parent / 'mirror'}")
+    done = rehearse(run, *TINY, f"checkpoint.mirror={run.parent / 'mirror'}")
     assert done.returncode == 0, done.stderr[-4000:]
     return run, RehearsalRecord.read(run / "rehearsal" / RehearsalRecord.FILE), done.stderr
 
@@ -75,7 +79,7 @@ def test_the_demo_recipe_rehearses_every_stage_with_its_figures(rehearsed):
     assert resume["resumed_from_step"] < resume["stopped_in_save_of_step"]
     assert figures["sft"]["tokens_per_s"] > 0 and figures["eval"]["items_per_s"] > 0
     assert figures["serve"]["answer_s"] > 0
-    assert record.shapes["model"] == "demo" and record.shapes["gpu"] == "cpu"
+    assert record.shapes["model"] == "tiny" and record.shapes["gpu"] == "cpu"
     assert "ready" in log and "rehearsal: 1 x cpu" in log
 
 
@@ -112,7 +116,7 @@ def test_nothing_is_written_outside_the_rehearsal_and_a_run_afterwards_runs_ever
     }  # fmt: skip
     copy = tmp_path / "demo"
     shutil.copytree(run, copy, symlinks=True)
-    run_pipeline(load_config("demo"), copy, until="preflight")
+    run_pipeline(load_config("demo", overrides=list(TINY)), copy, until="preflight")
     for stage in ("plan", "preflight"):
         assert (copy / stage / "stage.json").is_file()
     assert "measured: hanlm rehearse on cpu" in (copy / "plan" / "plan.json").read_text()
@@ -120,7 +124,8 @@ def test_nothing_is_written_outside_the_rehearsal_and_a_run_afterwards_runs_ever
 
 def test_hanlm_plan_uses_the_rehearsals_speed_and_says_so(rehearsed, cli):
     run, record, _ = rehearsed
-    result = cli("plan", "--run", run, "--config", "demo", "--json")
+    tiny = [a for setting in TINY for a in ("--set", setting)]
+    result = cli("plan", "--run", run, "--config", "demo", "--json", *tiny)
     assert result.code == 0, result.err
     import json
 
@@ -128,8 +133,8 @@ def test_hanlm_plan_uses_the_rehearsals_speed_and_says_so(rehearsed, cli):
     assert timing["mfu_source"].startswith("measured: hanlm rehearse on cpu")
     assert timing["tokens_per_s"] == pytest.approx(record.projection.measured_tokens_per_s)
     # another micro-batch is other shapes: the assumed MFU again
-    other = cli("plan", "--run", run, "--config", "demo", "--json",
-                "--set", "pretrain.micro_batch=4", "--set", "pretrain.global_batch_tokens=1024")  # fmt: skip
+    other = cli("plan", "--run", run, "--config", "demo", "--json", *tiny,
+                "--set", "pretrain.micro_batch=8")  # fmt: skip
     assert not json.loads(other.out)["time"]["mfu_source"].startswith("measured:")
 
 
@@ -143,10 +148,6 @@ def test_the_report_card_shows_the_rehearsal(rehearsed):
     assert "**Rehearsal**" in card and "**ready**" in card
     assert "| resume | ok |" in card and "agree bit for bit" in card
     assert f"{record.projection.measured_tokens_per_s:,.0f} tokens/s" in card
-
-
-# the demo recipe with a tiny model: the planted faults come quicker
-TINY = ("model.preset=tiny", "pretrain.seq_len=64", "pretrain.micro_batch=4")
 
 
 def test_an_unwritable_mirror_is_a_host_fault_named_with_nothing_written_elsewhere(tmp_path, cli):

@@ -1,7 +1,7 @@
 """A pretraining run SIGKILLed while it saves a checkpoint and run again logs the same loss at
 every step and ends with the same weights bit for bit as the same command never stopped: under
-torchrun with 2 CPU ranks in DDP and in FSDP2 with Muon (in one process, and in FSDP2 with AdamW:
-`hanlm rehearse`'s own check, tests/integration/test_rehearse.py).
+torchrun with 2 CPU ranks in FSDP2 with Muon (in one process, and in FSDP2 with AdamW: `hanlm
+rehearse`'s own check, tests/integration/test_rehearse.py).
 
 Each run is started as a user starts it (a process, or a torchrun agent with its ranks); the
 kill lands while an asynchronous save is being written (a slowed disk keeps it in flight), after
@@ -93,8 +93,10 @@ def _finish(run_dir: Path, mode: str, optimizer: str, log: Path) -> None:
     "mode,optimizer",
     # Muon's state (a momentum buffer per block matrix, sharded as its weight) under FSDP2; one
     # process and FSDP2 with AdamW on 2 ranks are `hanlm rehearse`'s own stop-and-resume check
-    # (tests/integration/test_rehearse.py: the demo recipe, and the 2-rank rehearsal)
-    [("ddp", "adamw"), ("fsdp", "muon")],
+    # (tests/integration/test_rehearse.py: the demo recipe, and the 2-rank rehearsal); DDP's
+    # resume on every rank is tests/integration/test_checkpoint_ranks.py's, and a kill in a save
+    # leaves the same committed checkpoints whatever the parallel mode (checkpoint_layout)
+    [("fsdp", "muon")],
 )
 def test_a_run_killed_while_saving_resumes_to_the_same_bits(demo_run, tmp_path, mode, optimizer):
     whole = copy_data_run(demo_run, tmp_path / "whole")
