@@ -8,8 +8,8 @@ are split into sentences, and every document is a new mix of 8-16 sentences draw
 from the whole pool, in 2-4 paragraphs, so documents are distinct by construction (the script
 measures it: the most sentences any two documents share, and the 5-gram Jaccard of random
 pairs). Planted, with known ids, each a copy of an earlier document: exact copies, and near
-duplicates with punctuation changed throughout, with spacing changed, with one sentence appended
-and with one sentence changed (the issue's documents of 8-16 sentences).
+duplicates with punctuation changed throughout, with spacing changed, with one sentence appended,
+with one sentence changed and with its paragraphs reordered.
 
 Figures per run: input MB, wall s, MB/s, MB/s per worker, CPU s of the process tree, peak RSS,
 recall (a planted pair counts when it collapsed to one document: either member may be the one
@@ -22,13 +22,17 @@ the whole tree's summed RSS with psutil every 0.25 s (what the machine must hold
 of forked workers count once per process).
 
 The contender is the hanlm the script lives in (or `--hanlm-path`), with `data_engine.workers`
-set to each of `--workers`; the baseline is commit 030bf8e (before the datatrove engine: one
-process), exported with `git archive` into the cache, measured on `--baseline-mb`. Targets:
->= 5 MB/s per worker, >= 1.8x from 1 to 2 workers, peak RSS grows <= 10% from half to full
-input, near-duplicate recall >= 0.95 (exact too), false positives <= 0.5%.
+set to each of `--workers`; `--against datatrove` (the default) also runs datatrove's own
+four-stage MinHash pipeline (`benchmarks/datatrove_minhash.py`: its defaults, Korean split into
+words by the tokenizer datatrove assigns Korean, one process) on `--against-mb` of the same files,
+and hanlm with one worker on the same files: CPU-seconds per MB of each, the ratio, and each one's
+recall per planted kind and false positives. Targets: >= 5 MB/s per worker, >= 1.8x from 1 to 2
+workers, peak RSS grows <= 10% from half to full input, near-duplicate recall >= 0.95 (exact
+too), false positives <= 0.5%; against datatrove, >= 10x its CPU-seconds per MB with a recall
+not lower on any kind.
 
-    python benchmarks/corpus.py [--mb 200] [--workers 1,2] [--baseline-mb 100] [--skip-baseline]
-        [--hanlm-path PATH] [--cache DIR] [--json OUT]
+    python benchmarks/corpus.py [--mb 200] [--workers 1,2] [--against datatrove|none]
+        [--against-mb 64] [--hanlm-path PATH] [--cache DIR] [--json OUT]
 """
 
 from __future__ import annotations
@@ -56,8 +60,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
-BASELINE_COMMIT = "030bf8e"
-KINDS = ("exact", "punctuation", "spacing", "appended", "sentence")  # planted copy kinds
+KINDS = ("exact", "punctuation", "spacing", "appended", "sentence", "reordered")  # planted copies
 NEAR = KINDS[1:]
 KIND_NAMES = {
     "exact": "exact copy",
@@ -65,8 +68,9 @@ KIND_NAMES = {
     "spacing": "spacing changed",
     "appended": "one sentence appended",
     "sentence": "one sentence changed",
+    "reordered": "paragraphs reordered",
 }
-DATA_VERSION = 3  # bump when the generator changes: the cache key
+DATA_VERSION = 4  # bump when the generator changes: the cache key
 _PUNCTUATION = re.compile(r"[.,!?;:'\"()\[\]·…~\-]")
 
 # ---------------------------------------------------------------------------------------------
@@ -156,6 +160,13 @@ def append_sentence(doc, pool, rng) -> list[list[int]]:
     return copy
 
 
+def reorder_paragraphs(doc, rng) -> list[list[int]] | None:
+    """The same paragraphs in another order."""
+    order = list(range(len(doc)))
+    rng.shuffle(order)
+    return None if order == sorted(order) else [list(doc[i]) for i in order]
+
+
 def change_punctuation(text: str, rng: random.Random) -> str | None:
     """Every punctuation mark dropped, kept or swapped for another, throughout."""
     changed = _PUNCTUATION.sub(lambda m: rng.choice(["", "", m.group(), "!", ",", "…"]), text)
@@ -219,6 +230,9 @@ def build_corpus(data: Path, mb: float, seed: int, files: int, rate: float, out:
                     text = change_spacing(docs[src][1], rng)
                 elif kind == "sentence":
                     edited = change_sentence(paragraphs, pool, rng)
+                    text = edited and render(edited, pool)
+                elif kind == "reordered":
+                    edited = reorder_paragraphs(paragraphs, rng)
                     text = edited and render(edited, pool)
                 else:
                     text = render(append_sentence(paragraphs, pool, rng), pool)
@@ -365,22 +379,8 @@ print(json.dumps({"rc": p.returncode, "wall_s": wall, "maxrss_kb": ru.ru_maxrss,
 """
 
 
-def run_stage(hanlm_path: Path, inputs: list[Path], workers: int | None, work: Path) -> dict:
-    """One `hanlm corpus` run in a fresh run dir: the wrapper's figures and the output ids."""
-    from hanlm.data.corpus import iter_corpus
-
-    run = work / "run"
-    shutil.rmtree(run, ignore_errors=True)
-    run.mkdir(parents=True)
-    recipe = run / "bench.toml"  # the documented defaults, not the demo recipe's small parts
-    recipe.write_text("[corpus]\nnear_dedup = true\n", "utf-8")
-    cmd = [sys.executable, "-m", "hanlm", "corpus", "--run", str(run), "--config", str(recipe)]
-    cmd += ["--set", "corpus.near_dedup=true", "--force"]
-    if workers is not None:
-        cmd += ["--set", f"data_engine.workers={workers}"]
-    for path in inputs:
-        cmd += ["--input", str(path)]
-    env = dict(os.environ, PYTHONPATH=str(hanlm_path))
+def wrapped(cmd: list[str], env: dict, work: Path, what: str) -> dict:
+    """`cmd` run by the wrapper (cwd `work`): its wall time, CPU time and memory figures."""
     log = work / "stage.log"
     # cwd is the scratch folder: `python -m` puts the working directory first on sys.path.
     out = subprocess.run(
@@ -392,11 +392,43 @@ def run_stage(hanlm_path: Path, inputs: list[Path], workers: int | None, work: P
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     if figures["rc"] != 0:
         tail = log.read_text("utf-8", errors="replace")[-3000:]
-        sys.exit(f"corpus benchmark: `hanlm corpus` failed (exit {figures['rc']}):\n{tail}")
+        sys.exit(f"corpus benchmark: {what} failed (exit {figures['rc']}):\n{tail}")
+    return figures
+
+
+def run_stage(hanlm_path: Path, inputs: list[Path], workers: int, work: Path) -> dict:
+    """One `hanlm corpus` run in a fresh run dir: the wrapper's figures and the output ids."""
+    from hanlm.data.corpus import iter_corpus
+
+    run = work / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    recipe = run / "bench.toml"  # the documented defaults, not the demo recipe's small parts
+    recipe.write_text("[corpus]\nnear_dedup = true\n", "utf-8")
+    cmd = [sys.executable, "-m", "hanlm", "corpus", "--run", str(run), "--config", str(recipe)]
+    cmd += ["--set", "corpus.near_dedup=true", "--force"]
+    cmd += ["--set", f"data_engine.workers={workers}"]
+    for path in inputs:
+        cmd += ["--input", str(path)]
+    env = dict(os.environ, PYTHONPATH=str(hanlm_path))
+    figures = wrapped(cmd, env, work, "`hanlm corpus`")
     corpus_dir = run / "corpus"
     figures["stats"] = json.loads((corpus_dir / "stats.json").read_text("utf-8"))
     figures["kept"] = {doc["id"] for doc in iter_corpus(corpus_dir)}
     shutil.rmtree(run, ignore_errors=True)
+    return figures
+
+
+def run_datatrove(inputs: list[Path], work: Path, words: str) -> dict:
+    """datatrove's MinHash pipeline (benchmarks/datatrove_minhash.py) on `inputs`, words split
+    as `words` says."""
+    kept = work / "kept.txt"
+    script = Path(__file__).resolve().parent / "datatrove_minhash.py"
+    cmd = [sys.executable, str(script), "--work", str(work / "dt"), "--kept", str(kept)]
+    cmd += ["--words", words]
+    figures = wrapped([*cmd, *map(str, inputs)], dict(os.environ), work, "datatrove's MinHash")
+    figures["stats"] = {}
+    figures["kept"] = set(kept.read_text("utf-8").split())
     return figures
 
 
@@ -435,19 +467,6 @@ def score(manifest: dict, n_files: int, kept: set[str]) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def export_baseline(cache: Path, commit: str) -> Path:
-    """Commit `commit`'s hanlm package, exported once into the cache."""
-    dest = cache / f"baseline-{commit}"
-    if not (dest / "hanlm" / "__init__.py").is_file():
-        tmp = Path(tempfile.mkdtemp(dir=cache))
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "hanlm"],
-                                 capture_output=True, check=True).stdout  # fmt: skip
-        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
-    return dest
-
-
 def files_for(manifest: dict, mb: float) -> int:
     """How many of the corpus files make about `mb` MB (at least one)."""
     sizes = manifest["file_bytes"]
@@ -459,10 +478,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=200.0, help="MB of input (RSS also at half)")
     parser.add_argument("--workers", default="1,2", help="data_engine.workers values to measure")
-    parser.add_argument("--baseline-mb", type=float, default=100.0,
-                        help="MB the baseline runs on (its RSS also at half)")  # fmt: skip
-    parser.add_argument("--skip-baseline", action="store_true")
-    parser.add_argument("--baseline-commit", default=BASELINE_COMMIT)
+    parser.add_argument("--against", choices=("datatrove", "none"), default="datatrove",
+                        help="the peer run on the same files: datatrove's MinHash pipeline")  # fmt: skip
+    parser.add_argument("--datatrove-words", default="kiwi,whitespace,split",
+                        help="how datatrove splits words: kiwi (its Korean default), "
+                        "whitespace (spaCy), split (str.split)")  # fmt: skip
+    parser.add_argument("--against-mb", type=float, default=64.0,
+                        help="MB the peer and hanlm with one worker run on side by side")  # fmt: skip
     parser.add_argument("--hanlm-path", type=Path, default=ROOT,
                         help="folder holding the hanlm package to benchmark")  # fmt: skip
     parser.add_argument(
@@ -518,26 +540,29 @@ def main() -> None:
 
     paths = [data_dir / name for name in manifest["files"]]
     total_files = len(paths)
-    plan = []  # (implementation, hanlm path, workers, number of files)
+    plan = []  # (implementation, workers, number of files)
     for w in workers:
-        for n in (files_for(manifest, args.mb / 2), total_files):
-            plan.append(("hanlm", hanlm_path, w, n))
-    if not args.skip_baseline:
-        base_path = export_baseline(args.cache, args.baseline_commit)
-        full = files_for(manifest, args.baseline_mb)
-        for n in (files_for(manifest, args.baseline_mb / 2), full):
-            plan.append((f"baseline {args.baseline_commit}", base_path, None, n))
+        for n in sorted({files_for(manifest, args.mb / 2), total_files}):
+            plan.append(("hanlm", w, n))
+    if args.against == "datatrove":
+        side = files_for(manifest, args.against_mb)  # side by side: the same files
+        if ("hanlm", 1, side) not in plan:
+            plan.append(("hanlm", 1, side))
+        plan += [(f"datatrove {words}", 1, side) for words in args.datatrove_words.split(",")]
 
     rows = []
-    for name, path, w, n in plan:
+    for name, w, n in plan:
         mb = sum(manifest["file_bytes"][:n]) / 1e6
         load = os.getloadavg()[0]
-        # the median of --repeats runs (the slow baseline runs once): on a shared 2-core machine
-        # one run's wall time moves by a few tenths of a second with what else is running
+        # the median of --repeats runs: on a shared 2-core machine one run's wall time moves by
+        # a few tenths of a second with what else is running
         figs = []
-        for _ in range(args.repeats if w is not None else 1):
+        for _ in range(args.repeats):
             with tempfile.TemporaryDirectory(dir=args.cache) as work:
-                figs.append(run_stage(path, paths[:n], w, Path(work)))
+                if name == "hanlm":
+                    figs.append(run_stage(hanlm_path, paths[:n], w, Path(work)))
+                else:
+                    figs.append(run_datatrove(paths[:n], Path(work), name.split()[1]))
         fig = figs[0]
         fig["wall_s"] = statistics.median(f["wall_s"] for f in figs)
         fig["cpu_s"] = statistics.median(f["cpu_s"] for f in figs)
@@ -546,15 +571,14 @@ def main() -> None:
         sc = score(manifest, n, fig.pop("kept"))
         row = {
             "implementation": name,
-            "hanlm_path": str(path),
-            "workers": w or 1,
+            "workers": w,
             "files": n,
             "input_mb": round(mb, 1),
             "wall_s": round(fig["wall_s"], 2),
             "walls": fig["walls"],
             "cpu_s": round(fig["cpu_s"], 1),
             "mb_s": mb / fig["wall_s"],
-            "mb_s_per_worker": mb / fig["wall_s"] / (w or 1),
+            "mb_s_per_worker": mb / fig["wall_s"] / w,
             "peak_rss_mb": fig["maxrss_kb"] / 1024,
             "tree_rss_mb": fig["tree_peak_bytes"] / 2**20 if fig["tree_peak_bytes"] else None,
             "load_before": round(load, 2),
@@ -579,8 +603,8 @@ def main() -> None:
 
     print()
     print("| implementation | workers | input MB | wall s | CPU s | MB/s | MB/s per worker | peak RSS MB "
-          "(largest process) | tree RSS MB (sum, sampled) | exact recall | near recall: punctuation "
-          "/ spacing / appended / changed (all) | false positives |")  # fmt: skip
+          "(largest process) | tree RSS MB (sum, sampled) | exact recall | near recall: "
+          + " / ".join(k for k in NEAR) + " (all) | false positives |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         rec = r["recall"]
@@ -588,9 +612,9 @@ def main() -> None:
         print(
             f"| {r['implementation']} | {r['workers']} | {r['input_mb']:.1f} | {r['wall_s']:.1f} | "
             f"{r['cpu_s']:.1f} | {r['mb_s']:.2f} | {r['mb_s_per_worker']:.2f} | "
-            f"{r['peak_rss_mb']:.0f} | {tree} | {rec['exact']:.3f} | {rec['punctuation']:.3f} / "
-            f"{rec['spacing']:.3f} / {rec['appended']:.3f} / {rec['sentence']:.3f} "
-            f"({rec['near']:.3f}) | "
+            f"{r['peak_rss_mb']:.0f} | {tree} | {rec['exact']:.3f} | "
+            + " / ".join(f"{rec[k]:.3f}" for k in NEAR)
+            + f" ({rec['near']:.3f}) | "
             f"{r['false_positives']}/{r['originals']} = {r['fpr']:.2%} |"
         )
     print()
@@ -601,12 +625,12 @@ def main() -> None:
               f"pairs with both removed: {r['both_removed']}")  # fmt: skip
 
     # Targets
-    def row_of(impl_prefix: str, w: int, full: bool):
-        cands = [
-            r for r in rows if r["implementation"].startswith(impl_prefix) and r["workers"] == w
-        ]
-        cands.sort(key=lambda r: r["files"])
-        return (cands[-1] if full else cands[0]) if cands else None
+    half_files = files_for(manifest, args.mb / 2)
+
+    def row_of(implementation: str, w: int, full: bool):
+        n = total_files if full else half_files
+        return next(r for r in rows if r["implementation"] == implementation
+                    and r["workers"] == w and r["files"] == n)  # fmt: skip
 
     checks = []
 
@@ -644,35 +668,33 @@ def main() -> None:
         check(f"false-positive rate <= 0.5% ({w} worker(s))", r["fpr"] <= 0.005, f"{r['fpr']:.3%}")
 
     ratios = {}
-    base = [r for r in rows if r["implementation"].startswith("baseline")]
-    if base:
-        b_full = max(base, key=lambda r: r["files"])
-        b_half = min(base, key=lambda r: r["files"])
-        bg = b_full["peak_rss_mb"] / b_half["peak_rss_mb"] - 1
+    peers = [r for r in rows if r["implementation"].startswith("datatrove")]
+    if peers:
+        ours = next(r for r in rows if r["implementation"] == "hanlm" and r["workers"] == 1
+                    and r["files"] == peers[0]["files"])  # fmt: skip
         print()
-        print(
-            f"baseline {args.baseline_commit} (one process) on {b_full['input_mb']:.0f} MB"
-            f"{' (--baseline-mb; less than the contender' + chr(39) + 's ' + format(args.mb, 'g') + ' MB)' if b_full['files'] < total_files else ''}: "
-            f"{b_full['mb_s']:.2f} MB/s, peak RSS {b_half['peak_rss_mb']:.0f} MB at "
-            f"{b_half['input_mb']:.0f} MB -> {b_full['peak_rss_mb']:.0f} MB at "
-            f"{b_full['input_mb']:.0f} MB ({bg:+.1%})"
-        )
-        for w in workers:
-            # Compared at the baseline's input size where the contender ran it (RSS grows with
-            # the input), else at the contender's full size.
-            same = [r for r in rows if r["implementation"] == "hanlm" and r["workers"] == w
-                    and r["files"] == b_full["files"]]  # fmt: skip
-            r = same[0] if same else row_of("hanlm", w, True)
-            tag = f"{w}w_{r['input_mb']:.0f}mb"
-            ratios[f"mb_s_{tag}_over_baseline"] = r["mb_s"] / b_full["mb_s"]
-            ratios[f"peak_rss_{tag}_over_baseline"] = r["peak_rss_mb"] / b_full["peak_rss_mb"]
-            cpu = (r["cpu_s"] / r["input_mb"]) / (b_full["cpu_s"] / b_full["input_mb"])
-            ratios[f"cpu_s_per_mb_{tag}_over_baseline"] = cpu
-            print(
-                f"ratio hanlm ({w} worker(s), {r['input_mb']:.0f} MB) / baseline "
-                f"({b_full['input_mb']:.0f} MB): MB/s {ratios[f'mb_s_{tag}_over_baseline']:.2f}x, "
-                f"peak RSS {ratios[f'peak_rss_{tag}_over_baseline']:.2f}x, CPU s per MB {cpu:.2f}x"
-            )
+        print(f"side by side on the same {ours['input_mb']:.1f} MB, one process each, CPU-seconds "
+              f"(per MB): hanlm {ours['cpu_s']:.1f} ({ours['cpu_s'] / ours['input_mb']:.3f})")  # fmt: skip
+        for peer in peers:
+            ratio = peer["cpu_s"] / ours["cpu_s"]
+            ratios[f"{peer['implementation'].replace(' ', '_')}_cpu_s_over_hanlm"] = ratio
+            print(f"  {peer['implementation']}'s MinHash: {peer['cpu_s']:.1f} "
+                  f"({peer['cpu_s'] / peer['input_mb']:.3f}), {ratio:.1f}x hanlm's; false "
+                  f"positives {peer['false_positives']}/{peer['originals']} (hanlm "
+                  f"{ours['false_positives']})")  # fmt: skip
+        # datatrove's own default for Korean first, then the cheapest split of those run
+        default = next((r for r in peers if r["implementation"] == "datatrove kiwi"), None)
+        cheapest = min(peers, key=lambda r: r["cpu_s"])
+        for peer in dict.fromkeys(p for p in (default, cheapest) if p is not None):
+            ratio = peer["cpu_s"] / ours["cpu_s"]
+            what = "its default for Korean" if peer is default else "the cheapest split run"
+            check(f"CPU-seconds per MB, {peer['implementation']} ({what}) / hanlm >= 10x",
+                  ratio >= 10, f"{ratio:.1f}x")  # fmt: skip
+        for peer in peers:
+            lower = [k for k in KINDS if ours["recall"][k] < peer["recall"][k]]
+            check(f"recall not lower than {peer['implementation']}'s on any planted kind",
+                  not lower, ", ".join(f"{k} {ours['recall'][k]:.3f} vs "
+                                       f"{peer['recall'][k]:.3f}" for k in KINDS))  # fmt: skip
     print(f"({os.cpu_count()} CPU cores, python {sys.version.split()[0]}, hanlm from {hanlm_path})")
 
     if args.json:

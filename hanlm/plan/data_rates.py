@@ -18,7 +18,7 @@ import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hanlm.config import SourceFields
 from hanlm.data import dataset_repo
@@ -39,25 +39,41 @@ class Rate:
 # The one place to update when the benchmarks measure new figures. Machine: the project's
 # reference machine (2 CPU cores, 24 GiB, no GPU, Python 3.11); see benchmarks/README.md.
 DATA_RATES: dict[str, Rate] = {
-    # `hanlm corpus` end to end per worker (read, NFC, clean, exact dedup, MinHash near-dedup,
-    # write; Python's start-up included), 204 MB of Korean JSONL, 1 worker, median of 5 runs:
-    # benchmarks/corpus.py --mb 200 --repeats 5, 2026-11-30
+    # `hanlm corpus` end to end, one worker (read, NFC, PII, exact dedup, MinHash near-dedup,
+    # write; Python's start-up included), on the same 256 MB of FineWeb-2-shaped Korean rows
+    # (487 characters a document on average) as JSONL and as parquet, median of 2 alternating
+    # runs each: benchmarks/corpus_formats.py --mb 256 --files 4 --repeats 2, 2026-12-05
     "corpus_near_dedup": Rate(
-        18.2,
+        8.54,
         "read, normalise, exact and near-dedup (MinHash LSH)",
-        "benchmarks/corpus.py, 2026-11-30",
+        "benchmarks/corpus_formats.py, JSONL, 2026-12-05",
     ),
-    # the same with [corpus.quality] on: 204 MB, 1 worker, 2026-11-30 (hanlm corpus, timed)
+    "corpus_near_dedup_parquet": Rate(
+        9.52,
+        "read, normalise, exact and near-dedup (MinHash LSH)",
+        "benchmarks/corpus_formats.py, parquet, 2026-12-05",
+    ),
+    # the same with [corpus.quality] on
     "corpus_near_dedup_quality": Rate(
-        9.1,
+        5.39,
         "read, normalise, quality filters, exact and near-dedup",
-        "hanlm corpus on benchmarks/corpus.py's data, 2026-11-30",
+        "benchmarks/corpus_formats.py, JSONL, 2026-12-05",
     ),
-    # the same without near_dedup (exact dedup only): 204 MB, 1 worker, 2026-11-30
+    "corpus_near_dedup_quality_parquet": Rate(
+        6.08,
+        "read, normalise, quality filters, exact and near-dedup",
+        "benchmarks/corpus_formats.py, parquet, 2026-12-05",
+    ),
+    # the same without near_dedup (exact dedup only)
     "corpus": Rate(
-        28.0,
+        13.35,
         "read, normalise, exact dedup",
-        "hanlm corpus on benchmarks/corpus.py's data, 2026-11-30",
+        "benchmarks/corpus_formats.py, JSONL, 2026-12-05",
+    ),
+    "corpus_parquet": Rate(
+        15.85,
+        "read, normalise, exact dedup",
+        "benchmarks/corpus_formats.py, parquet, 2026-12-05",
     ),
     # `hanlm decontam` end to end, 1 worker (read, scan, reports): benchmarks/decontam.py --mb 50
     # on an idle machine, 44.5-49.0 MB/s, 2026-11-30
@@ -69,6 +85,7 @@ DATA_RATES: dict[str, Rate] = {
     # `hanlm shards`, per worker: benchmarks/tokenize.py, 2.6-3.1 MB/s, 2026-11-30
     "shards": Rate(2.8, "tokenise, write token shards", "benchmarks/tokenize.py, 2026-11-30"),
 }
+PARQUET = "_parquet"  # a corpus rate's twin for parquet input (the same documents)
 SCALING_EFFICIENCY = 0.9  # what each core after the first adds, of one core's rate
 # 2 workers against 1 on the reference machine: corpus 1.85x (200 MB), shards 1.74-1.96x,
 # decontam's scan 1.6x (50 MB; its index build stays in one process); at a field corpus's size
@@ -95,6 +112,7 @@ class DataWork:
     near_dedup: bool
     decontam: bool
     quality: bool = False  # [corpus.quality] enabled
+    parquet_bytes: float = 0.0  # of corpus_bytes, what is read from parquet (its own rates)
 
 
 def effective_cores(cores: int) -> float:
@@ -114,12 +132,22 @@ def data_time(work: DataWork) -> dict[str, Any]:
         if stage == "corpus" and work.near_dedup:
             key = "corpus_near_dedup_quality" if work.quality else "corpus_near_dedup"
         rate = DATA_RATES[key]
-        mb_per_s = rate.mb_per_s_per_core * eff
+        per_core = rate.mb_per_s_per_core
+        entry = {"rate": key, "what": rate.what, "measured_by": rate.measured_by}
+        parquet_mb = min(work.parquet_bytes / MB, mb) if stage == "corpus" else 0.0
+        if parquet_mb > 0:  # each format at its own rate: the blend is the seconds per MB
+            parquet = DATA_RATES[key + PARQUET]
+            seconds = (mb - parquet_mb) / per_core + parquet_mb / parquet.mb_per_s_per_core
+            per_core = mb / seconds if seconds > 0 else parquet.mb_per_s_per_core
+            entry.update(
+                parquet_share=parquet_mb / mb,
+                parquet_mb_per_s_per_core=parquet.mb_per_s_per_core,
+                text_mb_per_s_per_core=rate.mb_per_s_per_core,
+            )
+        mb_per_s = per_core * eff
         stages[stage] = {
-            "rate": key,
-            "what": rate.what,
-            "measured_by": rate.measured_by,
-            "mb_per_s_per_core": rate.mb_per_s_per_core,
+            **entry,
+            "mb_per_s_per_core": per_core,
             "mb_per_s": mb_per_s,
             "hours": mb / mb_per_s / 3600,
         }
@@ -168,6 +196,7 @@ def inputs_bytes(inputs: list[str], text_field: str) -> dict[str, Any]:
     cannot be sized before it is read (`remote`: the demo world, a stream, a Hub id offline)."""
     out: dict[str, Any] = {
         "bytes": 0.0,
+        "parquet_bytes": 0.0,  # of bytes, in parquet files
         "files": 0,
         "hub_files": 0,
         "estimated": False,
@@ -182,6 +211,7 @@ def inputs_bytes(inputs: list[str], text_field: str) -> dict[str, Any]:
                     out["remote"].append(spec)  # offline, or JSON files: not sized
                 else:
                     out["bytes"] += hub[0]
+                    out["parquet_bytes"] += hub[0]
                     out["hub_files"] += hub[1]
                 continue
             try:
@@ -200,6 +230,7 @@ def inputs_bytes(inputs: list[str], text_field: str) -> dict[str, Any]:
         for path in files:
             size, estimated = file_text_bytes(path, text_field)
             out["bytes"] += size
+            out["parquet_bytes"] += size if path.name.lower().endswith(".parquet") else 0.0
             out["files"] += 1
             out["estimated"] |= estimated
     return out
@@ -223,6 +254,16 @@ def _hub_parquet_bytes(spec: str, text_field: str) -> tuple[float, int] | None:
     return float(total), len(files)
 
 
+class Sized(NamedTuple):
+    """The text bytes the corpus stage reads, how they were found, whether estimated, and how
+    many of them it reads from parquet (each format has its own rate)."""
+
+    bytes: float
+    basis: str
+    estimated: bool
+    parquet_bytes: float = 0.0
+
+
 def corpus_size(
     inputs: list[str],
     text_field: str,
@@ -230,11 +271,13 @@ def corpus_size(
     tokens: float | None,
     corpus_gb: float = 0.0,
     demo_mb: float | None = None,
-) -> tuple[float, str, bool] | None:
-    """(bytes, how they were found, whether estimated), or None when nothing tells the size."""
-    if corpus_gb > 0:
-        return corpus_gb * GB, "plan.corpus_gb", False
+) -> Sized | None:
+    """What the inputs hold, or None when nothing tells the size. With `plan.corpus_gb` the
+    parquet share is the inputs' own, where they can be sized."""
     local = inputs_bytes(inputs, text_field)
+    share = local["parquet_bytes"] / local["bytes"] if local["bytes"] else 0.0
+    if corpus_gb > 0:
+        return Sized(corpus_gb * GB, "plan.corpus_gb", False, corpus_gb * GB * share)
     parts: list[str] = []
     if local["files"]:
         how = f"compressed x~{COMPRESSION_RATIO:g}" if local["estimated"] else "file sizes"
@@ -264,7 +307,7 @@ def corpus_size(
             parts.append(f"{', '.join(local['remote'])}: not sized (no token target)")
     if size <= 0:
         return None
-    return size, "; ".join(parts), estimated
+    return Sized(size, "; ".join(parts), estimated, min(local["parquet_bytes"], size))
 
 
 def data_cores(plan_cores: int, engine) -> tuple[int, str]:
@@ -296,9 +339,10 @@ def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
         return None
     cores, cores_basis = data_cores(plan_cfg.data_cores, cfg.data_engine)
     return DataWork(
-        corpus_bytes=sized[0],
-        size_basis=sized[1],
-        size_estimated=sized[2],
+        corpus_bytes=sized.bytes,
+        size_basis=sized.basis,
+        size_estimated=sized.estimated,
+        parquet_bytes=sized.parquet_bytes,
         cores=cores,
         cores_basis=cores_basis,
         near_dedup=corpus_cfg.near_dedup,
@@ -309,40 +353,48 @@ def data_work(cfg, tokens: float | None, plan_section=None) -> DataWork | None:
 
 def source_bytes(cfg, source) -> float | None:
     """The text bytes a corpus source holds, as far as they can be told now (None: not)."""
+    held = _source_held(cfg, source)
+    return None if held is None else held["bytes"]
+
+
+def _source_held(cfg, source) -> dict | None:
+    """inputs_bytes of a source that can be sized whole now, else None."""
     held = inputs_bytes(source.inputs, cfg.corpus.fields_of(source).text)
-    size = held["bytes"]
     if any(r == "demo" or r.startswith("demo:") for r in held["remote"]):
         return None  # a share of the demo world: its size is known once it is made
-    return None if held["remote"] or held["missing"] or not size else size
+    return None if held["remote"] or held["missing"] or not held["bytes"] else held
 
 
-def read_size(cfg) -> tuple[float, str, bool] | None:
-    """(bytes, how they were found, estimated) of what the corpus stage reads when a source is
-    read only as far as its share needs (hanlm.data.read_plan); None when none is."""
+def read_size(cfg) -> Sized | None:
+    """What the corpus stage reads when a source is read only as far as its share needs
+    (hanlm.data.read_plan); None when none is. A source whose files cannot be sized now counts
+    at the rate of text (its format is not known before it is read)."""
     from hanlm.data import read_plan  # deferred: the plan imports no data module otherwise
 
     needs = read_plan.needed_characters(cfg)
     if all(need is None for need in needs.values()):
         return None
-    total, parts, estimated = 0.0, [], False
+    total, parquet, parts, estimated = 0.0, 0.0, [], False
     for source in cfg.corpus.source_list():
-        need, held = needs[source.name], source_bytes(cfg, source)
+        held = _source_held(cfg, source)
+        need, size = needs[source.name], held["bytes"] if held else None
         wanted = need * BYTES_PER_CHAR if need is not None else None
-        if wanted is None and held is None:
+        if wanted is None and size is None:
             return None  # read whole and not sized: the whole-corpus estimate applies
-        if wanted is not None and (held is None or wanted < held):
-            total += wanted
+        share = held["parquet_bytes"] / size if held else 0.0
+        if wanted is not None and (size is None or wanted < size):
+            total, parquet = total + wanted, parquet + wanted * share
             estimated = True
-            of = f" of {held / GB:,.1f}" if held is not None else ""
+            of = f" of {size / GB:,.1f}" if size is not None else ""
             parts.append(
                 f"{source.name} {wanted / GB:,.1f}{of} GB (its share x "
                 f"{cfg.corpus.chars_per_token:g} chars/token x {cfg.corpus.read_margin:g} "
                 f"margin x {BYTES_PER_CHAR:g} bytes/char)"
             )
         else:
-            total += held
-            parts.append(f"{source.name} whole, {held / GB:,.1f} GB")
-    return total, "what the corpus stage reads: " + "; ".join(parts), estimated
+            total, parquet = total + size, parquet + size * share
+            parts.append(f"{source.name} whole, {size / GB:,.1f} GB")
+    return Sized(total, "what the corpus stage reads: " + "; ".join(parts), estimated, parquet)
 
 
 def mixture_preview(cfg) -> list[dict] | None:

@@ -261,7 +261,7 @@ def _print_data(data: dict[str, Any] | None) -> None:
         table.add_row(
             name,
             stage["what"],
-            f"{stage['mb_per_s_per_core']:g}",
+            f"{stage['mb_per_s_per_core']:.3g}",
             f"{stage['mb_per_s']:,.0f}",
             _duration(stage["hours"]),
         )
@@ -274,8 +274,18 @@ def _print_data(data: dict[str, Any] | None) -> None:
         for name, stage in data["stages"].items()
         if "measured_by" in stage
     )
+    corpus = data["stages"].get("corpus", {})
+    formats = (
+        f" The corpus stage reads {corpus['parquet_share']:.0%} of it from parquet, at "
+        f"{corpus['parquet_mb_per_s_per_core']:g} MB/s per core, the rest at "
+        f"{corpus['text_mb_per_s_per_core']:g} (JSONL and text): "
+        f"{corpus['mb_per_s_per_core']:.1f} in all."
+        if "parquet_share" in corpus
+        else ""
+    )
     console.print(
-        f"corpus size: {data['size_basis']}. Cores: {data['cores']:,} ({data['cores_basis']}), "
+        f"corpus size: {data['size_basis']}.{formats} Cores: {data['cores']:,} "
+        f"({data['cores_basis']}), "
         f"each after the first adding {data['scaling_efficiency']:.0%} of one "
         f"({data['effective_cores']:,.1f} effective). Rates measured on the reference machine "
         f"(hanlm/plan/data_rates.py): {sources}. Each stage is counted on the whole raw corpus "

@@ -145,7 +145,7 @@ def test_the_plan_says_what_each_source_holds_and_reads(tmp_path, cli):
     assert rows["web"]["reads"] == pytest.approx(need / 2.5)
     assert rows["web"]["reads"] < rows["web"]["available"]
     assert rows["wiki"]["reads"] is None  # holds less than its share needs: read whole
-    size, basis, _ = data_rates.read_size(cfg)
+    size, basis, _, _ = data_rates.read_size(cfg)
     assert "web" in basis and "wiki whole" in basis
     assert size < data_rates.source_bytes(cfg, cfg.corpus.sources[0]) + 10_000
 

@@ -128,3 +128,21 @@ def test_pairs_of_hash_ranges_add_up_to_the_whole_band(tmp_path):
         dedup.band_pairs(files, 2, tmp_path / f"{i}.dups", lo=lo, hi=hi)
         pieces += pairs_of(tmp_path / f"{i}.dups")
     assert whole > 50 and sorted(pieces) == pairs_of(tmp_path / "whole.dups")
+
+
+@pytest.mark.parametrize("words", [1, 2, 4])
+def test_signature_records_are_written_in_lexicographic_order(words):
+    """The one-sort order equals np.lexsort over every word and the document, with copies,
+    records equal in their first 64 bits only, and shuffled document numbers."""
+    rng = np.random.default_rng(words)
+    n = 4000
+    hashes = rng.integers(0, 2**32, (n, words), dtype=np.uint64).astype(np.uint32)
+    hashes[rng.integers(0, n, 800)] = hashes[rng.integers(0, n, 800)]  # copies
+    hashes[rng.integers(0, n, 400), 0] = 7  # a common first word
+    if words > 2:
+        copies = rng.integers(0, n, 200)
+        hashes[copies] = hashes[0]
+        hashes[copies[:100], -1] ^= 1  # equal in the first 64 bits only
+    docs = rng.permutation(n).astype(np.uint32)
+    expected = np.lexsort([docs, *(hashes[:, i] for i in reversed(range(words)))])
+    np.testing.assert_array_equal(dedup._record_order(hashes, docs), expected)

@@ -54,12 +54,12 @@ def test_local_files_are_sized(tmp_path):
     line = (json.dumps(DOC, ensure_ascii=False) + "\n").encode()
     plain = tmp_path / "a.jsonl"
     plain.write_bytes(line * 100)
-    size, how, estimated = dr.corpus_size([str(tmp_path / "*.jsonl")], "text", tokens=None)
+    size, how, estimated, _ = dr.corpus_size([str(tmp_path / "*.jsonl")], "text", tokens=None)
     assert size == plain.stat().st_size and not estimated and "1 local files" in how
 
     packed = tmp_path / "b.jsonl.gz"
     packed.write_bytes(gzip.compress(line * 1000))
-    size, how, estimated = dr.corpus_size([str(packed)], "text", tokens=None)
+    size, how, estimated, _ = dr.corpus_size([str(packed)], "text", tokens=None)
     assert size == pytest.approx(packed.stat().st_size * dr.COMPRESSION_RATIO)
     assert estimated and "compressed" in how
 
@@ -68,21 +68,51 @@ def test_local_files_are_sized(tmp_path):
 
     texts = [f"{i}번째 {DOC['text']}" for i in range(500)]  # distinct: no dictionary encoding
     pq.write_table(pa.table({"text": texts, "id": list(range(500))}), tmp_path / "c.parquet")
-    size, _, estimated = dr.corpus_size([str(tmp_path / "c.parquet")], "text", tokens=None)
+    size, _, estimated, _ = dr.corpus_size([str(tmp_path / "c.parquet")], "text", tokens=None)
     text_bytes = sum(len(t.encode()) for t in texts)
     # the footer's uncompressed size of the text column: the text plus a length per value
     assert text_bytes <= size < text_bytes * 1.1 and not estimated
     assert (tmp_path / "c.parquet").stat().st_size < text_bytes  # compressed on disk
 
 
+def test_each_input_format_is_read_at_its_own_rate(tmp_path):
+    """Parquet and JSONL have a corpus rate each, measured on the same documents
+    (benchmarks/corpus_formats.py): a corpus of both takes the seconds of each part."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    texts = [f"{i}번째 {DOC['text']}" for i in range(500)]
+    pq.write_table(pa.table({"text": texts}), tmp_path / "web.parquet")
+    (tmp_path / "forum.jsonl").write_text(
+        "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
+    )
+    inputs = [str(tmp_path / "web.parquet"), str(tmp_path / "forum.jsonl")]
+    sized = dr.corpus_size(inputs, "text", tokens=None)
+    parquet = dr.corpus_size(inputs[:1], "text", tokens=None).bytes
+    assert sized.parquet_bytes == parquet and sized.bytes > parquet
+    for key in ("corpus", "corpus_near_dedup", "corpus_near_dedup_quality"):
+        assert dr.DATA_RATES[key + dr.PARQUET].measured_by.startswith("benchmarks/corpus_formats")
+    mixed = dr.DataWork(sized.bytes, "given", False, 1, "given", True, True,
+                        parquet_bytes=sized.parquet_bytes)  # fmt: skip
+    corpus = dr.data_time(mixed)["stages"]["corpus"]
+    text_rate = dr.DATA_RATES["corpus_near_dedup"].mb_per_s_per_core
+    parquet_rate = dr.DATA_RATES["corpus_near_dedup_parquet"].mb_per_s_per_core
+    seconds = (sized.bytes - parquet) / dr.MB / text_rate + parquet / dr.MB / parquet_rate
+    assert corpus["hours"] == pytest.approx(seconds / 3600)
+    assert corpus["parquet_share"] == pytest.approx(parquet / sized.bytes)
+    # a recipe's sources: what the plan sizes carries the parquet part through
+    cfg = load_config(values={"corpus.inputs": inputs, "corpus.near_dedup": True})
+    assert dr.data_work(cfg, tokens=None).parquet_bytes == pytest.approx(parquet)
+
+
 def test_missing_local_files_and_hf_inputs(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"x" * 5000)
     inputs = [str(tmp_path / "*.txt"), str(tmp_path / "later/*.jsonl"), "hf:someone/ko:train"]
-    size, how, estimated = dr.corpus_size(inputs, "text", tokens=1e6)
+    size, how, estimated, _ = dr.corpus_size(inputs, "text", tokens=1e6)
     assert size == pytest.approx(1e6 * dr.CHARS_PER_TOKEN * dr.BYTES_PER_CHAR) and estimated
     assert "not there yet" in how and "later" in how and "the rest of" in how
     # local files larger than the token target's text: the files count
-    size, _, _ = dr.corpus_size(inputs, "text", tokens=10)
+    size, _, _, _ = dr.corpus_size(inputs, "text", tokens=10)
     assert size == 5000
     # no files, no tokens: nothing to size from
     assert dr.corpus_size(["hf:someone/ko:train"], "text", tokens=None) is None
@@ -90,8 +120,9 @@ def test_missing_local_files_and_hf_inputs(tmp_path):
         2e9,
         "plan.corpus_gb",
         False,
+        0.0,
     )
-    size, how, _ = dr.corpus_size(["demo"], "text", tokens=None, demo_mb=4)
+    size, how, _, _ = dr.corpus_size(["demo"], "text", tokens=None, demo_mb=4)
     assert size == 4e6 and "demo" in how
 
 
