@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hanlm import __version__, remote_code, run_inputs, run_lock
+from hanlm import __version__, ranks, remote_code, run_inputs, run_lock
 from hanlm.config import Config
 from hanlm.console import info, warn
 from hanlm.errors import UserError
@@ -115,10 +115,6 @@ def _fingerprint(stage: Stage, cfg: Config, view: Config, run: RunDir, options: 
 # --- running one stage -----------------------------------------------------------------------
 
 
-def _is_main() -> bool:
-    return os.environ.get("RANK", "0") == "0"
-
-
 def _remove_work(stage: Stage, run: RunDir) -> None:
     """A finished stage has no use for the work folder its jobs resumed in."""
     work = stage.work(run) if stage.work is not None else None
@@ -199,11 +195,11 @@ def _build(stage: Stage, ctx: StageContext, out: Path) -> StageOutcome:
             return stopped.result
         _remove_work(stage, ctx.run)
         return result
-    if _is_main():  # in place: not complete from here until the marker is written again
+    if ranks.is_main():  # in place: not complete from here until the marker is written again
         (out / STAGE_MARKER).unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
     result = _checked(stage, stage.build(ctx))
-    if not _unfinished(result) and _is_main():
+    if not _unfinished(result) and ranks.is_main():
         _write_marker(out, stage, ctx.fingerprint)
     return _summary(result)
 
@@ -216,7 +212,7 @@ def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> Sta
     if reason is not None:
         # a finished earlier output would otherwise be read by the stages after it; a folder
         # without hanlm's marker is not hanlm's to delete (and is never read as finished)
-        if read_stage_marker(out) is not None and _is_main():
+        if read_stage_marker(out) is not None and ranks.is_main():
             shutil.rmtree(out)
         info(f"{name}: {reason}; skipped")
         return NotNeeded(name, reason)
@@ -242,7 +238,7 @@ def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> Sta
 def _rerun(stage: Stage, rerun: Rerun, cfg: Config, run: RunDir, force: bool) -> dict:
     """A stage that is the pipeline again, on a derived recipe in a run folder of its own."""
     derived_cfg, sub = rerun.derive(cfg, run)
-    if _is_main():
+    if ranks.is_main():
         rerun.prepare(run, sub)
     info(f"{stage.name}: {rerun.describe(sub)}")
     results = {
@@ -285,10 +281,10 @@ def _run_on_ranks(
 def _run_here_or_on_rank_zero(
     name: str, cfg: Config, run: RunDir, force: bool, options: dict, key: str
 ) -> StageOutcome:
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or declaration(name).all_ranks:
+    if ranks.world_size() <= 1 or declaration(name).all_ranks:
         return _run(name, cfg, run, force, options)
     store = launch_store()
-    if _is_main():
+    if ranks.is_main():
         try:
             result = _run(name, cfg, run, force, options)
         except BaseException as e:
@@ -316,7 +312,7 @@ def run_stage(
     run = RunDir.of(run)
     with run_lock.hold(run.root):  # taken once per command; here for callers from Python
         result = _run_on_ranks(name, cfg, run, force, options)
-        if save_config and _is_main():  # under torchrun, one writer
+        if save_config and ranks.is_main():  # under torchrun, one writer
             save_run_config(cfg, run)
     return result
 
@@ -353,9 +349,9 @@ def run_pipeline(
     results: dict[str, StageOutcome] = {}
     with run_lock.hold(run.root):  # no other command between two stages either
         for i, name in enumerate(names[:stop]):
-            if _is_main():
+            if ranks.is_main():
                 info(f"[bold]== {name}[/bold]")
             results[name] = _run_on_ranks(name, cfg, run, i >= start, {})
-            if _is_main():
+            if ranks.is_main():
                 save_run_config(cfg, run)
     return results

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from hanlm import ranks
 from hanlm.console import info, warn
 from hanlm.errors import UserError
 from hanlm.files import (
@@ -171,7 +172,7 @@ def _recover_interrupted_commits(folder: Path) -> None:
 
 def _holds_for_launch() -> bool:
     """Under torchrun one process, rank 0, holds the lock for every rank of the launch."""
-    return os.environ.get("RANK", "0") == "0"
+    return ranks.is_main()
 
 
 @contextlib.contextmanager

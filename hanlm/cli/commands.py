@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from hanlm import config_flags, exit_status, remote_code
+from hanlm import exit_status, ranks, remote_code
+from hanlm.cli import config_flags
 from hanlm.data import fact_statements
 from hanlm.errors import UserError
 from hanlm.files import check_folder_path, claim_output_dir, claim_output_file
@@ -161,7 +161,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from hanlm.stages import preflight
 
     report = preflight.check(_load(args), args.run)
-    if args.json and os.environ.get("RANK", "0") == "0":
+    if args.json and ranks.is_main():
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     return exit_status.SUCCESS if report.go else exit_status.HOST_REJECTED
 

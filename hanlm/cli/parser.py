@@ -1,7 +1,7 @@
 """The `hanlm` command's arguments: its subcommands and their flags.
 
 A command's config flags (`--min-chars`, `--greedy`...) are not written here: CONFIG_FLAGS says
-which config sections or keys each command exposes, and `hanlm.config_flags` makes one flag per
+which config sections or keys each command exposes, and `hanlm.cli.config_flags` makes one flag per
 key from the pydantic models (type, description, default). Only the arguments that are not
 config keys (MODEL_DIR, --out, --force, --from...) are spelled out below.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hanlm import __version__, config_flags
+from hanlm import __version__
+from hanlm.cli import config_flags
 from hanlm.cli.commands import (
     DEFAULT_RUN,
     cmd_chat,

@@ -7,7 +7,6 @@ sections themselves are in the package's other modules (data, training, sft, ser
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any, get_args
@@ -16,6 +15,7 @@ import tomli_w
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from rich.markup import escape
 
+from hanlm import ranks
 from hanlm.config.base import RunSection, Section
 from hanlm.config.data import (
     CorpusSection,
@@ -96,11 +96,14 @@ class Config(Section):
                 f"decontam.action_sources names {', '.join(unknown)}, not a corpus source "
                 f"(the sources are {', '.join(names)})"
             )
-        if self.sft.optimizer.name == "muon" and self.sft.method == "lora":
+        lora = [v.name for v in self.sft.variants() if v.method == "lora"]
+        if self.sft.optimizer.name == "muon" and lora:
+            # the one place Muon meets LoRA: refused here, never changed on the way
             raise ValueError(
-                'sft.optimizer.name = "muon" with sft.method = "lora": LoRA\'s adapters are '
-                "low-rank factors, not the matrices Muon orthogonalises (compared LoRA variants "
-                'train with AdamW); use sft.optimizer.name = "adamw", or sft.method = "full"'
+                f'sft.optimizer.name = "muon" with LoRA ({", ".join(lora)}: sft.method or a '
+                "variant of sft.compare): LoRA's adapters are low-rank factors, not the "
+                'matrices Muon orthogonalises; use sft.optimizer.name = "adamw", or leave '
+                'LoRA out (sft.method = "full", no LoRA variant in sft.compare)'
             )
         if self.tokenizer.extend and not self.model.init_from:
             raise ValueError(
@@ -337,7 +340,7 @@ def _located(loc: tuple, data: dict[str, Any]) -> str:
 
 def _warn_ignored_settings(cfg: Config) -> None:
     """Settings that validate but do nothing in this combination: say so rather than ignore them."""
-    if os.environ.get("RANK", "0") != "0":  # under torchrun, say it once
+    if not ranks.is_main():  # under torchrun, say it once
         return
     if cfg.distill.teacher and not cfg.distill.enabled:
         warn(

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hanlm import exit_status
+from hanlm import exit_status, ranks
 
 STATUS_DIR = "HANLM_TORCHRUN_STATUS_DIR"  # where each worker writes its exit status, by rank
 
@@ -103,8 +103,9 @@ def parse_args(argv: list[str]):
 
 def report_rank_status(status: int) -> None:
     """Called by a hanlm command as it ends: under `hanlm torchrun`, tell it this rank's status."""
-    folder, rank = os.environ.get(STATUS_DIR), os.environ.get("RANK")
-    if folder and rank is not None:
+    folder = os.environ.get(STATUS_DIR)
+    if folder and ranks.launched():
+        rank = ranks.rank()
         with contextlib.suppress(OSError):  # its agent, and the folder, may be gone already
             (Path(folder) / f"rank-{rank}").write_text(str(status))
 

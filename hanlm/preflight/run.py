@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch.distributed as torch_dist
 
+from hanlm import ranks
 from hanlm.config import Config
 from hanlm.errors import PreflightNoGo, UserError
 from hanlm.inference import resolve_device
@@ -22,7 +23,7 @@ STAGE = "preflight"
 
 
 def rendezvous_address() -> str | None:
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if ranks.world_size() <= 1:
         return None
     return f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
 
@@ -37,15 +38,15 @@ def _join(cfg: Config) -> tuple[Dist, dict | None]:
         failure = verdict.finding(
             "rendezvous",
             verdict.FAIL,
-            f"rank {os.environ.get('RANK', '?')} waited {cfg.preflight.timeout_s:g} s: {e.what}",
+            f"rank {ranks.rank()} waited {cfg.preflight.timeout_s:g} s: {e.what}",
             "start the same torchrun command on every host with the same --rdzv-endpoint "
             f"(here {rendezvous_address()}), open that port in the firewall, or raise "
             "preflight.timeout_s when hosts start far apart",
         )
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = ranks.local_rank()
     # the one device rule (training's too): parallel.init already applied it before failing
     device = resolve_device(cfg.parallel.device, setting="parallel.device", local_rank=local_rank)
-    alone = Dist(int(os.environ.get("RANK", "0")), 1, local_rank, device)
+    alone = Dist(ranks.rank(), 1, local_rank, device)
     return alone, failure
 
 
@@ -134,19 +135,19 @@ def check(
     dist, rendezvous_failure = _join(cfg)
     try:
         mine = _measure_rank(cfg, shards_dir, dist, folder, without_shards)
-        ranks = [mine]
+        reports = [mine]
         if dist.distributed:
-            ranks = [None] * dist.world_size
-            torch_dist.all_gather_object(ranks, mine)
+            reports = [None] * dist.world_size
+            torch_dist.all_gather_object(reports, mine)
         report = {
             "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "world_size": dist.world_size,
-            "expected_world_size": int(os.environ.get("WORLD_SIZE", "1")),
-            "hosts": sorted({r["host"] for r in ranks}),
+            "expected_world_size": ranks.world_size(),
+            "hosts": sorted({r["host"] for r in reports}),
             "rendezvous": rendezvous_address(),
             "checkpoint_dir": str(folder),
             "findings": [rendezvous_failure] if rendezvous_failure else [],
-            "ranks": ranks,
+            "ranks": reports,
             "host_started_at": host_started_at(),
         }
         verdict.judge(cfg, report)

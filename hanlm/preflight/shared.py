@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch.distributed as torch_dist
 
+from hanlm import ranks
 from hanlm.preflight.storage import existing_parent
-from hanlm.train import peers
 from hanlm.train.parallel import Dist
 
 TOKEN_PREFIX = ".hanlm-preflight-shared-"  # the storage test's scratch prefix: never left behind
@@ -46,7 +46,7 @@ def _seen(folder: Path, nonce: str, nodes: list[int], wait_s: float) -> list[int
 def probe(dist: Dist, folder: Path, *, wait_s: float = WAIT_S) -> dict | None:
     """On one rank per host: {"node", "host", "probe_dir", "nodes", "seen"} (or "error");
     None on the other ranks."""
-    node = peers.node_rank(dist.rank)
+    node = ranks.node_of(dist.rank)
     writer = dist.local_rank == 0
     nonce = [uuid.uuid4().hex if dist.rank == 0 else None]
     torch_dist.broadcast_object_list(nonce, src=0)  # one name for this run, unlike any earlier one

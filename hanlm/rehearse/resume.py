@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hanlm import exit_status
+from hanlm import exit_status, ranks
 from hanlm.errors import UserError
 from hanlm.launch.torchrun import processes_below
 from hanlm.stages.rundir import RunDir
@@ -46,17 +46,17 @@ def link_shared(sub: RunDir, folder: RunDir) -> None:
             link.symlink_to(Path(os.path.relpath(sub.stage(name), link.parent)), True)
 
 
-def _command(folder: RunDir, config: Path, ranks: int, *extra: str) -> list[str]:
+def _command(folder: RunDir, config: Path, rank_count: int, *extra: str) -> list[str]:
     pretrain = ["-m", "hanlm", "pretrain", "--run-dir", str(folder.root), "--config", str(config)]
     pretrain += extra
-    if ranks == 1:
+    if rank_count == 1:
         return [sys.executable, *pretrain]
-    launcher = ["-m", "hanlm", "torchrun", "--standalone", "--nproc-per-node", str(ranks)]
+    launcher = ["-m", "hanlm", "torchrun", "--standalone", "--nproc-per-node", str(rank_count)]
     return [sys.executable, *launcher, *pretrain]
 
 
 def _start(command: list[str], log: Path, hold: bool) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not _launcher_variable(k)}
+    env = ranks.without_launch(dict(os.environ))  # the child is a launch of its own
     if hold:
         env["HANLM_FAULT_WRITE_DELAY_S"] = str(HOLD_SAVE_S)
     with open(log, "a") as out:
@@ -65,25 +65,16 @@ def _start(command: list[str], log: Path, hold: bool) -> subprocess.Popen:
         )
 
 
-def _launcher_variable(name: str) -> bool:
-    """torchrun's variables of the rehearsal's own launch: the child is a launch of its own."""
-    return name in (
-        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-        "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID",
-        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
-    ) or name.startswith("TORCHELASTIC_")  # fmt: skip
-
-
 def _kill(process: subprocess.Popen) -> None:
     """SIGKILL every rank, then the launcher: a hard stop, as a lost host stops a run; wait
     until they are gone (and their hold on the run folder with them)."""
-    ranks = processes_below(process.pid)
-    for pid in [*ranks, process.pid]:
+    children = processes_below(process.pid)
+    for pid in [*children, process.pid]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     process.wait()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in ranks):
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in children):
         time.sleep(0.05)
 
 
@@ -109,7 +100,7 @@ def _stop_in_flight(process: subprocess.Popen, root: Path, log: Path) -> tuple[i
     raise UserError(f"the rehearsal's pretraining made no checkpoint in {WAIT_S} s", where=str(log))
 
 
-def stop_and_resume(sub: RunDir, config: Path, ranks: int, *, exact: bool) -> dict[str, Any]:
+def stop_and_resume(sub: RunDir, config: Path, rank_count: int, *, exact: bool) -> dict[str, Any]:
     """Pretraining in RUN/rehearsal/resume, stopped hard in a save and resumed, against the
     rehearsal's own pretraining (same recipe, same steps): the figures, and whether the
     losses agree (`exact`: bit for bit, else within GPU_TOLERANCE)."""
@@ -118,10 +109,10 @@ def stop_and_resume(sub: RunDir, config: Path, ranks: int, *, exact: bool) -> di
     log = folder.root / "pretrain.log"
     # a save every EVERY steps: the first is committed, the second is stopped in flight
     every = ["--set", f"checkpoint.every={EVERY}"]
-    process = _start(_command(folder, config, ranks, *every), log, hold=True)
+    process = _start(_command(folder, config, rank_count, *every), log, hold=True)
     committed_step, in_flight = _stop_in_flight(process, folder.pretrain.checkpoints, log)
     started = time.perf_counter()
-    again = _command(folder, config, ranks, *every, "--stop-after-steps", str(COMPARED))
+    again = _command(folder, config, rank_count, *every, "--stop-after-steps", str(COMPARED))
     resumed = _start(again, log, hold=False)
     if resumed.wait(timeout=WAIT_S) not in (exit_status.SUCCESS, exit_status.STOPPED):
         raise UserError(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import shutil
 import socket
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 from rich.table import Table
 
-from hanlm import exit_status, pipeline
+from hanlm import exit_status, pipeline, ranks
 from hanlm.config import Config
 from hanlm.console import console, info, warn
 from hanlm.errors import UserError
@@ -63,14 +62,6 @@ def steps() -> list[str]:
         if name not in LEFT_OUT:
             out += [name, *AFTER.get(name, ())]
     return out
-
-
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def _world() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 @dataclass
@@ -171,8 +162,8 @@ def _mirror(r: Rehearsal) -> None:
     started = time.perf_counter()
     where = checkpoint_mirror.place(mirror, r.sub.pretrain.place)
     local = checkpoint_layout.latest(r.sub.pretrain.checkpoints)
-    copied = checkpoint_mirror.mirror_latest(where) if _rank() == 0 else None
-    if _rank() == 0 and (local is None or copied != local.name):
+    copied = checkpoint_mirror.mirror_latest(where) if ranks.rank() == 0 else None
+    if ranks.rank() == 0 and (local is None or copied != local.name):
         r.failure = Failure(
             "mirror",
             f"the checkpoint mirror {where} holds {copied or 'no checkpoint'}, not "
@@ -191,15 +182,15 @@ def _mirror(r: Rehearsal) -> None:
 def _resume(r: Rehearsal) -> None:
     from hanlm.rehearse import resume  # deferred: subprocesses, only here
 
-    if _world() != int(os.environ.get("LOCAL_WORLD_SIZE", _world())):
+    if ranks.world_size() != ranks.local_world_size():
         r.stages.append(StageRehearsal(name="resume", status="not needed", error=(
             "several hosts: the stop-and-resume check launches one host's ranks; rehearse "
             "one host alone for it")))  # fmt: skip
         return
     started = time.perf_counter()
-    exact = r.device == "cpu" and not (r.derived.parallel.mode == "ddp" and _world() >= 3)
+    exact = r.device == "cpu" and not (r.derived.parallel.mode == "ddp" and ranks.world_size() >= 3)
     try:
-        result = resume.stop_and_resume(r.sub, r.sub.config, _world(), exact=exact)
+        result = resume.stop_and_resume(r.sub, r.sub.config, ranks.world_size(), exact=exact)
     except UserError as e:
         _fail(r, "resume", e, time.perf_counter() - started)
         return
@@ -240,12 +231,12 @@ OWN_CHECKS = {"mirror": _mirror, "resume": _resume, "serve": _serve}
 def _own_check(r: Rehearsal, name: str) -> None:
     """A check of the rehearsal's own, on rank 0 while the others wait; every rank records
     what rank 0 found (its stage and failure, passed through the launch's store)."""
-    if _world() == 1:
+    if ranks.world_size() == 1:
         OWN_CHECKS[name](r)
         return
     store = pipeline.launch_store()
     key = f"rehearse/{name}"
-    if _rank() == 0:
+    if ranks.rank() == 0:
         _release_devices()
         OWN_CHECKS[name](r)
         failed = r.failure is not None and r.failure.stage == name
@@ -275,7 +266,7 @@ def _device_name() -> str:
 
     if not torch.cuda.is_available():
         return "cpu"
-    return torch.cuda.get_device_name(int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.cuda.get_device_name(ranks.localranks.rank())
 
 
 def _catalogue_key(device: str) -> str | None:
@@ -294,8 +285,8 @@ def _this_hardware(device: str) -> tuple[str, int, int] | None:
     gpu = _catalogue_key(device)
     if gpu is None:
         return None  # the recipe's plan.gpu stands in for a device the catalogue lacks
-    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", _world()))
-    return gpu, per_host, max(1, _world() // per_host)
+    per_host = ranks.local_world_size()
+    return gpu, per_host, max(1, ranks.world_size() // per_host)
 
 
 def _hardware_key(cfg: Config, device: str) -> dict[str, Any]:
@@ -303,8 +294,8 @@ def _hardware_key(cfg: Config, device: str) -> dict[str, Any]:
     this many devices of this kind would state them."""
     setup = setup_from_config(cfg, with_data=False)
     gpu = _catalogue_key(device) or device  # not in the catalogue: matched by no plan
-    parallel = planned_parallel(cfg.parallel.mode, _world())
-    return shapes_key(replace(setup, gpu=gpu, gpus=_world(), hosts=1, parallel=parallel))
+    parallel = planned_parallel(cfg.parallel.mode, ranks.world_size())
+    return shapes_key(replace(setup, gpu=gpu, gpus=ranks.world_size(), hosts=1, parallel=parallel))
 
 
 def projection(r: Rehearsal) -> Projection | None:
@@ -314,7 +305,7 @@ def projection(r: Rehearsal) -> Projection | None:
     if not measured or steps is None:
         return None
     tokens = float(r.cfg.pretrain.max_tokens or steps * r.cfg.pretrain.global_batch_tokens)
-    gpus = _world()
+    gpus = ranks.world_size()
     hours = tokens / measured / 3600
     price = r.cfg.plan.price_per_gpu_hour
     planned = plan_recipe(r.cfg)
@@ -363,7 +354,7 @@ def _record(r: Rehearsal, key: dict[str, Any], tune: dict | None) -> RehearsalRe
         run=str(r.run.root),
         hosts=[socket.gethostname()],
         device=r.device,
-        world_size=_world(),
+        world_size=ranks.world_size(),
         shapes=key,
         stages=r.stages,
         tune=(tune or {}).get("candidates"),
@@ -383,9 +374,9 @@ def rehearse(cfg: Config, run: RunDir | Path | str, *, tune: bool = False) -> Re
     run = RunDir.of(run)
     sub = run.rehearsal
     device = _device_name()
-    derived = rehearsal_config(cfg, _world(), _this_hardware(device))
+    derived = rehearsal_config(cfg, ranks.world_size(), _this_hardware(device))
     r = Rehearsal(cfg, derived, run, sub, device=device)
-    if _rank() == 0:  # a rehearsal measures this host now: nothing of an earlier one stays
+    if ranks.rank() == 0:  # a rehearsal measures this host now: nothing of an earlier one stays
         shutil.rmtree(sub.root, ignore_errors=True)
         if derived.checkpoint.mirror:  # what the mirror holds afterwards, this one wrote
             _clear_mirror(derived.checkpoint.mirror, sub)
@@ -404,7 +395,7 @@ def rehearse(cfg: Config, run: RunDir | Path | str, *, tune: bool = False) -> Re
     if tune and r.failure is None:
         tuned = tune_lib.tune(r.cfg, r.sub)
     record = _record(r, _hardware_key(cfg, r.device), tuned)
-    if _rank() == 0 or _failed_here(r):
+    if ranks.rank() == 0 or _failed_here(r):
         # a rank whose own training failed writes the record and leaves: torchrun then stops
         # the others, which may wait for it in a collective until their timeout
         record.write(run.rehearsal_record)
@@ -425,7 +416,7 @@ def _clear_mirror(mirror: str, sub: RunDir) -> None:
 def _failed_here(r: Rehearsal) -> bool:
     """A rank but rank 0 failed in a stage it ran itself (not rank 0's failure, echoed)."""
     failure = r.failure
-    if failure is None or _rank() == 0 or failure.stage in OWN_CHECKS:
+    if failure is None or ranks.rank() == 0 or failure.stage in OWN_CHECKS:
         return False
     return pipeline.declaration(failure.stage).all_ranks
 
@@ -433,10 +424,10 @@ def _failed_here(r: Rehearsal) -> bool:
 def _leave_together() -> None:
     """Under torchrun the ranks leave once rank 0 has written the record: a rank that failed
     and left first would have torchrun stop the others before it is written."""
-    if _world() == 1:
+    if ranks.world_size() == 1:
         return
     store = pipeline.launch_store()
-    if _rank() == 0:
+    if ranks.rank() == 0:
         store.set("rehearse/record", "written")
     else:
         store.wait(["rehearse/record"])

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from hanlm import ranks
 from hanlm.errors import UserError
 from hanlm.stages.rundir import RunDir
 
@@ -58,7 +59,7 @@ def one_request(sub: RunDir) -> dict[str, Any]:
     seconds to listen and to answer, and the answer's tokens."""
     port = _free_port()
     log = sub.root / "serve.log"
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env = ranks.without_launch(dict(os.environ))
     command = [sys.executable, "-m", "hanlm", "serve", str(sub.root), "--port", str(port)]
     started = time.perf_counter()
     with open(log, "w") as out:

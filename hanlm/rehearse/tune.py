@@ -15,7 +15,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from hanlm import pipeline
+from hanlm import pipeline, ranks
 from hanlm.config import Config
 from hanlm.console import info
 from hanlm.plan.inputs import model_shapes
@@ -33,7 +33,7 @@ MAX_DOUBLINGS = 4
 
 
 def _world() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return ranks.world_size()
 
 
 def device_capacity_gb() -> float:
@@ -41,7 +41,7 @@ def device_capacity_gb() -> float:
     import torch  # deferred: torch
 
     if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
+        local = ranks.local_rank()
         return torch.cuda.get_device_properties(local).total_memory / 1e9
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
 
@@ -117,7 +117,7 @@ def _time(cfg: Config, sub: RunDir, c: dict[str, Any], capacity_gb: float) -> di
         raise
     except BaseException as e:
         return {**c, "name": _name(c), "fits": False, "error": classify(e)[1]}
-    measured = figures.pretrain(folder, 0.0, cfg) if int(os.environ.get("RANK", "0")) == 0 else {}
+    measured = figures.pretrain(folder, 0.0, cfg) if ranks.is_main() else {}
     peak = measured.get("peak_memory_gb")
     fits = peak is None or peak <= HEADROOM * capacity_gb
     return {**c, "name": _name(c), "fits": fits, **measured}

@@ -4,10 +4,10 @@ number of ranks is reused; a NO-GO is never marked finished, so the next run mea
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 
+from hanlm import ranks
 from hanlm.config import Config
 from hanlm.console import warn
 from hanlm.preflight import run as preflight
@@ -39,7 +39,7 @@ def check(
 
 def inputs(cfg: Config, run: RunDir, options: dict) -> list:
     """A GO holds for this host, this many ranks and this checkpoint folder."""
-    world = os.environ.get("WORLD_SIZE", "1")
+    world = str(ranks.world_size())
     return [socket.gethostname(), world, str(checkpoint_folder(cfg, run))]
 
 

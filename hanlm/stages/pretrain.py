@@ -3,8 +3,7 @@ metrics.jsonl, summary.json). Every rank runs it under torchrun; rank 0 writes t
 
 from __future__ import annotations
 
-import os
-
+from hanlm import ranks
 from hanlm.config import Config
 from hanlm.data import mixture
 from hanlm.data.tokenizer import token_byte_lengths
@@ -32,7 +31,7 @@ def build(ctx: StageContext) -> PretrainSummary | Unfinished:
     checkpoints are resumed next time)."""
     cfg, run = ctx.cfg, ctx.run
     manifest = run_facts.shards_manifest(run)
-    if os.environ.get("RANK", "0") == "0":  # one reader hashes them; its refusal stops all
+    if ranks.is_main():  # one reader hashes them; its refusal stops all
         run_facts.check_shards_intact(run)
     tokenizer = run_facts.tokenizer(run)
     data = pretrain_lib.PretrainData(

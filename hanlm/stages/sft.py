@@ -6,9 +6,9 @@ from; hanlm.stages.sft_variants trains and checks each variant.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
+from hanlm import ranks
 from hanlm.chat import template_base
 from hanlm.config import Config, SftSourceSection
 from hanlm.console import info
@@ -166,11 +166,11 @@ def templated(source: sft_lib.SftSource, run: RunDir, seed: int) -> sft_lib.SftS
     out = run.sft.root / f"base-{source.fingerprint[:12]}"
     added = template_base.read_added(out)
     if added is None:
-        if int(os.environ.get("RANK", "0")) == 0:
+        if ranks.is_main():
             added = template_base.add_template(source.path, out, seed=seed)
         else:
             added = template_base.wait_for(out)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if ranks.is_main():
         info(added.line())
     return dataclasses.replace(source, path=out, tokenizer_dir=out, added_tokens=added.tokens)
 

@@ -11,10 +11,10 @@ and hanlm.train.sft_checks make the rows and the checks.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hanlm import ranks
 from hanlm.chat import tokens
 from hanlm.config import Config, SftVariant
 from hanlm.console import info
@@ -63,14 +63,10 @@ def prepare(
     )
     audit = sft_checks.audit(source, special)
     sft_checks.guard_untrained_rows(sft_cfg.variants(), audit)  # refused: nothing written
-    if _is_main():
+    if ranks.is_main():
         audit.write(out.audit)
         data.write(out.data_report)
     return Prepared(source, special, rows, heldout, audit, data)
-
-
-def _is_main() -> bool:
-    return os.environ.get("RANK", "0") == "0"
 
 
 def _train(cfg: Config, prep: Prepared, variant: SftVariant, out: SftDirs, common: dict):

@@ -28,6 +28,7 @@ from hanlm.config import (
     ParallelSection,
 )
 from hanlm.console import info
+from hanlm.plan.catalogue import device_peak_flops
 from hanlm.train import checkpoint_mirror, distill, muon, parallel, trackers
 from hanlm.train.checkpoint_layout import Policy
 from hanlm.train.checkpoint_manager import CheckpointManager
@@ -87,12 +88,12 @@ def build_optimizer(
     matrices and AdamW on the rest (hanlm.train.muon), said at start when `announce`."""
     betas = (section.beta1, section.beta2)
     wd = section.weight_decay
-    # LoRA's adapters are low-rank factors: a compared LoRA variant trains with AdamW
-    lora = hasattr(parallel.unwrap(model), "peft_config")
-    if section.name == "adamw" or lora:
+    if section.name == "adamw":
         return adamw(
             model, lr=section.lr, weight_decay=wd, betas=betas, eps=section.eps, device=device
         )
+    # Muon with LoRA is refused with the recipe (config.loading): a LoRA model here is a bug
+    assert not hasattr(parallel.unwrap(model), "peft_config"), "Muon with LoRA reached training"
     return muon_adamw(section, model, device, announce=announce)
 
 
@@ -190,7 +191,6 @@ class TrainingJob:
     checkpoints_place: str  # the folder under [checkpoint] mirror that is this training's
     metrics_path: Path
     flops_per_token: float
-    peak_flops: float
     fingerprint: str  # model and data: a checkpoint must match it to be resumed
     settings: str  # every setting of the stage: a finished run with other ones is not reused
     student_tokenizer: Path  # distillation checks the teacher's vocabulary against it
@@ -199,7 +199,13 @@ class TrainingJob:
     configure_optimizer: Callable[[torch.optim.Optimizer], None] | None = None
 
 
-def trainer_settings(job: TrainingJob, components: Components) -> TrainerSettings:
+def mfu_peak(at: Placement) -> tuple[float, str]:
+    """The peak FLOP/s that MFU divides by, pretraining and SFT alike: the device's at the
+    number format the training resolved to, and where the figure comes from."""
+    return device_peak_flops(at.dist.device, at.numerics.name)
+
+
+def trainer_settings(job: TrainingJob, components: Components, at: Placement) -> TrainerSettings:
     return TrainerSettings(
         accumulation=job.accumulation,
         grad_clip=components.optimizer.grad_clip,
@@ -207,7 +213,7 @@ def trainer_settings(job: TrainingJob, components: Components) -> TrainerSetting
         optimizer_keys="sft.optimizer" if components.stage == "sft" else "optimizer",
         checkpoint_every=components.checkpoint.every,
         flops_per_token=job.flops_per_token,
-        peak_flops=job.peak_flops,
+        peak_flops=mfu_peak(at)[0],
         fingerprint=job.fingerprint,
         settings=job.settings,
         **components.logging.model_dump(include=LoggingSection.CADENCE_KEYS),
@@ -245,7 +251,7 @@ def build_trainer(
         train_loader=job.train_loader,
         val_loader=job.val_loader,
         schedule=build_schedule(components.optimizer, job.total_steps),
-        settings=trainer_settings(job, components),
+        settings=trainer_settings(job, components, at),
         dist=at.dist,
         mode=at.mode,
         numerics=at.numerics,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as torch_dist
 
-from hanlm import model_init
+from hanlm import model_init, ranks
 from hanlm.errors import UserError
 from hanlm.inference import resolve_device
 from hanlm.model import enable_activation_checkpointing
@@ -77,9 +77,9 @@ def _own_store(timeout: datetime.timedelta):
 def init(device: str = "auto", timeout_s: float = 600.0) -> Dist:
     """Join the process group when launched by torchrun (WORLD_SIZE > 1), else run alone.
     A collective that waits longer than `timeout_s` for a peer fails."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = ranks.world_size()
+    rank = ranks.rank()
+    local_rank = ranks.local_rank()
     dev = _pick_device(device, local_rank)
     if world_size > 1 and not torch_dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
@@ -121,8 +121,8 @@ def lost_peers(dist: Dist, error: BaseException) -> peers.PeerLost | None:
 def planned_placement(device: str, mode: str) -> tuple[torch.device, str]:
     """The device and parallel mode this process will train with, known before any process
     group is joined (what `hanlm run` checks before its first stage)."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = ranks.world_size()
+    local_rank = ranks.local_rank()
     dev = resolve_device(device, setting="parallel.device", local_rank=local_rank)
     return dev, resolve_mode(mode, Dist(0, world_size, local_rank, dev))
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from hanlm import ranks
 from hanlm.errors import PeerLost, UserError
 
 KNOCK_TIMEOUT_S = 3.0
@@ -38,13 +39,6 @@ class Peer:
 
     def describe(self) -> str:
         return f"rank {self.rank} on host {self.host} (node {self.node})"
-
-
-def node_rank(rank: int) -> int:
-    """This process's agent (host) number under torchrun."""
-    if "GROUP_RANK" in os.environ:
-        return int(os.environ["GROUP_RANK"])
-    return rank // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def _local_address() -> str:
@@ -85,7 +79,7 @@ def exchange(rank: int, world_size: int) -> tuple[Peer, ...]:
     _listener = listen()
     port = _listener.getsockname()[1]
     # peers are told the address of the interface that faces them
-    mine = Peer(rank, node_rank(rank), socket.gethostname(), (_local_address(), port))
+    mine = Peer(rank, ranks.node_of(rank), socket.gethostname(), (_local_address(), port))
     roster: list[Peer | None] = [None] * world_size
     dist.all_gather_object(roster, mine)
     return tuple(roster)  # type: ignore[arg-type]

@@ -23,13 +23,13 @@ from hanlm.data.loader import TokenLoader
 from hanlm.data.mixture import Mixture
 from hanlm.errors import UserError
 from hanlm.files import fingerprint
-from hanlm.plan.catalogue import device_peak_flops
 from hanlm.train import document_attention, init_from, parallel, precision
 from hanlm.train.build import (
     Components,
     Placement,
     TrainingJob,
     build_trainer,
+    mfu_peak,
     processes,
     start_fresh,
 )
@@ -236,7 +236,6 @@ def pretrain(
             cfg, data.vocab_size, Placement(dist, mode, numerics), data.tokenizer_dir
         )
         train_loader, val_loader = _loaders(cfg, data, dist, mixture)
-        peak, peak_source = device_peak_flops(dist.device, cfg.precision.mode)
 
         def after_step() -> None:
             precision.precompute_fp8_scales_if_needed(model, numerics, par.fsdp_float8_all_gather)
@@ -250,23 +249,21 @@ def pretrain(
             checkpoints_place=outputs.place,
             metrics_path=outputs.metrics,
             flops_per_token=model_lib.flops_per_token(mconfig, pretrain_cfg.seq_len)["total"],
-            peak_flops=peak,
             fingerprint=model_fingerprint(cfg, data.shards_fingerprint),
             settings=settings_fp,
             student_tokenizer=data.tokenizer_dir,
             token_bytes=torch.tensor(data.token_byte_lengths, dtype=torch.float64),
             after_optimizer_step=after_step,
         )
-        trainer = build_trainer(
-            model, job, Placement(dist, mode, numerics), Components.pretraining(cfg)
-        )
+        placement = Placement(dist, mode, numerics)
+        trainer = build_trainer(model, job, placement, Components.pretraining(cfg))
         if cfg.checkpoint.resume == "auto" and not force:  # forced: never back from the mirror
             trainer.resume()
         if dist.is_main:
             info(
                 f"pretrain: {model_lib.describe(mconfig)}; {precision.describe(numerics)}; {mode} on "
                 f"{dist.world_size} x {dist.device.type}; {steps} steps of {pretrain_cfg.global_batch_tokens:,} tokens "
-                f"({accumulation} micro-steps); fp8 layers: {len(converted)}; MFU peak: {peak_source}"
+                f"({accumulation} micro-steps); fp8 layers: {len(converted)}; MFU peak: {mfu_peak(placement)[1]}"
                 + (f"; {torch.get_num_threads()} CPU threads" if dist.device.type == "cpu" else "")
                 + (
                     f"; documents masked apart ({_attention(model)})"

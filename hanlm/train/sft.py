@@ -37,7 +37,6 @@ from hanlm.console import info, warn
 from hanlm.data import chat_data
 from hanlm.errors import UserError
 from hanlm.files import fingerprint
-from hanlm.plan.catalogue import device_peak_flops
 from hanlm.train import (
     build,
     checkpoint_layout,
@@ -322,7 +321,6 @@ def train_once(
             checkpoints_place=outputs.place,
             metrics_path=outputs.metrics,
             flops_per_token=model_lib.flops_per_token(mconfig, sft_cfg.seq_len)["total"],
-            peak_flops=device_peak_flops(dist.device, numerics.name)[0],
             fingerprint=fingerprint(
                 "sft-model",
                 source.fingerprint,

@@ -14,9 +14,9 @@ from pydantic import BaseModel, Field
 
 from conftest import assert_user_error
 from hanlm.cli import commands
+from hanlm.cli.config_flags import add_config_flags, expand, field_at, flag_name, flag_values
 from hanlm.cli.parser import CONFIG_FLAGS, build_parser, parse_args
 from hanlm.config import Config, load_config
-from hanlm.config_flags import add_config_flags, expand, field_at, flag_name, flag_values
 
 DECODING = [
     (["--max-new-tokens", "9"], {"generate.max_new_tokens": 9}),

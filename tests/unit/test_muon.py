@@ -113,6 +113,8 @@ def test_the_builder_gives_muon_its_own_rate_and_decay_and_adamw_the_rest():
         ({"optimizer.muon_lr": 0}, "optimizer.muon_lr"),
         ({"optimizer.muon_adjust_lr": "sqrt"}, "muon_adjust_lr"),
         ({"sft.optimizer.name": "muon", "sft.method": "lora"}, "LoRA"),
+        # a compared LoRA variant too: never trained with another optimizer than asked
+        ({"sft.optimizer.name": "muon", "sft.compare": [{"method": "lora"}]}, "sft.compare"),
     ],
 )
 def test_bad_settings_are_clear_errors_before_any_work(values, message):

@@ -287,7 +287,6 @@ def trainer_for(model, train_loader, val_loader, tmp_path: Path):
         checkpoints_place="run/sft",
         metrics_path=tmp_path / "metrics.jsonl",
         flops_per_token=1.0,
-        peak_flops=1.0,
         fingerprint="f",
         settings="s",
         student_tokenizer=tmp_path,
