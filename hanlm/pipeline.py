@@ -17,14 +17,8 @@ from hanlm import __version__, ranks, remote_code, run_inputs, run_lock
 from hanlm.config import Config
 from hanlm.console import info, warn
 from hanlm.errors import UserError
-from hanlm.files import (
-    STAGE_MARKER,
-    atomic_output_dir,
-    fingerprint,
-    read_stage_marker,
-    stage_fingerprint,
-    write_stage_marker,
-)
+from hanlm.files import STAGE_MARKER, atomic_output_dir, fingerprint
+from hanlm.stages.markers import read_stage_marker, stage_fingerprint, write_stage_marker
 from hanlm.stages.rundir import RunDir, save_run_config
 from hanlm.stages.stage import (
     NotNeeded,

@@ -349,7 +349,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from hanlm.stages import publish
+    from hanlm.cli import publish
     from hanlm.stages.rundir import load_run_config
 
     cfg = load_run_config(args.run, None, None, flag_values(args), recipe_fallback=False)

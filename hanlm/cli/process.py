@@ -13,8 +13,8 @@ from pathlib import Path
 
 from hanlm import exit_status, remote_code
 from hanlm.cli.parser import parse_args
+from hanlm.disk_errors import storage_error
 from hanlm.errors import PeerLost, PreflightNoGo, Terminated, UserError, stop_on_sigterm
-from hanlm.files import storage_error
 from hanlm.launch import torchrun
 from hanlm.train.preemption import Preempted
 

@@ -38,7 +38,7 @@ from hanlm.console import info, warn
 from hanlm.data import dataset_repo
 from hanlm.data.chat_data import ROLES, TEMPLATE_MARKERS
 from hanlm.errors import UserError
-from hanlm.files import open_text_stream, strip_compression_suffix
+from hanlm.streams import open_text_stream, strip_compression_suffix
 
 FORMAT_KEYS = {
     "messages": {"messages": "messages", "role": "role", "content": "content"},

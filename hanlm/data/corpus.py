@@ -19,8 +19,9 @@ import zstandard
 
 from hanlm.config import DEFAULT_SOURCE
 from hanlm.console import warn
-from hanlm.files import damaged_files, file_record, open_text_stream, read_json
+from hanlm.files import damaged_files, file_record, read_json
 from hanlm.results import Part, Result
+from hanlm.streams import open_text_stream
 
 STAGE = "corpus"
 STATS_FILE = "stats.json"

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from hanlm.errors import UserError
-from hanlm.files import open_text_stream, strip_compression_suffix
+from hanlm.streams import open_text_stream, strip_compression_suffix
 
 # Where a dataset's files lie in its Hub repository, for the download command of the error
 # messages: {config} and {split} are filled in. Other datasets get the whole repository.

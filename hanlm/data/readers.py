@@ -30,7 +30,7 @@ from hanlm.data.dataset_repo import (
     snapshot_folder,
 )
 from hanlm.errors import UserError
-from hanlm.files import (
+from hanlm.streams import (
     DamagedCompressedFile,
     lines_in_range,
     open_text_stream,

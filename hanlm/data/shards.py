@@ -41,10 +41,10 @@ from hanlm.files import (
     file_mismatch,
     file_record,
     fsync_dir,
-    open_text_stream,
     read_json,
 )
 from hanlm.results import Part, Result
+from hanlm.streams import open_text_stream
 
 STAGE = "shards"
 SPLITS = ("train", "val")

@@ -34,12 +34,7 @@ from hanlm.chat_template import (
 from hanlm.config import Config
 from hanlm.data import corpus as corpus_lib
 from hanlm.errors import UserError
-from hanlm.files import (
-    atomic_write_json,
-    file_mismatch,
-    file_sha256,
-    read_json,
-)
+from hanlm.files import atomic_write_json, file_mismatch, file_sha256, read_json
 from hanlm.results import Part, Result
 
 STAGE = "tokenizer"

@@ -25,12 +25,7 @@ from hanlm.evals import contamination as contamination_lib
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.harness import Model, require_model_folder
 from hanlm.evals.results import EvalResults
-from hanlm.files import (
-    atomic_output_dir,
-    atomic_write_text,
-    claim_output_dir,
-    fingerprint,
-)
+from hanlm.files import atomic_output_dir, atomic_write_text, claim_output_dir, fingerprint
 
 RESULTS_FILE = EvalResults.FILE
 

@@ -8,6 +8,7 @@ logits processors (hanlm.inference.processors), and `generate` is told to add no
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -84,6 +85,22 @@ def chat_prompt(loaded: LoadedModel, messages: list[dict[str, str]]) -> str:
     return loaded.tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=False
     )
+
+
+class _PastContextReminder(logging.Filter):
+    """Drops transformers' "friendly reminder" that a generation ran past the model's
+    max_position_embeddings. hanlm lets it on purpose: a prompt keeps at least half the context
+    and the answer gets the max_new_tokens asked for (a batch's left padding counts too), and
+    the SFT closure check measures exactly those answers; the reminder names nothing a user can
+    change. Every other record of that logger still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "exceeded the model's predefined maximum length" not in record.getMessage()
+
+
+_REMINDER_LOGGER = logging.getLogger("transformers.generation.stopping_criteria")
+if not any(isinstance(f, _PastContextReminder) for f in _REMINDER_LOGGER.filters):
+    _REMINDER_LOGGER.addFilter(_PastContextReminder())
 
 
 def prompt_budget(context: int, max_new_tokens: int) -> int:

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from hanlm.config import SourceFields
 from hanlm.data import dataset_repo
 from hanlm.errors import UserError
-from hanlm.files import strip_compression_suffix
+from hanlm.streams import strip_compression_suffix
 
 MB = 1e6
 GB = 1e9

@@ -8,7 +8,7 @@ given. `--dry-run` stops there, without network. An upload first checks the logi
 HF_TOKEN or `hf auth login`, accepted by the Hub) before it writes or sends anything, so a
 missing token or no network is one UserError saying how to log in.
 
-The stage layer (hanlm.stages.publish) says where each of the run's files is (`RunFiles`).
+The command (hanlm.cli.publish) says where each of the run's files is (`RunFiles`).
 """
 
 from __future__ import annotations

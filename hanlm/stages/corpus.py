@@ -2,7 +2,7 @@
 
 The stage's jobs work in `RUN/corpus.work/`, kept while the settings and inputs stay the same:
 a run killed part-way resumes there, redoing only the tasks that had not finished (see
-stages/engine_output.py).
+stages/data_jobs.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hanlm.config import Config
 from hanlm.console import info
 from hanlm.data import cleaning, corpus, dataset_repo, read_plan, readers
 from hanlm.data.corpus import CorpusStats
-from hanlm.stages import engine_output
+from hanlm.stages import data_jobs
 from hanlm.stages.run_facts import ENGINE_PLACEMENT
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
@@ -43,8 +43,8 @@ def build(ctx: StageContext) -> CorpusStats | None:
     cfg, run = ctx.cfg, ctx.run
     demo = any(map(readers.is_demo, cfg.corpus.all_inputs()))
     demo_file = run.demo_file("pretrain") if demo else None
-    work = engine_output.work_folder(run.corpus_work, ctx.fingerprint, force=ctx.force)
-    stats = engine_output.run_jobs(
+    work = data_jobs.work_folder(run.corpus_work, ctx.fingerprint, force=ctx.force)
+    stats = data_jobs.run_jobs(
         "corpus", work, lambda: cleaning.build(
             cfg.corpus, cfg.run.seed, cfg.data_engine, work, ctx.out, needs=ctx.derived,
             demo_file=demo_file,

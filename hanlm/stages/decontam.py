@@ -31,7 +31,7 @@ from hanlm.errors import UserError
 from hanlm.evals import tasks as tasks_lib
 from hanlm.evals.tasks import lm_eval_registry, with_prompt_form
 from hanlm.files import file_sha256, fingerprint
-from hanlm.stages import engine_output
+from hanlm.stages import data_jobs
 from hanlm.stages.run_facts import ENGINE_PLACEMENT, checked_corpus, finished
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext
@@ -225,7 +225,7 @@ def _scan(
     index.save(index_path)
     name = "scan" if shard is None else f"scan-{shard[0]:04d}-of-{shard[1]:04d}"
     # the tasks come from the files and the task size: a change of either starts afresh
-    work = engine_output.work_folder(
+    work = data_jobs.work_folder(
         partial_dir / name, fingerprint(ctx.fingerprint, shard), force=ctx.force
     )
 
@@ -241,7 +241,7 @@ def _scan(
             index_path=index_path,
         )  # fmt: skip
 
-    report = engine_output.run_jobs("decontam", work, make, what="results")
+    report = data_jobs.run_jobs("decontam", work, make, what="results")
     if report is _PARTIAL:
         shutil.rmtree(work, ignore_errors=True)
         return None
@@ -261,7 +261,7 @@ def _merge(ctx: StageContext, *, corpus_dir: Path | None) -> outputs.DecontamRep
     partial_dir = ctx.run.decontam_partial
     index, result, fp, n = outputs.load_partials(partial_dir)
     meta = {"mode": "run" if corpus_dir is not None else "standalone", "shards": n}
-    work = engine_output.work_folder(partial_dir / "merge", fingerprint(fp, n), force=False)
+    work = data_jobs.work_folder(partial_dir / "merge", fingerprint(fp, n), force=False)
 
     def make():
         return outputs.finish(
@@ -269,7 +269,7 @@ def _merge(ctx: StageContext, *, corpus_dir: Path | None) -> outputs.DecontamRep
             index_path=partial_dir / outputs.INDEX_FILE,
         )  # fmt: skip
 
-    report = engine_output.run_jobs("decontam", work, make, what="results")
+    report = data_jobs.run_jobs("decontam", work, make, what="results")
     if report is not None:
         shutil.rmtree(partial_dir, ignore_errors=True)
     return report

@@ -7,8 +7,8 @@ from hanlm import ranks
 from hanlm.config import Config
 from hanlm.data import mixture
 from hanlm.data.tokenizer import token_byte_lengths
-from hanlm.files import stage_fingerprint
 from hanlm.stages import run_facts
+from hanlm.stages.markers import stage_fingerprint
 from hanlm.stages.rundir import RunDir
 from hanlm.stages.stage import Stage, StageContext, Unfinished
 from hanlm.train import pretrain as pretrain_lib

@@ -16,7 +16,8 @@ from hanlm.data import tokenizer as tokenizer_lib
 from hanlm.data.decontam import outputs as decontam_outputs
 from hanlm.data.decontam.index import BenchmarkIndex
 from hanlm.errors import UserError
-from hanlm.files import file_sha256, stage_fingerprint
+from hanlm.files import file_sha256
+from hanlm.stages.markers import stage_fingerprint
 from hanlm.stages.rundir import RunDir, finished_output
 
 # How many data-engine tasks run at once and where changes nothing a data stage writes (the

@@ -27,8 +27,9 @@ from hanlm.data.decontam import outputs as decontam_outputs
 from hanlm.data.manifest import MANIFEST_NAME
 from hanlm.demo import FILE_NAMES as DEMO_FILE_NAMES
 from hanlm.errors import UserError
-from hanlm.files import check_folder_path, stage_fingerprint
+from hanlm.files import check_folder_path
 from hanlm.plan.measured import RehearsalRecord
+from hanlm.stages.markers import stage_fingerprint
 
 CONFIG_FILE = "config.toml"  # the resolved configuration a run saves and reuses
 CHECKPOINTS = "checkpoints"

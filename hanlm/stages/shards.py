@@ -10,7 +10,7 @@ from __future__ import annotations
 from hanlm.console import info
 from hanlm.data import shards
 from hanlm.files import file_sha256
-from hanlm.stages import engine_output
+from hanlm.stages import data_jobs
 from hanlm.stages.run_facts import (
     ENGINE_PLACEMENT,
     checked_corpus,
@@ -32,8 +32,8 @@ def build(ctx: StageContext) -> shards.ShardsManifest | None:
     tokenizer_json = tokenizer_path(run)
     sha = file_sha256(tokenizer_json)
     corpus_dir = checked_corpus(run, training_corpus_dir(run))
-    work = engine_output.work_folder(run.shards_work, ctx.fingerprint, force=ctx.force)
-    manifest = engine_output.run_jobs(
+    work = data_jobs.work_folder(run.shards_work, ctx.fingerprint, force=ctx.force)
+    manifest = data_jobs.run_jobs(
         "shards", work, lambda: shards.encode_corpus(
             corpus_dir, tokenizer_json, sha, cfg.shards, cfg.run.seed, cfg.data_engine, work,
             ctx.out,

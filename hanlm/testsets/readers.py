@@ -36,7 +36,7 @@ from typing import Any
 
 from hanlm.console import warn
 from hanlm.errors import UserError
-from hanlm.files import open_text_stream, strip_compression_suffix
+from hanlm.streams import open_text_stream, strip_compression_suffix
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from hanlm.files import (
     atomic_output_dir,
     read_jsonl,
     recover_interrupted_commit,
-    write_stage_marker,
 )
+from hanlm.stages.markers import write_stage_marker
 
 # what records when and how fast a stage ran, besides what it made
 TIMED_FILES = {STAGE_MARKER, "stats.json", "report.json", "report.md", "manifest.json"}

@@ -106,7 +106,7 @@ def test_a_stage_result_is_written_once(tmp_path: Path, monkeypatch, library_wri
     and export write their own: outside a run it is their folder's marker): never twice."""
     from hanlm import pipeline
     from hanlm import results as results_lib
-    from hanlm.files import read_stage_marker
+    from hanlm.stages.markers import read_stage_marker
     from hanlm.stages.rundir import RunDir
     from hanlm.stages.stage import Stage, StageContext
 

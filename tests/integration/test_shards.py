@@ -271,7 +271,7 @@ def test_no_tokenizer_is_a_user_error(tmp_path, cli):
 def test_every_document_of_a_token_file_is_in_its_index(demo_run):
     """Each token file's document index lists its documents in order, each starting where the
     end-of-document token before it ends: any token traces back to its document."""
-    from hanlm.files import open_text_stream
+    from hanlm.streams import open_text_stream
 
     m = manifest(demo_run)
     for split in ("train", "val"):

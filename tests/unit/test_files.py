@@ -15,8 +15,8 @@ from hanlm.files import (
     check_folder_path,
     claim_output_dir,
     claim_output_file,
-    write_stage_marker,
 )
+from hanlm.stages.markers import write_stage_marker
 from user_files import snapshot, user_file, user_folder
 
 

@@ -66,3 +66,20 @@ def test_left_padding():
     ids, mask = left_padded([[5, 6, 7], [8]], pad_id=0)
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]
     assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+def test_an_answer_past_the_context_prints_no_reminder_and_other_records_still_show(caplog):
+    """hanlm lets an answer run past max_position_embeddings on purpose: transformers' reminder
+    is dropped, and nothing else its stopping criteria log."""
+    import logging
+
+    from transformers.generation.stopping_criteria import MaxLengthCriteria
+
+    import hanlm.inference.generation  # noqa: F401 - installs the filter
+
+    logger = logging.getLogger("transformers.generation.stopping_criteria")
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        MaxLengthCriteria(400, 256)(torch.zeros(1, 300, dtype=torch.long), None)
+        logger.warning("another record")
+    messages = [r.getMessage() for r in caplog.records if r.name == logger.name]
+    assert messages == ["another record"]

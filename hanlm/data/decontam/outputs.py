@@ -30,15 +30,9 @@ from hanlm.data.corpus import STATS_FILE, corpus_parts, part_sources
 from hanlm.data.decontam.index import BenchmarkIndex
 from hanlm.data.decontam.scan import ScanResult, scan, share_index, task_index
 from hanlm.errors import UserError
-from hanlm.files import (
-    atomic_write_json,
-    atomic_write_text,
-    file_mismatch,
-    file_record,
-    open_text_stream,
-    read_json,
-)
+from hanlm.files import atomic_write_json, atomic_write_text, file_mismatch, file_record, read_json
 from hanlm.results import Part, Result, read_records
+from hanlm.streams import open_text_stream
 
 INDEX_FILE = "index.npz"
 ITEMS_FILE = "items.jsonl"

@@ -37,14 +37,9 @@ from hanlm.data.decontam.folding import prepare_tables
 from hanlm.data.decontam.hashing import distinct
 from hanlm.data.decontam.index import BenchmarkIndex, batches
 from hanlm.errors import UserError
-from hanlm.files import (
-    atomic_write_bytes,
-    file_mismatch,
-    lines_in_range,
-    open_text_stream,
-    read_json,
-)
-from hanlm.files import strip_compression_suffix as _plain_name
+from hanlm.files import atomic_write_bytes, file_mismatch, read_json
+from hanlm.streams import lines_in_range, open_text_stream
+from hanlm.streams import strip_compression_suffix as _plain_name
 
 SUPPORTED = ".txt, .jsonl (a text field, or chat `messages`), each optionally .gz or .zst"
 SCAN = "scan"  # the job's name: its folder in the work folder

@@ -1,6 +1,7 @@
 """`hanlm publish RUN`: the run's chat (else base) export with a model card built from the run,
 written to RUN/publish/ (or --out) and uploaded to the Hugging Face Hub (hanlm.share.publish).
-Not a pipeline stage: it sends the run's results elsewhere, and only when asked."""
+Not a pipeline stage: it sends the run's results elsewhere, and only when asked; the command's
+own code, beside the parser."""
 
 from __future__ import annotations
 
