@@ -78,10 +78,19 @@ def finished_fingerprint(name: str, run: RunDir) -> str | None:
     return stage_fingerprint(declaration(name).output(run))
 
 
-def upstream_of(stage: Stage, cfg: Config, options: dict | None = None) -> tuple[str, ...]:
+def stage_options(stage: Stage, given: dict[str, Any] | None = None) -> Any:
+    """The command's own settings for `stage`, as the dataclass it declares."""
+    try:
+        return stage.options(**(given or {}))
+    except TypeError as e:  # a caller's mistake, not the user's
+        raise TypeError(f"stage {stage.name} takes no such option: {e}") from None
+
+
+def upstream_of(stage: Stage, cfg: Config, options: Any = None) -> tuple[str, ...]:
     """The stages whose outputs `stage` reads for `cfg` (whole or its declared view): its
     declared ones, and the demo world when it reads it."""
-    uses_demo = stage.uses_demo(declared_view(cfg, stage), options or {})
+    options = stage_options(stage) if options is None else options
+    uses_demo = stage.uses_demo(declared_view(cfg, stage), options)
     return (*stage.after, *(("demo",) if uses_demo else ()))
 
 
@@ -95,13 +104,13 @@ def fingerprint_of(stage: Stage, cfg: Config, upstream: dict[str, str | None], i
     return fingerprint(stage.name, stage.version, settings, upstream, inputs)
 
 
-def current_fingerprint(name: str, cfg: Config, run: RunDir, options: dict | None = None) -> str:
+def current_fingerprint(name: str, cfg: Config, run: RunDir, **options: Any) -> str:
     """The fingerprint stage `name` would finish with now in `run`."""
     stage = declaration(name)
-    return _fingerprint(stage, cfg, declared_view(cfg, stage), run, options or {})
+    return _fingerprint(stage, cfg, declared_view(cfg, stage), run, stage_options(stage, options))
 
 
-def _fingerprint(stage: Stage, cfg: Config, view: Config, run: RunDir, options: dict) -> str:
+def _fingerprint(stage: Stage, cfg: Config, view: Config, run: RunDir, options: Any) -> str:
     upstream = {u: finished_fingerprint(u, run) for u in upstream_of(stage, view, options)}
     return fingerprint_of(stage, cfg, upstream, stage.inputs(view, run, options))
 
@@ -198,7 +207,7 @@ def _build(stage: Stage, ctx: StageContext, out: Path) -> StageOutcome:
     return _summary(result)
 
 
-def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> StageOutcome:
+def _run(name: str, cfg: Config, run: RunDir, force: bool, options: Any) -> StageOutcome:
     stage = declaration(name)
     out = stage.output(run)
     view = declared_view(cfg, stage)
@@ -212,7 +221,7 @@ def _run(name: str, cfg: Config, run: RunDir, force: bool, options: dict) -> Sta
         return NotNeeded(name, reason)
     stage.validate(view, run, options)
     if stage.uses_demo(view, options):
-        _run_on_ranks("demo", cfg, run, False, {})
+        _run_on_ranks("demo", cfg, run, False, stage_options(declaration("demo")))
     if stage.rerun is not None:
         return _rerun(stage, stage.rerun, cfg, run, force)
     derived = stage.derived(cfg) if stage.derived is not None else None
@@ -236,7 +245,14 @@ def _rerun(stage: Stage, rerun: Rerun, cfg: Config, run: RunDir, force: bool) ->
         rerun.prepare(run, sub)
     info(f"{stage.name}: {rerun.describe(sub)}")
     results = {
-        name: _run_on_ranks(name, derived_cfg, sub, force, {}, key=f"{stage.name}/{name}")
+        name: _run_on_ranks(
+            name,
+            derived_cfg,
+            sub,
+            force,
+            stage_options(declaration(name)),
+            key=f"{stage.name}/{name}",
+        )
         for name in rerun.stages
     }
     return {"run": str(sub.root), "stages": sorted(results)}
@@ -264,7 +280,7 @@ def launch_store():
 
 
 def _run_on_ranks(
-    name: str, cfg: Config, run: RunDir, force: bool, options: dict, *, key: str | None = None
+    name: str, cfg: Config, run: RunDir, force: bool, options: Any, *, key: str | None = None
 ) -> StageOutcome:
     """Run a stage on every rank if it declares so, else on rank 0 alone while the others wait
     on `key` (default: the stage's name; a launch that runs a stage twice names each run)."""
@@ -273,7 +289,7 @@ def _run_on_ranks(
 
 
 def _run_here_or_on_rank_zero(
-    name: str, cfg: Config, run: RunDir, force: bool, options: dict, key: str
+    name: str, cfg: Config, run: RunDir, force: bool, options: Any, key: str
 ) -> StageOutcome:
     if ranks.world_size() <= 1 or declaration(name).all_ranks:
         return _run(name, cfg, run, force, options)
@@ -299,13 +315,15 @@ def run_stage(
 ) -> StageOutcome:  # fmt: skip
     """Run one stage on the run (skipped when finished with the same fingerprint and whole,
     unless `force`), then save the configuration it ran with as the run's config.toml (unless
-    `save_config` is false); `options` are the command's own for the stage (see each stage).
+    `save_config` is false); `options` are the command's own for the stage, the fields of the
+    dataclass it declares (Stage.options: see each stage).
     Its result (of the type its Stage declares), Unfinished when it stopped early, None when
     its jobs run on a cluster, NotNeeded / OnRankZero (see hanlm.stages.stage)."""
     stage_module(name)  # an unknown name is a UserError listing the stages
+    typed = stage_options(declaration(name), options)
     run = RunDir.of(run)
     with run_lock.hold(run.root):  # taken once per command; here for callers from Python
-        result = _run_on_ranks(name, cfg, run, force, options)
+        result = _run_on_ranks(name, cfg, run, force, typed)
         if save_config and ranks.is_main():  # under torchrun, one writer
             save_run_config(cfg, run)
     return result
@@ -345,7 +363,9 @@ def run_pipeline(
         for i, name in enumerate(names[:stop]):
             if ranks.is_main():
                 info(f"[bold]== {name}[/bold]")
-            results[name] = _run_on_ranks(name, cfg, run, i >= start, {})
+            results[name] = _run_on_ranks(
+                name, cfg, run, i >= start, stage_options(declaration(name))
+            )
             if ranks.is_main():
                 save_run_config(cfg, run)
     return results

@@ -14,10 +14,10 @@ from hanlm.data.corpus import CorpusStats
 from hanlm.stages import data_jobs
 from hanlm.stages.run_facts import ENGINE_PLACEMENT
 from hanlm.stages.rundir import RunDir
-from hanlm.stages.stage import Stage, StageContext
+from hanlm.stages.stage import NoOptions, Stage, StageContext
 
 
-def inputs(cfg: Config, run: RunDir, options: dict) -> list:
+def inputs(cfg: Config, run: RunDir, options: NoOptions) -> list:
     """The input files by path, size and time (too large to read just to see they are the same;
     the demo world is the demo stage's, by its fingerprint), the commit each local snapshot
     of a Hub dataset was downloaded at, and the URL blocklist's domains."""

@@ -5,19 +5,15 @@ The benchmark items, each with the prompt lm-eval scores as a form to look for t
 here (from hanlm.testsets and hanlm.evals.tasks) and handed to hanlm.data.decontam, which knows
 nothing of evaluation. Outputs: see hanlm.data.decontam.outputs.
 
-Options (`pipeline.run_stage("decontam", ..., **options)`, from `hanlm decontam`):
-  standalone=True, corpus=[GLOB, ...]  scan those files into OUT/decontam/ (OUT is the run
-                                       folder given), not a run's corpus
-  shard=(I, N)                         scan one share of the files into decontam-partial/
-                                       (never skipped, never marked finished)
-  merge=True                           combine every shard's partial result into decontam/
-                                       (never skipped)
+Options (`pipeline.run_stage("decontam", ..., **options)`, from `hanlm decontam`): the fields
+of DecontamOptions.
 """
 
 from __future__ import annotations
 
 import functools
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from hanlm.config import Config
@@ -38,8 +34,22 @@ from hanlm.stages.stage import Stage, StageContext
 from hanlm.testsets import readers
 
 
-def _uses_demo(cfg: Config, options: dict) -> bool:
-    if options.get("standalone"):  # a benchmark of the demo world is refused there
+@dataclass(frozen=True)
+class DecontamOptions:
+    """What `hanlm decontam` asks of the stage beyond the recipe."""
+
+    # scan the files of `corpus` (globs) into OUT/decontam/ (OUT: the run folder given), not a
+    # run's corpus
+    standalone: bool = False
+    corpus: list[str] | None = None
+    # (I, N): scan one share of the files into decontam-partial/ (never skipped, never marked
+    # finished)
+    shard: tuple[int, int] | None = None
+    merge: bool = False  # combine every shard's partial result into decontam/ (never skipped)
+
+
+def _uses_demo(cfg: Config, options: DecontamOptions) -> bool:
+    if options.standalone:  # a benchmark of the demo world is refused there
         return False
     return any(spec.partition("=")[2].strip() == "demo" for spec in cfg.decontam.benchmarks)
 
@@ -144,10 +154,10 @@ def not_needed(cfg: Config) -> str | None:
     return None
 
 
-def validate(cfg: Config, run: RunDir, options: dict) -> None:
+def validate(cfg: Config, run: RunDir, options: DecontamOptions) -> None:
     """Thresholds that contradict each other, and a run's scan without a finished corpus."""
     _check_thresholds(cfg)
-    if options.get("standalone") or options.get("merge"):
+    if options.standalone or options.merge:
         return
     if not finished(run, "corpus"):
         raise UserError(
@@ -155,31 +165,29 @@ def validate(cfg: Config, run: RunDir, options: dict) -> None:
         )
 
 
-def _benchmarks(cfg: Config, run: RunDir, options: dict) -> list[tuple[str, Path | None]]:
+def _benchmarks(
+    cfg: Config, run: RunDir, options: DecontamOptions
+) -> list[tuple[str, Path | None]]:
     return benchmark_specs(
-        cfg.decontam.benchmarks, None if options.get("standalone") else run.demo_file("benchmark")
+        cfg.decontam.benchmarks, None if options.standalone else run.demo_file("benchmark")
     )
 
 
-def inputs(cfg: Config, run: RunDir, options: dict) -> list | None:
+def inputs(cfg: Config, run: RunDir, options: DecontamOptions) -> list | None:
     """The benchmark files by content (small; the demo world's lives in the run, so a run folder
     moved elsewhere stays up to date) and, standalone, the scanned files by path, size, time.
     A merge takes what its partial results were scanned from (they were checked alike)."""
-    if options.get("merge"):
+    if options.merge:
         return None
     benchmarks = [_benchmark_identity(task, path) for task, path in _benchmarks(cfg, run, options)]
-    scanned = (
-        [_file_key(path) for path in expand_corpus(options["corpus"])]
-        if options.get("corpus")
-        else []
-    )
+    scanned = [_file_key(path) for path in expand_corpus(options.corpus)] if options.corpus else []
     return [benchmarks, scanned]
 
 
-def always_builds(options: dict) -> bool:
+def always_builds(options: DecontamOptions) -> bool:
     """One shard of a scan (which makes only part of the output, never marked finished) and a
     merge of the shards' scans are built whatever the stage's folder holds."""
-    return options.get("shard") is not None or bool(options.get("merge"))
+    return options.shard is not None or options.merge
 
 
 def damage(run: RunDir) -> str | None:
@@ -191,18 +199,18 @@ def build(ctx: StageContext) -> outputs.DecontamReport | None:
     """Scan (or merge the shards' scans) into the stage's folder; None for one shard's partial
     scan, or when the jobs were submitted to a cluster (Slurm) and still run."""
     cfg, run, options = ctx.cfg, ctx.run, ctx.options
-    standalone = bool(options.get("standalone"))
-    if options.get("merge"):
+    standalone = options.standalone
+    if options.merge:
         report = _merge(ctx, corpus_dir=None if standalone else run.corpus)
     else:
         if standalone:
-            files, corpus_dir = expand_corpus(options["corpus"]), None
+            files, corpus_dir = expand_corpus(options.corpus), None
         else:
             corpus_dir = run.corpus
             files = corpus_parts(checked_corpus(run, corpus_dir))
         benchmarks = _benchmarks(cfg, run, options)
         mode = "standalone" if standalone else "run"
-        report = _scan(ctx, benchmarks, files, options.get("shard"), corpus_dir, mode)
+        report = _scan(ctx, benchmarks, files, options.shard, corpus_dir, mode)
     if report is not None:
         info(f"decontam: report in {run.decontam / 'report.md'}")
     return report
@@ -280,6 +288,7 @@ STAGE = Stage(
     version=3,  # 3: contamination by corpus source (2: index format 2)
     output=lambda run: run.decontam,
     result=outputs.DecontamReport,
+    options=DecontamOptions,
     reads=("decontam", "corpus.min_chars", "data_engine"),
     # whether it runs, how its text is batched, and what the compare stage does change no output
     unfingerprinted=(

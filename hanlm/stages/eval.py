@@ -16,7 +16,7 @@ from hanlm.evals.results import EvalResults
 from hanlm.evals.run import options_from, run_evaluation, write_results
 from hanlm.model_folder import is_model_folder
 from hanlm.stages.rundir import RunDir
-from hanlm.stages.stage import Stage, StageContext
+from hanlm.stages.stage import NoOptions, Stage, StageContext
 
 
 def demo_files(run: RunDir | Path) -> dict[str, Path]:
@@ -87,7 +87,7 @@ def _data_identity(path: str | None) -> list | str | None:
     return [str(data_file), data_file.stat().st_size, data_file.stat().st_mtime_ns]
 
 
-def _uses_demo(cfg: Config, options: dict) -> bool:
+def _uses_demo(cfg: Config, options: NoOptions) -> bool:
     """Whether a task named without data reads the demo world (its default in a run)."""
     stand_ins = {kind: Path(name) for kind, name in DEMO_FILE_NAMES.items()}
     for spec in tasks_lib.expand_specs(cfg.eval.tasks)[0]:
@@ -112,7 +112,7 @@ def _sources(cfg: Config, run: RunDir) -> list[str | None]:
     return sources
 
 
-def inputs(cfg: Config, run: RunDir, options: dict) -> list:
+def inputs(cfg: Config, run: RunDir, options: NoOptions) -> list:
     """The models, the tasks' data and the contamination report, by identity."""
     report = cfg.eval.contamination or default_contamination(run)
     return [

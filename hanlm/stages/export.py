@@ -24,7 +24,7 @@ from hanlm.model_folder import export_damage, is_model_folder
 from hanlm.share import gguf as gguf_lib
 from hanlm.stages import run_facts
 from hanlm.stages.rundir import RunDir
-from hanlm.stages.stage import Stage, StageContext
+from hanlm.stages.stage import NoOptions, Stage, StageContext
 from hanlm.train import checkpoint_layout, export
 from hanlm.train.results import ExportRecord
 
@@ -104,7 +104,7 @@ def _committed_steps(root: Path) -> str:
     return ", ".join(str(int(step)) for step in steps if step.isdigit())
 
 
-def inputs(cfg: Config, run: RunDir, options: dict) -> list | None:
+def inputs(cfg: Config, run: RunDir, options: NoOptions) -> list | None:
     """Which checkpoint it exports: the latest committed one, by name and training fingerprint."""
     latest = checkpoint_layout.latest(run.pretrain.checkpoints)
     if latest is None:

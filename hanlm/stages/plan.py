@@ -13,7 +13,7 @@ from hanlm.plan.measured import RehearsalRecord
 from hanlm.plan.recipe import plan_recipe, setup_from_config
 from hanlm.plan.table import print_plan
 from hanlm.stages.rundir import RunDir
-from hanlm.stages.stage import Stage, StageContext
+from hanlm.stages.stage import NoOptions, Stage, StageContext
 
 
 def rehearsal(run: RunDir) -> RehearsalRecord | None:
@@ -22,7 +22,7 @@ def rehearsal(run: RunDir) -> RehearsalRecord | None:
     return RehearsalRecord.read_if_present(run.rehearsal_record)
 
 
-def inputs(cfg: Config, run: RunDir, options: dict) -> dict[str, Any]:
+def inputs(cfg: Config, run: RunDir, options: NoOptions) -> dict[str, Any]:
     """The setup the plan is made from: it sizes the data stages' work from the local inputs'
     sizes, which the settings alone do not give, and takes a rehearsal's measured speed."""
     return asdict(setup_from_config(cfg, rehearsal=rehearsal(run)))

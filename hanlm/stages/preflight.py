@@ -13,7 +13,7 @@ from hanlm.console import warn
 from hanlm.preflight import run as preflight
 from hanlm.preflight.report import PreflightReport
 from hanlm.stages.rundir import RunDir
-from hanlm.stages.stage import Stage, StageContext, Unfinished
+from hanlm.stages.stage import NoOptions, Stage, StageContext, Unfinished
 
 
 def checkpoint_folder(cfg: Config, run: RunDir | Path, override: str | Path | None = None) -> Path:
@@ -37,7 +37,7 @@ def check(
     )
 
 
-def inputs(cfg: Config, run: RunDir, options: dict) -> list:
+def inputs(cfg: Config, run: RunDir, options: NoOptions) -> list:
     """A GO holds for this host, this many ranks and this checkpoint folder."""
     world = str(ranks.world_size())
     return [socket.gethostname(), world, str(checkpoint_folder(cfg, run))]

@@ -3,6 +3,8 @@ metrics.jsonl, summary.json). Every rank runs it under torchrun; rank 0 writes t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hanlm import ranks
 from hanlm.config import Config
 from hanlm.data import mixture
@@ -19,7 +21,14 @@ from hanlm.train.results import PretrainSummary
 NOT_COMPUTED = (*run_facts.TRAINING_BOOKKEEPING, "optimizer.max_nonfinite_steps")
 
 
-def validate(cfg: Config, run: RunDir, options: dict) -> None:
+@dataclass(frozen=True)
+class PretrainOptions:
+    """What `hanlm pretrain` asks of the stage beyond the recipe."""
+
+    stop_after_steps: int | None = None  # stop (resumable) after this many steps of this run
+
+
+def validate(cfg: Config, run: RunDir, options: PretrainOptions) -> None:
     """A mix of corpus sources that the shards cannot give within their max_epochs stops the
     stage before its folder is touched (the build checks the shards themselves)."""
     if run_facts.finished(run, "shards"):
@@ -49,7 +58,7 @@ def build(ctx: StageContext) -> PretrainSummary | Unfinished:
         out,
         settings_fp=ctx.fingerprint,
         force=ctx.force,
-        stop_after_steps=ctx.options.get("stop_after_steps"),
+        stop_after_steps=ctx.options.stop_after_steps,
         on_complete=lambda summary: summary.write(out.summary),
     )
     return summary if summary.completed else Unfinished(summary)
@@ -57,6 +66,7 @@ def build(ctx: StageContext) -> PretrainSummary | Unfinished:
 
 STAGE = Stage(
     name="pretrain",
+    options=PretrainOptions,
     version=1,
     output=lambda run: run.pretrain.root,
     result=PretrainSummary,

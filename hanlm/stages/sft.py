@@ -20,7 +20,7 @@ from hanlm.inference import load_tokenizer
 from hanlm.model_folder import check_model_folder, export_damage, is_model_folder
 from hanlm.stages import run_facts, sft_variants
 from hanlm.stages.rundir import RunDir
-from hanlm.stages.stage import Stage, StageContext
+from hanlm.stages.stage import NoOptions, Stage, StageContext
 from hanlm.train import checkpoint_layout
 from hanlm.train import sft as sft_lib
 from hanlm.train.results import SftSummary
@@ -124,7 +124,7 @@ NOT_COMPUTED = (
 )  # fmt: skip
 
 
-def validate(cfg: Config, run: RunDir, options: dict) -> None:
+def validate(cfg: Config, run: RunDir, options: NoOptions) -> None:
     """Its conversations' inputs must be there, and a model to start from."""
     for source in cfg.sft.source_list():
         for spec in source.inputs:
@@ -143,7 +143,7 @@ def validate(cfg: Config, run: RunDir, options: dict) -> None:
         )
 
 
-def inputs(cfg: Config, run: RunDir, options: dict) -> list:
+def inputs(cfg: Config, run: RunDir, options: NoOptions) -> list:
     """The model it starts from and its conversations, by identity (the demo world's by
     content: it lives in the run)."""
     source = source_of(cfg, run)

@@ -21,6 +21,8 @@ section it did not declare raises. The hooks:
   damage(run) -> str | None         what is wrong with a finished output that would be reused
   always_builds(options) -> bool    the command asks for a build whatever is finished (one
                                     shard of a scan, a merge of the shards)
+`options` are the command's own for the stage, an instance of the dataclass it declares
+(`Stage.options`; NoOptions when its commands give none), made from `run_stage`'s keywords.
 A stage that is the pipeline run again declares a `Rerun` instead of a build.
 """
 
@@ -67,6 +69,11 @@ class Rerun:
 
 
 @dataclass(frozen=True)
+class NoOptions:
+    """The options of a stage whose commands give nothing of their own."""
+
+
+@dataclass(frozen=True)
 class Stage:
     """A stage's declaration. `reads` names config sections (`"tokenizer"`) or single fields
     (`"run.seed"`); every field of a named section is part of the fingerprint but those in
@@ -94,11 +101,13 @@ class Stage:
     # the stage builds; and before the first stage of a pipeline that will reach it)
     logs_to_trackers: bool = False
     not_needed: Callable[[Config], str | None] = _nothing
-    validate: Callable[[Config, RunDir, dict], None] = _nothing
-    uses_demo: Callable[[Config, dict], bool] = _never
-    inputs: Callable[[Config, RunDir, dict], Any] = _nothing
+    # the dataclass of the command's own settings for the stage, which run_stage's keywords make
+    options: type = NoOptions
+    validate: Callable[[Config, RunDir, Any], None] = _nothing
+    uses_demo: Callable[[Config, Any], bool] = _never
+    inputs: Callable[[Config, RunDir, Any], Any] = _nothing
     damage: Callable[[RunDir], str | None] = _nothing
-    always_builds: Callable[[dict], bool] = _never
+    always_builds: Callable[[Any], bool] = _never
     rerun: Rerun | None = None
     # what the stage needs computed from sections it does not read whole, from the whole
     # recipe (the corpus: how far each source is read, from pretraining's budget): part of its
@@ -127,7 +136,7 @@ class StageContext:
     out: Path
     fingerprint: str
     force: bool
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Any = field(default_factory=NoOptions)  # the stage's own Stage.options
     derived: Any = None  # Stage.derived's value for the recipe
 
 

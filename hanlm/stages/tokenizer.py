@@ -12,14 +12,14 @@ from hanlm.files import file_sha256
 from hanlm.model_folder import check_model_folder
 from hanlm.stages.run_facts import checked_corpus, training_corpus_dir
 from hanlm.stages.rundir import RunDir
-from hanlm.stages.stage import Stage, StageContext
+from hanlm.stages.stage import NoOptions, Stage, StageContext
 
 
 def damage(run: RunDir) -> str | None:
     return tokenizer.damage(run.tokenizer)
 
 
-def validate(cfg: Config, run: RunDir, options: dict) -> None:
+def validate(cfg: Config, run: RunDir, options: NoOptions) -> None:
     """The model whose tokenizer continued pretraining keeps must be there and loadable."""
     if cfg.model.init_from:
         from hanlm.inference import load_tokenizer  # deferred: transformers, for init_from only
@@ -27,7 +27,7 @@ def validate(cfg: Config, run: RunDir, options: dict) -> None:
         load_tokenizer(base_model(cfg))
 
 
-def inputs(cfg: Config, run: RunDir, options: dict) -> list:
+def inputs(cfg: Config, run: RunDir, options: NoOptions) -> list:
     """Continued pretraining: the model's tokenizer files by content."""
     if not cfg.model.init_from:
         return []

@@ -127,7 +127,7 @@ def test_a_stage_result_is_written_once(tmp_path: Path, monkeypatch, library_wri
     run = RunDir(tmp_path / "run")
     out = run.root / "counted"
     stage = Stage(name="counted", version=1, output=lambda run: out, result=Counted, build=build)
-    ctx = StageContext(None, run, out, "fp", False, {})
+    ctx = StageContext(None, run, out, "fp", False)
     assert pipeline._build(stage, ctx, out) == Counted(n=3)
     assert [p.name for p in written] == [Counted.FILE]
     assert Counted.read(out / Counted.FILE) == Counted(n=3)

@@ -154,3 +154,19 @@ def test_a_folder_from_an_earlier_layout_gets_one_clear_message(tmp_path):
     assert "tokenizer" in message and "earlier layout" in message
     assert "--from tokenizer" in message and "new run folder" in message
     assert (run / "tokenizer" / "stage.json").is_file()  # nothing replaced unasked
+
+
+def test_a_stages_options_are_its_dataclass_and_an_unknown_one_is_refused():
+    """run_stage's keywords become the dataclass the stage declares: typed for its hooks, and a
+    name it does not take is a caller's mistake named at once."""
+    from hanlm.pipeline import declaration, stage_options
+    from hanlm.stages.decontam import DecontamOptions
+    from hanlm.stages.pretrain import PretrainOptions
+    from hanlm.stages.stage import NoOptions
+
+    assert stage_options(declaration("pretrain"), {"stop_after_steps": 4}) == PretrainOptions(4)
+    merge = stage_options(declaration("decontam"), {"merge": True})
+    assert merge == DecontamOptions(merge=True) and merge.shard is None
+    assert stage_options(declaration("corpus")) == NoOptions()
+    with pytest.raises(TypeError, match="stage pretrain takes no such option"):
+        stage_options(declaration("pretrain"), {"stop_after": 4})
