@@ -18,6 +18,7 @@ from hanlm.config import Config
 from hanlm.console import info, warn
 from hanlm.errors import UserError
 from hanlm.files import STAGE_MARKER, atomic_output_dir, fingerprint
+from hanlm.stages import data_jobs
 from hanlm.stages.markers import read_stage_marker, stage_fingerprint, write_stage_marker
 from hanlm.stages.rundir import RunDir, save_run_config
 from hanlm.stages.stage import (
@@ -181,12 +182,26 @@ def _reusable(stage: Stage, run: RunDir, out: Path, fp: str) -> StageOutcome:
     )
 
 
+def _built(stage: Stage, ctx: StageContext) -> Any:
+    """stage.build(ctx), in the work folder it declares (Stage.work): made ready here, once its
+    output's place is claimed (a refusal there keeps an interrupted run's work), kept between
+    runs of the same settings for a killed run to resume in, thrown away on bad input."""
+    if stage.work is None:
+        return stage.build(ctx)
+    ctx.work = data_jobs.work_folder(stage.work(ctx.run), ctx.fingerprint, force=ctx.force)
+    try:
+        return stage.build(ctx)
+    except UserError:
+        shutil.rmtree(ctx.work, ignore_errors=True)  # the input must change before a retry
+        raise
+
+
 def _build(stage: Stage, ctx: StageContext, out: Path) -> StageOutcome:
     if stage.writes == "new_folder":
         try:
             with atomic_output_dir(out) as tmp:
                 ctx.out = tmp
-                result = _checked(stage, stage.build(ctx))
+                result = _checked(stage, _built(stage, ctx))
                 if _unfinished(result):
                     raise _NotFinished(_summary(result))
                 # once: a library whose file is also its folder's marker outside a run (eval
@@ -201,7 +216,7 @@ def _build(stage: Stage, ctx: StageContext, out: Path) -> StageOutcome:
     if ranks.is_main():  # in place: not complete from here until the marker is written again
         (out / STAGE_MARKER).unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
-    result = _checked(stage, stage.build(ctx))
+    result = _checked(stage, _built(stage, ctx))
     if not _unfinished(result) and ranks.is_main():
         _write_marker(out, stage, ctx.fingerprint)
     return _summary(result)
@@ -227,7 +242,7 @@ def _run(name: str, cfg: Config, run: RunDir, force: bool, options: Any) -> Stag
     derived = stage.derived(cfg) if stage.derived is not None else None
     if stage.writes == "always":
         ctx = StageContext(view, run, out, "", force, options, derived)
-        return _checked(stage, stage.build(ctx))
+        return _checked(stage, _built(stage, ctx))
     fp = _fingerprint(stage, cfg, view, run, options)
     if not force and not stage.always_builds(options):
         reused = _reusable(stage, run, out, fp)

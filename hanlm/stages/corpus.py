@@ -43,7 +43,7 @@ def build(ctx: StageContext) -> CorpusStats | None:
     cfg, run = ctx.cfg, ctx.run
     demo = any(map(readers.is_demo, cfg.corpus.all_inputs()))
     demo_file = run.demo_file("pretrain") if demo else None
-    work = data_jobs.work_folder(run.corpus_work, ctx.fingerprint, force=ctx.force)
+    work = ctx.work  # Stage.work, made ready by the pipeline
     stats = data_jobs.run_jobs(
         "corpus", work, lambda: cleaning.build(
             cfg.corpus, cfg.run.seed, cfg.data_engine, work, ctx.out, needs=ctx.derived,

@@ -1,8 +1,9 @@
 """A data stage's jobs on the data engine (hanlm.data.engine), in one place.
 
-The jobs work in a folder kept between runs of the same settings (a killed run resumes there,
-the pipeline removes it once the stage is finished) and write into the stage's temporary output
-folder. On Slurm the jobs are submitted and the stage returns None: the same command, run again
+The jobs work in a folder kept between runs of the same settings (a killed run resumes there):
+the stage declares it (Stage.work), the pipeline makes it ready with `work_folder` before the
+build and removes it once the stage is finished; a stage whose folder depends on its options (a
+decontam shard's) makes its own. The jobs write into the stage's temporary output folder. On Slurm the jobs are submitted and the stage returns None: the same command, run again
 once they have finished, gathers the output. Bad input (a UserError) throws the work away, since
 the input must change before the stage can succeed; any other failure keeps it, to resume.
 """

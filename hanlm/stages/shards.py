@@ -32,7 +32,7 @@ def build(ctx: StageContext) -> shards.ShardsManifest | None:
     tokenizer_json = tokenizer_path(run)
     sha = file_sha256(tokenizer_json)
     corpus_dir = checked_corpus(run, training_corpus_dir(run))
-    work = data_jobs.work_folder(run.shards_work, ctx.fingerprint, force=ctx.force)
+    work = ctx.work  # Stage.work, made ready by the pipeline
     manifest = data_jobs.run_jobs(
         "shards", work, lambda: shards.encode_corpus(
             corpus_dir, tokenizer_json, sha, cfg.shards, cfg.run.seed, cfg.data_engine, work,

@@ -94,7 +94,8 @@ class Stage:
     unfingerprinted: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     writes: Writes = "new_folder"
-    # a folder its jobs keep between runs to resume in: removed once the stage is finished
+    # a folder its jobs keep between runs to resume in: the pipeline makes it ready (ctx.work),
+    # throws it away on bad input, and removes it once the stage is finished
     work: Callable[[RunDir], Path] | None = None
     all_ranks: bool = False  # under torchrun, every rank runs it (training, host checks)
     # it logs to [logging]'s trackers: the pipeline checks they can start (on every rank, before
@@ -138,6 +139,9 @@ class StageContext:
     force: bool
     options: Any = field(default_factory=NoOptions)  # the stage's own Stage.options
     derived: Any = None  # Stage.derived's value for the recipe
+    # the folder its jobs resume in (Stage.work), made ready by the pipeline: emptied when forced
+    # or made for other settings (None: the stage declares none)
+    work: Path | None = None
 
 
 @dataclass(frozen=True)
